@@ -1,0 +1,28 @@
+"""keras_vit: the Vision Transformer (Dosovitskiy et al., 2020) for Keras 3."""
+
+from keras_vit.configs import MODEL_SIZES, VARIANTS, get_variant
+from keras_vit.layers import (
+    AddPositionEmbs,
+    ClassToken,
+    MlpBlock,
+    MultiHeadDotProductAttention,
+    PatchEmbedding,
+    TokenPooling,
+    TransformerBlock,
+)
+from keras_vit.model import (
+    ViT,
+    ViT_B8,
+    ViT_B16,
+    ViT_B32,
+    ViT_H14,
+    ViT_L16,
+    ViT_L32,
+    ViT_S16,
+    ViT_S32,
+    ViT_Ti16,
+    create_model,
+)
+from keras_vit.preprocessing import preprocess_inputs
+
+__version__ = "0.1.0"

@@ -1,0 +1,88 @@
+"""Every paper variant as data: one table, one generic builder (`keras_vit.model.ViT`).
+
+Sizes follow the official `vit_jax/configs/models.py`; parameter counts are at 224 px with a
+1000-class head and no representation layer. Counts marked "official" are those of the
+official `models_test.py`; the others are derived from the same formula and agree with timm.
+"""
+
+import dataclasses
+import re
+
+# Transformer sizes keyed by the paper's names (as in big_vision's table).
+MODEL_SIZES = {
+    "Ti": dict(hidden_size=192, mlp_dim=768, num_heads=3, num_layers=12),
+    "S": dict(hidden_size=384, mlp_dim=1536, num_heads=6, num_layers=12),
+    "B": dict(hidden_size=768, mlp_dim=3072, num_heads=12, num_layers=12),
+    "L": dict(hidden_size=1024, mlp_dim=4096, num_heads=16, num_layers=24),
+    "H": dict(hidden_size=1280, mlp_dim=5120, num_heads=16, num_layers=32),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One paper variant.
+
+    Attributes:
+        name: str. Paper name, e.g. "B/16".
+        size: str. Key into `MODEL_SIZES`.
+        patch_size: int. Patch size in pixels.
+        dropout_rate: float. Dropout of the official config.
+        params: int. Parameter count at 224 px with 1000 classes.
+        params_source: str. "official" (vit_jax models_test.py) or "derived".
+    """
+
+    name: str
+    size: str
+    patch_size: int
+    dropout_rate: float
+    params: int
+    params_source: str = "official"
+
+    @property
+    def builder_name(self):
+        """The public builder's name, e.g. "ViT_B16"."""
+        return "ViT_" + self.name.replace("/", "")
+
+    def config(self):
+        """The keyword arguments of `keras_vit.ViT` for this variant."""
+        return dict(
+            patch_size=self.patch_size, dropout_rate=self.dropout_rate, **MODEL_SIZES[self.size]
+        )
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("Ti/16", "Ti", 16, 0.0, 5_717_416),
+        Variant("S/16", "S", 16, 0.0, 22_050_664),
+        Variant("S/32", "S", 32, 0.0, 22_878_952, "derived"),
+        Variant("B/8", "B", 8, 0.0, 86_576_872, "derived"),
+        Variant("B/16", "B", 16, 0.0, 86_567_656),
+        Variant("B/32", "B", 32, 0.0, 88_224_232),
+        Variant("L/16", "L", 16, 0.1, 304_326_632),
+        Variant("L/32", "L", 32, 0.0, 306_535_400),
+        Variant("H/14", "H", 14, 0.1, 632_045_800),
+    )
+}
+
+
+def get_variant(name):
+    """Looks up a variant by any common spelling: "B/16", "ViT-B/16", "ViT_B16", "vit_b16".
+
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    if isinstance(name, Variant):
+        return name
+    key = None
+    if isinstance(name, str):
+        match = re.fullmatch(r"(?:vit[-_]?)?(ti|s|b|l|h)[-_/]?(\d+)", name.strip(), re.IGNORECASE)
+        if match:
+            size = {"ti": "Ti"}.get(match[1].lower(), match[1].upper())
+            key = f"{size}/{match[2]}"
+    if key not in VARIANTS:
+        raise ValueError(
+            f"Unknown ViT variant {name!r}. Expected one of {', '.join(VARIANTS)} "
+            f"(also spelled like 'ViT-B/16' or 'ViT_B16')."
+        )
+    return VARIANTS[key]

@@ -1,0 +1,505 @@
+"""The Vision Transformer's building blocks as Keras 3 layers.
+
+Every layer is written with `keras.ops` only, so it runs on every Keras backend.
+Sublayers and weights carry the names of the official checkpoint format
+(google-research/vision_transformer, `vit_jax/models_vit.py`), so that loading a
+checkpoint is a plain key map (see `keras_vit.checkpoint`).
+"""
+
+import math
+
+import keras
+from keras import ops
+
+# LayerNorm epsilon of the official Flax code (`nn.LayerNorm` default). Keras' default is 1e-3.
+LAYER_NORM_EPSILON = 1e-6
+# Flax `nn.gelu`, used to train the official checkpoints, is the tanh approximation.
+GELU_APPROXIMATE = True
+# Position embeddings are initialised normal(stddev=0.02) (`AddPositionEmbs` in vit_jax).
+POSITION_EMBEDDING_STDDEV = 0.02
+# MLP biases are initialised normal(stddev=1e-6) (`MlpBlock` in vit_jax).
+MLP_BIAS_STDDEV = 1e-6
+
+_register = keras.saving.register_keras_serializable(package="keras_vit")
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def _check_rate(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+
+
+def to_pair(name, value):
+    """Returns `value` as a `(height, width)` tuple of positive ints.
+
+    Args:
+        name: str. The argument's name, for error messages.
+        value: int or pair of ints.
+    """
+    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+    try:
+        pair = tuple(pair)
+    except TypeError:
+        pair = None
+    if pair is None or len(pair) != 2:
+        raise ValueError(
+            f"`{name}` must be an int or a (height, width) pair. Received: {name}={value!r}"
+        )
+    for v in pair:
+        _check_positive_int(name, v)
+    return pair
+
+
+def _dense_general_glorot(fan_in, fan_out):
+    """Glorot-uniform for a kernel whose axes split `fan_in` or `fan_out` (Flax `DenseGeneral`).
+
+    Keras' `glorot_uniform` would treat a 3D kernel (D, heads, head_dim) as a convolution and
+    get the fans wrong; the official code initialises the flattened 2D kernel.
+    """
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    return keras.initializers.RandomUniform(-limit, limit)
+
+
+@_register
+class PatchEmbedding(keras.layers.Layer):
+    """Cuts an image into non-overlapping patches and projects each to `hidden_size`.
+
+    A Conv2D with kernel = stride = patch size, VALID padding and a bias, as in the
+    paper; the output is flattened to a sequence in row-major patch order.
+
+    Args:
+        patch_size: int or (height, width). Patch size in pixels.
+        hidden_size: int. Width D of the Transformer.
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input: `[B, H, W, C]` with H and W divisible by the patch size.
+    Output: `[B, (H / ph) * (W / pw), D]`.
+
+    Example:
+    >>> layer = PatchEmbedding(patch_size=16, hidden_size=64)
+    >>> layer(keras.ops.zeros((2, 32, 48, 3))).shape
+    (2, 6, 64)
+    """
+
+    def __init__(self, patch_size, hidden_size, **kwargs):
+        super().__init__(**kwargs)
+        self.patch_size = to_pair("patch_size", patch_size)
+        _check_positive_int("hidden_size", hidden_size)
+        self.hidden_size = hidden_size
+
+    def _grid(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(
+                f"PatchEmbedding expects images [batch, height, width, channels]. "
+                f"Received shape {tuple(input_shape)}"
+            )
+        grid = []
+        for axis, (size, patch) in enumerate(zip(input_shape[1:3], self.patch_size)):
+            if size is not None and size % patch:
+                dim = ("height", "width")[axis]
+                raise ValueError(
+                    f"Image {dim} {size} is not divisible by the patch {dim} {patch}. "
+                    f"Expected a multiple of {patch}."
+                )
+            grid.append(None if size is None else size // patch)
+        return grid
+
+    def build(self, input_shape):
+        self.grid_size = tuple(self._grid(input_shape))  # (rows, cols) of patches
+        # Checkpoint vocabulary: embedding/kernel (ph, pw, C, D) and embedding/bias (D,).
+        self.kernel = self.add_weight(
+            shape=(*self.patch_size, input_shape[-1], self.hidden_size),
+            initializer="lecun_normal",  # Flax `nn.Conv` default.
+            name="kernel",
+        )
+        self.bias = self.add_weight(shape=(self.hidden_size,), initializer="zeros", name="bias")
+
+    def call(self, images):
+        # images = [B, H, W, C]
+        kernel = ops.cast(self.kernel, images.dtype)
+        x = ops.conv(images, kernel, strides=self.patch_size, padding="valid")
+        x = x + ops.cast(self.bias, x.dtype)  # x = [B, gh, gw, D]
+        batch = ops.shape(x)[0]
+        return ops.reshape(x, (batch, -1, self.hidden_size))  # x = [B, gh * gw, D]
+
+    def compute_output_shape(self, input_shape):
+        gh, gw = self._grid(input_shape)
+        n = None if gh is None or gw is None else gh * gw
+        return (input_shape[0], n, self.hidden_size)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(patch_size=self.patch_size, hidden_size=self.hidden_size)
+        return config
+
+
+@_register
+class ClassToken(keras.layers.Layer):
+    """Prepends a learned class token (checkpoint key `cls`, shape (1, 1, D)) to the sequence.
+
+    Zero-initialised, as in the official code.
+
+    Input: `[B, N, D]`. Output: `[B, N + 1, D]`.
+    """
+
+    def build(self, input_shape):
+        self.cls = self.add_weight(
+            shape=(1, 1, input_shape[-1]), initializer="zeros", name="cls"
+        )
+
+    def call(self, inputs):
+        # inputs = [B, N, D]
+        batch = ops.shape(inputs)[0]
+        cls = ops.cast(self.cls, inputs.dtype)
+        cls = ops.broadcast_to(cls, (batch, 1, ops.shape(inputs)[-1]))  # cls = [B, 1, D]
+        return ops.concatenate([cls, inputs], axis=1)  # [B, N + 1, D]
+
+    def compute_output_shape(self, input_shape):
+        n = None if input_shape[1] is None else input_shape[1] + 1
+        return (input_shape[0], n, input_shape[2])
+
+
+@_register
+class AddPositionEmbs(keras.layers.Layer):
+    """Adds a learned position embedding (checkpoint key `pos_embedding`, shape (1, N, D)).
+
+    N is the sequence length the layer is built with (patches plus the class token, if any).
+    Initialised normal(stddev=0.02), as in the official code.
+
+    Input and output: `[B, N, D]`.
+    """
+
+    def build(self, input_shape):
+        if input_shape[1] is None:
+            raise ValueError(
+                "AddPositionEmbs needs a known sequence length; build the model with a fixed "
+                f"image size. Received shape {tuple(input_shape)}"
+            )
+        self.pos_embedding = self.add_weight(
+            shape=(1, input_shape[1], input_shape[2]),
+            initializer=keras.initializers.RandomNormal(stddev=POSITION_EMBEDDING_STDDEV),
+            name="pos_embedding",
+        )
+
+    def call(self, inputs):
+        # inputs = [B, N, D], pos_embedding = [1, N, D]
+        return inputs + ops.cast(self.pos_embedding, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+@_register
+class MultiHeadDotProductAttention(keras.layers.Layer):
+    """Multi-head self-attention with the official checkpoint's weight layout.
+
+    Sublayers `query`, `key`, `value` (kernel (D, heads, head_dim), bias (heads, head_dim))
+    and `out` (kernel (heads, head_dim, D), bias (D,)).
+
+    Args:
+        num_heads: int. Number of attention heads; must divide the input width D.
+        attention_dropout_rate: float. Dropout on the attention probabilities. Defaults to 0.
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` a tuple
+    `([B, N, D], [B, heads, N, N])` whose second item holds the attention probabilities
+    (before dropout).
+    """
+
+    def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        _check_positive_int("num_heads", num_heads)
+        _check_rate("attention_dropout_rate", attention_dropout_rate)
+        self.num_heads = num_heads
+        self.attention_dropout_rate = attention_dropout_rate
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        if width % self.num_heads:
+            raise ValueError(
+                f"hidden_size {width} is not divisible by num_heads {self.num_heads}. "
+                f"Expected a multiple of {self.num_heads}."
+            )
+        self.head_dim = width // self.num_heads
+        init = _dense_general_glorot(width, width)
+        common = dict(kernel_initializer=init, bias_initializer="zeros", dtype=self.dtype_policy)
+        for name in ("query", "key", "value"):
+            layer = keras.layers.EinsumDense(
+                "bnd,dhk->bnhk",
+                output_shape=(None, self.num_heads, self.head_dim),
+                bias_axes="hk",
+                name=name,
+                **common,
+            )
+            layer.build(input_shape)
+            setattr(self, name, layer)
+        self.out = keras.layers.EinsumDense(
+            "bnhk,hkd->bnd", output_shape=(None, width), bias_axes="d", name="out", **common
+        )
+        self.out.build((*input_shape[:-1], self.num_heads, self.head_dim))
+        self.dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=self.dtype_policy)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        # inputs = [B, N, D]
+        scale = 1.0 / math.sqrt(self.head_dim)
+        query = self.query(inputs) * ops.cast(scale, inputs.dtype)  # query = [B, N, h, k]
+        key = self.key(inputs)  # key = [B, N, h, k]
+        value = self.value(inputs)  # value = [B, N, h, k]
+        logits = ops.einsum("bqhk,bshk->bhqs", query, key)  # logits = [B, h, N, N]
+        # Softmax in float32 at least, so that mixed precision does not overflow.
+        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        probs = ops.cast(probs, inputs.dtype)  # probs = [B, h, N, N]
+        dropped = self.dropout(probs, training=training)
+        context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
+        outputs = self.out(context)  # outputs = [B, N, D]
+        if return_attention_scores:
+            return outputs, probs
+        return outputs
+
+    def compute_output_shape(self, input_shape, return_attention_scores=False):
+        if return_attention_scores:
+            n = input_shape[1]
+            return input_shape, (input_shape[0], self.num_heads, n, n)
+        return input_shape
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        shape = tuple(inputs.shape)
+        out = keras.KerasTensor(shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return out
+        n = shape[1]
+        return out, keras.KerasTensor((shape[0], self.num_heads, n, n), dtype=self.compute_dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads, attention_dropout_rate=self.attention_dropout_rate
+        )
+        return config
+
+
+@_register
+class MlpBlock(keras.layers.Layer):
+    """The Transformer's MLP: Dense(mlp_dim) -> GELU -> Dropout -> Dense(D) -> Dropout.
+
+    Sublayers `Dense_0` and `Dense_1`, as in the checkpoint.
+
+    Args:
+        mlp_dim: int. Hidden width of the MLP.
+        dropout_rate: float. Dropout after each Dense. Defaults to 0.
+        gelu_approximate: bool. Tanh-approximate GELU (Flax `nn.gelu`, used to train the
+            official checkpoints) if True, exact GELU if False. Defaults to True.
+        **kwargs: standard `keras.layers.Layer` arguments.
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=GELU_APPROXIMATE, **kwargs):
+        super().__init__(**kwargs)
+        _check_positive_int("mlp_dim", mlp_dim)
+        _check_rate("dropout_rate", dropout_rate)
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = dropout_rate
+        self.gelu_approximate = bool(gelu_approximate)
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        common = dict(
+            kernel_initializer="glorot_uniform",
+            bias_initializer=keras.initializers.RandomNormal(stddev=MLP_BIAS_STDDEV),
+            dtype=self.dtype_policy,
+        )
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **common)
+        self.dense_0.build(input_shape)
+        self.dense_1 = keras.layers.Dense(width, name="Dense_1", **common)
+        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def call(self, inputs, training=None):
+        # inputs = [B, N, D]
+        x = self.dense_0(inputs)  # x = [B, N, mlp_dim]
+        x = keras.activations.gelu(x, approximate=self.gelu_approximate)
+        x = self.dropout(x, training=training)
+        x = self.dense_1(x)  # x = [B, N, D]
+        return self.dropout(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            mlp_dim=self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            gelu_approximate=self.gelu_approximate,
+        )
+        return config
+
+
+@_register
+class TransformerBlock(keras.layers.Layer):
+    """One pre-LayerNorm encoder block (`Encoder1DBlock` in the official code).
+
+        y = x + Dropout(MHA(LN(x)));  out = y + MLP(LN(y))
+
+    Sublayers `LayerNorm_0`, `MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3`.
+
+    Args:
+        num_heads: int. Number of attention heads; must divide the input width.
+        mlp_dim: int. Hidden width of the MLP.
+        dropout_rate: float. Dropout after attention and in the MLP. Defaults to 0.
+        attention_dropout_rate: float. Dropout on attention probabilities. Defaults to 0.
+        layer_norm_epsilon: float. Defaults to 1e-6, as in the official code.
+        gelu_approximate: bool. Tanh-approximate GELU if True (official), exact if False.
+            Defaults to True.
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` the tuple
+    `([B, N, D], [B, heads, N, N])`: the attention probabilities come from the same forward pass.
+
+    Example:
+    >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
+    >>> y, probs = block(keras.ops.zeros((1, 5, 8)), return_attention_scores=True)
+    >>> tuple(y.shape), tuple(probs.shape)
+    ((1, 5, 8), (1, 2, 5, 5))
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        gelu_approximate=GELU_APPROXIMATE,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        _check_positive_int("num_heads", num_heads)
+        _check_positive_int("mlp_dim", mlp_dim)
+        _check_rate("dropout_rate", dropout_rate)
+        _check_rate("attention_dropout_rate", attention_dropout_rate)
+        if not layer_norm_epsilon > 0:
+            raise ValueError(
+                f"`layer_norm_epsilon` must be positive. Received: {layer_norm_epsilon!r}"
+            )
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = dropout_rate
+        self.attention_dropout_rate = attention_dropout_rate
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.gelu_approximate = bool(gelu_approximate)
+
+    def build(self, input_shape):
+        if len(input_shape) != 3:
+            raise ValueError(
+                f"TransformerBlock expects a sequence [batch, length, width]. "
+                f"Received shape {tuple(input_shape)}"
+            )
+        width = input_shape[-1]
+        if width % self.num_heads:
+            raise ValueError(
+                f"hidden_size {width} is not divisible by num_heads {self.num_heads}. "
+                f"Expected a multiple of {self.num_heads}."
+            )
+        norm = dict(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy)
+        self.norm_0 = keras.layers.LayerNormalization(name="LayerNorm_0", **norm)
+        self.attention = MultiHeadDotProductAttention(
+            self.num_heads,
+            attention_dropout_rate=self.attention_dropout_rate,
+            name="MultiHeadDotProductAttention_1",
+            dtype=self.dtype_policy,
+        )
+        self.norm_2 = keras.layers.LayerNormalization(name="LayerNorm_2", **norm)
+        self.mlp = MlpBlock(
+            self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            gelu_approximate=self.gelu_approximate,
+            name="MlpBlock_3",
+            dtype=self.dtype_policy,
+        )
+        for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
+            layer.build(input_shape)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        # inputs = [B, N, D]
+        x = self.norm_0(inputs)
+        x, probs = self.attention(x, training=training, return_attention_scores=True)
+        x = self.dropout(x, training=training)
+        x = x + inputs  # x = [B, N, D]
+        y = self.mlp(self.norm_2(x), training=training)  # y = [B, N, D]
+        outputs = x + y
+        if return_attention_scores:
+            return outputs, probs  # probs = [B, heads, N, N]
+        return outputs
+
+    def compute_output_shape(self, input_shape, return_attention_scores=False):
+        if return_attention_scores:
+            n = input_shape[1]
+            return input_shape, (input_shape[0], self.num_heads, n, n)
+        return input_shape
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        shape = tuple(inputs.shape)
+        out = keras.KerasTensor(shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return out
+        n = shape[1]
+        return out, keras.KerasTensor((shape[0], self.num_heads, n, n), dtype=self.compute_dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            gelu_approximate=self.gelu_approximate,
+        )
+        return config
+
+
+@_register
+class TokenPooling(keras.layers.Layer):
+    """Pools the encoder output to one vector per image.
+
+    Args:
+        classifier: str. "token": take the class token (position 0); "gap": mean over all
+            tokens (the "gap" models have no class token).
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input: `[B, N, D]`. Output: `[B, D]`.
+    """
+
+    CLASSIFIERS = ("token", "gap")
+
+    def __init__(self, classifier="token", **kwargs):
+        super().__init__(**kwargs)
+        check_classifier(classifier)
+        self.classifier = classifier
+
+    def call(self, inputs):
+        # inputs = [B, N, D]
+        if self.classifier == "token":
+            return inputs[:, 0]  # [B, D]
+        return ops.mean(inputs, axis=1)  # [B, D]
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[2])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(classifier=self.classifier)
+        return config
+
+
+def check_classifier(classifier):
+    """Raises a ValueError unless `classifier` is "token" or "gap"."""
+    if classifier not in TokenPooling.CLASSIFIERS:
+        raise ValueError(
+            f"Unknown classifier {classifier!r}. Expected one of {TokenPooling.CLASSIFIERS}."
+        )

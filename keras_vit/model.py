@@ -1,0 +1,216 @@
+"""The generic ViT builder and one-line builders for every paper variant.
+
+Layer names follow the official checkpoint (`embedding`, `cls`, `posembed_input`,
+`encoderblock_{i}`, `encoder_norm`, `pre_logits`, `head`), so every intermediate is reachable
+with `model.get_layer(name)`:
+
+- `model.get_layer("encoder_norm").output`: the full token sequence `[B, N(+1), D]`;
+- `model.get_layer("encoderblock_3").output[1]`: block 3's attention probabilities.
+"""
+
+import keras
+
+from keras_vit import configs
+from keras_vit.layers import (
+    GELU_APPROXIMATE,
+    LAYER_NORM_EPSILON,
+    AddPositionEmbs,
+    ClassToken,
+    PatchEmbedding,
+    TokenPooling,
+    TransformerBlock,
+    check_classifier,
+    to_pair,
+)
+
+IMAGE_CHANNELS = 3
+
+
+def _check_positive(name, value, allow_none=False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def ViT(
+    image_size=224,
+    patch_size=16,
+    hidden_size=768,
+    num_layers=12,
+    num_heads=12,
+    mlp_dim=3072,
+    num_classes=1000,
+    classifier="token",
+    representation_size=None,
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    include_top=True,
+    gelu_approximate=GELU_APPROXIMATE,
+    name=None,
+):
+    """Builds a Vision Transformer as a functional `keras.Model`.
+
+    Args:
+        image_size: int or (height, width). Input resolution; both sides must be divisible by
+            the patch size. Defaults to 224.
+        patch_size: int or (height, width). Patch size in pixels. Defaults to 16.
+        hidden_size: int. Transformer width D. Defaults to 768.
+        num_layers: int. Number of encoder blocks. Defaults to 12.
+        num_heads: int. Attention heads; must divide `hidden_size`. Defaults to 12.
+        mlp_dim: int. MLP hidden width. Defaults to 3072.
+        num_classes: int. Size of the classification head. Defaults to 1000.
+        classifier: str. "token" (class token) or "gap" (mean of the patch tokens, no class
+            token). Defaults to "token".
+        representation_size: int or None. If set, a `pre_logits` Dense + tanh of this width
+            before the head. Defaults to None.
+        dropout_rate: float. Dropout after the position embeddings, attention and MLP.
+            Defaults to 0.
+        attention_dropout_rate: float. Dropout on the attention probabilities. Defaults to 0.
+        include_top: bool. If False, the model returns the pooled representation (after
+            `pre_logits` if present) instead of logits. Defaults to True.
+        gelu_approximate: bool. Tanh-approximate GELU (Flax `nn.gelu`, used to train the
+            official checkpoints) if True; exact GELU if False. Defaults to True.
+        name: str or None. Model name. Defaults to "vit".
+
+    Returns:
+        A `keras.Model` from images `[B, H, W, 3]` scaled to [-1, 1] (see
+        `keras_vit.preprocess_inputs`) to float32 logits `[B, num_classes]` (zero-initialised
+        head, as for fine-tuning), or to the representation `[B, D]` if not `include_top`.
+
+    Example:
+    >>> model = ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4,
+    ...             mlp_dim=64, num_classes=10)
+    >>> model(keras.ops.zeros((1, 32, 32, 3))).shape
+    (1, 10)
+    """
+    height, width = to_pair("image_size", image_size)
+    patch_h, patch_w = to_pair("patch_size", patch_size)
+    for arg, value in (
+        ("hidden_size", hidden_size),
+        ("num_layers", num_layers),
+        ("num_heads", num_heads),
+        ("mlp_dim", mlp_dim),
+    ):
+        _check_positive(arg, value)
+    _check_positive("representation_size", representation_size, allow_none=True)
+    if include_top:
+        _check_positive("num_classes", num_classes)
+    check_classifier(classifier)
+    for size, patch, dim in ((height, patch_h, "height"), (width, patch_w, "width")):
+        if size % patch:
+            raise ValueError(
+                f"image_size {dim} {size} is not divisible by patch_size {patch}. "
+                f"Expected a multiple of {patch} (e.g. {size // patch * patch or patch})."
+            )
+    if hidden_size % num_heads:
+        raise ValueError(
+            f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}. "
+            f"Expected a multiple of {num_heads}."
+        )
+
+    images = keras.Input((height, width, IMAGE_CHANNELS), name="image")
+    x = PatchEmbedding((patch_h, patch_w), hidden_size, name="embedding")(images)  # [B, N, D]
+    if classifier == "token":
+        x = ClassToken(name="cls")(x)  # x = [B, N + 1, D]
+    x = AddPositionEmbs(name="posembed_input")(x)
+    x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
+    for i in range(num_layers):
+        # Each block also returns its attention probabilities [B, heads, N+1, N+1]: they stay
+        # in the graph, reachable as `model.get_layer(f"encoderblock_{i}").output[1]`.
+        x, _ = TransformerBlock(
+            num_heads,
+            mlp_dim,
+            dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            gelu_approximate=gelu_approximate,
+            name=f"encoderblock_{i}",
+        )(x, return_attention_scores=True)
+    x = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="encoder_norm")(x)
+    x = TokenPooling(classifier, name="pool")(x)  # x = [B, D]
+    if representation_size:
+        x = keras.layers.Dense(
+            representation_size,
+            activation="tanh",
+            kernel_initializer="lecun_normal",  # Flax `nn.Dense` default.
+            name="pre_logits",
+        )(x)
+    if include_top:
+        # Zero-initialised head, as the paper does for fine-tuning; float32 logits under
+        # mixed precision.
+        x = keras.layers.Dense(
+            num_classes,
+            kernel_initializer="zeros",
+            bias_initializer="zeros",
+            dtype="float32",
+            name="head",
+        )(x)
+    return keras.Model(images, x, name=name or "vit")
+
+
+def create_model(
+    variant, image_size=224, num_classes=1000, include_top=True, pretrained=False, **overrides
+):
+    """Builds a paper variant by name, e.g. `create_model("B/16")`.
+
+    Args:
+        variant: str. A name from `keras_vit.configs.VARIANTS`, in any common spelling
+            ("B/16", "ViT-B/16", "ViT_B16").
+        image_size: int or (height, width). Defaults to 224.
+        num_classes: int. Defaults to 1000.
+        include_top: bool. Defaults to True.
+        pretrained: False, True, a registry name, a local path or a URL. Loads the official
+            weights (see `keras_vit.load_pretrained`). Defaults to False.
+        **overrides: any other argument of `keras_vit.ViT` (e.g. `dropout_rate`,
+            `representation_size`, `classifier`).
+    """
+    spec = configs.get_variant(variant)
+    kwargs = spec.config()
+    kwargs.update(
+        image_size=image_size,
+        num_classes=num_classes,
+        include_top=include_top,
+        name=overrides.pop("name", None) or spec.builder_name.lower(),
+    )
+    kwargs.update(overrides)
+    if pretrained is not False and pretrained is not None:
+        from keras_vit import pretrained as weights
+
+        return weights.build_pretrained(spec, pretrained, kwargs)
+    return ViT(**kwargs)
+
+
+def _variant_builder(variant_name):
+    spec = configs.VARIANTS[variant_name]
+
+    def builder(image_size=224, num_classes=1000, include_top=True, pretrained=False, **overrides):
+        return create_model(
+            spec.name,
+            image_size=image_size,
+            num_classes=num_classes,
+            include_top=include_top,
+            pretrained=pretrained,
+            **overrides,
+        )
+
+    size = configs.MODEL_SIZES[spec.size]
+    builder.__name__ = builder.__qualname__ = spec.builder_name
+    builder.__doc__ = (
+        f"ViT-{spec.name}: patch {spec.patch_size}, width {size['hidden_size']}, "
+        f"{size['num_layers']} layers, {size['num_heads']} heads, MLP {size['mlp_dim']}; "
+        f"{spec.params:,} parameters at 224 px with 1000 classes.\n\n"
+        "Args: image_size, num_classes, include_top, pretrained and any override of "
+        "`keras_vit.ViT`; see `keras_vit.create_model`."
+    )
+    return builder
+
+
+ViT_Ti16 = _variant_builder("Ti/16")
+ViT_S16 = _variant_builder("S/16")
+ViT_S32 = _variant_builder("S/32")
+ViT_B8 = _variant_builder("B/8")
+ViT_B16 = _variant_builder("B/16")
+ViT_B32 = _variant_builder("B/32")
+ViT_L16 = _variant_builder("L/16")
+ViT_L32 = _variant_builder("L/32")
+ViT_H14 = _variant_builder("H/14")

@@ -1,0 +1,126 @@
+"""An independent NumPy forward pass of ViT, written from the paper and the official code.
+
+It reads parameters in the official checkpoint layout (keys as in ../shared/VIT_REFERENCE.md)
+and shares no code with keras_vit. Computed in float64.
+"""
+
+import math
+
+import numpy as np
+
+_erf = np.vectorize(math.erf)
+
+
+def official_params(rng, *, hidden, mlp, heads, layers, patch, grid, channels=3,
+                    num_classes=None, classifier="token", representation=None, scale=0.2):
+    """Random parameters in the official .npz layout (float32), with non-trivial values.
+
+    grid: (rows, cols) of patches the position embedding covers.
+    """
+    ph, pw = (patch, patch) if isinstance(patch, int) else patch
+    k = hidden // heads
+    n = grid[0] * grid[1] + (1 if classifier == "token" else 0)
+
+    def r(*shape, s=scale):
+        return (rng.standard_normal(shape) * s).astype(np.float32)
+
+    p = {
+        "embedding/kernel": r(ph, pw, channels, hidden, s=1 / math.sqrt(ph * pw * channels)),
+        "embedding/bias": r(hidden),
+        "Transformer/posembed_input/pos_embedding": r(1, n, hidden),
+        "Transformer/encoder_norm/scale": 1 + r(hidden),
+        "Transformer/encoder_norm/bias": r(hidden),
+    }
+    if classifier == "token":
+        p["cls"] = r(1, 1, hidden)
+    for i in range(layers):
+        b = f"Transformer/encoderblock_{i}/"
+        for ln in ("LayerNorm_0", "LayerNorm_2"):
+            p[b + ln + "/scale"] = 1 + r(hidden)
+            p[b + ln + "/bias"] = r(hidden)
+        a = b + "MultiHeadDotProductAttention_1/"
+        for proj in ("query", "key", "value"):
+            p[a + proj + "/kernel"] = r(hidden, heads, k, s=1 / math.sqrt(hidden))
+            p[a + proj + "/bias"] = r(heads, k)
+        p[a + "out/kernel"] = r(heads, k, hidden, s=1 / math.sqrt(hidden))
+        p[a + "out/bias"] = r(hidden)
+        p[b + "MlpBlock_3/Dense_0/kernel"] = r(hidden, mlp, s=1 / math.sqrt(hidden))
+        p[b + "MlpBlock_3/Dense_0/bias"] = r(mlp)
+        p[b + "MlpBlock_3/Dense_1/kernel"] = r(mlp, hidden, s=1 / math.sqrt(mlp))
+        p[b + "MlpBlock_3/Dense_1/bias"] = r(hidden)
+    width = hidden
+    if representation:
+        p["pre_logits/kernel"] = r(hidden, representation, s=1 / math.sqrt(hidden))
+        p["pre_logits/bias"] = r(representation)
+        width = representation
+    if num_classes:
+        p["head/kernel"] = r(width, num_classes, s=1 / math.sqrt(width))
+        p["head/bias"] = r(num_classes)
+    return p
+
+
+def layer_norm(x, scale, bias, eps=1e-6):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * scale + bias
+
+
+def gelu(x, approximate=True):
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def patchify(images, kernel, bias):
+    """Non-overlapping patches times the flattened conv kernel: a VALID conv with stride=size."""
+    b, h, w, c = images.shape
+    ph, pw, _, d = kernel.shape
+    x = images.reshape(b, h // ph, ph, w // pw, pw, c).transpose(0, 1, 3, 2, 4, 5)
+    x = x.reshape(b, (h // ph) * (w // pw), ph * pw * c)  # row-major patch order
+    return x @ kernel.reshape(ph * pw * c, d) + bias
+
+
+def encoder_block(x, p, prefix, approximate=True):
+    """Returns (output, attention probabilities [B, heads, N, N])."""
+    def g(name):
+        return p[prefix + name].astype(np.float64)
+
+    y = layer_norm(x, g("LayerNorm_0/scale"), g("LayerNorm_0/bias"))
+    a = "MultiHeadDotProductAttention_1/"
+    q = np.einsum("bnd,dhk->bnhk", y, g(a + "query/kernel")) + g(a + "query/bias")
+    k = np.einsum("bnd,dhk->bnhk", y, g(a + "key/kernel")) + g(a + "key/bias")
+    v = np.einsum("bnd,dhk->bnhk", y, g(a + "value/kernel")) + g(a + "value/bias")
+    probs = softmax(np.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(q.shape[-1]))
+    ctx = np.einsum("bhqs,bshk->bqhk", probs, v)
+    x = x + np.einsum("bqhk,hkd->bqd", ctx, g(a + "out/kernel")) + g(a + "out/bias")
+    y = layer_norm(x, g("LayerNorm_2/scale"), g("LayerNorm_2/bias"))
+    y = gelu(y @ g("MlpBlock_3/Dense_0/kernel") + g("MlpBlock_3/Dense_0/bias"), approximate)
+    y = y @ g("MlpBlock_3/Dense_1/kernel") + g("MlpBlock_3/Dense_1/bias")
+    return x + y, probs
+
+
+def forward(p, images, classifier="token", approximate=True, include_top=True):
+    """Returns (output, tokens after encoder_norm, list of attention probabilities)."""
+    p64 = {k: np.asarray(v, np.float64) for k, v in p.items()}
+    x = patchify(np.asarray(images, np.float64), p64["embedding/kernel"], p64["embedding/bias"])
+    if classifier == "token":
+        cls = np.broadcast_to(p64["cls"], (x.shape[0], 1, x.shape[-1]))
+        x = np.concatenate([cls, x], axis=1)
+    x = x + p64["Transformer/posembed_input/pos_embedding"]
+    n_blocks = len({k.split("/")[1] for k in p if k.startswith("Transformer/encoderblock_")})
+    attentions = []
+    for i in range(n_blocks):
+        x, probs = encoder_block(x, p, f"Transformer/encoderblock_{i}/", approximate)
+        attentions.append(probs)
+    tokens = layer_norm(x, p64["Transformer/encoder_norm/scale"], p64["Transformer/encoder_norm/bias"])
+    out = tokens[:, 0] if classifier == "token" else tokens.mean(axis=1)
+    if "pre_logits/kernel" in p:
+        out = np.tanh(out @ p64["pre_logits/kernel"] + p64["pre_logits/bias"])
+    if include_top and "head/kernel" in p:
+        out = out @ p64["head/kernel"] + p64["head/bias"]
+    return out, tokens, attentions
