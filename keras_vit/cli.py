@@ -1,10 +1,13 @@
 """The `keras-vit` command line: `keras-vit COMMAND --help` for each command."""
 
 import argparse
+import importlib
 import sys
 import time
 
 COMMANDS = {}
+# Modules whose `@command` functions join the command line (imported when the parser is built).
+COMMAND_MODULES = ()
 
 
 def command(name, help):
@@ -70,6 +73,8 @@ def _time_forward(variant):
 
 
 def build_parser():
+    for module in COMMAND_MODULES:
+        importlib.import_module(module)
     parser = argparse.ArgumentParser(
         prog="keras-vit", description="Vision Transformer models for Keras 3."
     )
