@@ -23,6 +23,14 @@ from keras_vit.model import (
     ViT_Ti16,
     create_model,
 )
+from keras_vit.checkpoint import CheckpointError
+from keras_vit.labels import class_names, decode_predictions
 from keras_vit.preprocessing import preprocess_inputs
+from keras_vit.pretrained import (
+    default_checkpoint,
+    list_checkpoints,
+    load_pretrained,
+    register_checkpoint,
+)
 
 __version__ = "0.1.0"

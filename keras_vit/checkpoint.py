@@ -26,8 +26,9 @@ from keras_vit.layers import (
 )
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
-# Layers that load only where model and file agree (fine-tuning replaces them).
-OPTIONAL_LAYERS = ("head", "pre_logits")
+# Layers that load only where model and file agree (fine-tuning replaces them). The head
+# follows pre_logits: a head is only meaningful on the features it was trained on.
+OPTIONAL_LAYERS = ("pre_logits", "head")
 
 
 class CheckpointError(ValueError):
@@ -291,14 +292,16 @@ def match_params(model, params):
     description = _describe(params)
 
     skipped, fresh = [], []
+    features_differ = False  # whether pre_logits is in one of model and file only
     for layer in OPTIONAL_LAYERS:
         model_keys = sorted(k for k in variables if k.split("/")[0] == layer)
         file_keys = sorted(k for k in params if k.split("/")[0] == layer)
         fits = model_keys == file_keys and all(
             np.shape(params[k]) == tuple(variables[k].shape) for k in model_keys
         )
-        if model_keys and fits:
+        if model_keys and fits and not features_differ:
             continue
+        features_differ = bool(model_keys or file_keys)
         skipped += file_keys
         fresh += [layer] if model_keys else []
         variables = {k: v for k, v in variables.items() if k not in model_keys}
@@ -360,3 +363,43 @@ def load_params(model, params):
         layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))
         layer.bias.assign(layer.bias_initializer(layer.bias.shape, layer.bias.dtype))
     return {"skipped": skipped, "fresh": fresh}
+
+
+def config_from_params(params):
+    """Reads the `keras_vit.ViT` arguments off a checkpoint's array shapes.
+
+    Everything is in the shapes: patch size and width (embedding kernel), depth (number of
+    blocks), heads (query kernel), MLP width, class token, representation size, number of
+    classes and resolution (position embedding, assumed a square grid).
+    """
+    params, big_vision = canonicalize(params)
+    try:
+        kernel = params["embedding/kernel"]
+        query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
+        mlp = params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"]
+        posemb = params[POSEMB_KEY]
+    except KeyError as e:
+        raise CheckpointError(f"Not a ViT checkpoint: no {e.args[0]!r} array.") from None
+    has_cls = "cls" in params
+    patches = posemb.shape[1] - (has_cls and not big_vision)
+    grid = int(round(np.sqrt(patches)))
+    if grid * grid != patches:
+        raise CheckpointError(
+            f"The position embedding covers {patches} patches, not a square grid; pass the "
+            "image size explicitly."
+        )
+    layers = {k.split("/")[1] for k in params if re.match(r"Transformer/encoderblock_\d+/", k)}
+    head = params.get("head/kernel")
+    representation = params.get("pre_logits/kernel")
+    return dict(
+        image_size=grid * kernel.shape[0],
+        patch_size=(kernel.shape[0], kernel.shape[1]),
+        hidden_size=kernel.shape[-1],
+        num_layers=len(layers),
+        num_heads=query.shape[1],
+        mlp_dim=mlp.shape[1],
+        num_classes=None if head is None else head.shape[-1],
+        include_top=head is not None,
+        classifier="token" if has_cls else "gap",
+        representation_size=None if representation is None else representation.shape[-1],
+    )

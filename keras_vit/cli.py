@@ -72,6 +72,100 @@ def _time_forward(variant):
     return float(np.median(times))
 
 
+def _add_weights_args(parser, image_size=True):
+    parser.add_argument("--model", default=None,
+                        help="variant, e.g. ViT_B16 or B/16 (default: read off the checkpoint)")
+    parser.add_argument("--pretrained", default=None,
+                        help="registry name, .npz path or URL (default with --model: the "
+                             "variant's default checkpoint)")
+    if image_size:
+        parser.add_argument("--image-size", type=int, default=None,
+                            help="input resolution (default: the checkpoint's)")
+
+
+def _model_from_args(args, source=None, **overrides):
+    """Builds the model a command asks for: --model/--pretrained, or everything from the file."""
+    from keras_vit import checkpoint, pretrained
+    from keras_vit.model import ViT, create_model
+
+    source = source or args.pretrained
+    if args.model:
+        kwargs = dict(overrides)
+        if getattr(args, "image_size", None):
+            kwargs["image_size"] = args.image_size
+        return create_model(args.model, pretrained=source or True, **kwargs)
+    if not source:
+        raise ValueError("Give --model, --pretrained, or both.")
+    params, _ = pretrained.fetch_params(source)
+    config = checkpoint.config_from_params(params)
+    if getattr(args, "image_size", None):
+        config["image_size"] = args.image_size
+    config.update(overrides)
+    model = ViT(**config)
+    checkpoint.load_params(model, params)
+    return model
+
+
+@command("predict", "classify images with a pretrained model and print the top-5 classes")
+def predict_command(args):
+    import numpy as np
+
+    from keras_vit.images import load_image
+    from keras_vit.labels import decode_predictions
+    from keras_vit.preprocessing import preprocess_inputs
+
+    model = _model_from_args(args)
+    size = tuple(model.input.shape[1:3])
+    images = np.stack([load_image(path, size) for path in args.images])
+    logits = model.predict(preprocess_inputs(images), verbose=0)
+    for path, top in zip(args.images, decode_predictions(logits, top=args.top)):
+        print(path)
+        for class_id, name, probability in top:
+            print(f"  {probability:7.2%}  {name} ({class_id})")
+    return 0
+
+
+predict_command.configure = lambda p: (
+    p.add_argument("images", nargs="+", metavar="IMAGE"),
+    _add_weights_args(p),
+    p.add_argument("--top", type=int, default=5),
+)
+
+
+@command("convert", "turn any checkpoint into a .keras model or .weights.h5 file")
+def convert_command(args):
+    if not args.out.endswith((".keras", ".weights.h5")):
+        raise ValueError(f"OUT must end in .keras or .weights.h5. Received: {args.out}")
+    import os
+    import tempfile
+
+    model = _model_from_args(args, source=args.source)
+    directory = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(directory, exist_ok=True)
+    # Keras picks the format from the suffix, so the temporary file keeps it.
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(args.out))
+    os.close(fd)
+    try:
+        if args.out.endswith(".keras"):
+            model.save(tmp)
+        else:
+            model.save_weights(tmp, overwrite=True)
+        os.replace(tmp, args.out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    print(f"Wrote {args.out} ({model.name}, {model.count_params():,} parameters, "
+          f"input {tuple(model.input.shape[1:])})")
+    return 0
+
+
+convert_command.configure = lambda p: (
+    p.add_argument("source", help="registry name, .npz path or URL"),
+    p.add_argument("out", help="output file: .keras or .weights.h5"),
+    _add_weights_args(p),
+)
+
+
 def build_parser():
     for module in COMMAND_MODULES:
         importlib.import_module(module)
@@ -91,7 +185,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         print(f"keras-vit {args.command}: error: {e}", file=sys.stderr)
         return 2
 

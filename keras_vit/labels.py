@@ -1,0 +1,70 @@
+"""Class names shipped with the package, and `decode_predictions`.
+
+ImageNet-1k (`imagenet2012`, 1000 classes in the standard synset order) and ImageNet-21k
+(`imagenet21k`, 21,843 classes in the order of Google's released ImageNet-21k heads), as
+(WordNet id, lemmas) pairs, extracted from timm 1.0.31's `timm/data/_info` tables
+(Apache-2.0). No download at run time.
+"""
+
+import functools
+import importlib.resources
+
+import numpy as np
+
+LABEL_SETS = {1000: "imagenet2012", 21843: "imagenet21k"}
+
+
+@functools.lru_cache(maxsize=None)
+def _read(label_set):
+    if label_set not in LABEL_SETS.values():
+        raise ValueError(
+            f"Unknown label set {label_set!r}. Expected one of {sorted(LABEL_SETS.values())}."
+        )
+    text = importlib.resources.files("keras_vit.checkpoints").joinpath(
+        f"{label_set}_labels.txt").read_text()
+    return tuple(tuple(line.split("\t", 1)) for line in text.splitlines() if line)
+
+
+def class_names(label_set="imagenet2012"):
+    """The readable class names (first lemma) of "imagenet2012" or "imagenet21k", by index."""
+    return [lemmas.split(", ")[0] for _, lemmas in _read(label_set)]
+
+
+def decode_predictions(logits, top=5, class_names=None):
+    """Turns logits into the `top` most likely classes of each image.
+
+    Args:
+        logits: array `[B, K]`. Softmax is applied to get probabilities.
+        top: int. How many classes per image. Defaults to 5.
+        class_names: list of str or None. Names of the K classes; by default the ImageNet-1k
+            names for K=1000 and the ImageNet-21k names for K=21843.
+
+    Returns:
+        For each image, a list of `(class_id, name, probability)`, most likely first;
+        `class_id` is the WordNet id for the ImageNet label sets, else the class index.
+
+    Example:
+    >>> decode_predictions(np.eye(1000)[[1]] * 10, top=1)[0][0][:2]
+    ('n01443537', 'goldfish')
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    if logits.ndim != 2:
+        raise ValueError(f"decode_predictions expects logits [batch, classes]. Received shape "
+                         f"{logits.shape}")
+    k = logits.shape[1]
+    if class_names is not None:
+        if len(class_names) != k:
+            raise ValueError(f"{len(class_names)} class names given for {k} classes.")
+        ids, names = [str(i) for i in range(k)], list(class_names)
+    elif k in LABEL_SETS:
+        table = _read(LABEL_SETS[k])
+        ids, names = [wnid for wnid, _ in table], [lemmas.split(", ")[0] for _, lemmas in table]
+    else:
+        raise ValueError(f"No built-in class names for {k} classes (known: "
+                         f"{sorted(LABEL_SETS)}); pass class_names.")
+    if not 0 < top <= k:
+        raise ValueError(f"`top` must be in [1, {k}]. Received: top={top}")
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    order = np.argsort(-probs, axis=1, kind="stable")[:, :top]
+    return [[(ids[i], names[i], float(p[i])) for i in row] for row, p in zip(order, probs)]
