@@ -186,7 +186,7 @@ def canonicalize(params):
     for key, value in params.items():
         for prefix in ("opt/target/", "params/"):
             if key.startswith(prefix):
-                key = key[len(prefix):]
+                key = key[len(prefix) :]
                 big_vision = big_vision or prefix == "params/"
         if key == "pos_embedding":
             key, big_vision = POSEMB_KEY, True
@@ -263,7 +263,9 @@ def _describe(params):
     blocks = {k.split("/")[1] for k in params if re.match(r"Transformer/encoderblock_\d+/", k)}
     if kernel is None or np.ndim(kernel) != 4:
         return f"{len(blocks)} encoder blocks"
-    return f"patch {kernel.shape[0]}x{kernel.shape[1]}, width {kernel.shape[-1]}, {len(blocks)} blocks"
+    return (
+        f"patch {kernel.shape[0]}x{kernel.shape[1]}, width {kernel.shape[-1]}, {len(blocks)} blocks"
+    )
 
 
 def match_params(model, params):
@@ -323,7 +325,9 @@ def match_params(model, params):
             continue
         assignments.append((variable, value))
     if missing or unexpected or mismatched:
-        model_shapes = {k: np.empty(v.shape, np.uint8) for k, v in checkpoint_variables(model).items()}
+        model_shapes = {
+            k: np.empty(v.shape, np.uint8) for k, v in checkpoint_variables(model).items()
+        }
         lines = [
             f"The checkpoint ({description}) does not fit model {model.name!r} "
             f"({_describe(model_shapes)}):"
@@ -357,7 +361,7 @@ def load_params(model, params):
     """
     assignments, skipped, fresh = match_params(model, params)
     for variable, value in assignments:
-        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
+        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype), copy=False))
     for name in fresh:
         layer = model.get_layer(name)
         layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))

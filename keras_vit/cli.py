@@ -21,28 +21,39 @@ def command(name, help):
 
 
 def _add_models_args(parser):
-    parser.add_argument("--time", action="store_true",
-                        help="build each model and measure one 224 px image's forward time")
-    parser.add_argument("--variant", action="append",
-                        help="only these variants (repeatable), e.g. --variant B/16")
+    parser.add_argument(
+        "--time",
+        action="store_true",
+        help="build each model and measure one 224 px image's forward time",
+    )
+    parser.add_argument(
+        "--variant", action="append", help="only these variants (repeatable), e.g. --variant B/16"
+    )
 
 
 @command("models", "list every ViT variant with its configuration and parameter count")
 def models_command(args):
     from keras_vit import configs
 
-    variants = [configs.get_variant(v) for v in args.variant] if args.variant else list(
-        configs.VARIANTS.values())
-    header = f"{'variant':8} {'builder':9} {'patch':>5} {'width':>5} {'mlp':>5} {'heads':>5} " \
-             f"{'layers':>6} {'params (224px, 1000 cls)':>25}"
+    variants = (
+        [configs.get_variant(v) for v in args.variant]
+        if args.variant
+        else list(configs.VARIANTS.values())
+    )
+    header = (
+        f"{'variant':8} {'builder':9} {'patch':>5} {'width':>5} {'mlp':>5} {'heads':>5} "
+        f"{'layers':>6} {'params (224px, 1000 cls)':>25}"
+    )
     if args.time:
         header += f" {'forward, 1 image':>17}"
     print(header)
     for variant in variants:
         size = configs.MODEL_SIZES[variant.size]
-        line = (f"{variant.name:8} {variant.builder_name:9} {variant.patch_size:>5} "
-                f"{size['hidden_size']:>5} {size['mlp_dim']:>5} {size['num_heads']:>5} "
-                f"{size['num_layers']:>6} {variant.params:>25,}")
+        line = (
+            f"{variant.name:8} {variant.builder_name:9} {variant.patch_size:>5} "
+            f"{size['hidden_size']:>5} {size['mlp_dim']:>5} {size['num_heads']:>5} "
+            f"{size['num_layers']:>6} {variant.params:>25,}"
+        )
         if args.time:
             line += f" {_time_forward(variant) * 1000:>14.0f} ms"
         print(line, flush=True)
@@ -73,14 +84,24 @@ def _time_forward(variant):
 
 
 def _add_weights_args(parser, image_size=True):
-    parser.add_argument("--model", default=None,
-                        help="variant, e.g. ViT_B16 or B/16 (default: read off the checkpoint)")
-    parser.add_argument("--pretrained", default=None,
-                        help="registry name, .npz path or URL (default with --model: the "
-                             "variant's default checkpoint)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="variant, e.g. ViT_B16 or B/16 (default: read off the checkpoint)",
+    )
+    parser.add_argument(
+        "--pretrained",
+        default=None,
+        help="registry name, .npz path or URL (default with --model: the "
+        "variant's default checkpoint)",
+    )
     if image_size:
-        parser.add_argument("--image-size", type=int, default=None,
-                            help="input resolution (default: the checkpoint's)")
+        parser.add_argument(
+            "--image-size",
+            type=int,
+            default=None,
+            help="input resolution (default: the checkpoint's)",
+        )
 
 
 def _model_from_args(args, source=None, **overrides):
@@ -154,8 +175,10 @@ def convert_command(args):
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    print(f"Wrote {args.out} ({model.name}, {model.count_params():,} parameters, "
-          f"input {tuple(model.input.shape[1:])})")
+    print(
+        f"Wrote {args.out} ({model.name}, {model.count_params():,} parameters, "
+        f"input {tuple(model.input.shape[1:])})"
+    )
     return 0
 
 

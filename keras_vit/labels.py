@@ -20,8 +20,11 @@ def _read(label_set):
         raise ValueError(
             f"Unknown label set {label_set!r}. Expected one of {sorted(LABEL_SETS.values())}."
         )
-    text = importlib.resources.files("keras_vit.checkpoints").joinpath(
-        f"{label_set}_labels.txt").read_text()
+    text = (
+        importlib.resources.files("keras_vit.checkpoints")
+        .joinpath(f"{label_set}_labels.txt")
+        .read_text()
+    )
     return tuple(tuple(line.split("\t", 1)) for line in text.splitlines() if line)
 
 
@@ -49,8 +52,9 @@ def decode_predictions(logits, top=5, class_names=None):
     """
     logits = np.asarray(logits, dtype=np.float64)
     if logits.ndim != 2:
-        raise ValueError(f"decode_predictions expects logits [batch, classes]. Received shape "
-                         f"{logits.shape}")
+        raise ValueError(
+            f"decode_predictions expects logits [batch, classes]. Received shape {logits.shape}"
+        )
     k = logits.shape[1]
     if class_names is not None:
         if len(class_names) != k:
@@ -60,8 +64,10 @@ def decode_predictions(logits, top=5, class_names=None):
         table = _read(LABEL_SETS[k])
         ids, names = [wnid for wnid, _ in table], [lemmas.split(", ")[0] for _, lemmas in table]
     else:
-        raise ValueError(f"No built-in class names for {k} classes (known: "
-                         f"{sorted(LABEL_SETS)}); pass class_names.")
+        raise ValueError(
+            f"No built-in class names for {k} classes (known: "
+            f"{sorted(LABEL_SETS)}); pass class_names."
+        )
     if not 0 < top <= k:
         raise ValueError(f"`top` must be in [1, {k}]. Received: top={top}")
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))

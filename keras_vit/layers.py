@@ -147,9 +147,7 @@ class ClassToken(keras.layers.Layer):
     """
 
     def build(self, input_shape):
-        self.cls = self.add_weight(
-            shape=(1, 1, input_shape[-1]), initializer="zeros", name="cls"
-        )
+        self.cls = self.add_weight(shape=(1, 1, input_shape[-1]), initializer="zeros", name="cls")
 
     def call(self, inputs):
         # inputs = [B, N, D]
@@ -276,9 +274,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_heads=self.num_heads, attention_dropout_rate=self.attention_dropout_rate
-        )
+        config.update(num_heads=self.num_heads, attention_dropout_rate=self.attention_dropout_rate)
         return config
 
 

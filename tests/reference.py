@@ -11,8 +11,21 @@ import numpy as np
 _erf = np.vectorize(math.erf)
 
 
-def official_params(rng, *, hidden, mlp, heads, layers, patch, grid, channels=3,
-                    num_classes=None, classifier="token", representation=None, scale=0.2):
+def official_params(
+    rng,
+    *,
+    hidden,
+    mlp,
+    heads,
+    layers,
+    patch,
+    grid,
+    channels=3,
+    num_classes=None,
+    classifier="token",
+    representation=None,
+    scale=0.2,
+):
     """Random parameters in the official .npz layout (float32), with non-trivial values.
 
     grid: (rows, cols) of patches the position embedding covers.
@@ -87,6 +100,7 @@ def patchify(images, kernel, bias):
 
 def encoder_block(x, p, prefix, approximate=True):
     """Returns (output, attention probabilities [B, heads, N, N])."""
+
     def g(name):
         return p[prefix + name].astype(np.float64)
 
@@ -117,7 +131,9 @@ def forward(p, images, classifier="token", approximate=True, include_top=True):
     for i in range(n_blocks):
         x, probs = encoder_block(x, p, f"Transformer/encoderblock_{i}/", approximate)
         attentions.append(probs)
-    tokens = layer_norm(x, p64["Transformer/encoder_norm/scale"], p64["Transformer/encoder_norm/bias"])
+    tokens = layer_norm(
+        x, p64["Transformer/encoder_norm/scale"], p64["Transformer/encoder_norm/bias"]
+    )
     out = tokens[:, 0] if classifier == "token" else tokens.mean(axis=1)
     if "pre_logits/kernel" in p:
         out = np.tanh(out @ p64["pre_logits/kernel"] + p64["pre_logits/bias"])

@@ -36,7 +36,9 @@ def reference_params(rng, model_kwargs):
         layers=model_kwargs["num_layers"],
         patch=(ph, pw),
         grid=(h // ph, w // pw),
-        num_classes=model_kwargs.get("num_classes") if model_kwargs.get("include_top", True) else None,
+        num_classes=model_kwargs.get("num_classes")
+        if model_kwargs.get("include_top", True)
+        else None,
         classifier=model_kwargs.get("classifier", "token"),
         representation=model_kwargs.get("representation_size"),
     )
@@ -188,8 +190,12 @@ def test_every_weight_gets_a_gradient_in_one_step():
     def grads():
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
-        return dict(zip([v.path for v in model.trainable_variables],
-                        tape.gradient(loss, model.trainable_variables)))
+        return dict(
+            zip(
+                [v.path for v in model.trainable_variables],
+                tape.gradient(loss, model.trainable_variables),
+            )
+        )
 
     # With the zero head, only the head gets gradient at first (backbone gradients flow
     # through the head's kernel); after one step every weight does.
@@ -211,8 +217,12 @@ LAYERS = [
     keras_vit.MultiHeadDotProductAttention(num_heads=4, attention_dropout_rate=0.1),
     keras_vit.MlpBlock(mlp_dim=24, dropout_rate=0.2, gelu_approximate=False),
     keras_vit.TransformerBlock(
-        num_heads=2, mlp_dim=24, dropout_rate=0.1, attention_dropout_rate=0.2,
-        layer_norm_epsilon=1e-5, gelu_approximate=False,
+        num_heads=2,
+        mlp_dim=24,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.2,
+        layer_norm_epsilon=1e-5,
+        gelu_approximate=False,
     ),
     keras_vit.TokenPooling(classifier="gap"),
 ]
@@ -237,8 +247,12 @@ def test_layer_config_round_trips(layer):
 def test_keras_file_round_trip(tmp_path, kwargs):
     model = tiny_model(image_size=(16, 24), **kwargs)
     rng = np.random.default_rng(5)
-    checkpoint.load_params(model, reference_params(rng, dict(
-        image_size=(16, 24), patch_size=8, num_classes=10, **TINY, **kwargs)))
+    checkpoint.load_params(
+        model,
+        reference_params(
+            rng, dict(image_size=(16, 24), patch_size=8, num_classes=10, **TINY, **kwargs)
+        ),
+    )
     path = tmp_path / "model.keras"
     model.save(path)
     restored = keras.saving.load_model(path)
@@ -298,9 +312,18 @@ def test_jax_backend_matches_tensorflow(tmp_path):
     np.save(tmp_path / "images.npy", images)
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     subprocess.run(
-        [sys.executable, "-c", JAX_SCRIPT, str(tmp_path / "params.npz"), json.dumps(kwargs),
-         str(tmp_path / "images.npy"), str(tmp_path / "out.npy")],
-        check=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-c",
+            JAX_SCRIPT,
+            str(tmp_path / "params.npz"),
+            json.dumps(kwargs),
+            str(tmp_path / "images.npy"),
+            str(tmp_path / "out.npy"),
+        ],
+        check=True,
+        env=env,
+        timeout=300,
     )
     model = keras_vit.ViT(**kwargs)
     checkpoint.load_params(model, params)
@@ -312,11 +335,23 @@ def test_jax_backend_matches_tensorflow(tmp_path):
 # Bad input.
 
 BAD_INPUTS = {
-    "image not divisible": (dict(image_size=225), "image_size height 225 is not divisible by patch_size 16"),
-    "width not divisible": (dict(image_size=(224, 200)), "width 200 is not divisible by patch_size 16"),
-    "heads": (dict(hidden_size=100, num_heads=12), "hidden_size 100 is not divisible by num_heads 12"),
+    "image not divisible": (
+        dict(image_size=225),
+        "image_size height 225 is not divisible by patch_size 16",
+    ),
+    "width not divisible": (
+        dict(image_size=(224, 200)),
+        "width 200 is not divisible by patch_size 16",
+    ),
+    "heads": (
+        dict(hidden_size=100, num_heads=12),
+        "hidden_size 100 is not divisible by num_heads 12",
+    ),
     "classifier": (dict(classifier="cls"), "Unknown classifier 'cls'. Expected one of"),
-    "zero layers": (dict(num_layers=0), "`num_layers` must be a positive integer. Received: num_layers=0"),
+    "zero layers": (
+        dict(num_layers=0),
+        "`num_layers` must be a positive integer. Received: num_layers=0",
+    ),
     "negative hidden": (dict(hidden_size=-8), "hidden_size=-8"),
     "zero classes": (dict(num_classes=0), "num_classes=0"),
     "float patch": (dict(patch_size=16.0), "patch_size=16.0"),
@@ -339,9 +374,13 @@ def test_unknown_variant_lists_the_known_ones():
 
 def test_wrong_number_of_channels():
     model = tiny_model()
-    with pytest.raises(ValueError, match=r"expected shape=\(None, 32, 32, 3\), found shape=\(1, 32, 32, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"expected shape=\(None, 32, 32, 3\), found shape=\(1, 32, 32, 4\)"
+    ):
         model(np.zeros((1, 32, 32, 4), np.float32))
-    with pytest.raises(ValueError, match=r"RGB images \[..., height, width, 3\]. Received shape \(2, 8, 8, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"RGB images \[..., height, width, 3\]. Received shape \(2, 8, 8, 1\)"
+    ):
         keras_vit.preprocess_inputs(np.zeros((2, 8, 8, 1)))
 
 
@@ -350,5 +389,7 @@ def test_layer_level_errors():
         keras_vit.PatchEmbedding(8, 16)(np.zeros((1, 32, 30, 3), np.float32))
     with pytest.raises(ValueError, match="hidden_size 30 is not divisible by num_heads 4"):
         keras_vit.TransformerBlock(4, 8)(np.zeros((1, 5, 30), np.float32))
-    with pytest.raises(ValueError, match=r"dropout_rate` must be a number in \[0, 1\). Received: dropout_rate=1.5"):
+    with pytest.raises(
+        ValueError, match=r"dropout_rate` must be a number in \[0, 1\). Received: dropout_rate=1.5"
+    ):
         keras_vit.TransformerBlock(4, 8, dropout_rate=1.5)

