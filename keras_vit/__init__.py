@@ -1,6 +1,8 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., 2020) for Keras 3."""
 
+from keras_vit.checkpoint import CheckpointError
 from keras_vit.configs import MODEL_SIZES, VARIANTS, get_variant
+from keras_vit.labels import class_names, decode_predictions
 from keras_vit.layers import (
     AddPositionEmbs,
     ClassToken,
@@ -18,13 +20,16 @@ from keras_vit.model import (
     ViT_H14,
     ViT_L16,
     ViT_L32,
+    ViT_R26_B32,
+    ViT_R26_S32,
+    ViT_R50_B16,
+    ViT_R50_L32,
+    ViT_R_Ti16,
     ViT_S16,
     ViT_S32,
     ViT_Ti16,
     create_model,
 )
-from keras_vit.checkpoint import CheckpointError
-from keras_vit.labels import class_names, decode_predictions
 from keras_vit.preprocessing import preprocess_inputs
 from keras_vit.pretrained import (
     default_checkpoint,
@@ -32,5 +37,6 @@ from keras_vit.pretrained import (
     load_pretrained,
     register_checkpoint,
 )
+from keras_vit.resnet import BottleneckUnit, ResNetStem, StdConv2D
 
 __version__ = "0.1.0"

@@ -26,6 +26,7 @@ from keras_vit.layers import (
 )
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+GROUP_NORM_KEY = re.compile(r"(^|/)gn_?\w*/(scale|bias)$")
 # Layers that load only where model and file agree (fine-tuning replaces them). The head
 # follows pre_logits: a head is only meaningful on the features it was trained on.
 OPTIONAL_LAYERS = ("pre_logits", "head")
@@ -317,6 +318,8 @@ def match_params(model, params):
             continue
         value = np.asarray(params[key])
         shape = tuple(variable.shape)
+        if GROUP_NORM_KEY.search(key) and value.shape == (1, 1, 1, *shape):
+            value = value.reshape(shape)  # some hybrid files store GroupNorm as (1, 1, 1, C)
         if key == POSEMB_KEY and value.ndim == 3 and value.shape != shape:
             if value.shape[-1] == shape[-1]:
                 value = resize_pos_embedding(value, _patch_grid(model), has_cls)

@@ -41,18 +41,19 @@ def models_command(args):
         else list(configs.VARIANTS.values())
     )
     header = (
-        f"{'variant':8} {'builder':9} {'patch':>5} {'width':>5} {'mlp':>5} {'heads':>5} "
-        f"{'layers':>6} {'params (224px, 1000 cls)':>25}"
+        f"{'variant':9} {'builder':12} {'ResNet':12} {'patch':>5} {'width':>5} {'mlp':>5} "
+        f"{'heads':>5} {'layers':>6} {'params (224px, 1000 cls)':>25}"
     )
     if args.time:
         header += f" {'forward, 1 image':>17}"
     print(header)
     for variant in variants:
         size = configs.MODEL_SIZES[variant.size]
+        resnet = "-" if variant.backbone is None else str(variant.backbone or "root-only")
         line = (
-            f"{variant.name:8} {variant.builder_name:9} {variant.patch_size:>5} "
-            f"{size['hidden_size']:>5} {size['mlp_dim']:>5} {size['num_heads']:>5} "
-            f"{size['num_layers']:>6} {variant.params:>25,}"
+            f"{variant.name:9} {variant.builder_name:12} {resnet.replace(' ', ''):12} "
+            f"{variant.patch_size:>5} {size['hidden_size']:>5} {size['mlp_dim']:>5} "
+            f"{size['num_heads']:>5} {size['num_layers']:>6} {variant.params:>25,}"
         )
         if args.time:
             line += f" {_time_forward(variant) * 1000:>14.0f} ms"

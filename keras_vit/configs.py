@@ -29,6 +29,8 @@ class Variant:
         dropout_rate: float. Dropout of the official config.
         params: int. Parameter count at 224 px with 1000 classes.
         params_source: str. "official" (vit_jax models_test.py) or "derived".
+        backbone: tuple or None. For hybrids, the ResNet's units per stage (`ResNetStem`);
+            `patch_size` then counts feature-map cells.
     """
 
     name: str
@@ -37,17 +39,21 @@ class Variant:
     dropout_rate: float
     params: int
     params_source: str = "official"
+    backbone: tuple = None
 
     @property
     def builder_name(self):
-        """The public builder's name, e.g. "ViT_B16"."""
-        return "ViT_" + self.name.replace("/", "")
+        """The public builder's name, e.g. "ViT_B16", "ViT_R50_B16"."""
+        return "ViT_" + self.name.replace("/", "").replace("+", "_")
 
     def config(self):
         """The keyword arguments of `keras_vit.ViT` for this variant."""
-        return dict(
+        config = dict(
             patch_size=self.patch_size, dropout_rate=self.dropout_rate, **MODEL_SIZES[self.size]
         )
+        if self.backbone is not None:
+            config["backbone"] = {"num_layers": self.backbone}
+        return config
 
 
 VARIANTS = {
@@ -62,6 +68,14 @@ VARIANTS = {
         Variant("L/16", "L", 16, 0.1, 304_326_632),
         Variant("L/32", "L", 32, 0.0, 306_535_400),
         Variant("H/14", "H", 14, 0.1, 632_045_800),
+        # Hybrids (official configs/models.py): ResNet stages, then 1x1 patches of the
+        # feature map (8x8 on the root block alone for R+Ti/16: stride 4 * 8 = 32 in all;
+        # the official comment's "/16" does not match its code).
+        Variant("R50+B/16", "B", 1, 0.1, 98_659_112, backbone=(3, 4, 9)),
+        Variant("R50+L/32", "L", 1, 0.1, 328_994_856, backbone=(3, 4, 6, 3)),
+        Variant("R26+B/32", "B", 1, 0.0, 101_383_976, "derived", backbone=(2, 2, 2, 2)),
+        Variant("R26+S/32", "S", 1, 0.0, 36_431_912, "derived", backbone=(2, 2, 2, 2)),
+        Variant("R+Ti/16", "Ti", 8, 0.0, 6_337_704, "derived", backbone=()),
     )
 }
 
@@ -76,13 +90,18 @@ def get_variant(name):
         return name
     key = None
     if isinstance(name, str):
-        match = re.fullmatch(r"(?:vit[-_]?)?(ti|s|b|l|h)[-_/]?(\d+)", name.strip(), re.IGNORECASE)
+        match = re.fullmatch(
+            r"(?:vit[-_]?)?(?:(r\d*)[-_+](?:vit[-_]?)?)?(ti|s|b|l|h)[-_/]?(\d+)",
+            name.strip(),
+            re.IGNORECASE,
+        )
         if match:
-            size = {"ti": "Ti"}.get(match[1].lower(), match[1].upper())
-            key = f"{size}/{match[2]}"
+            size = {"ti": "Ti"}.get(match[2].lower(), match[2].upper())
+            resnet = f"{match[1].upper()}+" if match[1] else ""
+            key = f"{resnet}{size}/{match[3]}"
     if key not in VARIANTS:
         raise ValueError(
             f"Unknown ViT variant {name!r}. Expected one of {', '.join(VARIANTS)} "
-            f"(also spelled like 'ViT-B/16' or 'ViT_B16')."
+            f"(also spelled like 'ViT-B/16', 'ViT_B16' or 'R50+ViT-B_16')."
         )
     return VARIANTS[key]

@@ -22,6 +22,7 @@ from keras_vit.layers import (
     check_classifier,
     to_pair,
 )
+from keras_vit.resnet import ResNetStem
 
 IMAGE_CHANNELS = 3
 
@@ -47,6 +48,7 @@ def ViT(
     attention_dropout_rate=0.0,
     include_top=True,
     gelu_approximate=GELU_APPROXIMATE,
+    backbone=None,
     name=None,
 ):
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -71,6 +73,10 @@ def ViT(
             `pre_logits` if present) instead of logits. Defaults to True.
         gelu_approximate: bool. Tanh-approximate GELU (Flax `nn.gelu`, used to train the
             official checkpoints) if True; exact GELU if False. Defaults to True.
+        backbone: None, or a dict of `keras_vit.ResNetStem` arguments (e.g.
+            `{"num_layers": (3, 4, 9)}`) for a hybrid: the patches are then cut from the
+            ResNet's feature map (paper section 3.1), and `patch_size` counts feature-map
+            cells. Defaults to None (patches of pixels).
         name: str or None. Model name. Defaults to "vit".
 
     Returns:
@@ -97,11 +103,19 @@ def ViT(
     if include_top:
         _check_positive("num_classes", num_classes)
     check_classifier(classifier)
+    stem = _backbone(backbone)
+    stride = stem.stride if stem else 1
     for size, patch, dim in ((height, patch_h, "height"), (width, patch_w, "width")):
-        if size % patch:
+        if size % (patch * stride):
+            what = (
+                f"patch_size {patch}"
+                if stride == 1
+                else (f"{patch * stride} (the ResNet's stride {stride} times patch_size {patch})")
+            )
             raise ValueError(
-                f"image_size {dim} {size} is not divisible by patch_size {patch}. "
-                f"Expected a multiple of {patch} (e.g. {size // patch * patch or patch})."
+                f"image_size {dim} {size} is not divisible by {what}. "
+                f"Expected a multiple of {patch * stride} (e.g. "
+                f"{size // (patch * stride) * patch * stride or patch * stride})."
             )
     if hidden_size % num_heads:
         raise ValueError(
@@ -110,7 +124,10 @@ def ViT(
         )
 
     images = keras.Input((height, width, IMAGE_CHANNELS), name="image")
-    x = PatchEmbedding((patch_h, patch_w), hidden_size, name="embedding")(images)  # [B, N, D]
+    x = images
+    if stem:
+        x = stem(x)  # x = [B, H / stride, W / stride, C]
+    x = PatchEmbedding((patch_h, patch_w), hidden_size, name="embedding")(x)  # x = [B, N, D]
     if classifier == "token":
         x = ClassToken(name="cls")(x)  # x = [B, N + 1, D]
     x = AddPositionEmbs(name="posembed_input")(x)
@@ -146,6 +163,24 @@ def ViT(
             name="head",
         )(x)
     return keras.Model(images, x, name=name or "vit")
+
+
+def _backbone(backbone):
+    """The hybrid's `ResNetStem` for the `backbone` argument, or None."""
+    if backbone is None:
+        return None
+    if not isinstance(backbone, dict):
+        raise ValueError(
+            "`backbone` must be None or a dict of ResNetStem arguments, e.g. "
+            f"{{'num_layers': (3, 4, 9)}}. Received: backbone={backbone!r}"
+        )
+    allowed = ("num_layers", "width_factor", "std_conv_epsilon")
+    unknown = sorted(set(backbone) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"Unknown `backbone` keys {unknown} in {backbone!r}. Expected some of {allowed}."
+        )
+    return ResNetStem(name="resnet", **backbone)
 
 
 def create_model(
@@ -195,8 +230,9 @@ def _variant_builder(variant_name):
 
     size = configs.MODEL_SIZES[spec.size]
     builder.__name__ = builder.__qualname__ = spec.builder_name
+    stem = f"ResNet stages {spec.backbone} then " if spec.backbone is not None else ""
     builder.__doc__ = (
-        f"ViT-{spec.name}: patch {spec.patch_size}, width {size['hidden_size']}, "
+        f"ViT-{spec.name}: {stem}patch {spec.patch_size}, width {size['hidden_size']}, "
         f"{size['num_layers']} layers, {size['num_heads']} heads, MLP {size['mlp_dim']}; "
         f"{spec.params:,} parameters at 224 px with 1000 classes.\n\n"
         "Args: image_size, num_classes, include_top, pretrained and any override of "
@@ -214,3 +250,8 @@ ViT_B32 = _variant_builder("B/32")
 ViT_L16 = _variant_builder("L/16")
 ViT_L32 = _variant_builder("L/32")
 ViT_H14 = _variant_builder("H/14")
+ViT_R50_B16 = _variant_builder("R50+B/16")
+ViT_R50_L32 = _variant_builder("R50+L/32")
+ViT_R26_B32 = _variant_builder("R26+B/32")
+ViT_R26_S32 = _variant_builder("R26+S/32")
+ViT_R_Ti16 = _variant_builder("R+Ti/16")

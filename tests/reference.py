@@ -121,7 +121,10 @@ def encoder_block(x, p, prefix, approximate=True):
 def forward(p, images, classifier="token", approximate=True, include_top=True):
     """Returns (output, tokens after encoder_norm, list of attention probabilities)."""
     p64 = {k: np.asarray(v, np.float64) for k, v in p.items()}
-    x = patchify(np.asarray(images, np.float64), p64["embedding/kernel"], p64["embedding/bias"])
+    x = np.asarray(images, np.float64)
+    if "conv_root/kernel" in p:  # hybrid: patches of the ResNet feature map
+        x = resnet_forward(p, x)
+    x = patchify(x, p64["embedding/kernel"], p64["embedding/bias"])
     if classifier == "token":
         cls = np.broadcast_to(p64["cls"], (x.shape[0], 1, x.shape[-1]))
         x = np.concatenate([cls, x], axis=1)
@@ -140,3 +143,120 @@ def forward(p, images, classifier="token", approximate=True, include_top=True):
     if include_top and "head/kernel" in p:
         out = out @ p64["head/kernel"] + p64["head/bias"]
     return out, tokens, attentions
+
+
+# ------------------------------------------------------------------------------------------
+# The hybrids' ResNet (vit_jax models_resnet.py), in NumPy.
+
+
+def _same_pads(size, kernel, stride):
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return out, (total // 2, total - total // 2)
+
+
+def conv_same(x, w, stride=1):
+    """TF/Flax SAME convolution, x [B, H, W, C], w [kh, kw, C, F]."""
+    kh, kw = w.shape[:2]
+    oh, ph = _same_pads(x.shape[1], kh, stride)
+    ow, pw = _same_pads(x.shape[2], kw, stride)
+    xp = np.pad(x, ((0, 0), ph, pw, (0, 0)))
+    out = 0
+    for i in range(kh):
+        for j in range(kw):
+            window = xp[
+                :, i : i + (oh - 1) * stride + 1 : stride, j : j + (ow - 1) * stride + 1 : stride
+            ]
+            out = out + window @ w[i, j]
+    return out
+
+
+def max_pool_same(x, size=3, stride=2):
+    oh, ph = _same_pads(x.shape[1], size, stride)
+    ow, pw = _same_pads(x.shape[2], size, stride)
+    xp = np.pad(x, ((0, 0), ph, pw, (0, 0)), constant_values=-np.inf)
+    out = np.full((x.shape[0], oh, ow, x.shape[3]), -np.inf)
+    for i in range(size):
+        for j in range(size):
+            out = np.maximum(
+                out,
+                xp[
+                    :,
+                    i : i + (oh - 1) * stride + 1 : stride,
+                    j : j + (ow - 1) * stride + 1 : stride,
+                ],
+            )
+    return out
+
+
+def standardize(w, eps=1e-5):
+    mean = w.mean(axis=(0, 1, 2), keepdims=True)
+    std = w.std(axis=(0, 1, 2), keepdims=True)
+    return (w - mean) / (std + eps)
+
+
+def group_norm(x, scale, bias, groups=32, eps=1e-6):
+    b, h, w, c = x.shape
+    g = x.reshape(b, h, w, groups, c // groups)
+    mean = g.mean(axis=(1, 2, 4), keepdims=True)
+    var = g.var(axis=(1, 2, 4), keepdims=True)
+    g = (g - mean) / np.sqrt(var + eps)
+    return g.reshape(b, h, w, c) * scale.reshape(-1) + bias.reshape(-1)
+
+
+def resnet_forward(p, x):
+    """Root block and every `block{s}/unit{u}` found in `p` (float64)."""
+
+    def g(key):
+        return np.asarray(p[key], np.float64)
+
+    def conv(key, y, stride=1):
+        return conv_same(y, standardize(g(key + "/kernel")), stride)
+
+    def gn(key, y):
+        return group_norm(y, g(key + "/scale"), g(key + "/bias"))
+
+    x = np.maximum(gn("gn_root", conv("conv_root", x, 2)), 0)
+    x = max_pool_same(x)
+    stages = sorted({int(k.split("/")[0][5:]) for k in p if k.startswith("block")})
+    for s in stages:
+        units = sorted({int(k.split("/")[1][4:]) for k in p if k.startswith(f"block{s}/")})
+        for u in units:
+            pre = f"block{s}/unit{u}/"
+            stride = 2 if s > 1 and u == 1 else 1
+            residual = x
+            if pre + "conv_proj/kernel" in p:
+                residual = gn(pre + "gn_proj", conv(pre + "conv_proj", x, stride))
+            y = np.maximum(gn(pre + "gn1", conv(pre + "conv1", x)), 0)
+            y = np.maximum(gn(pre + "gn2", conv(pre + "conv2", y, stride)), 0)
+            y = gn(pre + "gn3", conv(pre + "conv3", y))
+            x = np.maximum(residual + y, 0)
+    return x
+
+
+def resnet_params(rng, num_layers, width=64, scale=0.2):
+    """Random hybrid ResNet parameters in the official layout."""
+
+    def r(*shape, s=scale):
+        return (rng.standard_normal(shape) * s).astype(np.float32)
+
+    p = {
+        "conv_root/kernel": r(7, 7, 3, width, s=1.0),
+        "gn_root/scale": 1 + r(width),
+        "gn_root/bias": r(width),
+    }
+    channels = width
+    for s, count in enumerate(num_layers, 1):
+        f = width * 2 ** (s - 1)
+        for u in range(1, count + 1):
+            pre = f"block{s}/unit{u}/"
+            if u == 1:
+                p[pre + "conv_proj/kernel"] = r(1, 1, channels, 4 * f, s=1.0)
+                p[pre + "gn_proj/scale"], p[pre + "gn_proj/bias"] = 1 + r(4 * f), r(4 * f)
+            p[pre + "conv1/kernel"] = r(1, 1, channels if u == 1 else 4 * f, f, s=1.0)
+            p[pre + "conv2/kernel"] = r(3, 3, f, f, s=1.0)
+            p[pre + "conv3/kernel"] = r(1, 1, f, 4 * f, s=1.0)
+            for i, n in (("1", f), ("2", f), ("3", 4 * f)):
+                p[pre + f"gn{i}/scale"], p[pre + f"gn{i}/bias"] = 1 + r(n), r(n)
+            channels = 4 * f
+    return p, channels
