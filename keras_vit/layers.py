@@ -191,8 +191,25 @@ class AddPositionEmbs(keras.layers.Layer):
         return input_shape
 
 
+class _ReturnsAttention:
+    """Output shapes of a layer mapping `[B, N, D]` to `[B, N, D]` and, with
+    `return_attention_scores=True`, also to attention probabilities `[B, heads, N, N]`."""
+
+    def compute_output_shape(self, input_shape, return_attention_scores=False):
+        if return_attention_scores:
+            n = input_shape[1]
+            return input_shape, (input_shape[0], self.num_heads, n, n)
+        return input_shape
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        shapes = self.compute_output_shape(tuple(inputs.shape), return_attention_scores)
+        if not return_attention_scores:
+            return keras.KerasTensor(shapes, dtype=self.compute_dtype)
+        return tuple(keras.KerasTensor(shape, dtype=self.compute_dtype) for shape in shapes)
+
+
 @_register
-class MultiHeadDotProductAttention(keras.layers.Layer):
+class MultiHeadDotProductAttention(_ReturnsAttention, keras.layers.Layer):
     """Multi-head self-attention with the official checkpoint's weight layout.
 
     Sublayers `query`, `key`, `value` (kernel (D, heads, head_dim), bias (heads, head_dim))
@@ -258,20 +275,6 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             return outputs, probs
         return outputs
 
-    def compute_output_shape(self, input_shape, return_attention_scores=False):
-        if return_attention_scores:
-            n = input_shape[1]
-            return input_shape, (input_shape[0], self.num_heads, n, n)
-        return input_shape
-
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
-        shape = tuple(inputs.shape)
-        out = keras.KerasTensor(shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return out
-        n = shape[1]
-        return out, keras.KerasTensor((shape[0], self.num_heads, n, n), dtype=self.compute_dtype)
-
     def get_config(self):
         config = super().get_config()
         config.update(num_heads=self.num_heads, attention_dropout_rate=self.attention_dropout_rate)
@@ -335,7 +338,7 @@ class MlpBlock(keras.layers.Layer):
 
 
 @_register
-class TransformerBlock(keras.layers.Layer):
+class TransformerBlock(_ReturnsAttention, keras.layers.Layer):
     """One pre-LayerNorm encoder block (`Encoder1DBlock` in the official code).
 
         y = x + Dropout(MHA(LN(x)));  out = y + MLP(LN(y))
@@ -431,20 +434,6 @@ class TransformerBlock(keras.layers.Layer):
         if return_attention_scores:
             return outputs, probs  # probs = [B, heads, N, N]
         return outputs
-
-    def compute_output_shape(self, input_shape, return_attention_scores=False):
-        if return_attention_scores:
-            n = input_shape[1]
-            return input_shape, (input_shape[0], self.num_heads, n, n)
-        return input_shape
-
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
-        shape = tuple(inputs.shape)
-        out = keras.KerasTensor(shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return out
-        n = shape[1]
-        return out, keras.KerasTensor((shape[0], self.num_heads, n, n), dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()
