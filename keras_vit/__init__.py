@@ -2,6 +2,7 @@
 
 from keras_vit.checkpoint import CheckpointError
 from keras_vit.configs import MODEL_SIZES, VARIANTS, get_variant
+from keras_vit.export import export_saved_model, export_tflite
 from keras_vit.labels import class_names, decode_predictions
 from keras_vit.layers import (
     AddPositionEmbs,

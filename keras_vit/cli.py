@@ -7,7 +7,7 @@ import time
 
 COMMANDS = {}
 # Modules whose `@command` functions join the command line (imported when the parser is built).
-COMMAND_MODULES = ()
+COMMAND_MODULES = ("keras_vit.export",)
 
 
 def command(name, help):
@@ -209,7 +209,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, ImportError) as e:
         print(f"keras-vit {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,670 @@
+"""Export for deployment: a SavedModel for TF Serving, and a TFLite file.
+
+TensorFlow-specific (SavedModel, tf.image, TFLite), so it lives apart from the model code.
+
+`export_saved_model(model, "exports/vit")` writes `exports/vit/1/`, the numeric version folder
+TF Serving watches for, with two signatures:
+
+- `serving_default`: input `image_bytes`, a batch of encoded JPEG or PNG images (strings;
+  `{"b64": ...}` over REST). Each image is decoded, resized to the model resolution and scaled
+  to [-1, 1] inside the graph, on the CPU and outside any XLA cluster.
+- `predict_images`: input `images`, `[B, H, W, 3]` float32 (or uint8, see `image_dtype`) RGB in
+  [0, 255] at the model resolution.
+
+Both return the same float32 (and int32, string) outputs, whatever the model's dtype policy:
+
+- `probabilities` `[B, K]`: softmax of the logits;
+- `top_k_scores` `[B, k]`, `top_k_indices` `[B, k]` (int32), `top_k_labels` `[B, k]` (the class
+  names, stored in the export as the asset `assets/labels.txt`, one name a line).
+
+The batch size is dynamic. `assets.extra/tf_serving_warmup_requests` holds PredictionLog
+records that TF Serving replays when it loads the model, so that the first real request does not
+pay for graph initialisation.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from keras_vit.cli import command
+
+SERVING_SIGNATURE = "serving_default"
+IMAGES_SIGNATURE = "predict_images"
+BYTES_INPUT = "image_bytes"
+IMAGES_INPUT = "images"
+LABELS_ASSET = "labels.txt"
+# TF Serving replays the records of this file, in the SavedModel's `assets.extra/`, at load time.
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+# Batch sizes of the warm-up requests, for each signature.
+WARMUP_BATCH_SIZES = (1, 2)
+DEFAULT_TOP_K = 5
+IMAGE_DTYPES = ("float32", "uint8")
+# Evaluation preprocessing of the official models: a plain resize to the model resolution, no
+# crop (vit_jax input pipeline: `tf.image.resize`, bilinear, half-pixel centres, no antialias).
+RESIZE_METHOD = "bilinear"
+# libjpeg's exact integer DCT (JDCT_ISLOW), the default of PIL and OpenCV, so that the server
+# sees the pixels a client sees; TensorFlow's own default is the faster, coarser INTEGER_FAST.
+JPEG_DCT_METHOD = "INTEGER_ACCURATE"
+TFLITE_QUANTIZATIONS = (None, "dynamic-int8")
+# The float32 TFLite file must reproduce the Keras probabilities to this absolute tolerance.
+TFLITE_FLOAT_TOLERANCE = 1e-4
+# Random images the `export --format tflite` command compares TFLite and Keras on.
+TFLITE_PARITY_IMAGES = 8
+IMAGE_CHANNELS = 3
+
+
+def default_class_names(num_classes):
+    """The labels of an export when none are given: the shipped ImageNet-1k or ImageNet-21k
+    names for 1000 or 21843 classes, else "0", "1", ..., str(num_classes - 1)."""
+    from keras_vit import labels
+
+    if num_classes in labels.LABEL_SETS:
+        return labels.class_names(labels.LABEL_SETS[num_classes])
+    return [str(i) for i in range(num_classes)]
+
+
+# --------------------------------------------------------------------------------------------
+# Checks.
+
+
+def check_model(model):
+    """Returns `(height, width, num_classes)` of a built image classifier, or raises ValueError.
+
+    The model must map float images `[B, H, W, 3]` (scaled to [-1, 1], as `keras_vit` models
+    expect) to logits `[B, K]`, with H and W known.
+    """
+    import keras
+
+    from keras_vit.layers import TokenPooling
+
+    if not isinstance(model, keras.Model):
+        raise TypeError(
+            f"Expected a keras.Model (e.g. keras_vit.ViT_B16()). Received: {type(model).__name__}"
+        )
+    if not model.built or not getattr(model, "inputs", None):
+        raise ValueError(
+            f"Model {model.name!r} is not built: it has no input shape to export. Build it with "
+            "an image size (keras_vit builders always do) or call it once on a batch "
+            "[B, height, width, 3]."
+        )
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        raise ValueError(
+            f"Expected a model with one image input and one logits output. Received "
+            f"{len(model.inputs)} inputs and {len(model.outputs)} outputs."
+        )
+    input_shape = tuple(model.inputs[0].shape)
+    if len(input_shape) != 4 or input_shape[-1] != IMAGE_CHANNELS or None in input_shape[1:]:
+        raise ValueError(
+            f"Expected a model input [batch, height, width, 3] with a known height and width. "
+            f"Received input shape {input_shape}"
+        )
+    output_shape = tuple(model.outputs[0].shape)
+    if len(output_shape) != 2 or output_shape[-1] is None:
+        raise ValueError(
+            f"Expected a model output of logits [batch, num_classes] (include_top=True). "
+            f"Received output shape {output_shape}"
+        )
+    last = model.layers[-1]
+    if isinstance(last, TokenPooling) or last.name == "pre_logits":
+        raise ValueError(
+            f"Model {model.name!r} ends with its {last.name!r} layer: it returns the "
+            f"representation {output_shape} (include_top=False), not class logits. Expected a "
+            "model with a classification head."
+        )
+    return input_shape[1], input_shape[2], output_shape[1]
+
+
+def check_class_names(class_names, num_classes):
+    """Returns the class names as a list of `num_classes` strings, or raises ValueError.
+
+    `None` gives `default_class_names(num_classes)`. Names are stored one a line, so they may
+    not contain line breaks.
+    """
+    if class_names is None:
+        return default_class_names(num_classes)
+    if isinstance(class_names, str) or not all(isinstance(n, str) for n in list(class_names)):
+        raise ValueError(f"class_names must be a list of str. Received: {class_names!r:.200}")
+    class_names = list(class_names)
+    if len(class_names) != num_classes:
+        raise ValueError(
+            f"class_names has {len(class_names)} names but the model has {num_classes} "
+            f"classes. Expected {num_classes} names."
+        )
+    for i, name in enumerate(class_names):
+        if "\n" in name or "\r" in name:
+            raise ValueError(
+                f"class_names[{i}] = {name!r} contains a line break; the names are stored one "
+                "a line. Expected names without line breaks."
+            )
+    return class_names
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(
+            f"`{name}` must be one of {', '.join(map(repr, choices))}. Received: {name}={value!r}"
+        )
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(
+            f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}"
+        )
+    return int(value)
+
+
+def _check_tensorflow_backend(what):
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"{what} needs the TensorFlow backend (KERAS_BACKEND=tensorflow). Received backend "
+            f"{keras.backend.backend()!r}."
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The serving graph.
+
+
+def _classify(model, images, labels, top_k, jit_compile):
+    """The outputs of both signatures from float images `[B, H, W, 3]` in [0, 255]."""
+    import tensorflow as tf
+
+    from keras_vit.preprocessing import preprocess_inputs
+
+    def forward(images):
+        # images = [B, H, W, 3] in [0, 255]; logits = [B, K], float32 whatever the policy.
+        return tf.cast(model(preprocess_inputs(images), training=False), tf.float32)
+
+    if jit_compile:
+        forward = tf.function(forward, jit_compile=True)
+    probabilities = tf.nn.softmax(forward(images), axis=-1)  # [B, K]
+    scores, indices = tf.math.top_k(probabilities, k=top_k)  # [B, k] each
+    return {
+        "probabilities": probabilities,
+        "top_k_scores": scores,
+        "top_k_indices": indices,
+        "top_k_labels": labels.lookup(tf.cast(indices, tf.int64)),  # [B, k] strings
+    }
+
+
+def _decode_images(image_bytes, size):
+    """Decodes a batch of JPEG/PNG strings `[B]` to float32 RGB `[B, H, W, 3]` in [0, 255].
+
+    Runs on the CPU. A string that is not a JPEG or PNG image fails the request with an
+    InvalidArgumentError naming its size and first bytes; the server stays up.
+    """
+    import tensorflow as tf
+
+    def decode(data):
+        is_png = tf.strings.substr(data, 0, 8) == b"\x89PNG\r\n\x1a\n"
+        check = tf.debugging.Assert(
+            tf.logical_or(tf.io.is_jpeg(data), is_png),
+            [
+                f"{BYTES_INPUT} must hold encoded JPEG or PNG images. Received a string of",
+                tf.strings.length(data),
+                "bytes starting with",
+                tf.strings.substr(data, 0, 16),
+            ],
+            summarize=16,
+        )
+        with tf.control_dependencies([check]):
+            image = tf.cond(
+                is_png,
+                lambda: tf.io.decode_png(data, channels=IMAGE_CHANNELS),
+                lambda: tf.io.decode_jpeg(
+                    data, channels=IMAGE_CHANNELS, dct_method=JPEG_DCT_METHOD
+                ),
+            )  # image = [h, w, 3] uint8
+        return tf.image.resize(image, size, method=RESIZE_METHOD)  # [H, W, 3] float32
+
+    with tf.device("/CPU:0"):
+        return tf.map_fn(
+            decode,
+            image_bytes,
+            fn_output_signature=tf.TensorSpec((*size, IMAGE_CHANNELS), tf.float32),
+        )
+
+
+def _labels_table(labels_path, num_classes):
+    import tensorflow as tf
+
+    initializer = tf.lookup.TextFileInitializer(
+        labels_path,
+        key_dtype=tf.int64,
+        key_index=tf.lookup.TextFileIndex.LINE_NUMBER,
+        value_dtype=tf.string,
+        value_index=tf.lookup.TextFileIndex.WHOLE_LINE,
+        vocab_size=num_classes,
+    )
+    return tf.lookup.StaticHashTable(initializer, default_value="")
+
+
+def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile):
+    import keras
+    import tensorflow as tf
+
+    height, width, num_classes = check_model(model)
+    labels = _labels_table(labels_path, num_classes)
+    archive = keras.export.ExportArchive()
+    # The endpoints capture the model's variables by themselves. `archive.track(model)` would
+    # store every weight a second time (keras-team/keras#23553: twice the size on disk and in
+    # TF Serving's memory); the table is tracked here since a function captures no resource.
+    archive.track(labels)
+
+    def serve_bytes(image_bytes):
+        images = _decode_images(image_bytes, (height, width))
+        return _classify(model, images, labels, top_k, jit_compile)
+
+    def serve_images(images):
+        return _classify(model, tf.cast(images, tf.float32), labels, top_k, jit_compile)
+
+    archive.add_endpoint(
+        SERVING_SIGNATURE, serve_bytes, [tf.TensorSpec([None], tf.string, name=BYTES_INPUT)]
+    )
+    archive.add_endpoint(
+        IMAGES_SIGNATURE,
+        serve_images,
+        [tf.TensorSpec([None, height, width, IMAGE_CHANNELS], image_dtype, name=IMAGES_INPUT)],
+    )
+    archive.write_out(path, verbose=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Warm-up requests.
+
+
+def warmup_images(height, width, count, seed=0):
+    """`count` deterministic RGB uint8 test images `[count, height, width, 3]`: smooth colour
+    gradients with noise, so that JPEG encoding keeps them recognisable."""
+    rng = np.random.default_rng(seed)
+    y, x = np.meshgrid(np.linspace(0, 1, height), np.linspace(0, 1, width), indexing="ij")
+    images = []
+    for _ in range(count):
+        a, b, c = rng.uniform(0, 255, 3)
+        image = np.stack([a * x, b * y, c * (1 - x * y)], axis=-1)
+        image += rng.normal(0, 8, image.shape)
+        images.append(np.clip(image, 0, 255).astype(np.uint8))
+    return np.stack(images)
+
+
+def _encode(image, index):
+    """Encodes a uint8 image, alternating JPEG and PNG so that both decoders warm up."""
+    import tensorflow as tf
+
+    return (tf.io.encode_jpeg if index % 2 == 0 else tf.io.encode_png)(image).numpy()
+
+
+def _warmup_requests(model_name, height, width, image_dtype):
+    """PredictionLog records: for each signature and each of `WARMUP_BATCH_SIZES`, one request."""
+    import tensorflow as tf
+
+    predict_pb2, prediction_log_pb2 = _serving_protos()
+    records = []
+    for batch in WARMUP_BATCH_SIZES:
+        images = warmup_images(height, width, batch, seed=batch)
+        for signature, name, value in (
+            (SERVING_SIGNATURE, BYTES_INPUT, [_encode(im, i) for i, im in enumerate(images)]),
+            (IMAGES_SIGNATURE, IMAGES_INPUT, images.astype(image_dtype)),
+        ):
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name = model_name
+            request.model_spec.signature_name = signature
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+            records.append(log.SerializeToString())
+    return records
+
+
+def _serving_protos():
+    try:
+        from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+    except ImportError as e:
+        raise ImportError(
+            "Writing TF Serving warm-up requests needs tensorflow-serving-api: "
+            "pip install 'tensorflow-serving-api>=2.21,<2.22' (or export with warmup=False)."
+        ) from e
+    return predict_pb2, prediction_log_pb2
+
+
+def _write_warmup(path, records):
+    import tensorflow as tf
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+
+
+# --------------------------------------------------------------------------------------------
+# Publishing a version folder.
+
+
+def _version_dir(export_dir, version, overwrite):
+    """The final `export_dir/<version>` path; refuses a non-empty one unless `overwrite`."""
+    path = os.path.join(os.fspath(export_dir), str(version))
+    for where in (os.fspath(export_dir), path):
+        if os.path.exists(where) and not os.path.isdir(where):
+            raise ValueError(f"{where} is a file. Expected a folder (or nothing) there.")
+    if os.path.isdir(path) and os.listdir(path) and not overwrite:
+        raise ValueError(
+            f"The version folder {path} already holds an export. Pass overwrite=True "
+            "(--overwrite) to replace it, or choose another version."
+        )
+    return path
+
+
+def _chmod_as_umask(path, mode):
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, mode & ~umask)
+
+
+def _publish(staging, path):
+    """Moves the complete export `staging` to `path`, replacing whatever is there.
+
+    Renames only: at every moment `path` is either absent, the old export or the new one. TF
+    Serving ignores the non-numeric staging names.
+    """
+    old = None
+    if os.path.exists(path):
+        old = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".old-")
+        os.replace(path, os.path.join(old, "export"))
+    os.replace(staging, path)
+    if old:
+        shutil.rmtree(old)
+
+
+def export_saved_model(
+    model,
+    export_dir,
+    version=1,
+    class_names=None,
+    top_k=DEFAULT_TOP_K,
+    image_dtype="float32",
+    overwrite=False,
+    warmup=True,
+    jit_compile=False,
+):
+    """Exports a classifier as a SavedModel that TF Serving serves as is.
+
+    Writes `export_dir/<version>/` (see the module docstring for the signatures). The export is
+    built in a hidden folder beside it and renamed into place once complete, so a failure never
+    leaves a partial export under the version's name.
+
+    Args:
+        model: a built `keras.Model` from images `[B, H, W, 3]` in [-1, 1] to logits `[B, K]`,
+            such as any `keras_vit` classifier (mixed precision included).
+        export_dir: str or path. The model's base folder, the one TF Serving's `--model_base_path`
+            points to.
+        version: int >= 0. The version folder's name. Defaults to 1.
+        class_names: list of K str, or None for "0" ... "K-1". Returned by `top_k_labels`.
+            Defaults to None.
+        top_k: int. How many classes `top_k_*` return (at most K). Defaults to 5.
+        image_dtype: "float32" or "uint8". The dtype of `predict_images`' input (uint8 is four
+            times smaller on the wire). Defaults to "float32".
+        overwrite: bool. Replace an existing, non-empty version folder. Defaults to False.
+        warmup: bool. Write `assets.extra/tf_serving_warmup_requests` (needs
+            tensorflow-serving-api). Defaults to True.
+        jit_compile: bool. Compile the model's forward pass with XLA; the image decoding stays
+            outside the compiled function, on the CPU. Defaults to False.
+
+    Returns:
+        str: the version folder.
+
+    Raises:
+        ValueError: for an unbuilt or non-classifier model, class names that do not fit it, a
+            bad argument, or a non-empty version folder without `overwrite`.
+        TypeError: if `model` is not a `keras.Model`.
+        ImportError: with `warmup=True` and tensorflow-serving-api not installed.
+
+    Example:
+    >>> model = keras_vit.ViT_B16(num_classes=3)  # doctest: +SKIP
+    >>> export_saved_model(model, "/tmp/vit", class_names=["cat", "dog", "bird"])  # doctest: +SKIP
+    '/tmp/vit/1'
+    """
+    _check_tensorflow_backend("export_saved_model")
+    height, width, num_classes = check_model(model)
+    class_names = check_class_names(class_names, num_classes)
+    version = _check_int("version", version, 0)
+    top_k = min(_check_int("top_k", top_k, 1), num_classes)
+    _check_choice("image_dtype", image_dtype, IMAGE_DTYPES)
+    path = _version_dir(export_dir, version, overwrite)
+    records = _warmup_requests(model.name, height, width, image_dtype) if warmup else []
+
+    os.makedirs(export_dir, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=export_dir, prefix=f".tmp-{version}-")
+    try:
+        _chmod_as_umask(staging, 0o777)  # mkdtemp's 0700 would lock out a server's own user
+        with tempfile.TemporaryDirectory() as scratch:
+            labels_path = os.path.join(scratch, LABELS_ASSET)
+            with open(labels_path, "w", encoding="utf-8") as f:
+                f.write("".join(name + "\n" for name in class_names))
+            _write_saved_model(model, staging, labels_path, top_k, image_dtype, jit_compile)
+        if records:
+            _write_warmup(os.path.join(staging, WARMUP_FILE), records)
+        _publish(staging, _version_dir(export_dir, version, overwrite))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# TFLite.
+
+
+def export_tflite(model, path, quantize=None):
+    """Converts a classifier to a TFLite file, written atomically.
+
+    The file has one signature (`serving_default`) from `images` `[B, H, W, 3]` float32 RGB in
+    [0, 255] (B dynamic: resize the input tensor) to `probabilities` `[B, K]`, the same as the
+    SavedModel's `predict_images`.
+
+    Args:
+        model: a built classifier (see `check_model`).
+        path: str or path of the `.tflite` file.
+        quantize: None (float32) or "dynamic-int8" (weights stored as int8, dequantised or
+            used by hybrid kernels at run time; about 4x smaller). Defaults to None.
+
+    Returns:
+        str: `path`.
+    """
+    import keras
+    import tensorflow as tf
+
+    from keras_vit.checkpoint import atomic_write
+    from keras_vit.preprocessing import preprocess_inputs
+
+    _check_tensorflow_backend("export_tflite")
+    _check_choice("quantize", quantize, TFLITE_QUANTIZATIONS)
+    height, width, _ = check_model(model)
+
+    def predict(images):
+        logits = tf.cast(model(preprocess_inputs(images), training=False), tf.float32)
+        return {"probabilities": tf.nn.softmax(logits, axis=-1)}
+
+    # Through a SavedModel, as Keras' own LiteRT export does: converting the tf.function
+    # directly would leave the Keras variables as uninitialised TFLite resource variables.
+    with tempfile.TemporaryDirectory() as saved_model:
+        archive = keras.export.ExportArchive()
+        archive.add_endpoint(SERVING_SIGNATURE, predict, [
+            tf.TensorSpec([None, height, width, IMAGE_CHANNELS], tf.float32, name=IMAGES_INPUT)
+        ])
+        archive.write_out(saved_model, verbose=False)
+        converter = tf.lite.TFLiteConverter.from_saved_model(
+            saved_model, signature_keys=[SERVING_SIGNATURE]
+        )
+        if quantize == "dynamic-int8":
+            # Optimize.DEFAULT without a representative dataset: dynamic-range quantisation.
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        data = converter.convert()
+    atomic_write(path, lambda f: f.write(data))
+    _chmod_as_umask(path, 0o666)  # as `open` would have created it, not mkstemp's 0600
+    return os.fspath(path)
+
+
+def run_tflite(path, images):
+    """Runs a file from `export_tflite` on float images `[B, H, W, 3]` in [0, 255].
+
+    Returns:
+        float32 probabilities `[B, K]`.
+    """
+    import tensorflow as tf
+
+    images = np.asarray(images, np.float32)
+    interpreter = tf.lite.Interpreter(model_path=os.fspath(path))
+    (input_detail,) = interpreter.get_input_details()
+    expected = tuple(input_detail["shape_signature"][1:])
+    if images.ndim != 4 or images.shape[1:] != expected:
+        raise ValueError(
+            f"{path} expects images [batch, {', '.join(map(str, expected))}]. Received shape "
+            f"{images.shape}"
+        )
+    interpreter.resize_tensor_input(input_detail["index"], images.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(input_detail["index"], images)
+    interpreter.invoke()
+    (output_detail,) = interpreter.get_output_details()
+    return interpreter.get_tensor(output_detail["index"])
+
+
+def tflite_parity(path, model, images):
+    """Compares a TFLite file with the Keras model on float images `[B, H, W, 3]` in [0, 255].
+
+    Returns:
+        dict with `max_abs_diff` (of the probabilities), `top1_agreement` (fraction of images
+        with the same top class) and `num_images`.
+    """
+    from keras_vit.preprocessing import preprocess_inputs
+
+    images = np.asarray(images, np.float32)
+    logits = np.asarray(model.predict_on_batch(np.asarray(preprocess_inputs(images))), np.float64)
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    got = run_tflite(path, images)
+    return {
+        "max_abs_diff": float(np.abs(got - expected).max()),
+        "top1_agreement": float(np.mean(got.argmax(-1) == expected.argmax(-1))),
+        "num_images": len(images),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Command line.
+
+
+def _add_export_args(parser):
+    parser.add_argument("output", help="SavedModel: the base folder (the version goes inside); "
+                                       "TFLite: the .tflite file")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="a saved Keras model (.keras)")
+    source.add_argument("--variant", help="a ViT variant to build, e.g. B/16")
+    parser.add_argument("--weights", help="with --variant: pretrained weights (a registry "
+                        "name, an .npz path, a URL, or 'true' for the variant's default)")
+    parser.add_argument("--image-size", type=int, default=224, help="with --variant (224)")
+    parser.add_argument("--num-classes", type=int, default=1000, help="with --variant (1000)")
+    parser.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model")
+    saved_model = parser.add_argument_group("SavedModel")
+    saved_model.add_argument("--version", type=int, help="the version folder (1)")
+    saved_model.add_argument("--overwrite", action="store_true",
+                             help="replace an existing version folder")
+    saved_model.add_argument("--class-names", help="a text file with one class name a line")
+    saved_model.add_argument("--top-k", type=int, help=f"classes in top_k_* ({DEFAULT_TOP_K})")
+    saved_model.add_argument("--image-dtype", choices=IMAGE_DTYPES,
+                             help="dtype of predict_images' input (float32)")
+    saved_model.add_argument("--no-warmup", action="store_true",
+                             help="do not write assets.extra/tf_serving_warmup_requests")
+    saved_model.add_argument("--jit-compile", action="store_true",
+                             help="XLA-compile the forward pass (decoding stays on the CPU)")
+    tflite = parser.add_argument_group("TFLite")
+    tflite.add_argument("--quantize", choices=TFLITE_QUANTIZATIONS[1:],
+                        help="dynamic-range int8 weights (default: float32)")
+    tflite.add_argument("--parity-images", type=int,
+                        help=f"random images of the parity check against Keras "
+                             f"({TFLITE_PARITY_IMAGES})")
+
+
+def _load_model(args):
+    if args.model:
+        import keras
+
+        import keras_vit  # noqa: F401  (registers the layers for deserialisation)
+
+        if not os.path.isfile(args.model):
+            raise FileNotFoundError(f"--model {args.model}: no such file")
+        return keras.saving.load_model(args.model)
+    from keras_vit.model import create_model
+
+    weights = True if args.weights == "true" else (args.weights or False)
+    return create_model(args.variant, image_size=args.image_size, num_classes=args.num_classes,
+                        pretrained=weights)
+
+
+def _read_class_names(path):
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f if line.strip()]
+
+
+def _check_format_args(args):
+    if args.weights and not args.variant:
+        raise ValueError("--weights goes with --variant (a .keras file holds its own weights).")
+    tflite_only = {"--quantize": args.quantize, "--parity-images": args.parity_images}
+    saved_model_only = {"--version": args.version, "--overwrite": args.overwrite,
+                        "--class-names": args.class_names, "--top-k": args.top_k,
+                        "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
+                        "--jit-compile": args.jit_compile}
+    wrong = tflite_only if args.format == "saved_model" else saved_model_only
+    given = [flag for flag, value in wrong.items() if value not in (None, False)]
+    if given:
+        raise ValueError(f"{', '.join(given)} does not apply to --format {args.format}.")
+    if args.parity_images is not None:
+        _check_int("--parity-images", args.parity_images, 1)
+
+
+@command("export", "export a classifier as a TF Serving SavedModel or a TFLite file")
+def export_command(args):
+    _check_format_args(args)
+    model = _load_model(args)
+    if args.format == "saved_model":
+        path = export_saved_model(
+            model,
+            args.output,
+            version=1 if args.version is None else args.version,
+            class_names=_read_class_names(args.class_names),
+            top_k=args.top_k or DEFAULT_TOP_K,
+            image_dtype=args.image_dtype or "float32",
+            overwrite=args.overwrite,
+            warmup=not args.no_warmup,
+            jit_compile=args.jit_compile,
+        )
+        print(f"SavedModel written to {path} (signatures {SERVING_SIGNATURE}, "
+              f"{IMAGES_SIGNATURE})")
+        return 0
+    export_tflite(model, args.output, quantize=args.quantize)
+    height, width, _ = check_model(model)
+    count = args.parity_images or TFLITE_PARITY_IMAGES
+    images = np.random.default_rng(0).uniform(0, 255, (count, height, width, IMAGE_CHANNELS))
+    parity = tflite_parity(args.output, model, images)
+    print(f"TFLite ({args.quantize or 'float32'}) written to {args.output}: "
+          f"{os.path.getsize(args.output):,} bytes")
+    print(f"parity with Keras on {parity['num_images']} random images: max |probability "
+          f"difference| {parity['max_abs_diff']:.3g}, top-1 agreement "
+          f"{parity['top1_agreement']:.1%}")
+    if args.quantize is None and not parity["max_abs_diff"] <= TFLITE_FLOAT_TOLERANCE:
+        print(f"keras-vit export: error: the float32 TFLite file differs from Keras by more "
+              f"than {TFLITE_FLOAT_TOLERANCE}", file=sys.stderr)
+        return 1
+    return 0
+
+
+export_command.configure = _add_export_args
