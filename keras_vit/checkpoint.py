@@ -143,6 +143,9 @@ def atomic_write(path, write):
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would (mkstemp makes it 0600)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -127,6 +127,9 @@ def test_save_npz_writes_the_official_layout_back(tmp_path, images):
     checkpoint.load_params(model, params)
     checkpoint.save_npz(model, tmp_path / "out.npz")
     written = dict(np.load(tmp_path / "out.npz"))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(tmp_path / "out.npz").st_mode & 0o777 == 0o666 & ~umask
     assert sorted(written) == sorted(params)
     for key in params:
         np.testing.assert_array_equal(written[key], params[key])
