@@ -3,6 +3,14 @@
 from keras_vit.checkpoint import CheckpointError
 from keras_vit.configs import MODEL_SIZES, VARIANTS, get_variant
 from keras_vit.export import export_saved_model, export_tflite
+from keras_vit.inspect import (
+    attention_map,
+    attention_rollout,
+    inspect_model,
+    mean_attention_distance,
+    patch_embedding_components,
+    position_embedding_similarity,
+)
 from keras_vit.labels import class_names, decode_predictions
 from keras_vit.layers import (
     AddPositionEmbs,

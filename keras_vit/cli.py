@@ -7,7 +7,7 @@ import time
 
 COMMANDS = {}
 # Modules whose `@command` functions join the command line (imported when the parser is built).
-COMMAND_MODULES = ("keras_vit.export",)
+COMMAND_MODULES = ("keras_vit.export", "keras_vit.inspect")
 
 
 def command(name, help):
