@@ -1,5 +1,12 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., 2020) for Keras 3."""
 
+import os
+
+# Fewer TensorFlow C++ INFO/WARNING lines around the command line's output (the few that absl
+# prints before its logging starts cannot be silenced); errors still show. A value the user
+# set is kept.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 from keras_vit.checkpoint import CheckpointError
 from keras_vit.configs import MODEL_SIZES, VARIANTS, get_variant
 from keras_vit.export import export_saved_model, export_tflite
