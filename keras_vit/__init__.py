@@ -9,6 +9,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from keras_vit.checkpoint import CheckpointError
 from keras_vit.configs import MODEL_SIZES, VARIANTS, get_variant
+from keras_vit.evaluation import evaluate, extract_features, fewshot_table, linear_probe
 from keras_vit.export import export_saved_model, export_tflite
 from keras_vit.inspect import (
     attention_map,

@@ -1,0 +1,373 @@
+"""Evaluation as the paper reports it (section 4.1, "Metrics"): fine-tuning accuracy and
+few-shot linear accuracy, plus a linear probe and batched feature extraction.
+
+- `evaluate(model, data)`: top-1, top-5, loss, per-class accuracy and the confusion matrix.
+- `extract_features(model, data)`: the frozen representation (`pre_logits` if the model has
+  one, else the pooled token), batched, optionally cached to `.npy`.
+- `fewshot_accuracy(...)` / `fewshot_table(...)`: k images per class, a closed-form
+  regularised least-squares fit onto {-1, 1}^K targets (big_vision `fewshot_lsr`), accuracy on
+  the test features.
+- `linear_probe(...)`: logistic regression on frozen features with `model.fit`.
+
+`data` is a `tf.data.Dataset` of `(images, labels)` batches with images already scaled to
+[-1, 1] (what `keras_vit.data` pipelines give), or a pair of arrays `(images, labels)` with
+RGB images in [0, 255] at the model's resolution.
+"""
+
+import os
+
+import numpy as np
+
+# big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
+BIAS_FEATURE = 100.0
+# Shots and L2 regularisation values reported by default (the paper reports 1, 5, 10, 25).
+DEFAULT_SHOTS = (1, 5, 10, 25)
+DEFAULT_L2_REGS = tuple(2.0**i for i in range(-6, 11, 2))
+MAX_CONFUSION_CLASSES = 100
+
+
+# --------------------------------------------------------------------------------------------
+# Data and features.
+
+
+def _batches(data, batch_size):
+    """Yields (images in [-1, 1], labels) NumPy batches from a dataset or an arrays pair."""
+    if isinstance(data, tuple) and len(data) == 2:
+        from keras_vit.preprocessing import preprocess_inputs
+
+        images, labels = data
+        if labels is None:
+            raise ValueError("The data has no labels: expected (images, labels).")
+        images, labels = np.asarray(images), np.asarray(labels)
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels.")
+        for start in range(0, len(images), batch_size):
+            chunk = images[start : start + batch_size]
+            yield np.asarray(preprocess_inputs(chunk)), labels[start : start + batch_size]
+        return
+    for element in data:
+        if not isinstance(element, (tuple, list)) or len(element) != 2:
+            raise ValueError(
+                "The dataset has no labels: expected elements (images, labels), received "
+                f"{type(element).__name__} of {len(element) if hasattr(element, '__len__') else 1}."
+            )
+        images, labels = element
+        yield np.asarray(images), np.asarray(labels)
+
+
+def representation_model(model):
+    """The model up to its representation: `pre_logits` if present, else the pooled token.
+
+    Raises:
+        ValueError: if the model has neither (not a keras_vit classifier or backbone).
+    """
+    import keras
+
+    names = [layer.name for layer in model.layers]
+    for name in ("pre_logits", "pool"):
+        if name in names:
+            return keras.Model(model.input, model.get_layer(name).output, name="representation")
+    raise ValueError(
+        f"Model {model.name!r} has no representation layer ('pre_logits' or 'pool'); expected "
+        "a keras_vit model."
+    )
+
+
+def extract_features(model, data, batch_size=64, cache=None, progress=True, strategy=None):
+    """Computes the frozen representation of every image.
+
+    Args:
+        model: a keras_vit model (with or without head).
+        data: a dataset of (images, labels) batches or an (images, labels) arrays pair.
+        batch_size: int. Batch size for arrays. Defaults to 64.
+        cache: str or None. A path prefix: features and labels are stored as
+            `<cache>.features.npy` and `<cache>.labels.npy`, and read from there when present.
+        progress: bool. Show a progress bar. Defaults to True.
+        strategy: a `tf.distribute.Strategy` or None: the feature model is built and run under
+            its scope (the data should then be batched globally). Defaults to None.
+
+    Returns:
+        (features [N, D] float32, labels [N] int64).
+    """
+    if cache and os.path.exists(cache + ".features.npy"):
+        return np.load(cache + ".features.npy"), np.load(cache + ".labels.npy")
+    import contextlib
+
+    import keras
+
+    scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+    with scope:
+        features_model = representation_model(model)
+    total = _num_examples(data)
+    bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
+    features, labels, done = [], [], 0
+    for images, batch_labels in _batches(data, batch_size):
+        features.append(np.asarray(features_model.predict_on_batch(images), np.float32))
+        labels.append(batch_labels.astype(np.int64))
+        done += len(batch_labels)
+        if bar:
+            bar.update(done)
+    if not features:
+        raise ValueError("The data holds no images.")
+    features, labels = np.concatenate(features), np.concatenate(labels)
+    if cache:
+        from keras_vit.checkpoint import atomic_write
+
+        atomic_write(cache + ".features.npy", lambda f: np.save(f, features))
+        atomic_write(cache + ".labels.npy", lambda f: np.save(f, labels))
+    return features, labels
+
+
+def _num_examples(data):
+    """The number of images for a progress bar: known for arrays; for a dataset of batches,
+    unknown without reading it (None)."""
+    return len(data[0]) if isinstance(data, tuple) else None
+
+
+# --------------------------------------------------------------------------------------------
+# Few-shot linear evaluation.
+
+
+def _whiten(train, test):
+    mean = train.mean(axis=0, keepdims=True)
+    std = train.std(axis=0, keepdims=True) + 1e-5
+
+    def prepare(x):
+        x = (x - mean) / std
+        return np.concatenate([x, np.full((len(x), 1), BIAS_FEATURE)], axis=1)
+
+    return prepare(train), prepare(test)
+
+
+def lsr_weights(features, labels, num_classes, l2_reg):
+    """Ridge regression of {-1, 1} one-hot targets on the features (closed form).
+
+    Solves `min_w |X w - Y|^2 + l2_reg |w|^2` through whichever of `X^T X` (D x D) or `X X^T`
+    (N x N) is smaller, as big_vision's fewshot_lsr does.
+
+    Args:
+        features: [N, D] (already whitened, with the bias feature).
+        labels: [N] ints in [0, num_classes).
+        num_classes: int.
+        l2_reg: float > 0.
+
+    Returns:
+        w: [D, num_classes].
+    """
+    x = np.asarray(features, np.float64)
+    y = 2.0 * np.eye(num_classes)[np.asarray(labels)] - 1.0
+    n, d = x.shape
+    if n >= d:
+        return np.linalg.solve(x.T @ x + l2_reg * np.eye(d), x.T @ y)
+    return x.T @ np.linalg.solve(x @ x.T + l2_reg * np.eye(n), y)
+
+
+def sample_shots(labels, shots, seed=0):
+    """Indices of `shots` examples of every class, drawn without replacement.
+
+    Raises:
+        ValueError: if a class has fewer than `shots` examples.
+    """
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(labels, return_counts=True)
+    if counts.min() < shots:
+        smallest = classes[np.argmin(counts)]
+        raise ValueError(
+            f"{shots}-shot needs {shots} examples of every class, but class {smallest} has only "
+            f"{counts.min()}. Expected shots <= {counts.min()}."
+        )
+    picks = [rng.choice(np.flatnonzero(labels == c), shots, replace=False) for c in classes]
+    return np.concatenate(picks)
+
+
+def fewshot_accuracy(train_features, train_labels, test_features, test_labels, shots, l2_reg,
+                     num_classes=None, seed=0):
+    """Accuracy of the closed-form linear classifier fit on `shots` examples per class."""
+    num_classes = num_classes or int(max(train_labels.max(), test_labels.max())) + 1
+    index = sample_shots(train_labels, shots, seed)
+    train, test = _whiten(np.asarray(train_features[index], np.float64),
+                          np.asarray(test_features, np.float64))
+    w = lsr_weights(train, train_labels[index], num_classes, l2_reg)
+    return float(np.mean(np.argmax(test @ w, axis=1) == np.asarray(test_labels)))
+
+
+def fewshot_table(train_features, train_labels, test_features, test_labels,
+                  shots=DEFAULT_SHOTS, l2_regs=DEFAULT_L2_REGS, seed=0):
+    """Few-shot accuracy for every (shots, l2_reg), and the best l2_reg for each shots.
+
+    Returns:
+        dict with `accuracy` {shots: {l2_reg: accuracy}} and `best` {shots: (l2_reg, accuracy)}.
+    """
+    num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
+    accuracy = {
+        k: {reg: fewshot_accuracy(train_features, train_labels, test_features, test_labels, k,
+                                  reg, num_classes, seed) for reg in l2_regs}
+        for k in shots
+    }
+    best = {k: max(row.items(), key=lambda item: item[1]) for k, row in accuracy.items()}
+    return {"accuracy": accuracy, "best": best}
+
+
+def format_fewshot_table(table):
+    """The few-shot table as Markdown: one row per l2_reg, one column per shots, and the best."""
+    shots = list(table["accuracy"])
+    regs = list(next(iter(table["accuracy"].values())))
+    lines = ["| l2 reg | " + " | ".join(f"{k}-shot" for k in shots) + " |",
+             "|---" * (len(shots) + 1) + "|"]
+    for reg in regs:
+        cells = [f"{table['accuracy'][k][reg]:.2%}" for k in shots]
+        lines.append(f"| {reg:g} | " + " | ".join(cells) + " |")
+    best = [f"**{table['best'][k][1]:.2%}** (l2 {table['best'][k][0]:g})" for k in shots]
+    lines.append("| best | " + " | ".join(best) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Linear probe.
+
+
+def linear_probe(train_features, train_labels, test_features, test_labels, epochs=100,
+                 learning_rate=0.01, weight_decay=1e-4, batch_size=256, seed=0):
+    """Logistic regression on frozen (whitened) features, trained with `model.fit`.
+
+    Returns:
+        dict with `accuracy` and `loss` on the test features, and the fitted `model`.
+    """
+    import keras
+
+    num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
+    mean = train_features.mean(axis=0, keepdims=True)
+    std = train_features.std(axis=0, keepdims=True) + 1e-5
+    keras.utils.set_random_seed(seed)
+    probe = keras.Sequential([
+        keras.Input((train_features.shape[1],)),
+        keras.layers.Dense(num_classes, kernel_initializer="zeros", name="probe"),
+    ])
+    probe.compile(
+        optimizer=keras.optimizers.AdamW(learning_rate, weight_decay=weight_decay),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    probe.fit((train_features - mean) / std, train_labels, epochs=epochs, batch_size=batch_size,
+              verbose=0, shuffle=True)
+    loss, accuracy = probe.evaluate((test_features - mean) / std, test_labels, verbose=0)
+    return {"accuracy": float(accuracy), "loss": float(loss), "model": probe}
+
+
+# --------------------------------------------------------------------------------------------
+# Classification accuracy.
+
+
+def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progress=True):
+    """Top-1, top-5 and loss of a classifier, with per-class accuracy and the confusion matrix.
+
+    Args:
+        model: a keras_vit classifier (with head).
+        data: a dataset of (images, labels) batches or an (images, labels) arrays pair.
+        batch_size: int. For arrays. Defaults to 64.
+        class_names: list of str or None. For the CSV and the figure.
+        out_dir: str or None. If set, writes `per_class_accuracy.csv` and, for at most 100
+            classes, `confusion_matrix.png` there.
+        progress: bool. Defaults to True.
+
+    Returns:
+        dict: `top1`, `top5`, `loss`, `num_examples`, `per_class_accuracy` [K] (NaN for
+        classes absent from the data), `confusion_matrix` [K, K] (rows: true, columns:
+        predicted), and `files` written.
+    """
+    import keras
+
+    if "head" not in [layer.name for layer in model.layers]:
+        raise ValueError(f"Model {model.name!r} has no classification head (include_top=False).")
+    num_classes = int(model.output.shape[-1])
+    confusion = np.zeros((num_classes, num_classes), np.int64)
+    top1 = top5 = 0
+    loss_sum = 0.0
+    total = _num_examples(data)
+    bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
+    for images, labels in _batches(data, batch_size):
+        labels = labels.astype(np.int64)
+        if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+            raise ValueError(f"Labels must be in [0, {num_classes}). Received values from "
+                             f"{labels.min()} to {labels.max()}.")
+        logits = np.asarray(model.predict_on_batch(images), np.float64)
+        logits -= logits.max(axis=1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+        loss_sum += float(-log_probs[np.arange(len(labels)), labels].sum())
+        order = np.argsort(-logits, axis=1, kind="stable")
+        top1 += int((order[:, 0] == labels).sum())
+        top5 += int((order[:, :5] == labels[:, None]).any(axis=1).sum())
+        np.add.at(confusion, (labels, order[:, 0]), 1)
+        if bar:
+            bar.update(int(confusion.sum()))
+    n = int(confusion.sum())
+    if n == 0:
+        raise ValueError("The data holds no images.")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_class = np.diag(confusion) / confusion.sum(axis=1)
+    result = dict(top1=top1 / n, top5=top5 / n, loss=loss_sum / n, num_examples=n,
+                  per_class_accuracy=per_class, confusion_matrix=confusion, files=[])
+    if out_dir:
+        result["files"] = _write_reports(result, class_names, out_dir)
+    return result
+
+
+def _write_reports(result, class_names, out_dir):
+    from keras_vit.checkpoint import atomic_write
+
+    confusion = result["confusion_matrix"]
+    k = len(confusion)
+    names = list(class_names) if class_names is not None else [str(i) for i in range(k)]
+    if len(names) != k:
+        raise ValueError(f"{len(names)} class names given for {k} classes.")
+    os.makedirs(out_dir, exist_ok=True)
+    csv_path = os.path.join(out_dir, "per_class_accuracy.csv")
+    rows = ["class_index,class_name,examples,correct,accuracy"]
+    for i, name in enumerate(names):
+        examples, correct = int(confusion[i].sum()), int(confusion[i, i])
+        accuracy = "" if examples == 0 else f"{correct / examples:.6f}"
+        rows.append(f'{i},"{name.replace(chr(34), chr(39))}",{examples},{correct},{accuracy}')
+    atomic_write(csv_path, lambda f: f.write(("\n".join(rows) + "\n").encode()))
+    files = [csv_path]
+    if k <= MAX_CONFUSION_CLASSES:
+        files.append(plot_confusion_matrix(confusion, names,
+                                           os.path.join(out_dir, "confusion_matrix.png")))
+    return files
+
+
+def plot_confusion_matrix(confusion, class_names, path):
+    """Writes the confusion matrix (rows normalised to recall) as a PNG; returns the path."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    from keras_vit.checkpoint import atomic_write
+
+    k = len(confusion)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        recall = np.nan_to_num(confusion / confusion.sum(axis=1, keepdims=True))
+    size = min(3 + 0.35 * k, 24)
+    figure = Figure(figsize=(size, size), dpi=100)
+    ax = figure.add_subplot()
+    image = ax.imshow(recall, cmap="Blues", vmin=0, vmax=1)
+    figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="fraction of the true class")
+    ticks = np.arange(k)
+    show_names = k <= 40
+    ax.set_xticks(ticks, class_names if show_names else None, rotation=90, fontsize=8)
+    ax.set_yticks(ticks, class_names if show_names else None, fontsize=8)
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    if k <= 20:
+        for i in range(k):
+            for j in range(k):
+                if confusion[i, j]:
+                    ax.text(j, i, int(confusion[i, j]), ha="center", va="center", fontsize=7,
+                            color="white" if recall[i, j] > 0.5 else "black")
+    ax.set_title(f"Confusion matrix ({int(confusion.sum())} images, "
+                 f"top-1 {np.trace(confusion) / max(confusion.sum(), 1):.2%})")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+    return path

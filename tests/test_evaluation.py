@@ -1,0 +1,171 @@
+"""Evaluation: the few-shot solver, known-answer data, evaluate() against the reference."""
+
+import csv
+
+import keras
+import numpy as np
+import pytest
+import reference
+
+import keras_vit
+from keras_vit import checkpoint, evaluation
+
+TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)
+
+
+@pytest.mark.parametrize("n,d", [(60, 8), (12, 40)], ids=["N>=D", "D>N"])
+def test_closed_form_solver_matches_lstsq(n, d):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, d))
+    labels = rng.integers(0, 5, n)
+    for l2 in (1e-3, 1.0, 300.0):
+        w = evaluation.lsr_weights(x, labels, 5, l2)
+        y = 2.0 * np.eye(5)[labels] - 1.0
+        # Ridge regression is least squares on the system augmented with sqrt(l2) * I.
+        a = np.concatenate([x, np.sqrt(l2) * np.eye(d)])
+        b = np.concatenate([y, np.zeros((d, 5))])
+        expected = np.linalg.lstsq(a, b, rcond=None)[0]
+        np.testing.assert_allclose(w, expected, atol=1e-8)
+
+
+CENTRES = np.random.default_rng(42).standard_normal((10, 32)) * 5  # one centre per class
+
+
+def features_data(rng, kind, num_classes=10, per_class=60, dim=32):
+    labels = np.repeat(np.arange(num_classes), per_class)
+    if kind == "separable":
+        features = CENTRES[labels] + rng.standard_normal((len(labels), dim)) * 0.1
+    else:
+        features = rng.standard_normal((len(labels), dim))
+    return features.astype(np.float32), labels
+
+
+def test_fewshot_on_separable_features_is_perfect_and_on_noise_is_chance():
+    rng = np.random.default_rng(1)
+    train = features_data(rng, "separable")
+    test = features_data(rng, "separable", per_class=200)
+    table = evaluation.fewshot_table(*train, *test, shots=(1, 5), l2_regs=(1.0, 64.0))
+    assert all(acc == 1.0 for row in table["accuracy"].values() for acc in row.values())
+    train = features_data(rng, "noise")
+    test = features_data(rng, "noise", per_class=200)  # 2000 test images, chance 0.1
+    table = evaluation.fewshot_table(*train, *test, shots=(5, 25), l2_regs=(1.0, 64.0))
+    for row in table["accuracy"].values():
+        for acc in row.values():
+            assert abs(acc - 0.1) < 0.04  # about 6 standard deviations of a 2000-draw mean
+    text = evaluation.format_fewshot_table(table)
+    assert text.splitlines()[0] == "| l2 reg | 5-shot | 25-shot |" and "best" in text
+
+
+def test_shots_are_k_per_class_and_k_too_large_is_refused():
+    labels = np.array([0] * 5 + [1] * 3 + [2] * 9)
+    index = evaluation.sample_shots(labels, 3, seed=4)
+    assert sorted(np.bincount(labels[index])) == [3, 3, 3]
+    assert len(set(index)) == 9
+    with pytest.raises(ValueError, match=r"4-shot needs 4 examples of every class, but class 1 "
+                                         r"has only 3. Expected shots <= 3"):
+        evaluation.sample_shots(labels, 4)
+
+
+def test_linear_probe_separates_separable_features():
+    rng = np.random.default_rng(2)
+    train = features_data(rng, "separable", per_class=20)
+    test = features_data(rng, "separable", per_class=20)
+    result = evaluation.linear_probe(*train, *test, epochs=30)
+    assert result["accuracy"] == 1.0
+
+
+def tiny_classifier(rng, num_classes=7, representation=None):
+    params = reference.official_params(rng, hidden=32, mlp=48, heads=4, layers=2, patch=8,
+                                       grid=(4, 4), num_classes=num_classes,
+                                       representation=representation, scale=0.5)
+    model = keras_vit.ViT(image_size=32, patch_size=8, num_classes=num_classes,
+                          representation_size=representation, **TINY)
+    checkpoint.load_params(model, params)
+    return model, params
+
+
+def test_evaluate_matches_numbers_computed_from_the_reference(tmp_path):
+    rng = np.random.default_rng(3)
+    model, params = tiny_classifier(rng)
+    images = rng.integers(0, 256, (50, 32, 32, 3)).astype(np.uint8)
+    logits, _, _ = reference.forward(params, images.astype(np.float64) / 127.5 - 1)
+    labels = np.argmax(logits, axis=1)
+    labels[::3] = (labels[::3] + 1) % 7  # a third wrong on purpose
+    result = keras_vit.evaluate(model, (images, labels), batch_size=16, out_dir=str(tmp_path),
+                                class_names=[f"c{i}" for i in range(7)], progress=False)
+    order = np.argsort(-logits, axis=1)
+    log_probs = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
+        - logits.max(1, keepdims=True)
+    assert result["num_examples"] == 50
+    assert result["top1"] == pytest.approx(np.mean(order[:, 0] == labels))
+    assert result["top5"] == pytest.approx(np.mean((order[:, :5] == labels[:, None]).any(1)))
+    assert result["loss"] == pytest.approx(-np.mean(log_probs[np.arange(50), labels]), rel=1e-4)
+    expected_confusion = np.zeros((7, 7), int)
+    np.add.at(expected_confusion, (labels, order[:, 0]), 1)
+    np.testing.assert_array_equal(result["confusion_matrix"], expected_confusion)
+    with open(tmp_path / "per_class_accuracy.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["class_name"] for r in rows] == [f"c{i}" for i in range(7)]
+    for i, row in enumerate(rows):
+        examples = int((labels == i).sum())
+        assert int(row["examples"]) == examples
+        if examples:
+            assert float(row["accuracy"]) == pytest.approx(
+                expected_confusion[i, i] / examples, abs=1e-6)
+    png = (tmp_path / "confusion_matrix.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_evaluate_accepts_a_tf_dataset_of_preprocessed_batches():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(4)
+    model, params = tiny_classifier(rng)
+    images = rng.uniform(-1, 1, (20, 32, 32, 3)).astype(np.float32)
+    logits, _, _ = reference.forward(params, images)
+    labels = np.argmax(logits, axis=1)
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(8)
+    result = keras_vit.evaluate(model, dataset, progress=False)
+    assert result["top1"] == 1.0 and result["num_examples"] == 20
+
+
+def test_features_are_the_representation_and_are_cached(tmp_path):
+    rng = np.random.default_rng(5)
+    model, params = tiny_classifier(rng, representation=16)
+    images = rng.integers(0, 256, (10, 32, 32, 3)).astype(np.uint8)
+    labels = np.arange(10) % 3
+    cache = str(tmp_path / "train")
+    features, got_labels = keras_vit.extract_features(model, (images, labels), batch_size=4,
+                                                      cache=cache, progress=False)
+    expected, _, _ = reference.forward(params, images.astype(np.float64) / 127.5 - 1,
+                                       include_top=False)
+    np.testing.assert_allclose(features, expected, atol=1e-5)
+    np.testing.assert_array_equal(got_labels, labels)
+    np.testing.assert_array_equal(np.load(cache + ".features.npy"), features)
+    # A second call reads the cache (a model of another width would otherwise disagree).
+    other = keras_vit.ViT(image_size=32, patch_size=8, num_classes=7, **dict(TINY, hidden_size=8,
+                                                                           num_heads=2))
+    again, _ = keras_vit.extract_features(other, (images, labels), cache=cache, progress=False)
+    np.testing.assert_array_equal(again, features)
+
+
+def test_bad_inputs_are_refused():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(6)
+    model, _ = tiny_classifier(rng)
+    images = np.zeros((4, 32, 32, 3), np.uint8)
+    no_labels = tf.data.Dataset.from_tensor_slices(images.astype(np.float32)).batch(2)
+    with pytest.raises(ValueError, match="The dataset has no labels"):
+        keras_vit.evaluate(model, no_labels, progress=False)
+    with pytest.raises(ValueError, match="The data has no labels"):
+        keras_vit.extract_features(model, (images, None), progress=False)
+    plain = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match="has no representation layer"):
+        keras_vit.extract_features(plain, (images, np.zeros(4)), progress=False)
+    with pytest.raises(ValueError, match=r"Labels must be in \[0, 7\). Received values from 0 to 9"):
+        keras_vit.evaluate(model, (images, np.array([0, 1, 2, 9])), progress=False)
+    headless = keras_vit.ViT(image_size=32, patch_size=8, include_top=False, **TINY)
+    with pytest.raises(ValueError, match="has no classification head"):
+        keras_vit.evaluate(headless, (images, np.zeros(4)), progress=False)
