@@ -1,0 +1,199 @@
+"""What every contender process shares: its arguments, the timing loop, peak memory, the result.
+
+A contender process does one mode of one round and exits, so that each measurement starts from
+a fresh process (no state, cache or memory carried from another contender or round):
+
+- `check`: import the framework and report its versions;
+- `infer`: build the model, then time `--steps` forward passes after `--warmup` untimed ones;
+- `train`: build and compile the model with AdamW, then time `--steps` training steps after
+  `--warmup` untimed ones; the time to the end of the first step, counted from the start of
+  model construction (so graph build and compilation included), is `first_step_s`;
+- `agreement`: top-1 agreement of a lower-precision model with its fp32 original.
+
+The process prints one line `BENCHMARK-RESULT {json}` on stdout; everything else it prints is
+log. This module imports nothing heavy: each contender imports its framework in `setup`.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+RESULT_PREFIX = "BENCHMARK-RESULT "
+MODES = ("check", "infer", "train", "agreement")
+DEVICES = ("cpu", "gpu")
+PRECISIONS = ("fp32", "bf16", "int8")
+
+# The training recipe every contender runs: AdamW on a cross-entropy loss over random labels.
+LEARNING_RATE = 1e-4
+WEIGHT_DECAY = 0.05
+
+
+def _load_configs():
+    """keras_vit/configs.py, loaded on its own: the variant table without importing Keras."""
+    name = "_keras_vit_configs"
+    if name not in sys.modules:
+        package = importlib.util.find_spec("keras_vit")
+        if package is None:
+            raise ModuleNotFoundError(
+                "keras_vit is not importable: run from the repository root, or install it "
+                "(`pip install -e .`)."
+            )
+        path = os.path.join(package.submodule_search_locations[0], "configs.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def variant_config(name):
+    """The architecture of a plain (non-hybrid) paper variant, e.g. "B/16", as a dict.
+
+    Keys: name, patch_size, hidden_size, num_layers, num_heads, mlp_dim.
+
+    Raises:
+        ValueError: for an unknown name or a hybrid (ResNet + ViT) variant.
+    """
+    configs = _load_configs()
+    variant = configs.get_variant(name)
+    if variant.backbone is not None:
+        plain = [name for name, v in configs.VARIANTS.items() if v.backbone is None]
+        raise ValueError(
+            f"Hybrid variant {variant.name!r} has no counterpart in the peers. Expected a "
+            f"plain ViT, one of {', '.join(plain)}."
+        )
+    return dict(
+        name=variant.name, patch_size=variant.patch_size, **configs.MODEL_SIZES[variant.size]
+    )
+
+
+def _positive(text):
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}")
+    return value
+
+
+def _non_negative(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}")
+    return value
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description="One benchmark measurement of one contender.")
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--model", default="B/16", help="paper variant, e.g. Ti/16, B/16, L/16")
+    parser.add_argument("--image-size", type=_positive, default=224)
+    parser.add_argument("--num-classes", type=_positive, default=1000)
+    parser.add_argument("--batch", type=_positive, default=8)
+    parser.add_argument("--device", choices=DEVICES, default="cpu")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--xla", action="store_true", help="compile with XLA (Keras contenders)")
+    parser.add_argument("--steps", type=_positive, default=3, help="timed steps")
+    parser.add_argument(
+        "--warmup", type=_non_negative, default=1, help="untimed steps after the first"
+    )
+    parser.add_argument("--agreement-images", type=_positive, default=128)
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="mode agreement: a trained model (.npz, official layout), not the random variant",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--spawned-at", type=float, default=None, help="time.time() when the driver started us"
+    )
+    return parser.parse_args(argv)
+
+
+def random_batch(args, count=None, seed_offset=0, channels_first=False):
+    """Images uniform in [-1, 1] (float32) and labels in [0, num_classes), seeded."""
+    import numpy as np
+
+    rng = np.random.default_rng(args.seed + seed_offset)
+    count = count or args.batch
+    shape = (count, args.image_size, args.image_size, 3)
+    images = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+    if channels_first:
+        images = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+    labels = rng.integers(0, args.num_classes, (count,)).astype(np.int64)
+    return images, labels
+
+
+def top1_agreement(reference_logits, logits):
+    """Fraction of rows whose argmax agrees, and how many distinct classes the reference picks."""
+    import numpy as np
+
+    reference, other = np.argmax(reference_logits, -1), np.argmax(logits, -1)
+    return dict(
+        top1_agreement=float(np.mean(reference == other)),
+        distinct_top1=int(len(np.unique(reference))),
+        images=int(len(reference)),
+    )
+
+
+def peak_rss_bytes():
+    """Peak resident set size of this process (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def time_steps(build, args):
+    """Builds with `build()` (which returns a synchronous step function), then times steps.
+
+    Returns a dict: build_s (model construction and compilation set-up), first_step_s (from the
+    start of `build` to the end of the first step), step_s (each timed step), images_per_s
+    (batch over the median step time).
+    """
+    start = time.perf_counter()
+    step = build()
+    built = time.perf_counter()
+    step()
+    first = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.steps):
+        tic = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - tic)
+    return dict(
+        build_s=built - start,
+        first_step_s=first - start,
+        step_s=times,
+        images_per_s=args.batch / statistics.median(times),
+    )
+
+
+def emit(result):
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def main(contender, argv=None):
+    """Runs one mode of `contender` (a module with setup / build_inference / build_training and
+    optionally agreement and device_peak_bytes) and prints its result line."""
+    args = parse_args(argv)
+    result = dict(mode=args.mode, versions=contender.setup(args))
+    if args.spawned_at is not None:
+        # Interpreter start and the framework's imports, before any model is built.
+        result["import_s"] = time.time() - args.spawned_at
+    if args.mode != "check":
+        config = variant_config(args.model)
+        if args.mode == "agreement":
+            if not hasattr(contender, "agreement"):
+                raise ValueError(f"{contender.__name__} has no `agreement` mode.")
+            result.update(contender.agreement(args, config))
+        else:
+            build = contender.build_training if args.mode == "train" else contender.build_inference
+            result.update(time_steps(lambda: build(args, config), args))
+        result["peak_rss_bytes"] = peak_rss_bytes()
+        if hasattr(contender, "device_peak_bytes"):
+            result["device_peak_bytes"] = contender.device_peak_bytes(args)
+    emit(result)
+    return 0

@@ -1,0 +1,92 @@
+"""The Keras side shared by the keras_vit and keras-hub contenders (TensorFlow backend).
+
+Inference is `model.predict_on_batch`, training `model.train_on_batch`: the calls a Keras user
+makes, each returning NumPy (so each step has finished when it returns, on a GPU too). XLA is
+`model.compile(jit_compile=True)`; `jit_compile=False` otherwise (Keras' "auto" means no XLA on
+a CPU anyway). Lower precision is the global dtype policy ("mixed_bfloat16"), set before the
+model is built.
+"""
+
+import os
+
+from benchmarks.contenders import common
+
+
+def setup(args):
+    """Imports TensorFlow and Keras for `args.device` and `args.precision`; returns versions."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+    if args.device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # before TensorFlow is imported
+    import keras
+    import tensorflow as tf
+
+    if args.device == "gpu" and not tf.config.list_physical_devices("GPU"):
+        raise RuntimeError(
+            "--device gpu, but TensorFlow sees no GPU (a CUDA build is needed: "
+            "`pip install tensorflow[and-cuda]`)."
+        )
+    if args.precision == "bf16":
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    return dict(
+        tensorflow=tf.__version__,
+        keras=keras.__version__,
+        intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count(),
+    )
+
+
+def compile_model(model, args, **kwargs):
+    """`model.compile(jit_compile=args.xla, **kwargs)`, refusing a silent fall-back from XLA.
+
+    (Keras turns `jit_compile=True` off, with only a warning, when a layer does not support
+    XLA: a measurement labelled XLA would then be without it.)
+    """
+    model.compile(jit_compile=bool(args.xla), **kwargs)
+    if args.xla and not model.jit_compile:
+        raise RuntimeError(
+            f"--xla: Keras turned jit_compile off for {model.name} (a layer has "
+            "supports_jit=False), so this would not measure XLA."
+        )
+
+
+def compile_for_training(model, args):
+    """AdamW on cross-entropy from logits, no metrics (keras-hub's default adds accuracy)."""
+    import keras
+
+    compile_model(
+        model,
+        args,
+        optimizer=keras.optimizers.AdamW(
+            learning_rate=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
+        ),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=None,
+    )
+
+
+def inference_step(model, args):
+    """A synchronous forward pass of one batch through `model`, compiled as `args` asks."""
+    import keras
+
+    compile_model(model, args)
+    images = keras.ops.convert_to_tensor(common.random_batch(args)[0])
+    return lambda: model.predict_on_batch(images)
+
+
+def training_step(model, args):
+    """A synchronous AdamW training step on one batch of random images and labels."""
+    import keras
+
+    compile_for_training(model, args)
+    images, labels = common.random_batch(args)
+    images, labels = keras.ops.convert_to_tensor(images), keras.ops.convert_to_tensor(labels)
+    return lambda: model.train_on_batch(images, labels)
+
+
+def device_peak_bytes(args):
+    """Peak GPU memory TensorFlow allocated, or None on a CPU."""
+    if args.device != "gpu":
+        return None
+    import tensorflow as tf
+
+    return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])

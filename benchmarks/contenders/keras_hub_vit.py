@@ -1,0 +1,56 @@
+"""Contender: keras-hub's ViT (`ViTBackbone` + `ViTImageClassifier`), random weights.
+
+    python -m benchmarks.contenders.keras_hub_vit --mode train --model B/16 [--xla] \
+        [--precision bf16]
+
+The backbone gets the variant's sizes (the same architecture as keras_vit's: class token,
+pre-LN blocks, LayerNorm epsilon 1e-6, dropout 0), no preprocessor, and a 1000-class head on
+the class token, as keras-hub's `vit_base_patch16_224_imagenet` preset has.
+"""
+
+import sys
+
+from benchmarks.contenders import common, keras_common
+from benchmarks.contenders.keras_common import device_peak_bytes  # noqa: F401
+
+
+def setup(args):
+    if args.precision == "int8":
+        raise ValueError(
+            "keras-hub contender: --precision int8 is not measured; expected fp32 or bf16."
+        )
+    versions = keras_common.setup(args)
+    import keras_hub
+
+    return dict(versions, keras_hub=keras_hub.__version__)
+
+
+def build_model(args, config):
+    import keras_hub
+
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(args.image_size, args.image_size, 3),
+        patch_size=config["patch_size"],
+        num_layers=config["num_layers"],
+        num_heads=config["num_heads"],
+        hidden_dim=config["hidden_size"],
+        mlp_dim=config["mlp_dim"],
+        dropout_rate=0.0,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-6,
+    )
+    return keras_hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=args.num_classes, preprocessor=None, pooling="token"
+    )
+
+
+def build_inference(args, config):
+    return keras_common.inference_step(build_model(args, config), args)
+
+
+def build_training(args, config):
+    return keras_common.training_step(build_model(args, config), args)
+
+
+if __name__ == "__main__":
+    sys.exit(common.main(sys.modules[__name__]))

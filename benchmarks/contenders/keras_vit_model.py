@@ -1,0 +1,116 @@
+"""Contender: keras_vit (this package), built with `keras_vit.create_model(variant)`.
+
+    python -m benchmarks.contenders.keras_vit_model --mode infer --model B/16 [--xla]
+        [--precision fp32|bf16|int8]
+
+Random weights, dropout 0 (the same work as the peers; L/16's official config has 0.1), and a
+random head instead of the zero head meant for fine-tuning (whose all-zero logits would make
+class 0 every image's top-1). `--precision int8` quantizes the
+fp32 model with Keras' `model.quantize("int8")` (inference only); mode `agreement` compares
+its top-1 predictions with the fp32 model's on random images (see `agreement`).
+"""
+
+import sys
+
+from benchmarks.contenders import common, keras_common
+from benchmarks.contenders.keras_common import device_peak_bytes  # noqa: F401
+
+
+def setup(args):
+    versions = keras_common.setup(args)
+    import keras_vit
+
+    return dict(versions, keras_vit=keras_vit.__version__)
+
+
+def build_model(args, config):
+    import keras
+
+    import keras_vit
+
+    model = keras_vit.create_model(
+        config["name"], image_size=args.image_size, num_classes=args.num_classes, dropout_rate=0.0
+    )
+    head = model.get_layer("head")
+    # Lecun-normal scale: logits of order one (the zero head's are all zero).
+    head.kernel.assign(
+        keras.random.normal(head.kernel.shape, stddev=config["hidden_size"] ** -0.5, seed=args.seed)
+    )
+    if args.precision == "int8":
+        model.quantize("int8")
+    return model
+
+
+def build_inference(args, config):
+    return keras_common.inference_step(build_model(args, config), args)
+
+
+def build_training(args, config):
+    if args.precision == "int8":
+        raise ValueError("--precision int8 is for inference only (Keras int8 quantization).")
+    return keras_common.training_step(build_model(args, config), args)
+
+
+def agreement(args, config):
+    """Top-1 agreement of the int8-quantized model with the fp32 model it came from.
+
+    On `args.agreement_images` random images (uniform in [-1, 1], a seed apart from the timed
+    batch), through the random-weight variant, or with `--checkpoint` a trained model (an
+    official-layout .npz) at its own resolution. Reported:
+
+    - `top1_agreement`, and `distinct_top1`, the number of classes the fp32 model picks;
+    - `centred`: the same after subtracting from both models' logits the fp32 logits' mean over
+      the images. A random ViT gives nearly the same logits to every random image (in a trial
+      the image-dependent part had 5% of the logits' spread, and 2 classes won 64 images), so
+      its plain top-1 hardly depends on the image and its agreement is trivially high;
+      centred, only the image-dependent part decides (as it would be a shift of the head bias,
+      applied to fp32 and int8 alike);
+    - `relative_logit_error`: RMS of (int8 - fp32) over the RMS of the image-dependent part of
+      the fp32 logits.
+    """
+    import numpy as np
+
+    if args.precision != "int8":
+        raise ValueError(
+            f"mode agreement compares int8 with fp32. Received: --precision {args.precision}"
+        )
+    model = _fp32_model(args, config)
+    keras_common.compile_model(model, args)
+    size = tuple(model.input.shape[1:3])
+    rng = np.random.default_rng(args.seed + 1)
+    images = rng.uniform(-1.0, 1.0, (args.agreement_images, *size, 3)).astype(np.float32)
+    reference = model.predict(images, batch_size=args.batch, verbose=0)
+    model.quantize("int8")
+    keras_common.compile_model(model, args)
+    quantized = model.predict(images, batch_size=args.batch, verbose=0)
+    centre = reference.mean(axis=0)
+    signal = np.sqrt(np.mean((reference - centre) ** 2))
+    return dict(
+        common.top1_agreement(reference, quantized),
+        centred=common.top1_agreement(reference - centre, quantized - centre),
+        relative_logit_error=float(np.sqrt(np.mean((quantized - reference) ** 2)) / signal),
+        source=args.checkpoint or f"random {config['name']}",
+    )
+
+
+def _fp32_model(args, config):
+    """The fp32 model: the random-weight variant, or the trained model in --checkpoint."""
+    if not args.checkpoint:
+        return build_model(_with(args, precision="fp32"), config)
+    from keras_vit import checkpoint
+    from keras_vit.model import ViT
+
+    params = checkpoint.read_npz(args.checkpoint)
+    model = ViT(**checkpoint.config_from_params(params))
+    checkpoint.load_params(model, params)
+    return model
+
+
+def _with(args, **changes):
+    import argparse
+
+    return argparse.Namespace(**{**vars(args), **changes})
+
+
+if __name__ == "__main__":
+    sys.exit(common.main(sys.modules[__name__]))

@@ -1,0 +1,163 @@
+"""Contender: timm's `VisionTransformer` on PyTorch (CPU build on a CPU), random weights.
+
+    python -m benchmarks.contenders.timm_vit --mode train --model B/16 [--precision bf16]
+
+The model is `timm.models.vision_transformer.VisionTransformer` with the variant's sizes, i.e.
+`timm.create_model("vit_base_patch16_224", pretrained=False)` for B/16 (class token, qkv bias,
+LayerNorm epsilon 1e-6, exact GELU, dropout 0). Inference runs under `torch.inference_mode()`
+in eval mode; a training step is zero_grad, forward, cross-entropy, backward, AdamW step.
+bf16 is `torch.autocast`. On a GPU every step ends with `torch.cuda.synchronize()`.
+"""
+
+import sys
+
+from benchmarks.contenders import common
+
+# torchvision ops whose fake (meta) kernels torchvision 0.28 registers even when its C++
+# extension failed to load; they share this schema (torchvision/csrc/ops/nms.cpp).
+_UNCONDITIONAL_TORCHVISION_OPS = ("nms", "qnms")
+_NMS_SCHEMA = "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
+
+
+def import_timm():
+    """Imports timm, whose import needs torchvision, also next to a torchvision that is broken.
+
+    The index's torchvision wheels are CUDA builds: next to CPU torch their C++ ops cannot load,
+    and `import torchvision` then dies with "operator torchvision::nms does not exist", because
+    it registers fake kernels for nms and qnms whether or not the ops loaded. timm uses only
+    torchvision's Python parts (FrozenBatchNorm2d, transforms), none of them for a ViT. So where
+    that import fails, this declares the two operators' schemas, with no kernel (calling them
+    still fails, with "no kernel"), and imports again.
+    """
+    import torch
+
+    try:
+        import torchvision
+    except RuntimeError as error:
+        if "torchvision::" not in str(error) or "does not exist" not in str(error):
+            raise
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        library = torch.library.Library("torchvision", "DEF")
+        for op in _UNCONDITIONAL_TORCHVISION_OPS:
+            library.define(op + _NMS_SCHEMA)
+        import torchvision
+
+        print(
+            f"timm_vit: torchvision {torchvision.__version__} cannot load its C++ ops next to "
+            f"torch {torch.__version__}; declared {_UNCONDITIONAL_TORCHVISION_OPS} without "
+            "kernels so that its Python parts import (a ViT uses none of its ops).",
+            file=sys.stderr,
+        )
+        import_timm.library = library  # a Library's definitions live as long as the object
+    import timm
+
+    return timm, torchvision
+
+
+def setup(args):
+    if args.precision == "int8":
+        raise ValueError("timm contender: --precision int8 is not measured; expected fp32 or bf16.")
+    import torch
+
+    if args.device == "gpu" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"--device gpu, but torch {torch.__version__} sees no CUDA device (the CPU build "
+            "of torch cannot use one: install a CUDA build in the benchmark environment)."
+        )
+    timm, torchvision = import_timm()
+    return dict(
+        torch=torch.__version__,
+        timm=timm.__version__,
+        torchvision=torchvision.__version__,
+        intra_op_threads=torch.get_num_threads(),
+    )
+
+
+def _device(args):
+    return "cuda" if args.device == "gpu" else "cpu"
+
+
+def _autocast(args):
+    import torch
+
+    return torch.autocast(_device(args), dtype=torch.bfloat16, enabled=args.precision == "bf16")
+
+
+def _sync(args):
+    import torch
+
+    if args.device == "gpu":
+        torch.cuda.synchronize()
+
+
+def build_model(args, config):
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(args.seed)
+    model = VisionTransformer(
+        img_size=args.image_size,
+        patch_size=config["patch_size"],
+        embed_dim=config["hidden_size"],
+        depth=config["num_layers"],
+        num_heads=config["num_heads"],
+        mlp_ratio=config["mlp_dim"] / config["hidden_size"],
+        num_classes=args.num_classes,
+    )
+    return model.to(_device(args))
+
+
+def _batch(args):
+    import torch
+
+    images, labels = common.random_batch(args, channels_first=True)
+    return torch.from_numpy(images).to(_device(args)), torch.from_numpy(labels).to(_device(args))
+
+
+def build_inference(args, config):
+    import torch
+
+    model = build_model(args, config).eval()
+    images, _ = _batch(args)
+
+    def step():
+        with torch.inference_mode(), _autocast(args):
+            model(images)
+        _sync(args)
+
+    return step
+
+
+def build_training(args, config):
+    import torch
+    import torch.nn.functional as F
+
+    model = build_model(args, config).train()
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
+    )
+    images, labels = _batch(args)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with _autocast(args):
+            loss = F.cross_entropy(model(images).float(), labels)
+        loss.backward()
+        optimizer.step()
+        _sync(args)
+
+    return step
+
+
+def device_peak_bytes(args):
+    """Peak GPU memory torch allocated, or None on a CPU."""
+    if args.device != "gpu":
+        return None
+    import torch
+
+    return int(torch.cuda.max_memory_allocated())
+
+
+if __name__ == "__main__":
+    sys.exit(common.main(sys.modules[__name__]))

@@ -1,0 +1,664 @@
+"""Speed and memory of keras_vit against timm and keras-hub, each contender in its own process.
+
+    bash benchmarks/setup_peers.sh                              # once: .venv-bench with the peers
+    .venv-bench/bin/python -m benchmarks.run --json cpu.json   # Ti, B, L /16; batch 8; 5 rounds
+    .venv-bench/bin/python -m benchmarks.run --models Ti/16 --rounds 1         # smoke run
+    .venv-bench/bin/python -m benchmarks.run --device gpu --batch 64,256 --precision bf16
+
+For every model, batch size and round, each contender runs in a fresh process per mode
+(`infer`, then `train`; see benchmarks/contenders/common.py), one after the other, so that no
+two measurements share the machine or a process; the contenders' order rotates from round to
+round, and rounds are interleaved (contender A round 1, B round 1, ..., then A round 2, ...),
+so that a slow spell of the machine hits every contender alike. Per round and mode:
+
+- inference: images/s over the median of `--infer-steps` timed forward passes of one batch,
+  after `--warmup` untimed ones;
+- training: images/s over the median of `--train-steps` AdamW steps; the time to the end of the
+  first step, from the start of model construction (graph build and compile included; the
+  interpreter's start and imports are reported apart as `import_s`); the process's peak RSS;
+- int8 contenders: inference only, and in the first round the top-1 agreement with fp32.
+
+Reported: the median over rounds (peak RSS: the maximum), each with its ratio to timm at the
+same precision (or to timm fp32 where timm did not run at it), as a Markdown table on stdout, and everything (every round's raw numbers) as
+JSON with `--json PATH`. On a GPU also the model FLOP utilisation: the analytic FLOP count of
+benchmarks/flops.py times images/s, over `--peak-flops`.
+"""
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks import flops
+from benchmarks.contenders import common
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAMILIES = {  # name -> (worker module, label in the table)
+    "timm": ("benchmarks.contenders.timm_vit", "timm"),
+    "keras_hub": ("benchmarks.contenders.keras_hub_vit", "keras-hub ViT"),
+    "keras_vit": ("benchmarks.contenders.keras_vit_model", "keras_vit"),
+}
+BASELINE_FAMILY = "timm"
+DEFAULT_CONTENDERS = {
+    "cpu": "timm,keras_hub,keras_hub-xla,keras_vit,keras_vit-xla,keras_vit-bf16,"
+    "keras_vit-xla-bf16,keras_vit-int8,keras_vit-xla-int8",
+    "gpu": "timm,keras_hub,keras_hub-xla,keras_vit,keras_vit-xla",
+}
+DEFAULT_BATCH = {"cpu": "8", "gpu": "64,256"}
+DEFAULT_PRECISION = {"cpu": "fp32", "gpu": "bf16"}
+TRAINING_MODES = ("infer", "train")
+ERROR_TAIL_LINES = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Contender:
+    """One framework in one configuration: `family[-xla][-precision]`, e.g. "keras_vit-xla-bf16"."""
+
+    family: str
+    xla: bool
+    precision: str
+
+    @property
+    def name(self):
+        return f"{self.family}{'-xla' if self.xla else ''}-{self.precision}"
+
+    @property
+    def module(self):
+        return FAMILIES[self.family][0]
+
+    @property
+    def modes(self):
+        return ("infer",) if self.precision == "int8" else TRAINING_MODES
+
+    def label(self, versions=None):
+        """The table's name for it, with the framework versions its process reported."""
+        v = versions or {}
+        if self.family == "timm":
+            name = f"timm {v['timm']} (torch {v['torch']})" if "timm" in v else "timm"
+            return f"{name}, {self.precision}"
+        name = f"keras-hub {v['keras_hub']} ViT" if "keras_hub" in v else FAMILIES[self.family][1]
+        return f"{name}, {'XLA' if self.xla else 'no XLA'}, {self.precision}"
+
+
+def parse_contender(text, default_precision):
+    """Parses "keras_vit-xla-bf16", "timm", "keras-hub-xla"... into a `Contender`.
+
+    Raises:
+        ValueError: naming the received text and what is expected.
+    """
+    spec = text.strip().lower().replace("keras-hub", "keras_hub").replace("keras-vit", "keras_vit")
+    family, *tags = spec.split("-")
+    expected = (
+        f"Expected FAMILY[-xla][-PRECISION] with FAMILY in {sorted(FAMILIES)} and PRECISION in "
+        f"{list(common.PRECISIONS)}, e.g. keras_vit-xla-bf16."
+    )
+    if family not in FAMILIES:
+        raise ValueError(f"Unknown contender {text!r}. {expected}")
+    xla, precision = False, None
+    for tag in tags:
+        if tag == "xla" and not xla:
+            xla = True
+        elif tag in common.PRECISIONS and precision is None:
+            precision = tag
+        else:
+            raise ValueError(f"Unknown or repeated tag {tag!r} in contender {text!r}. {expected}")
+    precision = precision or default_precision
+    if family == "timm" and xla:
+        raise ValueError(
+            f"Contender {text!r}: timm runs on PyTorch and has no XLA variant. Expected 'timm' "
+            "with an optional precision."
+        )
+    if precision == "int8" and family != "keras_vit":
+        raise ValueError(
+            f"Contender {text!r}: int8 is measured for keras_vit only (Keras quantize). "
+            "Expected keras_vit-int8 or keras_vit-xla-int8."
+        )
+    return Contender(family, xla, precision)
+
+
+def _int_list(name, text, minimum=1):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < minimum for v in values):
+        raise ValueError(
+            f"--{name} must be a comma-separated list of integers >= {minimum}. Received: {text!r}"
+        )
+    return values
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    parser.add_argument("--models", default="Ti/16,B/16,L/16", help="comma-separated variants")
+    parser.add_argument(
+        "--contenders",
+        default=None,
+        help="comma-separated FAMILY[-xla][-PRECISION] (families: timm, keras_hub, keras_vit; "
+        f"precisions: {', '.join(common.PRECISIONS)}). Default on cpu: "
+        f"{DEFAULT_CONTENDERS['cpu']}; on gpu: {DEFAULT_CONTENDERS['gpu']}",
+    )
+    parser.add_argument("--device", choices=common.DEVICES, default="cpu")
+    parser.add_argument(
+        "--batch",
+        default=None,
+        help="comma-separated batch sizes (default: 8 on cpu, 64,256 on gpu)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default=None,
+        help="precision of the contenders named without one (default: fp32 on cpu, bf16 on gpu)",
+    )
+    parser.add_argument("--rounds", default="5", help="interleaved rounds per model and batch")
+    parser.add_argument("--infer-steps", default="5", help="timed forward passes per round")
+    parser.add_argument("--train-steps", default="3", help="timed training steps per round")
+    parser.add_argument("--warmup", default="1", help="untimed steps after the first, per round")
+    parser.add_argument("--modes", default="infer,train", help="infer, train or both")
+    parser.add_argument("--image-size", default="224")
+    parser.add_argument(
+        "--agreement-images",
+        default="128",
+        help="random images for the int8 top-1 agreement (first round); 0 skips it",
+    )
+    parser.add_argument(
+        "--int8-checkpoint",
+        default=None,
+        help="also measure int8 agreement on this trained model (.npz, official layout)",
+    )
+    parser.add_argument(
+        "--peak-flops",
+        type=float,
+        default=None,
+        help="peak FLOP/s for model FLOP utilisation (default on gpu: "
+        f"{flops.H100_SXM_DENSE_BF16_FLOPS:.0f}, H100 SXM dense bf16; none on cpu)",
+    )
+    parser.add_argument("--json", default=None, help="write every result here as JSON")
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter for the contender processes (default: this one)",
+    )
+    parser.add_argument("--timeout", default="3600", help="seconds allowed to one process")
+    parser.add_argument("--seed", default="0")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only import every contender's framework in its process, print versions, and exit",
+    )
+    return parser
+
+
+@dataclasses.dataclass
+class Plan:
+    """The validated options of one run."""
+
+    models: list
+    configs: dict
+    contenders: list
+    device: str
+    batches: list
+    rounds: int
+    steps: dict
+    warmup: int
+    modes: tuple
+    image_size: int
+    agreement_images: int
+    int8_checkpoint: str
+    peak_flops: float
+    python: str
+    timeout: int
+    seed: int
+
+
+def make_plan(args):
+    """Checks every option and returns a `Plan`.
+
+    Raises:
+        ValueError: naming the option, what was received and what is expected.
+    """
+    device = args.device
+    precision = args.precision or DEFAULT_PRECISION[device]
+    contenders = [
+        parse_contender(c, precision)
+        for c in (args.contenders or DEFAULT_CONTENDERS[device]).split(",")
+        if c.strip()
+    ]
+    if not contenders:
+        raise ValueError(f"--contenders names no contender. Received: {args.contenders!r}")
+    duplicates = sorted({c.name for c in contenders if contenders.count(c) > 1})
+    if duplicates:
+        raise ValueError(f"--contenders names {duplicates} twice.")
+    (image_size,) = _int_list("image-size", args.image_size)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models:
+        raise ValueError(f"--models names no model. Received: {args.models!r}")
+    configs = {}
+    for model in models:
+        config = common.variant_config(model)
+        if image_size % config["patch_size"]:
+            raise ValueError(
+                f"--image-size {image_size} is not divisible by {config['name']}'s patch size "
+                f"{config['patch_size']}."
+            )
+        configs[config["name"]] = config
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if not modes or set(modes) - set(TRAINING_MODES):
+        raise ValueError(f"--modes must be infer, train or infer,train. Received: {args.modes!r}")
+    peak = args.peak_flops
+    if peak is None and device == "gpu":
+        peak = flops.H100_SXM_DENSE_BF16_FLOPS
+    if peak is not None and peak <= 0:
+        raise ValueError(f"--peak-flops must be positive. Received: {peak}")
+    if args.int8_checkpoint and not os.path.isfile(args.int8_checkpoint):
+        raise ValueError(f"--int8-checkpoint {args.int8_checkpoint!r} is not a file.")
+    if args.int8_checkpoint and not any(c.precision == "int8" for c in contenders):
+        raise ValueError(
+            "--int8-checkpoint needs an int8 contender (keras_vit-int8) in --contenders. "
+            f"Received: {','.join(c.name for c in contenders)}"
+        )
+    return Plan(
+        models=list(configs),
+        configs=configs,
+        contenders=contenders,
+        device=device,
+        batches=_int_list("batch", args.batch or DEFAULT_BATCH[device]),
+        rounds=_int_list("rounds", args.rounds)[0],
+        steps=dict(
+            infer=_int_list("infer-steps", args.infer_steps)[0],
+            train=_int_list("train-steps", args.train_steps)[0],
+        ),
+        warmup=_int_list("warmup", args.warmup, minimum=0)[0],
+        modes=tuple(m for m in TRAINING_MODES if m in modes),
+        image_size=image_size,
+        agreement_images=_int_list("agreement-images", args.agreement_images, minimum=0)[0],
+        int8_checkpoint=args.int8_checkpoint,
+        peak_flops=peak,
+        python=args.python,
+        timeout=_int_list("timeout", args.timeout)[0],
+        seed=int(args.seed),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Running the contender processes.
+
+
+def run_process(plan, contender, mode, model=None, batch=1, extra=()):
+    """Runs one contender process and returns its result dict (with `error` if it failed)."""
+    command = [
+        plan.python, "-m", contender.module, "--mode", mode, "--image-size", str(plan.image_size),
+        "--batch", str(batch), "--device", plan.device, "--precision", contender.precision,
+        "--steps", str(plan.steps.get(mode, 1)), "--warmup", str(plan.warmup),
+        "--seed", str(plan.seed), *(["--model", model] if model else []),
+        *(["--xla"] if contender.xla else []),
+        *(["--agreement-images", str(plan.agreement_images)] if mode == "agreement" else []),
+        *extra,
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+    start = time.time()
+    command += ["--spawned-at", repr(start)]
+    try:
+        done = subprocess.run(
+            command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=plan.timeout
+        )
+    except subprocess.TimeoutExpired:
+        return dict(error=f"timed out after {plan.timeout} s", wall_s=time.time() - start)
+    except OSError as e:
+        return dict(error=f"could not start {plan.python!r}: {e}", wall_s=time.time() - start)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(common.RESULT_PREFIX)]
+    if done.returncode == 0 and lines:
+        result = json.loads(lines[-1][len(common.RESULT_PREFIX) :])
+    else:
+        log = (done.stderr + done.stdout).strip().splitlines()
+        result = dict(error=f"exit code {done.returncode}: " + "\n".join(log[-ERROR_TAIL_LINES:]))
+    result["wall_s"] = time.time() - start
+    return result
+
+
+def _progress(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def _describe_round(result):
+    if "error" in result:
+        return "FAILED: " + result["error"].splitlines()[-1][:200]
+    parts = []
+    if "images_per_s" in result:
+        parts.append(f"{result['images_per_s']:.2f} img/s")
+    if result.get("mode") == "train":
+        parts.append(f"first step {result['first_step_s']:.1f} s")
+        parts.append(f"peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB")
+    if "top1_agreement" in result:
+        parts.append(f"top-1 agreement {result['top1_agreement']:.1%}")
+    return ", ".join(parts) + f" ({result['wall_s']:.0f} s)"
+
+
+def run_all(plan):
+    """Every measurement of `plan`, rounds interleaved. Returns the list of entries."""
+    entries = []
+    for model in plan.models:
+        for batch in plan.batches:
+            group = {
+                c: dict(model=model, batch=batch, contender=c, rounds=[]) for c in plan.contenders
+            }
+            failed = set()  # (contender, mode) that failed once: not retried in later rounds
+            for round_index in range(plan.rounds):
+                shift = round_index % len(plan.contenders)
+                for contender in plan.contenders[shift:] + plan.contenders[:shift]:
+                    modes = [m for m in contender.modes if m in plan.modes]
+                    if round_index == 0 and contender.precision == "int8" and plan.agreement_images:
+                        modes.append("agreement")
+                    for mode in modes:
+                        if (contender, mode) in failed:
+                            continue
+                        result = run_process(plan, contender, mode, model, batch)
+                        result.update(round=round_index + 1, mode=mode)
+                        group[contender]["rounds"].append(result)
+                        if "error" in result:
+                            failed.add((contender, mode))
+                        _progress(
+                            f"[{model} batch {batch} round {round_index + 1}/{plan.rounds}] "
+                            f"{contender.name} {mode}: {_describe_round(result)}"
+                        )
+            entries.extend(group.values())
+    if plan.int8_checkpoint:
+        for contender in [c for c in plan.contenders if c.precision == "int8"]:
+            result = run_process(
+                plan, contender, "agreement", batch=plan.batches[0],
+                extra=("--checkpoint", os.path.abspath(plan.int8_checkpoint)),
+            )  # fmt: skip
+            result.update(round=1, mode="agreement")
+            _progress(
+                f"[{plan.int8_checkpoint}] {contender.name} agreement: {_describe_round(result)}"
+            )
+            entries.append(
+                dict(
+                    model=plan.int8_checkpoint,
+                    batch=plan.batches[0],
+                    contender=contender,
+                    rounds=[result],
+                )
+            )
+    return entries
+
+
+# ------------------------------------------------------------------------------------------
+# Summaries, ratios, the table.
+
+
+def summarize(entry, plan):
+    """Medians over the rounds of one entry (peak RSS: the maximum), and MFU where asked."""
+    by_mode = {}
+    for result in entry["rounds"]:
+        by_mode.setdefault(result["mode"], []).append(result)
+    ok = {m: [r for r in rs if "error" not in r] for m, rs in by_mode.items()}
+    summary = {}
+    errors = [r["error"] for r in entry["rounds"] if "error" in r]
+    if errors:
+        summary["error"] = errors[0]
+    if ok.get("infer"):
+        summary["infer_images_per_s"] = statistics.median(r["images_per_s"] for r in ok["infer"])
+    if ok.get("train"):
+        train = ok["train"]
+        summary["train_images_per_s"] = statistics.median(r["images_per_s"] for r in train)
+        summary["first_step_s"] = statistics.median(r["first_step_s"] for r in train)
+        if all("import_s" in r for r in train):
+            summary["import_s"] = statistics.median(r["import_s"] for r in train)
+        summary["peak_rss_train_bytes"] = max(r["peak_rss_bytes"] for r in train)
+        device_peaks = [r.get("device_peak_bytes") for r in train]
+        if all(device_peaks):
+            summary["device_peak_train_bytes"] = max(device_peaks)
+    if ok.get("agreement"):
+        result = ok["agreement"][0]
+        summary["agreement"] = {
+            k: result[k]
+            for k in (
+                "top1_agreement",
+                "distinct_top1",
+                "images",
+                "centred",
+                "relative_logit_error",
+                "source",
+            )
+        }
+    config = plan.configs.get(entry["model"])
+    if config:
+        macs = forward_macs(config, plan.image_size)
+        for mode, training in (("infer", False), ("train", True)):
+            rate = summary.get(f"{mode}_images_per_s")
+            if rate is None:
+                continue
+            summary[f"{mode}_tflops"] = rate * flops.step_flops(macs, training) / 1e12
+            if plan.peak_flops:
+                summary[f"{mode}_mfu"] = flops.model_flop_utilisation(
+                    rate, macs, training, plan.peak_flops
+                )
+    versions = next((r["versions"] for r in entry["rounds"] if "versions" in r), {})
+    return summary, versions
+
+
+def forward_macs(config, image_size):
+    return flops.vit_forward_macs(
+        image_size,
+        config["patch_size"],
+        hidden_size=config["hidden_size"],
+        num_layers=config["num_layers"],
+        mlp_dim=config["mlp_dim"],
+    )
+
+
+def baseline_for(contender, contenders):
+    """The timm contender that `contender` is compared with: timm at the same precision where
+    it was measured, else timm fp32 (int8 and CPU bf16 compare with what a timm user runs)."""
+    timms = {c.precision: c for c in contenders if c.family == BASELINE_FAMILY}
+    return timms.get(contender.precision) or timms.get("fp32")
+
+
+def with_ratio(value, reference, fmt):
+    """`value` formatted, followed by its ratio to `reference` when both exist."""
+    if value is None:
+        return "–"
+    text = fmt(value)
+    if reference:
+        text += f" ({value / reference:.2f}x)"
+    return text
+
+
+def markdown_table(entries, plan):
+    """One Markdown table per model and batch size, with ratios to timm."""
+    gpu = plan.device == "gpu"
+    header = [
+        "contender",
+        "inference img/s (median)",
+        "one AdamW training step img/s",
+        "time to first training step",
+        "peak RSS training",
+    ]
+    if gpu:
+        header += ["peak GPU memory training", "inference MFU", "training MFU"]
+    header.append("notes")
+    out = []
+    groups = {}
+    for entry in entries:
+        groups.setdefault((entry["model"], entry["batch"]), []).append(entry)
+    for (model, batch), group in groups.items():
+        by_contender = {e["contender"]: e for e in group}
+        if model in plan.configs:
+            out.append(f"### {model}, {plan.image_size} px, batch {batch}, {plan.device}\n")
+        else:
+            out.append(f"### {model} (--int8-checkpoint)\n")
+        if any(c.family == BASELINE_FAMILY for c in by_contender):
+            out.append(
+                "In parentheses: the ratio to timm at the same precision, or to timm fp32 where "
+                "timm did not run at that precision.\n"
+            )
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "---|" * len(header))
+        for entry in group:
+            s = entry["summary"]
+            base_entry = by_contender.get(baseline_for(entry["contender"], list(by_contender)))
+            b = base_entry["summary"] if base_entry and base_entry is not entry else {}
+            cells = [
+                entry["contender"].label(entry["versions"]),
+                with_ratio(
+                    s.get("infer_images_per_s"), b.get("infer_images_per_s"), "{:.2f}".format
+                ),
+                with_ratio(
+                    s.get("train_images_per_s"), b.get("train_images_per_s"), "{:.2f}".format
+                ),
+                with_ratio(s.get("first_step_s"), b.get("first_step_s"), "{:.1f} s".format),
+                with_ratio(
+                    s.get("peak_rss_train_bytes"),
+                    b.get("peak_rss_train_bytes"),
+                    lambda v: f"{v / 1e9:.2f} GB",
+                ),
+            ]
+            if gpu:
+                cells += [
+                    with_ratio(
+                        s.get("device_peak_train_bytes"),
+                        b.get("device_peak_train_bytes"),
+                        lambda v: f"{v / 1e9:.2f} GB",
+                    ),
+                    with_ratio(s.get("infer_mfu"), None, "{:.1%}".format),
+                    with_ratio(s.get("train_mfu"), None, "{:.1%}".format),
+                ]
+            cells.append(_notes(s))
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _notes(summary):
+    notes = []
+    agreement = summary.get("agreement")
+    if agreement:
+        centred = agreement["centred"]
+        notes.append(
+            f"top-1 agreement with fp32 on {agreement['images']} random images: "
+            f"{agreement['top1_agreement']:.1%} (distinct top-1 classes: "
+            f"{agreement['distinct_top1']}), centred logits {centred['top1_agreement']:.1%} "
+            f"(distinct: {centred['distinct_top1']}); logit error "
+            f"{agreement['relative_logit_error']:.2f} of the image-dependent spread"
+        )
+    if "error" in summary:
+        notes.append("FAILED: " + summary["error"].splitlines()[-1].replace("|", "/")[:160])
+    return "; ".join(notes)
+
+
+def machine_info(device):
+    """CPU model, cores, memory, relevant instruction sets; the GPU's name on a GPU run."""
+    info = dict(platform=platform.platform(), python=platform.python_version(), cpus=os.cpu_count())
+    try:
+        with open("/proc/cpuinfo") as f:
+            fields = dict(line.split(":", 1) for line in f.read().splitlines()[::-1] if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}  # the first CPU's values
+        info["cpu"] = fields.get("model name")
+        info["cpu_flags"] = sorted(
+            f for f in fields.get("flags", "").split() if f.startswith(("avx", "amx", "fma"))
+        )
+        with open("/proc/meminfo") as f:
+            info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    if device == "gpu":
+        query = ["--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+        try:
+            info["gpu"] = subprocess.run(
+                ["nvidia-smi", *query], capture_output=True, text=True, timeout=30
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError) as e:
+            info["gpu"] = f"unknown ({e})"
+    return info
+
+
+def write_json(path, document):
+    """Writes `document` to `path` through a temporary file renamed into place.
+
+    (keras_vit.checkpoint.atomic_write does the same, but importing keras_vit would load
+    TensorFlow into this driver process, which must stay light beside the measured ones.)
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(document, f, indent=1)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def check(plan):
+    """Imports each family's framework in its own process; returns the exit code."""
+    status = 0
+    seen = set()
+    for contender in plan.contenders:
+        if contender.family in seen:
+            continue
+        seen.add(contender.family)
+        result = run_process(plan, contender, "check")
+        if "error" in result:
+            status = 1
+            print(f"{contender.family}: FAILED\n{result['error']}")
+        else:
+            print(
+                f"{contender.family}: ok, {result['versions']} (imports {result['import_s']:.1f} s)"
+            )
+    return status
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        plan = make_plan(args)
+    except ValueError as e:
+        print(f"benchmarks.run: error: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        return check(plan)
+    started = datetime.datetime.now(datetime.UTC)
+    entries = run_all(plan)
+    for entry in entries:
+        entry["summary"], entry["versions"] = summarize(entry, plan)
+    table = markdown_table(entries, plan)
+    print(table)
+    if args.json:
+        document = dict(
+            command=["python", "-m", "benchmarks.run", *(sys.argv[1:] if argv is None else argv)],
+            started=started.isoformat(timespec="seconds"),
+            wall_s=(datetime.datetime.now(datetime.UTC) - started).total_seconds(),
+            machine=machine_info(plan.device),
+            plan=dict(dataclasses.asdict(plan), contenders=[c.name for c in plan.contenders]),
+            models={
+                m: dict(c, forward_macs=forward_macs(c, plan.image_size))
+                for m, c in plan.configs.items()
+            },
+            results=[
+                dict(e, contender=e["contender"].name, label=e["contender"].label(e["versions"]))
+                for e in entries
+            ],
+            table=table,
+        )
+        write_json(args.json, document)
+        print(f"Wrote {args.json}", file=sys.stderr)
+    failed = [e for e in entries if "error" in e["summary"]]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
