@@ -50,6 +50,7 @@ from keras_vit.model import (
 from keras_vit.preprocessing import preprocess_inputs
 from keras_vit.pretrained import (
     default_checkpoint,
+    from_pretrained,
     list_checkpoints,
     load_pretrained,
     register_checkpoint,
@@ -57,3 +58,10 @@ from keras_vit.pretrained import (
 from keras_vit.resnet import BottleneckUnit, ResNetStem, StdConv2D
 
 __version__ = "0.1.0"
+
+
+def get_strategy(name="auto", tpu=None):
+    """A tf.distribute strategy by name: see `keras_vit.distribute.get_strategy`."""
+    from keras_vit.distribute import get_strategy as _get_strategy  # imports TensorFlow lazily
+
+    return _get_strategy(name, tpu)

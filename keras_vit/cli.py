@@ -7,7 +7,7 @@ import time
 
 COMMANDS = {}
 # Modules whose `@command` functions join the command line (imported when the parser is built).
-COMMAND_MODULES = ("keras_vit.export", "keras_vit.inspect")
+COMMAND_MODULES = ("keras_vit.train_cli", "keras_vit.export", "keras_vit.inspect")
 
 
 def command(name, help):
@@ -107,25 +107,27 @@ def _add_weights_args(parser, image_size=True):
 
 def _model_from_args(args, source=None, **overrides):
     """Builds the model a command asks for: --model/--pretrained, or everything from the file."""
-    from keras_vit import checkpoint, pretrained
-    from keras_vit.model import ViT, create_model
+    from keras_vit import pretrained
+    from keras_vit.model import create_model
 
     source = source or args.pretrained
+    if getattr(args, "image_size", None):
+        overrides["image_size"] = args.image_size
     if args.model:
-        kwargs = dict(overrides)
-        if getattr(args, "image_size", None):
-            kwargs["image_size"] = args.image_size
-        return create_model(args.model, pretrained=source or True, **kwargs)
+        return create_model(args.model, pretrained=source or True, **overrides)
     if not source:
         raise ValueError("Give --model, --pretrained, or both.")
-    params, _ = pretrained.fetch_params(source)
-    config = checkpoint.config_from_params(params)
-    if getattr(args, "image_size", None):
-        config["image_size"] = args.image_size
-    config.update(overrides)
-    model = ViT(**config)
-    checkpoint.load_params(model, params)
-    return model
+    return pretrained.from_pretrained(source, **overrides)
+
+
+def _registry_class_names(source):
+    """The class names a registry entry records (e.g. the digits demo's), or None."""
+    from keras_vit import pretrained
+
+    try:
+        return pretrained.get_checkpoint(source).get("class_names")
+    except (ValueError, TypeError):
+        return None
 
 
 @command("predict", "classify images with a pretrained model and print the top-5 classes")
@@ -140,7 +142,9 @@ def predict_command(args):
     size = tuple(model.input.shape[1:3])
     images = np.stack([load_image(path, size) for path in args.images])
     logits = model.predict(preprocess_inputs(images), verbose=0)
-    for path, top in zip(args.images, decode_predictions(logits, top=args.top)):
+    names = _registry_class_names(args.pretrained) if args.pretrained else None
+    top_classes = decode_predictions(logits, top=min(args.top, logits.shape[1]), class_names=names)
+    for path, top in zip(args.images, top_classes):
         print(path)
         for class_id, name, probability in top:
             print(f"  {probability:7.2%}  {name} ({class_id})")

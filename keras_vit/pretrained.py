@@ -258,6 +258,18 @@ def _fetch_valid(url, path, sha256, progress):
                 os.remove(path)
 
 
+def _read_shipped(entry):
+    """Reads a checkpoint shipped inside the package, checking its registered SHA-256."""
+    resource = importlib.resources.files("keras_vit.checkpoints").joinpath(entry["file"])
+    with importlib.resources.as_file(resource) as path:
+        if entry["sha256"] and sha256sum(path) != entry["sha256"]:
+            raise checkpoint.CheckpointError(
+                f"The shipped checkpoint {path} does not have its registered SHA-256 "
+                f"{entry['sha256']}: the installation is damaged or the file was replaced."
+            )
+        return checkpoint.read_npz(path)
+
+
 def _is_url(source):
     return isinstance(source, str) and source.split("://", 1)[0] in ("http", "https", "file")
 
@@ -275,6 +287,8 @@ def fetch_params(source, progress=True):
         if path not in _registry() and (path.endswith(".npz") or path.startswith((".", "/", "~"))):
             raise FileNotFoundError(f"No checkpoint file at {path}.")
         entry = get_checkpoint(path)
+        if entry.get("file"):
+            return _read_shipped(entry), entry
         return _fetch_valid(entry["url"], cache_path(entry), entry["sha256"], progress), entry
     if _is_url(source):
         return _fetch_valid(source, _cache_path_for_url(source), None, progress), None
@@ -317,6 +331,40 @@ def load_pretrained(model, source, progress=True):
     report = checkpoint.load_params(model, params)
     report["entry"] = entry
     return report
+
+
+def from_pretrained(source, progress=True, **overrides):
+    """Builds the model a checkpoint describes and loads it: no architecture to spell out.
+
+    Args:
+        source: a registry name (e.g. "digits", "imagenet21k/ViT-B_16"), a local `.npz` path
+            or a URL. For registry entries of a paper variant, the variant at the entry's
+            resolution and classes; otherwise the architecture read off the file's shapes.
+        progress: bool. Show a download progress bar. Defaults to True.
+        **overrides: arguments of `keras_vit.ViT` to change (e.g. `image_size`, `num_classes`,
+            `include_top`); position embeddings and head follow the usual loading rules.
+
+    Example:
+    >>> model = from_pretrained("digits")  # the shipped demo, 10 classes at 16x16
+    """
+    import keras_vit.model
+
+    params, entry = fetch_params(source, progress=progress)
+    if entry and entry.get("variant"):
+        kwargs = dict(image_size=entry["resolution"] or 224, num_classes=entry["num_classes"])
+        kwargs.update(overrides)
+        return keras_vit.model.create_model(entry["variant"], pretrained=entry["name"], **kwargs)
+    config = dict(entry["config"]) if entry and entry.get("config") else (
+        checkpoint.config_from_params(params))
+    config.update(overrides)
+    model = keras_vit.model.ViT(name=config.pop("name", None) or _model_name(source), **config)
+    checkpoint.load_params(model, params)
+    return model
+
+
+def _model_name(source):
+    stem = os.path.basename(os.fspath(source)).removesuffix(".npz")
+    return "vit_" + "".join(c if c.isalnum() else "_" for c in stem).strip("_").lower()
 
 
 def build_pretrained(spec, source, kwargs):

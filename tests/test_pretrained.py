@@ -485,6 +485,8 @@ def test_registry_covers_the_official_folders():
             ("imagenet2012", 384),
         ], variant
     for entry in keras_vit.list_checkpoints():
+        if entry.get("file"):  # shipped with the package
+            continue
         assert entry["url"].startswith("https://storage.googleapis.com/vit_models/")
         assert entry["url"].endswith(entry["name"].split("/", 1)[1] + ".npz")
 
@@ -544,3 +546,20 @@ def test_predict_command_prints_the_top_classes(tmp_path, capsys):
         == 2
     )
     assert "Cannot decode" in capsys.readouterr().err
+
+
+def test_the_shipped_demo_checkpoint_loads_offline_and_is_hash_checked(monkeypatch, tmp_path):
+    entry = pretrained.get_checkpoint("digits")
+    model = keras_vit.from_pretrained("digits")
+    assert model.count_params() == 138_954 and tuple(model.input.shape[1:]) == (16, 16, 3)
+    params = pretrained.fetch_params("digits")[0]
+    for key, variable in checkpoint.checkpoint_variables(model).items():
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), params[key])
+    same = keras_vit.ViT(**entry["config"])
+    keras_vit.load_pretrained(same, "digits")
+    x = np.random.default_rng(19).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
+    np.testing.assert_array_equal(logits(model, x), logits(same, x))
+    # A shipped file that does not match its registered hash is refused.
+    monkeypatch.setitem(pretrained._REGISTERED, "digits", dict(entry, sha256="1" * 64))
+    with pytest.raises(keras_vit.CheckpointError, match="does not have its registered SHA-256"):
+        keras_vit.from_pretrained("digits")

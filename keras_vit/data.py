@@ -1,0 +1,589 @@
+"""Input pipelines with `tf.data`: tensorflow-datasets by name, image folders, NumPy arrays.
+
+Every pipeline yields `(images, labels)` batches: images float32 `[B, H, W, 3]` in [-1, 1],
+labels int32 `[B]`. The preprocessing is the official one (vit_jax `input_pipeline.py`):
+
+- train: inception crop (a random box covering 5% to 100% of the image, aspect ratio 3/4 to
+  4/3), resize to the model resolution, random horizontal flip, `x / 127.5 - 1`;
+- eval: plain resize to the model resolution (no centre crop), `x / 127.5 - 1`.
+
+Training pipelines are *epoch-deterministic*: the order of epoch `e` and every random crop and
+flip in it are stateless functions of `(seed, e, example index)`. A run resumed at epoch `e`
+(see `keras_vit.training.resume_epoch`) therefore sees exactly the batches the uninterrupted
+run would have seen. This holds for NumPy arrays, image folders and every tensorflow-datasets
+split of at most `RANDOM_ACCESS_LIMIT` examples (held in memory still encoded); larger splits
+(ImageNet) stream through a seeded shuffle buffer, deterministic from the start of a run but
+reshuffled differently after a resume.
+
+Training pipelines repeat forever, one epoch after the other, with whole batches only (the
+examples that do not fill the last batch of an epoch are left out of that epoch); pass
+`steps_per_epoch=data.steps_per_epoch` to `model.fit`. Evaluation pipelines run once over
+every example.
+
+Batch sizes are global. Under a `tf.distribute` strategy with more than one replica, pass
+`strategy=`: the training pipeline is then built per input pipeline with
+`strategy.distribute_datasets_from_function`, each worker reading only its share of the
+examples and batching per replica (`batch_size / num_replicas_in_sync`); every step still
+covers the same global batch as on one device.
+"""
+
+import dataclasses
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit.preprocessing import INPUT_OFFSET, INPUT_SCALE
+
+# Inception crop of the official training pipeline (vit_jax input_pipeline.py):
+# `tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0), min_object_covered=0)`,
+# with TensorFlow's default aspect-ratio range.
+INCEPTION_AREA_RANGE = (0.05, 1.0)
+INCEPTION_ASPECT_RATIO_RANGE = (3 / 4, 4 / 3)
+# Splits of at most this many examples are held in memory (still encoded) so that every
+# epoch's order is a stateless permutation: resumed runs see the same batches.
+RANDOM_ACCESS_LIMIT = 200_000
+# Shuffle buffer for larger, streamed splits (vit_jax uses 50k for ImageNet-21k).
+STREAM_SHUFFLE_BUFFER = 50_000
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """A tensorflow-datasets dataset the paper fine-tunes on.
+
+    Attributes:
+        name: str. The tfds name.
+        num_classes: int.
+        splits: dict. Our split names ("train", "validation", "test") to tfds split strings;
+            "validation" is the held-out slice of the training set the paper selects
+            hyper-parameters on (2% for CIFAR, as vit_jax's `train[:98%]`).
+        manual: bool. Whether tfds needs the files downloaded by hand (`manual_dir`).
+    """
+
+    name: str
+    num_classes: int
+    splits: dict
+    manual: bool = False
+
+
+DATASETS = {
+    spec.name: spec
+    for spec in (
+        DatasetSpec("cifar10", 10, dict(train="train[:98%]", validation="train[98%:]", test="test")),
+        DatasetSpec("cifar100", 100, dict(train="train[:98%]", validation="train[98%:]", test="test")),
+        DatasetSpec("oxford_iiit_pet", 37, dict(train="train[:90%]", validation="train[90%:]", test="test")),
+        DatasetSpec("oxford_flowers102", 102, dict(train="train", validation="validation", test="test")),
+        DatasetSpec(
+            "imagenet2012",
+            1000,
+            dict(train="train[:99%]", validation="train[99%:]", test="validation"),
+            manual=True,
+        ),
+    )
+}
+
+
+@dataclasses.dataclass
+class InputData:
+    """A batched input pipeline and what `model.fit` needs to know about it.
+
+    Attributes:
+        dataset: `tf.data.Dataset` (or a distributed dataset) of `(images, labels)` batches.
+        num_examples: int. Examples in the split.
+        num_classes: int. Labels are in `[0, num_classes)`.
+        batch_size: int. Global batch size.
+        training: bool. Training pipelines repeat forever with augmentation.
+        class_names: tuple of str. Label names, where known.
+    """
+
+    dataset: object
+    num_examples: int
+    num_classes: int
+    batch_size: int
+    training: bool
+    class_names: tuple = ()
+
+    @property
+    def steps_per_epoch(self):
+        """Whole batches per epoch for training; all batches (the last partial) for eval."""
+        if self.training:
+            return self.num_examples // self.batch_size
+        return math.ceil(self.num_examples / self.batch_size)
+
+
+# --------------------------------------------------------------------------------------------
+# Preprocessing.
+
+
+def _to_rgb(image):
+    # image = [H, W, 1 or 3] -> [H, W, 3]
+    if image.shape[-1] == 1:
+        return tf.image.grayscale_to_rgb(image)
+    return image
+
+
+def _scale(image):
+    return tf.cast(image, tf.float32) / INPUT_SCALE + INPUT_OFFSET
+
+
+def preprocess_eval(image, image_size):
+    """Official evaluation preprocessing: resize to `image_size`, scale to [-1, 1].
+
+    Args:
+        image: uint8 (or float in [0, 255]) tensor `[H, W, 3]` (or `[H, W, 1]`).
+        image_size: (height, width).
+
+    Returns:
+        float32 `[height, width, 3]` in [-1, 1].
+    """
+    image = tf.image.resize(_to_rgb(image), image_size)
+    return _scale(image)
+
+
+def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, flip=True):
+    """Official training preprocessing, stateless: inception crop, resize, flip, scale.
+
+    Args:
+        image: uint8 (or float in [0, 255]) tensor `[H, W, 3]` (or `[H, W, 1]`).
+        image_size: (height, width).
+        seed: int tensor of shape [2]. The same seed gives the same crop and flip.
+        area_range: (min, max) fraction of the image the crop covers. Defaults to the
+            official (0.05, 1.0).
+        flip: bool. Random horizontal flip. Defaults to True.
+
+    Returns:
+        float32 `[height, width, 3]` in [-1, 1].
+    """
+    image = _to_rgb(image)
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image),
+        bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
+        seed=crop_seed,
+        min_object_covered=0.0,
+        aspect_ratio_range=INCEPTION_ASPECT_RATIO_RANGE,
+        area_range=area_range,
+        use_image_if_no_bounding_boxes=True,
+    )
+    image = tf.slice(image, begin, size)  # image = [h, w, 3], a random box
+    image = tf.image.resize(image, image_size)  # image = [height, width, 3]
+    if flip:
+        image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+    return _scale(image)
+
+
+# --------------------------------------------------------------------------------------------
+# The one pipeline every source goes through.
+
+
+@dataclasses.dataclass
+class _Source:
+    """Examples to feed: random access (`fetch(index)`) or a stream (`stream`)."""
+
+    num_examples: int
+    num_classes: int
+    fetch: object = None  # index -> (raw image, label)
+    stream: object = None  # unbatched tf.data.Dataset of (raw image, label)
+    decode: object = None  # raw image -> uint8 [H, W, C]; None if already decoded
+    class_names: tuple = ()
+
+    def load(self, raw):
+        return raw if self.decode is None else self.decode(raw)
+
+
+def _check_batch_size(batch_size, num_replicas, num_examples, training):
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}")
+    if batch_size % num_replicas:
+        raise ValueError(
+            f"batch_size {batch_size} is not divisible across {num_replicas} replicas. Expected a "
+            f"multiple of {num_replicas} (e.g. {max(1, batch_size // num_replicas) * num_replicas})."
+        )
+    if training and num_examples < batch_size:
+        raise ValueError(
+            f"The training split has {num_examples} examples, fewer than one batch of "
+            f"{batch_size}. Expected at least batch_size examples."
+        )
+
+
+def _epoch_indices(epoch, num_examples, steps, batch_size, seed):
+    """(epoch, index) pairs of one training epoch: a stateless permutation, whole batches."""
+    order = tf.random.experimental.stateless_shuffle(
+        tf.range(num_examples, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch])
+    )[: steps * batch_size]
+    return tf.data.Dataset.from_tensor_slices((tf.fill([steps * batch_size], epoch), order))
+
+
+def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epoch, augment,
+                   shard):
+    """The repeated, augmented training stream of one input pipeline, in `batch_size` batches.
+
+    Each epoch takes the first `steps * global_batch` examples of its permutation; input
+    pipeline `shard = (count, index)` keeps every count-th of them, so that the pipelines'
+    per-replica batches of one step together hold the same examples as one global batch.
+    """
+    num_shards, shard_index = shard
+    steps = source.num_examples // global_batch
+
+    def prepare(epoch, index, raw, label):
+        image = source.load(raw)
+        example_seed = tf.stack([epoch * source.num_examples + index, tf.constant(seed, tf.int64)])
+        if augment:
+            image = preprocess_train(image, image_size, example_seed, **augment)
+        else:
+            image = preprocess_eval(image, image_size)
+        return image, tf.cast(label, tf.int32)
+
+    if source.fetch is not None:
+        epochs = tf.data.Dataset.range(start_epoch, np.iinfo(np.int64).max)
+        pairs = epochs.flat_map(
+            lambda e: _epoch_indices(e, source.num_examples, steps, global_batch, seed)
+        )
+        pairs = pairs.shard(num_shards, shard_index)
+        examples = pairs.map(
+            lambda e, i: prepare(e, i, *source.fetch(i)), num_parallel_calls=AUTOTUNE
+        )
+    else:
+        stream = source.stream.shard(num_shards, shard_index)
+        stream = stream.shuffle(
+            min(STREAM_SHUFFLE_BUFFER, source.num_examples), seed=seed * 1_000_003 + start_epoch
+        ).repeat()
+        examples = stream.enumerate().map(
+            lambda i, example: prepare(tf.constant(start_epoch, tf.int64), i, *example),
+            num_parallel_calls=AUTOTUNE,
+        )
+    return examples.batch(batch_size, drop_remainder=True)
+
+
+def _eval_dataset(source, image_size, batch_size):
+    if source.fetch is not None:
+        examples = tf.data.Dataset.range(source.num_examples).map(source.fetch)
+    else:
+        examples = source.stream
+    examples = examples.map(
+        lambda raw, label: (preprocess_eval(source.load(raw), image_size), tf.cast(label, tf.int32)),
+        num_parallel_calls=AUTOTUNE,
+    )
+    return examples.batch(batch_size)
+
+
+def _finish(dataset):
+    options = tf.data.Options()
+    options.deterministic = True
+    # Keras shards a dataset across workers by batches; our pipelines have no file reader.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.prefetch(AUTOTUNE).with_options(options)
+
+
+def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augment, strategy):
+    from keras_vit.layers import to_pair
+
+    image_size = to_pair("image_size", image_size)
+    num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    _check_batch_size(batch_size, num_replicas, source.num_examples, training)
+    if isinstance(start_epoch, bool) or not isinstance(start_epoch, int) or start_epoch < 0:
+        raise ValueError(f"`start_epoch` must be an integer >= 0. Received: start_epoch={start_epoch!r}")
+    if not training:
+        dataset = _finish(_eval_dataset(source, image_size, batch_size))
+    elif num_replicas == 1:
+        dataset = _finish(
+            _train_dataset(source, image_size, batch_size, batch_size, seed, start_epoch,
+                           augment, (1, 0))
+        )
+    else:
+
+        def dataset_fn(context):
+            return _finish(
+                _train_dataset(
+                    source,
+                    image_size,
+                    batch_size,
+                    context.get_per_replica_batch_size(batch_size),
+                    seed,
+                    start_epoch,
+                    augment,
+                    (context.num_input_pipelines, context.input_pipeline_id),
+                )
+            )
+
+        dataset = strategy.distribute_datasets_from_function(dataset_fn)
+    return InputData(
+        dataset=dataset,
+        num_examples=source.num_examples,
+        num_classes=source.num_classes,
+        batch_size=batch_size,
+        training=training,
+        class_names=tuple(source.class_names),
+    )
+
+
+def _augment_args(augment):
+    """`augment`: True (official), False (eval preprocessing), or a dict of overrides."""
+    if augment is True:
+        return dict(area_range=INCEPTION_AREA_RANGE, flip=True)
+    if augment is False or augment is None:
+        return None
+    if isinstance(augment, dict) and set(augment) <= {"area_range", "flip"}:
+        return dict(dict(area_range=INCEPTION_AREA_RANGE, flip=True), **augment)
+    raise ValueError(
+        f"`augment` must be True, False or a dict with keys 'area_range' and/or 'flip'. "
+        f"Received: augment={augment!r}"
+    )
+
+
+def _decode(encoded):
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    return tf.ensure_shape(image, [None, None, 3])
+
+
+# --------------------------------------------------------------------------------------------
+# Sources.
+
+
+def from_arrays(
+    images,
+    labels,
+    *,
+    num_classes=None,
+    image_size,
+    batch_size,
+    training,
+    seed=0,
+    start_epoch=0,
+    augment=True,
+    strategy=None,
+    class_names=(),
+):
+    """A pipeline over in-memory images.
+
+    Args:
+        images: array `[N, H, W, 3]`, `[N, H, W, 1]` or `[N, H, W]`, RGB or grey values in
+            [0, 255] (uint8 or float).
+        labels: int array `[N]`.
+        num_classes: int or None. Labels must lie in `[0, num_classes)`. Defaults to
+            `max(labels) + 1`.
+        image_size: int or (height, width). The model resolution.
+        batch_size: int. Global batch size.
+        training: bool. Augmented, shuffled, repeated batches if True; one pass in order if
+            False.
+        seed: int. Seed of the shuffle and augmentation. Defaults to 0.
+        start_epoch: int. First epoch of a training pipeline (to resume a run). Defaults to 0.
+        augment: True for the official inception crop and flip, False for none, or a dict
+            overriding `area_range` / `flip`. Defaults to True.
+        strategy: `tf.distribute.Strategy` or None. See the module docstring.
+        class_names: sequence of str. Label names. Defaults to none.
+
+    Returns:
+        `InputData`.
+
+    Raises:
+        ValueError: for images that are not `[N, H, W(, C)]`, a label count that differs
+            from the image count, or labels outside `[0, num_classes)`.
+    """
+    images = np.asarray(images)
+    labels = np.asarray(labels)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4 or images.shape[-1] not in (1, 3):
+        raise ValueError(
+            f"`images` must have shape [N, H, W, 3], [N, H, W, 1] or [N, H, W]. "
+            f"Received shape {images.shape}"
+        )
+    if labels.ndim != 1 or len(labels) != len(images):
+        raise ValueError(
+            f"`labels` must be a vector of one label per image ({len(images)}). "
+            f"Received shape {labels.shape}"
+        )
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"`labels` must be integers. Received dtype {labels.dtype}")
+    num_classes = int(labels.max()) + 1 if num_classes is None and len(labels) else num_classes
+    check_labels(labels, num_classes)
+    images_t = tf.constant(images)
+    labels_t = tf.constant(labels.astype(np.int32))
+    source = _Source(
+        num_examples=len(images),
+        num_classes=num_classes,
+        fetch=lambda i: (tf.gather(images_t, i), tf.gather(labels_t, i)),
+        class_names=class_names,
+    )
+    return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
+                     _augment_args(augment) if training else None, strategy)
+
+
+def check_labels(labels, num_classes):
+    """Raises ValueError unless every label is an integer in `[0, num_classes)`."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes <= 0:
+        raise ValueError(f"`num_classes` must be a positive integer. Received: num_classes={num_classes!r}")
+    labels = np.asarray(labels)
+    bad = labels[(labels < 0) | (labels >= num_classes)]
+    if bad.size:
+        raise ValueError(
+            f"Labels out of range: {sorted(set(bad.tolist()))[:10]} (of {bad.size} labels). "
+            f"Expected integers in [0, {num_classes})."
+        )
+
+
+def list_image_folder(directory):
+    """The images of a folder with one subfolder per class, like Keras' `image_dataset_from_directory`.
+
+    Returns:
+        (paths, labels, class_names): the file paths, their class indices, and the sorted
+        subfolder names.
+
+    Raises:
+        FileNotFoundError: if `directory` does not exist.
+        ValueError: if it holds no class subfolder with images.
+    """
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"Image folder {directory!r} does not exist or is not a directory.")
+    classes = sorted(
+        d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))
+    )
+    paths, labels, class_names = [], [], []
+    for name in classes:
+        files = []
+        for root, _, names in sorted(os.walk(os.path.join(directory, name))):
+            files += [os.path.join(root, f) for f in sorted(names)
+                      if f.lower().endswith(IMAGE_EXTENSIONS)]
+        if files:
+            paths += files
+            labels += [len(class_names)] * len(files)
+            class_names.append(name)
+    if not paths:
+        raise ValueError(
+            f"Image folder {directory!r} has no images. Expected one subfolder per class "
+            f"holding {', '.join(IMAGE_EXTENSIONS)} files (found subfolders: {classes or 'none'})."
+        )
+    return paths, labels, class_names
+
+
+def from_folder(directory, *, image_size, batch_size, training, seed=0, start_epoch=0,
+                augment=True, strategy=None, validation_split=0.0, subset=None, split_seed=0):
+    """A pipeline over an image folder: `directory/<class name>/**/<image>`.
+
+    Classes are the subfolders that hold images, in sorted order (label i is the i-th name).
+    JPEG, PNG, BMP and GIF files are read; grey images become RGB.
+
+    Args:
+        validation_split: float in [0, 1). Hold out this fraction of the images (a seeded
+            random choice, the same for both subsets). Defaults to 0.
+        subset: "training" or "validation": which part to read when `validation_split` > 0.
+        split_seed: int. Seed of the held-out choice. Defaults to 0.
+        Other arguments as in `from_arrays`.
+
+    Raises:
+        FileNotFoundError: if `directory` does not exist.
+        ValueError: if it holds no images, or for a bad `validation_split` / `subset`.
+    """
+    paths, labels, class_names = list_image_folder(directory)
+    if not 0 <= validation_split < 1:
+        raise ValueError(f"`validation_split` must be in [0, 1). Received: {validation_split!r}")
+    if validation_split:
+        if subset not in ("training", "validation"):
+            raise ValueError(
+                f"`subset` must be 'training' or 'validation' with validation_split > 0. "
+                f"Received: subset={subset!r}"
+            )
+        order = np.random.default_rng(split_seed).permutation(len(paths))
+        count = max(1, round(validation_split * len(paths)))
+        keep = np.sort(order[:count] if subset == "validation" else order[count:])
+        paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
+    paths_t = tf.constant(paths)
+    labels_t = tf.constant(labels, tf.int32)
+    source = _Source(
+        num_examples=len(paths),
+        num_classes=len(class_names),
+        fetch=lambda i: (tf.io.read_file(tf.gather(paths_t, i)), tf.gather(labels_t, i)),
+        decode=_decode,
+        class_names=class_names,
+    )
+    return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
+                     _augment_args(augment) if training else None, strategy)
+
+
+def get_dataset_spec(name):
+    """The `DatasetSpec` of a known tensorflow-datasets name.
+
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    if name not in DATASETS:
+        raise ValueError(
+            f"Unknown dataset {name!r}. Expected one of {', '.join(DATASETS)}, or an image "
+            "folder (see `from_folder`)."
+        )
+    return DATASETS[name]
+
+
+def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=None,
+              manual_dir=None, download=True, seed=0, start_epoch=0, augment=True, strategy=None):
+    """A pipeline over a tensorflow-datasets dataset the paper uses.
+
+    Args:
+        name: str. One of `DATASETS`: cifar10, cifar100, oxford_iiit_pet, oxford_flowers102,
+            imagenet2012.
+        split: str. "train", "validation" or "test" (mapped through `DatasetSpec.splits`), or
+            any tfds split string such as "train[:10%]".
+        training: bool or None. Defaults to `split == "train"`.
+        data_dir: str or None. Where tfds keeps prepared datasets.
+        manual_dir: str or None. Where the hand-downloaded files are (imagenet2012 needs the
+            ILSVRC2012 tars there).
+        download: bool. Let tfds download and prepare the dataset if it is missing.
+        Other arguments as in `from_arrays`.
+
+    Raises:
+        ValueError: for an unknown dataset name, or imagenet2012 without `manual_dir` when it
+            still has to be prepared.
+    """
+    import tensorflow_datasets as tfds
+
+    spec = get_dataset_spec(name)
+    tfds_split = spec.splits.get(split, split)
+    training = split == "train" if training is None else training
+    builder = tfds.builder(name, data_dir=data_dir)
+    prepare_kwargs = {}
+    if spec.manual:
+        if manual_dir is None and download and not _is_prepared(builder):
+            raise ValueError(
+                f"{name} must be downloaded by hand: pass manual_dir=<folder with the "
+                f"ILSVRC2012 tar files> (received manual_dir=None), or a data_dir where it is "
+                "already prepared."
+            )
+        prepare_kwargs["download_config"] = tfds.download.DownloadConfig(manual_dir=manual_dir)
+    dataset = tfds.load(
+        name,
+        split=tfds_split,
+        data_dir=data_dir,
+        download=download,
+        as_supervised=True,
+        shuffle_files=False,
+        decoders={"image": tfds.decode.SkipDecoding()},
+        download_and_prepare_kwargs=prepare_kwargs or None,
+    )
+    label_feature = builder.info.features["label"]
+    num_examples = int(dataset.cardinality())
+    if num_examples < 0:  # unknown cardinality: count once
+        num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
+    source = _Source(num_examples=num_examples, num_classes=label_feature.num_classes,
+                     decode=_decode, class_names=label_feature.names)
+    if num_examples <= RANDOM_ACCESS_LIMIT:
+        # Hold the encoded images in memory: random access gives resumable epoch orders.
+        encoded, labels = zip(*dataset.as_numpy_iterator()) if num_examples else ((), ())
+        encoded_t = tf.constant(list(encoded), tf.string)
+        labels_t = tf.constant(list(labels), tf.int32)
+        source.fetch = lambda i: (tf.gather(encoded_t, i), tf.gather(labels_t, i))
+    else:
+        source.stream = dataset
+    return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
+                     _augment_args(augment) if training else None, strategy)
+
+
+def _is_prepared(builder):
+    try:
+        return bool(builder.info.splits)
+    except Exception:  # noqa: BLE001 - tfds raises various errors for missing metadata
+        return False

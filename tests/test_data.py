@@ -1,0 +1,254 @@
+"""tf.data pipelines: official preprocessing, epoch-deterministic order, sources, bad input."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from keras_vit import data
+
+
+def numpy_bilinear(image, size):
+    """Half-pixel-centre bilinear resize with edge clamping (TF's `resize`, antialias off)."""
+    image = image.astype(np.float64)
+    out_h, out_w = size
+    in_h, in_w = image.shape[:2]
+
+    def coords(out_n, in_n):
+        c = (np.arange(out_n) + 0.5) * in_n / out_n - 0.5
+        c = np.clip(c, 0, in_n - 1)
+        lo = np.floor(c).astype(int)
+        hi = np.minimum(lo + 1, in_n - 1)
+        return lo, hi, c - lo
+
+    r0, r1, fr = coords(out_h, in_h)
+    c0, c1, fc = coords(out_w, in_w)
+    top = image[r0][:, c0] * (1 - fc)[None, :, None] + image[r0][:, c1] * fc[None, :, None]
+    bottom = image[r1][:, c0] * (1 - fc)[None, :, None] + image[r1][:, c1] * fc[None, :, None]
+    return top * (1 - fr)[:, None, None] + bottom * fr[:, None, None]
+
+
+def unbatch(dataset, batches):
+    images, labels = [], []
+    for x, y in dataset.take(batches):
+        images.append(x.numpy())
+        labels.append(y.numpy())
+    return np.concatenate(images), np.concatenate(labels)
+
+
+@pytest.fixture
+def arrays():
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (10, 6, 6, 3), dtype=np.uint8)
+    return images, np.arange(10) % 4
+
+
+# ------------------------------------------------------------------------------------------
+# Official preprocessing.
+
+
+def test_eval_preprocessing_is_bilinear_resize_then_scaling():
+    rng = np.random.default_rng(1)
+    image = rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    out = data.preprocess_eval(tf.constant(image), (10, 14)).numpy()
+    expected = numpy_bilinear(image, (10, 14)) / 127.5 - 1
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    assert out.dtype == np.float32 and out.min() >= -1 and out.max() <= 1
+    # Grey images become RGB with three equal channels.
+    grey = data.preprocess_eval(tf.constant(image[..., :1]), (5, 7)).numpy()
+    np.testing.assert_allclose(grey, np.repeat(image[..., :1] / 127.5 - 1, 3, -1), atol=1e-6)
+
+
+def coordinate_image(n):
+    """An n x n image whose red channel is the row and green channel the column (x8)."""
+    rows, cols = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    return np.stack([rows * 8, cols * 8, np.zeros_like(rows)], -1).astype(np.uint8)
+
+
+def test_inception_crop_covers_5_to_100_percent_and_keeps_aspect():
+    n = 32
+    image = tf.constant(coordinate_image(n))
+    areas = []
+    for i in range(40):
+        out = data.preprocess_train(image, (n, n), tf.constant([i, 7]), flip=False).numpy()
+        pixels = (out + 1) * 127.5 / 8  # back to row / column indices
+        # Resizing a crop maps its corner pixels to the output corners (within one pixel).
+        r0, c0 = pixels[0, 0, :2]
+        r1, c1 = pixels[-1, -1, :2]
+        height, width = r1 - r0 + 1, c1 - c0 + 1
+        assert -1 <= r0 and r1 <= n and -1 <= c0 and c1 <= n
+        areas.append(height * width / n**2)
+        assert 3 / 4 - 0.35 <= width / height <= 4 / 3 + 0.35
+    areas = np.array(areas)
+    assert areas.min() >= 0.05 - 0.03 and areas.max() <= 1.0 + 0.07
+    assert areas.min() < 0.4 and areas.max() > 0.7  # the whole range is used
+
+
+def test_train_flip_and_determinism():
+    image = tf.constant(coordinate_image(8))
+    full = dict(area_range=(1.0, 1.0))  # the whole image: only the flip remains
+    plain = data.preprocess_eval(image, (8, 8)).numpy()
+    outs = [data.preprocess_train(image, (8, 8), tf.constant([s, 0]), **full).numpy()
+            for s in range(16)]
+    flipped = [np.allclose(o, plain[:, ::-1], atol=1e-6) for o in outs]
+    same = [np.allclose(o, plain, atol=1e-6) for o in outs]
+    assert all(f != s for f, s in zip(flipped, same)) and 0 < sum(flipped) < 16
+    again = data.preprocess_train(image, (8, 8), tf.constant([3, 0])).numpy()
+    np.testing.assert_array_equal(again, data.preprocess_train(image, (8, 8), tf.constant([3, 0])))
+
+
+# ------------------------------------------------------------------------------------------
+# Arrays: order, epochs, resumption.
+
+
+def test_eval_pipeline_is_every_example_in_order(arrays):
+    images, labels = arrays
+    pipe = data.from_arrays(images, labels, image_size=6, batch_size=4, training=False)
+    assert pipe.steps_per_epoch == 3 and pipe.num_classes == 4
+    x, y = unbatch(pipe.dataset, 3)
+    np.testing.assert_allclose(x, images / 127.5 - 1, atol=1e-6)
+    np.testing.assert_array_equal(y, labels)
+
+
+def identify(batch_images, images):
+    """Index of each (unaugmented) output image among the inputs."""
+    flat = (images.reshape(len(images), -1) / 127.5 - 1)
+    return [int(np.argmin(np.abs(flat - b.reshape(-1)).sum(1))) for b in batch_images]
+
+
+def test_training_epochs_are_permutations_and_resume_exactly(arrays):
+    images, labels = arrays
+    kw = dict(image_size=6, batch_size=4, training=True, augment=False, seed=5)
+    pipe = data.from_arrays(images, labels, **kw)
+    assert pipe.steps_per_epoch == 2  # 10 examples: two whole batches, 2 left out per epoch
+    x, y = unbatch(pipe.dataset, 6)  # three epochs
+    order = identify(x, images)
+    np.testing.assert_array_equal(y, labels[order])
+    epochs = [order[i:i + 8] for i in (0, 8, 16)]
+    for epoch in epochs:
+        assert len(set(epoch)) == 8  # no repeats within an epoch
+    assert epochs[0] != epochs[1] and epochs[1] != epochs[2]
+    resumed = data.from_arrays(images, labels, start_epoch=1, **kw)
+    x1, _ = unbatch(resumed.dataset, 4)
+    np.testing.assert_array_equal(x1, x[8:])
+    other_seed = data.from_arrays(images, labels, **dict(kw, seed=6))
+    assert identify(unbatch(other_seed.dataset, 2)[0], images) != epochs[0]
+
+
+def test_augmented_stream_is_reproducible(arrays):
+    images, labels = arrays
+    kw = dict(image_size=4, batch_size=2, training=True, seed=1)
+    a = unbatch(data.from_arrays(images, labels, **kw).dataset, 3)[0]
+    b = unbatch(data.from_arrays(images, labels, **kw).dataset, 3)[0]
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (6, 4, 4, 3) and a.min() >= -1 and a.max() <= 1
+
+
+def test_array_errors(arrays):
+    images, labels = arrays
+    kw = dict(image_size=6, batch_size=2, training=True)
+    with pytest.raises(ValueError, match=r"Labels out of range: \[4\].*\[0, 4\)"):
+        data.from_arrays(images, labels + (labels == 3), num_classes=4, **kw)
+    with pytest.raises(ValueError, match=r"Labels out of range: \[-1\]"):
+        data.from_arrays(images, labels - 1, num_classes=4, **kw)
+    with pytest.raises(ValueError, match="one label per image"):
+        data.from_arrays(images, labels[:5], **kw)
+    with pytest.raises(ValueError, match=r"Received shape \(10, 6\)"):
+        data.from_arrays(images[:, :, 0, 0], labels, **kw)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        data.from_arrays(images, labels, **dict(kw, batch_size=0))
+    with pytest.raises(ValueError, match="fewer than one batch of 16"):
+        data.from_arrays(images, labels, **dict(kw, batch_size=16))
+    with pytest.raises(ValueError, match="start_epoch=-1"):
+        data.from_arrays(images, labels, start_epoch=-1, **kw)
+    with pytest.raises(ValueError, match="augment"):
+        data.from_arrays(images, labels, augment={"rotate": 1}, **kw)
+
+
+# ------------------------------------------------------------------------------------------
+# Image folders.
+
+
+def write_png(path, image):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(tf.io.encode_png(image).numpy())
+
+
+def test_image_folder(tmp_path):
+    rng = np.random.default_rng(2)
+    cat = rng.integers(0, 256, (2, 6, 6, 3), dtype=np.uint8)
+    dog = rng.integers(0, 256, (6, 6, 1), dtype=np.uint8)  # grey PNG
+    write_png(tmp_path / "cat" / "a.png", cat[0])
+    write_png(tmp_path / "cat" / "nested" / "b.png", cat[1])
+    write_png(tmp_path / "dog" / "c.png", dog)
+    (tmp_path / "dog" / "notes.txt").write_text("not an image")
+    (tmp_path / "empty").mkdir()
+    pipe = data.from_folder(tmp_path, image_size=6, batch_size=3, training=False)
+    assert pipe.class_names == ("cat", "dog") and pipe.num_examples == 3
+    x, y = unbatch(pipe.dataset, 1)
+    np.testing.assert_array_equal(y, [0, 0, 1])
+    expected = np.concatenate([cat, np.repeat(dog, 3, -1)[None]]) / 127.5 - 1
+    np.testing.assert_allclose(x, expected, atol=1e-6)
+    train = data.from_folder(tmp_path, image_size=4, batch_size=2, training=True)
+    assert next(iter(train.dataset))[0].shape == (2, 4, 4, 3)
+
+
+def test_image_folder_validation_split(tmp_path):
+    rng = np.random.default_rng(3)
+    for i in range(10):
+        write_png(tmp_path / f"c{i % 2}" / f"{i}.png", rng.integers(0, 256, (4, 4, 3), np.uint8))
+    kw = dict(image_size=4, batch_size=1, training=False, validation_split=0.3)
+    val = data.from_folder(tmp_path, subset="validation", **kw)
+    train = data.from_folder(tmp_path, subset="training", **kw)
+    everything = data.from_folder(tmp_path, image_size=4, batch_size=1, training=False)
+    assert (val.num_examples, train.num_examples) == (3, 7)
+    assert train.class_names == val.class_names == ("c0", "c1")
+
+    def images(pipe):
+        return {x.tobytes() for x in unbatch(pipe.dataset, pipe.steps_per_epoch)[0]}
+
+    assert not images(val) & images(train)
+    assert images(val) | images(train) == images(everything)
+    with pytest.raises(ValueError, match="subset=None"):
+        data.from_folder(tmp_path, **kw)
+    with pytest.raises(ValueError, match="validation_split"):
+        data.from_folder(tmp_path, **dict(kw, validation_split=1.5), subset="training")
+
+
+def test_image_folder_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        data.from_folder(tmp_path / "missing", image_size=4, batch_size=2, training=True)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.txt").write_text("")
+    with pytest.raises(ValueError, match=r"has no images.*found subfolders: \['a'\]"):
+        data.from_folder(tmp_path, image_size=4, batch_size=2, training=True)
+
+
+# ------------------------------------------------------------------------------------------
+# tensorflow-datasets (mocked: nothing is downloaded).
+
+
+def test_tfds_pipelines_with_mock_data():
+    with tfds.testing.mock_data(num_examples=12):
+        train = data.from_tfds("cifar10", "train", image_size=8, batch_size=4, seed=3)
+        test = data.from_tfds("cifar10", "test", image_size=32, batch_size=5)
+        raw = list(tfds.load("cifar10", split="test", as_supervised=True).as_numpy_iterator())
+    assert (train.num_examples, train.num_classes, train.steps_per_epoch) == (12, 10, 3)
+    assert train.training and not test.training
+    x, y = unbatch(train.dataset, 3)
+    assert x.shape == (12, 8, 8, 3) and x.min() >= -1 and x.max() <= 1
+    assert y.dtype == np.int32 and y.min() >= 0 and y.max() < 10
+    x, y = unbatch(test.dataset, test.steps_per_epoch)
+    np.testing.assert_allclose(x, np.stack([im for im, _ in raw]) / 127.5 - 1, atol=1e-6)
+    np.testing.assert_array_equal(y, [label for _, label in raw])
+
+
+def test_tfds_errors():
+    with pytest.raises(ValueError, match="Unknown dataset 'mnist'. Expected one of cifar10"):
+        data.from_tfds("mnist", "train", image_size=8, batch_size=4)
+    with tfds.testing.mock_data(num_examples=4):
+        with pytest.raises(ValueError, match="manual_dir=None"):
+            data.from_tfds("imagenet2012", "train", image_size=8, batch_size=2)
+        pipe = data.from_tfds("imagenet2012", "validation", image_size=8, batch_size=2,
+                              manual_dir="/nonexistent/but/mocked", training=False)
+    assert pipe.num_classes == 1000

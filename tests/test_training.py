@@ -1,0 +1,395 @@
+"""Recipes, schedules, losses, precision, callbacks, fault tolerance, the train/evaluate commands."""
+
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import reference
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+import keras_vit
+from keras_vit import checkpoint, cli, data, train_cli, training  # noqa: F401 (registers commands)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
+            num_classes=3)
+
+
+def tiny_model(**kwargs):
+    keras.utils.set_random_seed(0)
+    return keras_vit.ViT(**dict(TINY, **kwargs))
+
+
+def batch(n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1, 1, (n, 8, 8, 3)).astype("float32"), (np.arange(n) % 3).astype("int32")
+
+
+def randomize_head(model, scale=2.0):
+    """A non-zero head, so that every parameter gets a gradient on the first step."""
+    rng = np.random.default_rng(7)
+    head = model.get_layer("head")
+    head.kernel.assign(rng.normal(0, scale, head.kernel.shape).astype("float32"))
+
+
+def weights(model):
+    return [np.array(w) for w in model.get_weights()]
+
+
+# ------------------------------------------------------------------------------------------
+# Schedules.
+
+
+def official_schedule(step, base, total, warmup, decay, end=1e-5):
+    """vit_jax `create_learning_rate_schedule`, transcribed in NumPy."""
+    progress = np.clip((step - warmup) / (total - warmup), 0.0, 1.0)
+    if decay == "cosine":
+        lr = base * 0.5 * (1 + np.cos(np.pi * progress))
+    else:
+        lr = end + (base - end) * (1 - progress)
+    return lr * np.minimum(1.0, step / warmup) if warmup else lr
+
+
+@pytest.mark.parametrize("decay", ["cosine", "linear"])
+def test_schedule_matches_the_official_formula(decay):
+    schedule = training.WarmupDecay(0.03, total_steps=1000, warmup_steps=100, decay=decay)
+    steps = np.array([0, 1, 50, 99, 100, 101, 400, 999, 1000, 2000], dtype=np.float64)
+    got = np.array([float(schedule(int(s))) for s in steps])
+    np.testing.assert_allclose(got, official_schedule(steps, 0.03, 1000, 100, decay), rtol=1e-5,
+                               atol=1e-9)
+    assert got[0] == 0 and abs(got[4] - 0.03) < 1e-7
+    # Under accumulation the counter is in micro-batches: update n uses the lr of step n.
+    accumulated = training.WarmupDecay(0.03, 1000, 100, decay, steps_per_update=4)
+    for n in (0, 37, 100, 640):
+        assert float(accumulated(4 * n + 3)) == pytest.approx(float(schedule(n)), rel=1e-6)
+    clone = training.WarmupDecay.from_config(schedule.get_config())
+    assert float(clone(321)) == float(schedule(321))
+
+
+def test_schedule_errors():
+    with pytest.raises(ValueError, match="Unknown decay 'step'"):
+        training.WarmupDecay(0.1, 100, 10, decay="step")
+    with pytest.raises(ValueError, match="warmup_steps 100 must be smaller than total_steps 100"):
+        training.WarmupDecay(0.1, 100, 100)
+    with pytest.raises(ValueError, match="learning_rate=-1"):
+        training.WarmupDecay(-1, 100)
+    with pytest.raises(ValueError, match="not a multiple of batch_size 48"):
+        training.accumulation_steps(512, 48)
+    assert training.accumulation_steps(512, 64) == 8
+
+
+# ------------------------------------------------------------------------------------------
+# Optimizers against hand-written updates.
+
+
+def gradients(model, x, y):
+    with tf.GradientTape() as tape:
+        logits = model(x, training=False)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+    return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)], float(loss)
+
+
+def test_finetune_recipe_is_clipped_momentum_sgd():
+    x, y = batch()
+    model = tiny_model()
+    randomize_head(model)
+    opt = training.finetune_optimizer(learning_rate=0.1, total_steps=10, warmup_steps=0)
+    assert (opt.momentum, opt.global_clipnorm, opt.weight_decay) == (0.9, 1.0, None)
+    training.compile_model(model, opt, jit_compile=False)
+    w = [np.array(v) for v in model.trainable_variables]
+    velocity = [np.zeros_like(v) for v in w]
+    for step in range(2):  # by hand: clip to global norm 1, v = 0.9 v - lr g, w += v
+        for v, value in zip(model.trainable_variables, w):
+            v.assign(value)
+        grads, _ = gradients(model, x, y)
+        norm = math.sqrt(sum(float((g**2).sum()) for g in grads))
+        assert norm > 1.5  # clipping is active
+        lr = official_schedule(step, 0.1, 10, 0, "cosine")
+        velocity = [0.9 * m - lr * g / norm for m, g in zip(velocity, grads)]
+        w = [a + m for a, m in zip(w, velocity)]
+    fresh = tiny_model()
+    randomize_head(fresh)
+    training.compile_model(fresh, training.finetune_optimizer(0.1, 10, 0), jit_compile=False)
+    fresh.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    for got, want in zip(fresh.trainable_variables, w):
+        np.testing.assert_allclose(np.array(got), want, atol=2e-6)
+
+
+def test_pretrain_recipe_is_adam_with_decoupled_weight_decay():
+    x, y = batch()
+    model = tiny_model()
+    randomize_head(model, 0.5)
+    w0 = [np.array(v) for v in model.trainable_variables]
+    grads, _ = gradients(model, x, y)
+    opt = training.pretrain_optimizer(learning_rate=0.01, total_steps=10, warmup_steps=0)
+    assert (opt.beta_1, opt.beta_2, opt.weight_decay) == (0.9, 0.999, 0.1)
+    training.compile_model(model, opt, jit_compile=False)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    lr = 0.01  # step 0 of the linear decay without warmup
+    checked = total = 0
+    for got, w, g in zip(model.trainable_variables, w0, grads):
+        m_hat, v_hat = g, g**2  # bias-corrected moments after one step
+        # Keras adds its epsilon (1e-7) before the bias correction of v ("epsilon hat" of
+        # Kingma & Ba, section 2): at step t it acts as 1e-7 / sqrt(1 - 0.999^t).
+        eps = 1e-7 / np.sqrt(1 - 0.999)
+        want = w - lr * 0.1 * w - lr * m_hat / (np.sqrt(v_hat) + eps)
+        # Adam normalises each gradient element: where it is rounding noise (the key bias,
+        # which softmax ignores) the step direction is noise too; compare the others.
+        signal = np.abs(g) > 1e-4
+        checked += signal.sum()
+        total += g.size
+        np.testing.assert_allclose(np.array(got)[signal], want[signal], atol=1e-6)
+    assert checked > 0.9 * total
+
+
+def test_gradient_accumulation_equals_the_large_batch():
+    x, y = batch(16)
+
+    def train(accumulation, batch_size):
+        model = tiny_model()
+        randomize_head(model)
+        training.compile_finetune(model, learning_rate=0.05, total_steps=20, warmup_steps=1,
+                                  accumulation_steps=accumulation, jit_compile=False)
+        model.fit(x, y, batch_size=batch_size, epochs=2, shuffle=False, verbose=0)
+        return weights(model), int(model.optimizer.iterations)
+
+    initial = weights(tiny_model())
+    big, updates_big = train(1, 8)
+    accumulated, updates_acc = train(2, 4)
+    assert updates_big == updates_acc == 4
+    for a, b, w0 in zip(big, accumulated, initial):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert max(np.abs(a - w0).max() for a, w0 in zip(big, initial)) > 1e-3
+
+
+# ------------------------------------------------------------------------------------------
+# Loss and precision.
+
+
+def test_label_smoothing_loss_matches_numpy():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(5, 4)).astype("float32")
+    labels = np.array([0, 3, 1, 1, 2])
+    for smoothing in (0.0, 0.1):
+        target = np.eye(4)[labels] * (1 - smoothing) + smoothing / 4
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        want = -(target * log_probs).sum(-1).mean()
+        got = float(training.SparseCategoricalCrossentropy(smoothing)(labels, logits))
+        assert got == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="label_smoothing=1.5"):
+        training.SparseCategoricalCrossentropy(1.5)
+
+
+def test_mixed_precision_flags():
+    x, y = batch()
+    assert training.set_precision("bfloat16") == "mixed_bfloat16"
+    model = tiny_model()
+    training.compile_finetune(model, total_steps=10, warmup_steps=1)
+    history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
+    assert model.predict(x, verbose=0).dtype == np.float32
+    assert np.isfinite(history.history["loss"][0])
+    training.set_precision("float16")
+    model = tiny_model()
+    training.compile_finetune(model, total_steps=10, warmup_steps=1, jit_compile=False)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    with pytest.raises(ValueError, match="Unknown precision 'fp8'"):
+        training.set_precision("fp8")
+
+
+def test_xla_is_the_default_on_one_device():
+    model = tiny_model()
+    training.compile_finetune(model, total_steps=10, warmup_steps=1)
+    assert model.jit_compile is True
+
+
+# ------------------------------------------------------------------------------------------
+# Callbacks.
+
+
+def test_terminate_on_nan_stops_training(tmp_path):
+    x, y = batch()
+    x[5] = np.nan
+    model = tiny_model()
+    randomize_head(model)
+    training.compile_finetune(model, total_steps=10, warmup_steps=1)
+    callbacks = training.training_callbacks(tmp_path, best=False, tensorboard=False)
+    history = model.fit(x, y, batch_size=4, epochs=3, callbacks=callbacks, verbose=0)
+    assert len(history.history["loss"]) == 1 and np.isnan(history.history["loss"][0])
+
+
+def test_best_checkpoint_tensorboard_and_backup_cleanup(tmp_path):
+    x, y = batch(12)
+    vx, vy = batch(6, seed=1)
+    model = tiny_model()
+    training.compile_finetune(model, learning_rate=0.3, total_steps=30, warmup_steps=1)
+    snapshots = []
+    keep = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: snapshots.append(checkpoint.model_params(model)))
+    callbacks = training.training_callbacks(tmp_path, monitor="val_loss")
+    history = model.fit(x, y, batch_size=4, epochs=5, validation_data=(vx, vy),
+                        callbacks=callbacks + [keep], verbose=0)
+    best_epoch = int(np.argmin(history.history["val_loss"]))
+    saved = checkpoint.read_npz(tmp_path / "best.npz")
+    assert saved.keys() == snapshots[best_epoch].keys()
+    for key, value in snapshots[best_epoch].items():
+        np.testing.assert_array_equal(saved[key], value)
+    # The file is an official-layout checkpoint: the NumPy reference reproduces the model.
+    restored = tiny_model()
+    checkpoint.load_params(restored, saved)
+    want = reference.forward(saved, vx)[0]
+    np.testing.assert_allclose(restored.predict(vx, verbose=0), want, atol=1e-4)
+    events = list((tmp_path / "logs").rglob("events.out.tfevents.*"))
+    assert {e.parent.name for e in events} == {"train", "validation"}
+    assert not (tmp_path / "backup").exists()  # removed once fit completes
+
+
+def test_checkpoint_dir_not_writable(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=r"Checkpoint directory '.*file/run' is not writable"):
+        training.training_callbacks(blocker / "run")
+
+
+def test_best_checkpoint_needs_its_metric(tmp_path):
+    x, y = batch()
+    model = tiny_model()
+    training.compile_finetune(model, total_steps=10, warmup_steps=1)
+    with pytest.raises(ValueError, match="monitors 'val_accuracy', which is not among the logs"):
+        model.fit(x, y, epochs=1, verbose=0,
+                  callbacks=[training.BestCheckpoint(tmp_path / "b.npz")])
+
+
+# ------------------------------------------------------------------------------------------
+# Fault tolerance: kill a run, restart it, reach the weights of an uninterrupted run.
+
+
+def write_folder(root, count=24):
+    rng = np.random.default_rng(4)
+    for i in range(count):
+        image = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+        path = root / f"class{i % 3}" / f"{i}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(tf.io.encode_png(image).numpy())
+
+
+def start_run(folder, run_dir, final, pause):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "test_training_resume_run.py"), str(folder),
+         str(run_dir), str(final), str(pause)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path):
+    write_folder(tmp_path / "images")
+    reference_run = start_run(tmp_path / "images", tmp_path / "ref", tmp_path / "ref.npz", 0)
+    run = start_run(tmp_path / "images", tmp_path / "run", tmp_path / "run.npz", 1.0)
+    latest = tmp_path / "run" / "backup" / "latest.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (latest.exists() and json.loads(latest.read_text())["epoch"] >= 1):
+        assert run.poll() is None, run.communicate()[0]
+        time.sleep(0.1)
+    run.send_signal(signal.SIGKILL)
+    first_output = run.communicate(timeout=30)[0]
+    assert run.returncode == -signal.SIGKILL and not (tmp_path / "run.npz").exists()
+    resumed_at = training.resume_epoch(tmp_path / "run" / "backup")
+    assert 1 <= resumed_at < 4, first_output
+
+    rerun = start_run(tmp_path / "images", tmp_path / "run", tmp_path / "run.npz", 0)
+    output = rerun.communicate(timeout=180)[0]
+    assert rerun.returncode == 0, output
+    assert f"start_epoch {resumed_at}" in output
+    assert f"epoch_end {resumed_at - 1}" not in output  # the finished epochs are not re-run
+    ref_output = reference_run.communicate(timeout=180)[0]
+    assert reference_run.returncode == 0, ref_output
+
+    resumed, uninterrupted = checkpoint.read_npz(tmp_path / "run.npz"), checkpoint.read_npz(
+        tmp_path / "ref.npz")
+    for key in uninterrupted:
+        np.testing.assert_allclose(resumed[key], uninterrupted[key], atol=1e-6, err_msg=key)
+    assert np.abs(uninterrupted["head/kernel"]).max() > 1e-3  # trained (the head starts at 0)
+    assert not (tmp_path / "run" / "backup").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# The commands.
+
+
+TINY_CONFIG = json.dumps(dict(patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16))
+
+
+def test_train_and_evaluate_commands(tmp_path, capsys):
+    common = ["--dataset", "cifar10", "--model-config", TINY_CONFIG, "--image-size", "32",
+              "--batch-size", "4", "--no-xla"]
+    with tfds.testing.mock_data(num_examples=8):
+        code = cli.main(["train", *common, "--steps", "4", "--warmup-steps", "1", "--lr", "0.1",
+                         "--target-batch-size", "8", "--output", str(tmp_path), "--verbose", "0"])
+        assert code == 0
+        train_log = capsys.readouterr().out
+        code = cli.main(["evaluate", *common, "--weights", str(tmp_path / "final.npz")])
+        assert code == 0
+        result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        test_split = list(tfds.load("cifar10", split="test", as_supervised=True).as_numpy_iterator())
+    # 8 examples, batch 4 x 2 accumulation: 4 updates need 4 epochs of 2 steps.
+    assert "4 epochs of 2 steps, batch 4 x 2 accumulation = 4 updates" in train_log
+    assert (tmp_path / "best.npz").exists() and (tmp_path / "logs").is_dir()
+    params = checkpoint.read_npz(tmp_path / "final.npz")
+    images = np.stack([im for im, _ in test_split]) / 127.5 - 1
+    labels = np.array([label for _, label in test_split])
+    logits = reference.forward(params, images)[0]
+    assert result["examples"] == len(labels) == 8
+    assert result["accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == labels))
+    assert not np.allclose(params["head/kernel"], 0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dataset", "mnist"], "Unknown dataset 'mnist'"),
+    (["--dataset", "cifar10", "--strategy", "gpus"], "Unknown strategy 'gpus'"),
+    (["--dataset", "cifar10", "--precision", "fp8"], "Unknown precision 'fp8'"),
+    (["--folder", "/nonexistent/images"], "does not exist"),
+])
+def test_train_command_errors_before_training(tmp_path, capsys, argv, message):
+    code = cli.main(["train", *argv, "--output", str(tmp_path / "run")])
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_train_command_unwritable_output_and_wrong_head(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    code = cli.main(["train", "--dataset", "cifar10", "--output", str(tmp_path / "file" / "x")])
+    assert code == 2 and "is not writable" in capsys.readouterr().err
+    config = json.dumps(dict(json.loads(TINY_CONFIG), num_classes=5))
+    with tfds.testing.mock_data(num_examples=8):
+        code = cli.main(["train", "--dataset", "cifar10", "--model-config", config,
+                         "--image-size", "32", "--batch-size", "4", "--output",
+                         str(tmp_path / "run")])
+    assert code == 2
+    assert "data has 10 classes (labels 0..9) but the model's head has 5" in capsys.readouterr().err
+
+
+def test_finetune_folder_example(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "examples"))
+    import finetune_folder
+
+    write_folder(tmp_path / "images", count=30)
+    finetune_folder.main(["--folder", str(tmp_path / "images"), "--model-config", TINY_CONFIG,
+                          "--image-size", "8", "--batch-size", "9", "--steps", "6",
+                          "--output", str(tmp_path / "run")])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["classes"] == ["class0", "class1", "class2"] and result["validation_images"] == 3
+    val = data.from_folder(tmp_path / "images", image_size=8, batch_size=3, training=False,
+                           validation_split=0.1, subset="validation")
+    images, labels = next(iter(val.dataset))
+    logits = reference.forward(checkpoint.read_npz(tmp_path / "run" / "final.npz"),
+                               images.numpy())[0]
+    assert result["validation_accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == labels))
