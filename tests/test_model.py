@@ -395,3 +395,18 @@ def test_layer_level_errors():
         ValueError, match=r"dropout_rate` must be a number in \[0, 1\). Received: dropout_rate=1.5"
     ):
         keras_vit.TransformerBlock(4, 8, dropout_rate=1.5)
+
+
+def test_int8_quantized_model_uses_its_quantized_kernels_and_stays_close():
+    kwargs = dict(image_size=32, patch_size=8, num_classes=7, **TINY)
+    model = keras_vit.ViT(**kwargs)
+    rng = np.random.default_rng(8)
+    checkpoint.load_params(model, reference_params(rng, kwargs))
+    images = rng.uniform(-1, 1, (4, 32, 32, 3)).astype(np.float32)
+    before = keras.ops.convert_to_numpy(model(images))
+    model.quantize("int8")
+    attention = model.get_layer("encoderblock_0").attention
+    assert attention.query.quantization_mode == "int8"
+    after = keras.ops.convert_to_numpy(model(images))
+    spread = np.abs(before).max()
+    assert 0 < np.abs(after - before).max() < 0.05 * spread  # quantized, and still close
