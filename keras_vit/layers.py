@@ -267,8 +267,8 @@ class MultiHeadDotProductAttention(_ReturnsAttention, keras.layers.Layer):
             # Quantized sublayers (`model.quantize`) must run their own kernels.
             q, key, v = (ops.transpose(layer(inputs), (0, 2, 1, 3)) for layer in projections)
         else:
-            # One [D, 3D] matmul instead of three (about 8% faster on CPU, BENCHMARKS.md); the
-            # variables stay separate, with the checkpoint's names and shapes.
+            # One [D, 3D] matmul instead of three (on CPU within noise of three einsums,
+            # BENCHMARKS.md); the variables stay separate, with the checkpoint's names.
             kernel = ops.concatenate([ops.reshape(p.kernel, (width, h * k)) for p in projections], 1)
             bias = ops.concatenate([ops.reshape(p.bias, (h * k,)) for p in projections], 0)
             qkv = ops.matmul(inputs, ops.cast(kernel, inputs.dtype)) + ops.cast(bias, inputs.dtype)
