@@ -843,6 +843,9 @@ def build_model(model=None, pretrained=None, image_size=None, classifier="token"
             built = vit.ViT(**config)
         else:
             entry = registry.get_checkpoint(pretrained)  # a ValueError naming close matches
+            if not entry.get("variant"):  # e.g. the digits demo: its own configuration
+                sizes = {"image_size": image_size} if image_size else {}
+                return registry.from_pretrained(pretrained, include_top=False, **sizes)
             built = vit.create_model(entry["variant"], include_top=False,
                                      image_size=image_size or entry["resolution"] or 224)
     elif model.endswith(".keras"):

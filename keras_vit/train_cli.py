@@ -98,17 +98,20 @@ def _load_data(args, split, training, strategy, start_epoch=0):
                           manual_dir=args.manual_dir, **common)
 
 
-def _build_model(args, num_classes):
+def _build_model(args, num_classes, include_top=True):
     import keras_vit
 
     if args.model_config is not None:
         config = dict(args.model_config)
         config.setdefault("image_size", args.image_size)
         config.setdefault("num_classes", num_classes)
+        config["include_top"] = include_top
         model = keras_vit.ViT(**config)
     else:
         model = keras_vit.create_model(args.model, image_size=args.image_size,
-                                       num_classes=num_classes)
+                                       num_classes=num_classes, include_top=include_top)
+    if not include_top:
+        return model
     head = model.output_shape[-1]
     if head != num_classes:
         raise ValueError(
@@ -211,33 +214,95 @@ def train_command(args):
 train_command.configure = _add_train_args
 
 
-@command("evaluate", "accuracy and loss of a checkpoint on a dataset split")
+@command("evaluate", "top-1/top-5 accuracy, loss, per-class accuracy and confusion matrix")
 def evaluate_command(args):
     _check_early(args)
     import keras
 
-    from keras_vit import distribute, training
+    from keras_vit import distribute, evaluation, training
 
     strategy = distribute.get_strategy(args.strategy)
     distribute.global_batch_size(args.batch_size, strategy)
-    split = args.split
-    if args.folder and split not in ("train", "validation", "all"):
-        split = "all"
+    split = _evaluation_split(args, args.split)
     data = _load_data(args, split, False, strategy)
     with strategy.scope():
         model = _build_model(args, data.num_classes)
         _load_weights(model, args.weights)
-        training.compile_model(model, keras.optimizers.SGD(), jit_compile=False if args.no_xla else None)
-    loss, accuracy = model.evaluate(data.dataset, verbose=0)
-    print(json.dumps({"split": split, "examples": data.num_examples, "loss": loss,
-                      "accuracy": accuracy}))
+    result = {"split": split, "examples": data.num_examples}
+    if strategy.num_replicas_in_sync == 1:
+        report = evaluation.evaluate(model, data.dataset, class_names=data.class_names or None,
+                                     out_dir=args.out, progress=False)
+        result.update(loss=report["loss"], accuracy=report["top1"], top5=report["top5"],
+                      files=report["files"])
+    else:  # per-image predictions are gathered on one replica only; Keras reduces the rest
+        with strategy.scope():
+            training.compile_model(model, keras.optimizers.SGD(),
+                                   jit_compile=False if args.no_xla else None)
+        loss, accuracy = model.evaluate(data.dataset, verbose=0)
+        result.update(loss=loss, accuracy=accuracy,
+                      note="top-5 and the per-class reports need a single-replica strategy")
+    print(json.dumps(result))
     return 0
+
+
+def _evaluation_split(args, split):
+    if args.folder and split not in ("train", "validation", "all"):
+        return "all"
+    return split
 
 
 def _add_evaluate_all(parser):
     _add_evaluate_args(parser)
     parser.add_argument("--no-xla", action="store_true", help="do not compile with XLA")
+    parser.add_argument("--out", default=None,
+                        help="write per_class_accuracy.csv and confusion_matrix.png here")
 
+
+@command("fewshot", "few-shot linear accuracy of frozen features (the paper's second metric)")
+def fewshot_command(args):
+    _check_early(args)
+    from keras_vit import distribute, evaluation
+
+    shots = _int_list("--shots", args.shots)
+    l2_regs = [float(v) for v in args.l2.split(",")] if args.l2 else evaluation.DEFAULT_L2_REGS
+    strategy = distribute.get_strategy(args.strategy)
+    features = {}
+    for role, split in (("train", args.train_split), ("test", args.split)):
+        data = _load_data(args, _evaluation_split(args, split), False, strategy)
+        if role == "train":
+            with strategy.scope():
+                model = _build_model(args, data.num_classes, include_top=False)
+                _load_weights(model, args.weights)
+        cache = os.path.join(args.cache, role) if args.cache else None
+        features[role] = evaluation.extract_features(model, data.dataset, cache=cache,
+                                                     progress=args.verbose > 0, strategy=strategy)
+    table = evaluation.fewshot_table(*features["train"], *features["test"], shots=shots,
+                                     l2_regs=l2_regs, seed=args.seed)
+    print(evaluation.format_fewshot_table(table))
+    return 0
+
+
+def _int_list(flag, text):
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag} must be positive integers separated by commas. Received: {text}")
+    return values
+
+
+def _add_fewshot_args(parser):
+    _add_evaluate_args(parser)
+    parser.add_argument("--train-split", default="train",
+                        help="split the k images per class are drawn from (train)")
+    parser.add_argument("--shots", default="1,5,10,25", help="images per class (1,5,10,25)")
+    parser.add_argument("--l2", default=None, help="L2 regularisation values, comma-separated")
+    parser.add_argument("--cache", default=None, help="cache the features here as .npy")
+    parser.add_argument("--verbose", type=int, default=1, help="progress bars: 0 or 1")
+
+
+fewshot_command.configure = _add_fewshot_args
 
 evaluate_command.configure = _add_evaluate_all
 

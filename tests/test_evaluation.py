@@ -169,3 +169,68 @@ def test_bad_inputs_are_refused():
     headless = keras_vit.ViT(image_size=32, patch_size=8, include_top=False, **TINY)
     with pytest.raises(ValueError, match="has no classification head"):
         keras_vit.evaluate(headless, (images, np.zeros(4)), progress=False)
+
+
+# ------------------------------------------------------------------------------------------
+# The shipped demo and the commands.
+
+
+def test_shipped_demo_reproduces_its_recorded_heldout_accuracy(tmp_path, capsys):
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    import evaluate_digits
+
+    from keras_vit import pretrained
+
+    assert evaluate_digits.main(["--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    recorded = pretrained.get_checkpoint("digits")["heldout_accuracy"]
+    assert f"held-out: 360 images, top-1 {recorded:.2%}" in printed  # 351/360 = 97.50%
+    assert "| best |" in printed
+    assert (tmp_path / "confusion_matrix.png").exists()
+
+
+def write_folder(root, rng, per_class=6):
+    import tensorflow as tf
+
+    colours = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (20, 40, 230)}
+    for name, colour in colours.items():
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            image = np.clip(np.array(colour) + rng.normal(0, 20, (32, 32, 3)), 0, 255)
+            (root / name / f"{i}.png").write_bytes(
+                tf.io.encode_png(image.astype(np.uint8)).numpy())
+    return sorted(colours)
+
+
+def test_evaluate_and_fewshot_commands(tmp_path, capsys):
+    import json
+
+    from keras_vit import cli
+
+    rng = np.random.default_rng(7)
+    write_folder(tmp_path / "images", rng)
+    model, _ = tiny_classifier(rng, num_classes=3)
+    checkpoint.save_npz(model, tmp_path / "tiny.npz")
+    config = json.dumps(dict(patch_size=8, **TINY))
+    common = ["--folder", str(tmp_path / "images"), "--model-config", config,
+              "--image-size", "32", "--weights", str(tmp_path / "tiny.npz"), "--batch-size", "4"]
+    assert cli.main(["evaluate", *common, "--out", str(tmp_path / "report")]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["examples"] == 18 and 0 <= result["accuracy"] <= result["top5"] == 1.0
+    rows = (tmp_path / "report" / "per_class_accuracy.csv").read_text().splitlines()
+    assert rows[1].startswith('0,"blue",6,')  # folder classes in sorted order
+    assert (tmp_path / "report" / "confusion_matrix.png").exists()
+
+    assert cli.main(["fewshot", *common, "--split", "all", "--train-split", "all",
+                     "--shots", "1,3", "--l2", "1,100", "--verbose", "0"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-5] == "| l2 reg | 1-shot | 3-shot |" and lines[-1].startswith("| best |")
+
+    assert cli.main(["fewshot", *common, "--shots", "7", "--split", "all",
+                     "--train-split", "all", "--verbose", "0"]) == 2
+    assert "7-shot needs 7 examples of every class" in capsys.readouterr().err
+    assert cli.main(["fewshot", *common, "--shots", "0"]) == 2
+    assert "--shots must be positive integers" in capsys.readouterr().err
