@@ -375,12 +375,13 @@ def load_params(model, params):
     return {"skipped": skipped, "fresh": fresh}
 
 
-def config_from_params(params):
+def config_from_params(params, image_size=None):
     """Reads the `keras_vit.ViT` arguments off a checkpoint's array shapes.
 
     Everything is in the shapes: patch size and width (embedding kernel), depth (number of
     blocks), heads (query kernel), MLP width, class token, representation size, number of
-    classes and resolution (position embedding, assumed a square grid).
+    classes and resolution (position embedding, assumed a square grid unless `image_size`
+    is given).
     """
     params, big_vision = canonicalize(params)
     try:
@@ -393,7 +394,7 @@ def config_from_params(params):
     has_cls = "cls" in params
     patches = posemb.shape[1] - (has_cls and not big_vision)
     grid = int(round(np.sqrt(patches)))
-    if grid * grid != patches:
+    if image_size is None and grid * grid != patches:
         raise CheckpointError(
             f"The position embedding covers {patches} patches, not a square grid; pass the "
             "image size explicitly."
@@ -402,7 +403,7 @@ def config_from_params(params):
     head = params.get("head/kernel")
     representation = params.get("pre_logits/kernel")
     return dict(
-        image_size=grid * kernel.shape[0],
+        image_size=image_size or grid * kernel.shape[0],
         patch_size=(kernel.shape[0], kernel.shape[1]),
         hidden_size=kernel.shape[-1],
         num_layers=len(layers),

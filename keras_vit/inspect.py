@@ -764,10 +764,9 @@ def config_from_checkpoint(params, image_size=None):
     """
     from keras_vit import checkpoint
 
-    params, _ = checkpoint.canonicalize(params)
-    blocks = {int(m[1]) for k in params if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}
-    query = params.get("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel")
-    kernel = params.get("embedding/kernel")
+    canonical, _ = checkpoint.canonicalize(params)
+    query = canonical.get("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel")
+    kernel = canonical.get("embedding/kernel")
     if kernel is None or np.ndim(kernel) != 4 or query is None:
         raise ValueError(
             "Cannot infer the architecture: the checkpoint has no 4D 'embedding/kernel' or no "
@@ -778,27 +777,16 @@ def config_from_checkpoint(params, image_size=None):
             f"Cannot infer the architecture of a hybrid checkpoint (its patch embedding sees "
             f"{kernel.shape[2]} ResNet channels, not RGB pixels). Pass --model, e.g. R50+B/16."
         )
-    patch = tuple(int(s) for s in kernel.shape[:2])
-    classifier = "token" if "cls" in params else "gap"
-    if image_size is None:
-        positions = params[checkpoint.POSEMB_KEY].shape[1] - (classifier == "token")
-        side = math.isqrt(positions)
-        if side * side != positions:
-            raise ValueError(
-                f"The checkpoint's position embedding covers {positions} patches, not a square "
-                "grid; pass --image-size HEIGHTxWIDTH."
-            )
-        image_size = (side * patch[0], side * patch[1])
-    return dict(
-        image_size=image_size,
-        patch_size=patch,
-        hidden_size=int(kernel.shape[-1]),
-        num_layers=len(blocks),
-        num_heads=int(query.shape[1]),
-        mlp_dim=int(params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape[-1]),
-        classifier=classifier,
-        include_top=False,
-    )
+    try:
+        config = checkpoint.config_from_params(params, image_size)
+    except checkpoint.CheckpointError as e:
+        raise ValueError(f"{e} Pass --image-size HEIGHTxWIDTH.") from None
+    from keras_vit.layers import to_pair
+
+    for key in ("num_classes", "representation_size"):
+        config.pop(key)
+    config.update(include_top=False, image_size=to_pair("image_size", config["image_size"]))
+    return config
 
 
 def _image_size(text):
