@@ -29,6 +29,7 @@ import tempfile
 
 import numpy as np
 
+from keras_vit._checks import check_int
 from keras_vit.cli import command
 
 SERVING_SIGNATURE = "serving_default"
@@ -149,12 +150,6 @@ def _check_choice(name, value, choices):
         )
 
 
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(
-            f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}"
-        )
-    return int(value)
 
 
 def _check_tensorflow_backend(what):
@@ -433,8 +428,8 @@ def export_saved_model(
     _check_tensorflow_backend("export_saved_model")
     height, width, num_classes = check_model(model)
     class_names = check_class_names(class_names, num_classes)
-    version = _check_int("version", version, 0)
-    top_k = min(_check_int("top_k", top_k, 1), num_classes)
+    version = check_int("version", version, 0)
+    top_k = min(check_int("top_k", top_k, 1), num_classes)
     _check_choice("image_dtype", image_dtype, IMAGE_DTYPES)
     path = _version_dir(export_dir, version, overwrite)
     records = _warmup_requests(model.name, height, width, image_dtype) if warmup else []
@@ -628,7 +623,7 @@ def _check_format_args(args):
     if given:
         raise ValueError(f"{', '.join(given)} does not apply to --format {args.format}.")
     if args.parity_images is not None:
-        _check_int("--parity-images", args.parity_images, 1)
+        check_int("--parity-images", args.parity_images, 1)
 
 
 @command("export", "export a classifier as a TF Serving SavedModel or a TFLite file")

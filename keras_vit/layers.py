@@ -11,6 +11,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit._checks import check_positive_int
+
 # LayerNorm epsilon of the official Flax code (`nn.LayerNorm` default). Keras' default is 1e-3.
 LAYER_NORM_EPSILON = 1e-6
 # Flax `nn.gelu`, used to train the official checkpoints, is the tanh approximation.
@@ -23,9 +25,6 @@ MLP_BIAS_STDDEV = 1e-6
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
 
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
 def _check_rate(name, value):
@@ -50,7 +49,7 @@ def to_pair(name, value):
             f"`{name}` must be an int or a (height, width) pair. Received: {name}={value!r}"
         )
     for v in pair:
-        _check_positive_int(name, v)
+        check_positive_int(name, v)
     return pair
 
 
@@ -88,7 +87,7 @@ class PatchEmbedding(keras.layers.Layer):
     def __init__(self, patch_size, hidden_size, **kwargs):
         super().__init__(**kwargs)
         self.patch_size = to_pair("patch_size", patch_size)
-        _check_positive_int("hidden_size", hidden_size)
+        check_positive_int("hidden_size", hidden_size)
         self.hidden_size = hidden_size
 
     def _grid(self, input_shape):
@@ -227,7 +226,7 @@ class MultiHeadDotProductAttention(_ReturnsAttention, keras.layers.Layer):
 
     def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
         super().__init__(**kwargs)
-        _check_positive_int("num_heads", num_heads)
+        check_positive_int("num_heads", num_heads)
         _check_rate("attention_dropout_rate", attention_dropout_rate)
         self.num_heads = num_heads
         self.attention_dropout_rate = attention_dropout_rate
@@ -312,7 +311,7 @@ class MlpBlock(keras.layers.Layer):
 
     def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=GELU_APPROXIMATE, **kwargs):
         super().__init__(**kwargs)
-        _check_positive_int("mlp_dim", mlp_dim)
+        check_positive_int("mlp_dim", mlp_dim)
         _check_rate("dropout_rate", dropout_rate)
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
@@ -391,8 +390,8 @@ class TransformerBlock(_ReturnsAttention, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check_positive_int("num_heads", num_heads)
-        _check_positive_int("mlp_dim", mlp_dim)
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("mlp_dim", mlp_dim)
         _check_rate("dropout_rate", dropout_rate)
         _check_rate("attention_dropout_rate", attention_dropout_rate)
         if not layer_norm_epsilon > 0:

@@ -11,6 +11,7 @@ with `model.get_layer(name)`:
 import keras
 
 from keras_vit import configs
+from keras_vit._checks import check_positive_int
 from keras_vit.layers import (
     GELU_APPROXIMATE,
     LAYER_NORM_EPSILON,
@@ -25,13 +26,6 @@ from keras_vit.layers import (
 from keras_vit.resnet import ResNetStem
 
 IMAGE_CHANNELS = 3
-
-
-def _check_positive(name, value, allow_none=False):
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
 def ViT(
@@ -98,10 +92,10 @@ def ViT(
         ("num_heads", num_heads),
         ("mlp_dim", mlp_dim),
     ):
-        _check_positive(arg, value)
-    _check_positive("representation_size", representation_size, allow_none=True)
+        check_positive_int(arg, value)
+    check_positive_int("representation_size", representation_size, allow_none=True)
     if include_top:
-        _check_positive("num_classes", num_classes)
+        check_positive_int("num_classes", num_classes)
     check_classifier(classifier)
     stem = _backbone(backbone)
     stride = stem.stride if stem else 1

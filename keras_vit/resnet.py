@@ -11,7 +11,7 @@ feature map. Weight names follow the checkpoint (`conv_root`, `gn_root`,
 import keras
 from keras import ops
 
-from keras_vit.layers import _check_positive_int
+from keras_vit._checks import check_positive_int
 
 # The official StdConv adds this to the kernel's standard deviation (`weight_standardize`).
 STD_CONV_EPSILON = 1e-5
@@ -60,7 +60,7 @@ class StdConv2D(keras.layers.Layer):
             ("kernel_size", kernel_size),
             ("strides", strides),
         ):
-            _check_positive_int(name, value)
+            check_positive_int(name, value)
         if not epsilon > 0:
             raise ValueError(f"`epsilon` must be positive. Received: epsilon={epsilon!r}")
         self.filters = filters
@@ -119,8 +119,8 @@ class BottleneckUnit(keras.layers.Layer):
 
     def __init__(self, features, strides=1, std_conv_epsilon=STD_CONV_EPSILON, **kwargs):
         super().__init__(**kwargs)
-        _check_positive_int("features", features)
-        _check_positive_int("strides", strides)
+        check_positive_int("features", features)
+        check_positive_int("strides", strides)
         self.features = features
         self.strides = strides
         self.std_conv_epsilon = std_conv_epsilon
@@ -204,8 +204,8 @@ class ResNetStem(keras.layers.Layer):
         super().__init__(**kwargs)
         num_layers = tuple(num_layers)
         for n in num_layers:
-            _check_positive_int("num_layers", n)
-        _check_positive_int("width_factor", width_factor)
+            check_positive_int("num_layers", n)
+        check_positive_int("width_factor", width_factor)
         self.num_layers = num_layers
         self.width_factor = width_factor
         self.std_conv_epsilon = std_conv_epsilon

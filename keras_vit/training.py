@@ -40,6 +40,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit import checkpoint
+from keras_vit._checks import check_int
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
@@ -61,9 +62,6 @@ DECAYS = ("cosine", "linear")
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
 
 
 def _check_positive_number(name, value):
@@ -97,9 +95,9 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, learning_rate, total_steps, warmup_steps=0, decay="cosine",
                  end_learning_rate=LINEAR_DECAY_END, steps_per_update=1):
         _check_positive_number("learning_rate", learning_rate)
-        _check_int("total_steps", total_steps, 1)
-        _check_int("warmup_steps", warmup_steps, 0)
-        _check_int("steps_per_update", steps_per_update, 1)
+        check_int("total_steps", total_steps, 1)
+        check_int("warmup_steps", warmup_steps, 0)
+        check_int("steps_per_update", steps_per_update, 1)
         if warmup_steps >= total_steps:
             raise ValueError(
                 f"warmup_steps {warmup_steps} must be smaller than total_steps {total_steps}."
@@ -143,8 +141,8 @@ def accumulation_steps(target_batch_size, batch_size):
     Raises:
         ValueError: if `target_batch_size` is not a multiple of `batch_size`.
     """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("target_batch_size", target_batch_size, 1)
+    check_int("batch_size", batch_size, 1)
+    check_int("target_batch_size", target_batch_size, 1)
     if target_batch_size % batch_size:
         raise ValueError(
             f"target_batch_size {target_batch_size} is not a multiple of batch_size "
@@ -172,7 +170,7 @@ def finetune_optimizer(learning_rate=0.003, total_steps=10_000, warmup_steps=FIN
     Returns:
         A `keras.optimizers.SGD` without weight decay.
     """
-    _check_int("accumulation_steps", accumulation_steps, 1)
+    check_int("accumulation_steps", accumulation_steps, 1)
     return keras.optimizers.SGD(
         learning_rate=WarmupDecay(learning_rate, total_steps, warmup_steps, "cosine",
                                   steps_per_update=accumulation_steps),
@@ -200,7 +198,7 @@ def pretrain_optimizer(learning_rate=1e-3, total_steps=100_000, warmup_steps=PRE
     Returns:
         A `keras.optimizers.AdamW`.
     """
-    _check_int("accumulation_steps", accumulation_steps, 1)
+    check_int("accumulation_steps", accumulation_steps, 1)
     return keras.optimizers.AdamW(
         learning_rate=WarmupDecay(learning_rate, total_steps, warmup_steps, "linear",
                                   steps_per_update=accumulation_steps),
