@@ -1,9 +1,16 @@
 """Time to the first ViT-B/16 training step (batch 8, AdamW) and where it goes.
 
-    python -m benchmarks.first_step [xla|noxla] [--no-grappler] [--profile]
+    python -m benchmarks.first_step [xla|noxla] [--keras-adamw] [--no-prebuild]
+        [--no-grappler] [--profile]
 
-Prints import, build, compile-plus-first-step times and the steady step; with --profile, the
-top of a cProfile of the first `train_on_batch` (graph construction in Python vs execution).
+Prints import, build, compile-plus-first-step times and the steady step. By default the model
+is compiled as `keras_vit.training.compile_model` does it: `keras_vit.training.AdamW` and
+`training.build_training_state` (optimizer state built before the first step). The flags
+undo each: `--keras-adamw` uses `keras.optimizers.AdamW`, `--no-prebuild` leaves the
+optimizer to be built inside the first traced step (so TensorFlow traces it twice).
+`--profile` prints the top of a cProfile of the first `train_on_batch`: the Python graph
+construction (`func_graph_from_py_func`) against the execution (`TFE_Py_Execute`, which
+includes XLA's compilation).
 """
 
 import sys
@@ -18,16 +25,20 @@ def main(argv=None):
     import keras
 
     import keras_vit
+    from keras_vit import training
 
     if "--no-grappler" in argv:
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     xla = "noxla" not in argv
+    adamw = keras.optimizers.AdamW if "--keras-adamw" in argv else training.AdamW
     t_import = time.perf_counter()
     model = keras_vit.create_model("B/16", dropout_rate=0.0)
     t_build = time.perf_counter()
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+    model.compile(optimizer=adamw(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=xla)
+    if "--no-prebuild" not in argv:
+        training.build_training_state(model)
     x = np.random.default_rng(0).uniform(-1, 1, (8, 224, 224, 3)).astype("float32")
     y = np.arange(8)
     if "--profile" in argv:
@@ -36,7 +47,8 @@ def main(argv=None):
 
         profile = cProfile.Profile()
         profile.runcall(model.train_on_batch, x, y)
-        pstats.Stats(profile).sort_stats("tottime").print_stats(8)
+        stats = pstats.Stats(profile).sort_stats("cumulative")
+        stats.print_stats("func_graph_from_py_func|TFE_Py_Execute|apply_gradients")
     else:
         model.train_on_batch(x, y)
     t_first = time.perf_counter()
@@ -45,9 +57,13 @@ def main(argv=None):
         start = time.perf_counter()
         model.train_on_batch(x, y)
         steps.append(time.perf_counter() - start)
-    print(f"{'XLA' if xla else 'no XLA'}: import {t_import - t0:.1f} s, build {t_build - t_import:.1f} s, "
-          f"compile + first step {t_first - t_build:.1f} s, steady step {min(steps):.2f} s "
-          f"({8 / min(steps):.2f} img/s)")
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"{'XLA' if xla else 'no XLA'}, {adamw.__module__}.{adamw.__name__}, "
+          f"{'no ' if '--no-prebuild' in argv else ''}prebuild: import {t_import - t0:.1f} s, "
+          f"build {t_build - t_import:.1f} s, compile + first step {t_first - t_build:.1f} s, "
+          f"steady step {min(steps):.2f} s ({8 / min(steps):.2f} img/s), peak RSS {peak:.2f} GB")
 
 
 if __name__ == "__main__":

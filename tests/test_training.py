@@ -1,5 +1,6 @@
 """Recipes, schedules, losses, precision, callbacks, fault tolerance, the train/evaluate commands."""
 
+import functools
 import json
 import math
 import os
@@ -149,6 +150,111 @@ def test_pretrain_recipe_is_adam_with_decoupled_weight_decay():
         total += g.size
         np.testing.assert_allclose(np.array(got)[signal], want[signal], atol=1e-6)
     assert checked > 0.9 * total
+
+
+def _adamw_steps(optimizer, compiled, steps=3, accumulation=False):
+    """Three `optimizer.apply` calls with fixed gradients on fresh variables."""
+    rng = np.random.default_rng(3)
+    variables = [keras.Variable(rng.normal(0, 1, shape).astype("float32"), name=name)
+                 for shape, name in [((4, 5), "kernel"), ((5,), "bias"), ((3,), "scale")]]
+    grads = [[rng.normal(0, 1e-2, v.shape).astype("float32") for v in variables]
+             for _ in range(steps)]
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    optimizer.build(variables)
+
+    def apply(*g):
+        optimizer.apply(list(g), variables)
+
+    apply = tf.function(apply, jit_compile=compiled == "xla") if compiled else apply
+    for g in grads:
+        apply(*g)
+    return [np.array(v) for v in variables + list(optimizer.variables)]
+
+
+@pytest.mark.parametrize("compiled", [None, "graph", "xla"])
+@pytest.mark.parametrize("schedule", [False, True])
+def test_adamw_is_keras_adamw(compiled, schedule):
+    def make(cls):
+        lr = training.WarmupDecay(0.1, 10, 2, "linear") if schedule else 0.1
+        return cls(learning_rate=lr, weight_decay=0.1, gradient_accumulation_steps=2
+                   if schedule else None)
+
+    want = _adamw_steps(make(keras.optimizers.AdamW), compiled)
+    got = _adamw_steps(make(training.AdamW), compiled)
+    assert len(got) == len(want)
+    # Keras computes 1 - beta_2 in float64 (0.001), TensorFlow's fused kernel in float32
+    # (0.00099998713): 1.3e-5 relative in the second moment, 6e-6 in the step (steps here
+    # are about 0.1).
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got[0], _adamw_steps(make(keras.optimizers.SGD), None)[0])
+
+
+def test_adamw_matches_adamw_in_float64():
+    got = _adamw_steps(training.AdamW(learning_rate=0.1, weight_decay=0.1), "xla")
+    rng = np.random.default_rng(3)
+    w = [rng.normal(0, 1, shape) for shape in [(4, 5), (5,), (3,)]]
+    grads = [[rng.normal(0, 1e-2, v.shape).astype("float32") for v in w] for _ in range(3)]
+    m = [np.zeros_like(v) for v in w]
+    v2 = [np.zeros_like(v) for v in w]
+    for t, g in enumerate(grads, start=1):
+        for i in range(3):
+            if i != 1:  # "bias" is excluded from weight decay
+                w[i] = w[i] - 0.1 * 0.1 * w[i]
+            m[i] = 0.9 * m[i] + 0.1 * g[i]
+            v2[i] = 0.999 * v2[i] + 0.001 * g[i].astype(float) ** 2
+            alpha = 0.1 * np.sqrt(1 - 0.999**t) / (1 - 0.9**t)
+            w[i] = w[i] - alpha * m[i] / (np.sqrt(v2[i]) + 1e-7)
+    for a, b in zip(got[:3], w):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+
+
+def test_adamw_builds_fewer_operations():
+    variables = [keras.Variable(np.ones((8, 8), "float32")) for _ in range(6)]
+    counts = {}
+    for cls in (keras.optimizers.AdamW, training.AdamW):
+        optimizer = cls(learning_rate=training.WarmupDecay(1e-3, 100, 10), weight_decay=0.1)
+        optimizer.build(variables)
+        traced = tf.function(lambda *g: optimizer.apply(list(g), variables)).get_concrete_function(
+            *[tf.TensorSpec((8, 8), tf.float32)] * len(variables))
+        op_types = [op.type for op in traced.graph.get_operations()]
+        counts[cls] = len(op_types)
+        if cls is training.AdamW:
+            assert op_types.count("ResourceApplyAdam") == len(variables)
+    assert counts[training.AdamW] < 0.5 * counts[keras.optimizers.AdamW], counts
+    assert training.AdamW.from_config(training.AdamW(weight_decay=0.2).get_config()).weight_decay \
+        == 0.2
+
+
+def test_compile_model_traces_the_training_step_once(monkeypatch):
+    """Without `build_training_state`, Keras traces the first step twice (variables are
+    created in the first trace): every block's `call` would run twice."""
+    calls = []
+    original = keras_vit.TransformerBlock.call
+
+    @functools.wraps(original)  # Keras reads the signature of `call`
+    def counting_call(self, *args, **kwargs):
+        calls.append(self.name)
+        return original(self, *args, **kwargs)
+
+    x, y = batch()
+    model = tiny_model()
+    training.compile_pretrain(model, total_steps=10, warmup_steps=1, jit_compile=False)
+    monkeypatch.setattr(keras_vit.TransformerBlock, "call", counting_call)
+    assert model.optimizer.built and model.optimizer.variables
+    model.train_on_batch(x, y)
+    assert calls == ["encoderblock_0"]
+    model.train_on_batch(x, y)
+    assert calls == ["encoderblock_0"]
+
+    plain = tiny_model()
+    plain.compile(optimizer=keras.optimizers.AdamW(), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"], jit_compile=False)
+    del calls[:]
+    plain.train_on_batch(x, y)
+    assert calls == ["encoderblock_0"] * 2  # what build_training_state saves
+    with pytest.raises(ValueError, match="is not compiled"):
+        training.build_training_state(tiny_model())
 
 
 def test_gradient_accumulation_equals_the_large_batch():

@@ -49,16 +49,18 @@ def compile_model(model, args, **kwargs):
         )
 
 
-def compile_for_training(model, args):
-    """AdamW on cross-entropy from logits, no metrics (keras-hub's default adds accuracy)."""
+def compile_for_training(model, args, adamw=None):
+    """AdamW on cross-entropy from logits, no metrics (keras-hub's default adds accuracy).
+
+    `adamw`: the AdamW class; defaults to `keras.optimizers.AdamW`.
+    """
     import keras
 
+    adamw = adamw or keras.optimizers.AdamW
     compile_model(
         model,
         args,
-        optimizer=keras.optimizers.AdamW(
-            learning_rate=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
-        ),
+        optimizer=adamw(learning_rate=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=None,
     )
@@ -73,11 +75,17 @@ def inference_step(model, args):
     return lambda: model.predict_on_batch(images)
 
 
-def training_step(model, args):
-    """A synchronous AdamW training step on one batch of random images and labels."""
+def training_step(model, args, adamw=None, after_compile=None):
+    """A synchronous AdamW training step on one batch of random images and labels.
+
+    `adamw` as in `compile_for_training`; `after_compile(model)`, if given, runs after
+    `compile` (inside the time to the first step).
+    """
     import keras
 
-    compile_for_training(model, args)
+    compile_for_training(model, args, adamw)
+    if after_compile is not None:
+        after_compile(model)
     images, labels = common.random_batch(args)
     images, labels = keras.ops.convert_to_tensor(images), keras.ops.convert_to_tensor(labels)
     return lambda: model.train_on_batch(images, labels)

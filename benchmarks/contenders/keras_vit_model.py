@@ -7,7 +7,8 @@ Random weights, dropout 0 (the same work as the peers; L/16's official config ha
 random head instead of the zero head meant for fine-tuning (whose all-zero logits would make
 class 0 every image's top-1). `--precision int8` quantizes the
 fp32 model with Keras' `model.quantize("int8")` (inference only); mode `agreement` compares
-its top-1 predictions with the fp32 model's on random images (see `agreement`).
+its top-1 predictions with the fp32 model's on random images (see `agreement`). Training
+uses `keras_vit.training.AdamW` and `training.build_training_state`, as `compile_model` does.
 """
 
 import sys
@@ -48,7 +49,12 @@ def build_inference(args, config):
 def build_training(args, config):
     if args.precision == "int8":
         raise ValueError("--precision int8 is for inference only (Keras int8 quantization).")
-    return keras_common.training_step(build_model(args, config), args)
+    from keras_vit import training
+
+    # What `keras_vit.training.compile_model` does: keras_vit's AdamW (Keras' update in fewer
+    # graph operations), and the optimizer state built before the first step (no second trace).
+    return keras_common.training_step(build_model(args, config), args, adamw=training.AdamW,
+                                      after_compile=training.build_training_state)
 
 
 def agreement(args, config):
