@@ -1,0 +1,88 @@
+"""Where the peak training memory goes: resident memory after each stage of a ViT-B/16
+AdamW training run (batch 8, 224 px), and the peak within each stage.
+
+    python -m benchmarks.memory keras_vit [--no-xla] [--keras-adamw]
+    .venv-bench/bin/python -m benchmarks.memory timm      # peers' venv (benchmarks/setup_peers.sh)
+
+Linux only: reads VmRSS / VmHWM from /proc/self/status and resets the peak between stages by
+writing 5 to /proc/self/clear_refs, so each stage's peak is its own.
+"""
+
+import sys
+
+BATCH, SIZE, CLASSES = 8, 224, 1000
+
+
+def _status():
+    values = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key, value = line.split(":", 1)
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(value.split()[0]) / 2**20  # kB -> GB
+    return values
+
+
+def _stage(name):
+    values = _status()
+    print(f"| {name} | {values['VmRSS']:.2f} GB | {values['VmHWM']:.2f} GB |", flush=True)
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # resets VmHWM to the current RSS
+
+
+def keras_vit_stages(argv):
+    import numpy as np
+    import keras
+    import tensorflow as tf  # noqa: F401
+
+    _stage("import tensorflow, keras")
+    import keras_vit
+    from keras_vit import training
+
+    model = keras_vit.create_model("B/16", dropout_rate=0.0)
+    _stage("model built (parameters)")
+    adamw = keras.optimizers.AdamW if "--keras-adamw" in argv else training.AdamW
+    model.compile(optimizer=adamw(1e-4),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile="--no-xla" not in argv)
+    training.build_training_state(model)
+    _stage("compiled, optimizer state built")
+    x = np.random.default_rng(0).uniform(-1, 1, (BATCH, SIZE, SIZE, 3)).astype("float32")
+    y = np.arange(BATCH) % CLASSES
+    for step in range(4):
+        model.train_on_batch(x, y)
+        _stage("step 1 (trace, compile, run)" if step == 0 else f"step {step + 1}")
+
+
+def timm_stages(argv):
+    import torch
+
+    from benchmarks.contenders import timm_vit
+
+    timm = timm_vit.import_timm()[0]
+    _stage("import torch, timm")
+    model = timm.create_model("vit_base_patch16_224", num_classes=CLASSES)
+    _stage("model built (parameters)")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.rand(BATCH, 3, SIZE, SIZE)
+    y = torch.arange(BATCH) % CLASSES
+    for step in range(4):
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()  # creates the AdamW state on the first step
+        _stage(f"step {step + 1}")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in ("keras_vit", "timm"):
+        raise SystemExit("usage: python -m benchmarks.memory keras_vit|timm [--no-xla] "
+                         "[--keras-adamw]")
+    print(f"{argv[0]} {' '.join(argv[1:])}: ViT-B/16, batch {BATCH}, AdamW\n")
+    print("| stage | RSS after | peak during |\n|---|---|---|")
+    _stage("interpreter start")
+    (keras_vit_stages if argv[0] == "keras_vit" else timm_stages)(argv[1:])
+
+
+if __name__ == "__main__":
+    main()
