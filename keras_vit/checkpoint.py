@@ -129,6 +129,29 @@ def read_npz(path):
         raise CheckpointError(f"{path} is corrupted or truncated: {e}") from e
 
 
+def current_umask():
+    """The process umask, read without changing it where the OS allows.
+
+    Linux reports it in /proc/self/status; elsewhere it is read by setting and restoring it,
+    which another thread creating a file at that instant could observe.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    umask = os.umask(0o077)  # the restrictive value, should another thread see it
+    os.umask(umask)
+    return umask
+
+
+def chmod_as_umask(path, mode):
+    """`chmod(path, mode & ~umask)`: the permissions `open`/`mkdir` would have given."""
+    os.chmod(path, mode & ~current_umask())
+
+
 def atomic_write(path, write):
     """Calls `write(file)` on a temporary file beside `path`, then renames it into place.
 
@@ -143,9 +166,7 @@ def atomic_write(path, write):
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would (mkstemp makes it 0600)
+        chmod_as_umask(tmp, 0o666)  # as a plain open() would (mkstemp makes it 0600)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -30,6 +30,7 @@ import tempfile
 import numpy as np
 
 from keras_vit._checks import check_int
+from keras_vit.checkpoint import chmod_as_umask
 from keras_vit.cli import command
 
 SERVING_SIGNATURE = "serving_default"
@@ -356,12 +357,6 @@ def _version_dir(export_dir, version, overwrite):
     return path
 
 
-def _chmod_as_umask(path, mode):
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, mode & ~umask)
-
-
 def _publish(staging, path):
     """Moves the complete export `staging` to `path`, replacing whatever is there.
 
@@ -437,7 +432,7 @@ def export_saved_model(
     os.makedirs(export_dir, exist_ok=True)
     staging = tempfile.mkdtemp(dir=export_dir, prefix=f".tmp-{version}-")
     try:
-        _chmod_as_umask(staging, 0o777)  # mkdtemp's 0700 would lock out a server's own user
+        chmod_as_umask(staging, 0o777)  # mkdtemp's 0700 would lock out a server's own user
         with tempfile.TemporaryDirectory() as scratch:
             labels_path = os.path.join(scratch, LABELS_ASSET)
             with open(labels_path, "w", encoding="utf-8") as f:
@@ -502,7 +497,6 @@ def export_tflite(model, path, quantize=None):
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
         data = converter.convert()
     atomic_write(path, lambda f: f.write(data))
-    _chmod_as_umask(path, 0o666)  # as `open` would have created it, not mkstemp's 0600
     return os.fspath(path)
 
 

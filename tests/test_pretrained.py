@@ -563,3 +563,14 @@ def test_the_shipped_demo_checkpoint_loads_offline_and_is_hash_checked(monkeypat
     monkeypatch.setitem(pretrained._REGISTERED, "digits", dict(entry, sha256="1" * 64))
     with pytest.raises(keras_vit.CheckpointError, match="does not have its registered SHA-256"):
         keras_vit.from_pretrained("digits")
+
+
+def test_files_get_the_umask_permissions_without_touching_the_umask(tmp_path):
+    previous = os.umask(0o027)
+    try:
+        assert checkpoint.current_umask() == 0o027
+        assert os.umask(0o027) == 0o027  # unchanged by reading it
+        checkpoint.atomic_write(tmp_path / "f.bin", lambda f: f.write(b"x"))
+        assert os.stat(tmp_path / "f.bin").st_mode & 0o777 == 0o640
+    finally:
+        os.umask(previous)
