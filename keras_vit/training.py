@@ -217,15 +217,19 @@ class AdamW(keras.optimizers.AdamW):
     Keras' AdamW recomputes the bias-corrected step size, the learning rate (a schedule is
     evaluated again for every variable) and the weight-decay factor per variable, and routes
     each variable through `tf.distribute`'s update machinery: about 45 TensorFlow operations
-    per variable, 9,400 for ViT-B/16, which Python must create at every trace and XLA must
-    compile. With one replica on TensorFlow, this class computes those scalars once per step
-    and updates each variable with one fused `ResourceApplyAdam` kernel (the same formula as
-    Keras: `m += (g - m)(1 - b1)`, `v += (g^2 - v)(1 - b2)`,
-    `w -= alpha m / (sqrt(v) + eps)` with `alpha = lr sqrt(1 - b2^t) / (1 - b1^t)`), after the
-    decoupled decay `w -= lr wd w`: 2,600 operations for ViT-B/16, and a trace 3 s shorter on
-    the project's CPU machine. Elsewhere (several replicas, other backends, `amsgrad`, sparse
-    gradients) it is Keras' own AdamW. Arguments and `get_config` are those of
-    `keras.optimizers.AdamW`.
+    per variable, 9,408 for ViT-B/16, which Python must create at every trace and XLA must
+    compile. On TensorFlow outside any distribution strategy, this class computes those
+    scalars once per step and updates each float32/float64 variable with one fused
+    `ResourceApplyAdam` kernel (the same formula as Keras: `m += (g - m)(1 - b1)`,
+    `v += (g^2 - v)(1 - b2)`, `w -= alpha m / (sqrt(v) + eps)` with
+    `alpha = lr sqrt(1 - b2^t) / (1 - b1^t)`), after the decoupled decay `w -= lr wd w`:
+    1,628 operations for ViT-B/16 (constant learning rate), and with `build_training_state`
+    the first ViT-B/16 step on the project's CPU machine takes 14.7 s instead of 22.4 s
+    (BENCHMARKS.md). The kernel computes `1 - b2` in float32 (0.00099998713, Keras 0.001):
+    steps differ from Keras' in the sixth significant digit. Elsewhere (under a strategy,
+    including OneDeviceStrategy; other backends; `amsgrad`) it is Keras' own AdamW, and
+    sparse gradients and float16/bfloat16 variables get Keras' per-variable update. Arguments
+    and `get_config` are those of `keras.optimizers.AdamW`.
 
     ```python
     optimizer = keras_vit.training.AdamW(learning_rate=1e-3, weight_decay=0.1)
@@ -237,7 +241,11 @@ class AdamW(keras.optimizers.AdamW):
             return False
         import tensorflow as tf
 
-        return not tf.distribute.has_strategy()
+        # Variables created under a strategy (even when applied outside it) are distributed:
+        # Keras' path updates every copy, the fused kernel would update one.
+        default = tf.distribute.get_strategy()
+        return not tf.distribute.has_strategy() and getattr(
+            self, "_distribution_strategy", default) is default
 
     def _apply_weight_decay(self, variables):
         if not self._fused():
@@ -261,9 +269,12 @@ class AdamW(keras.optimizers.AdamW):
                 scalars[dtype] = (alpha, decay, beta_1, beta_2, ops.cast(self.epsilon, dtype),
                                   ops.zeros((), dtype))
             alpha, decay, beta_1, beta_2, epsilon, zero = scalars[dtype]
-            if self.weight_decay and self._use_weight_decay(variable):
+            # Keras' TensorFlow path matches exclusions against the tf.Variable's full name.
+            if self.weight_decay and self._use_weight_decay(getattr(variable, "value", variable)):
                 self.assign_sub(variable, variable * decay)  # decoupled: w -= lr wd w
-            if isinstance(grad, tf.IndexedSlices):
+            if (isinstance(grad, tf.IndexedSlices) or dtype not in ("float32", "float64")
+                    or isinstance(getattr(variable, "value", variable), tf.distribute.DistributedValues)):
+                # Keras' own update: sparse rows; in 16-bit dtypes 1 - b2 would round off.
                 self.update_step(grad, variable, learning_rate)
                 continue
             index = self._get_variable_index(variable)
@@ -390,30 +401,38 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
     return model
 
 
-def build_training_state(model):
+def build_training_state(model, labels=None):
     """Creates the optimizer's, loss's and metrics' variables of a compiled `model` now.
 
     Without a distribution strategy Keras 3.15 creates them inside the first traced training
     step, and TensorFlow traces a `tf.function` that created variables a second time: for
-    ViT-B/16 that second trace was 13 of the 35 s to the first step on the project's CPU
-    machine (`python -m benchmarks.first_step`). `compile_model` calls this; call it after
-    your own `model.compile` to get the same. Under a strategy it builds in the strategy's
-    scope, as Keras would.
+    ViT-B/16 on the project's CPU machine that second trace cost 9 s of the first step
+    (31.6 s -> 22.4 s, `python -m benchmarks.first_step`). `compile_model` calls this; call it
+    after your own `model.compile` to get the same. Under a strategy it builds in the
+    strategy's scope, as Keras would. A model whose layers are not all built (a Sequential
+    without an `Input`, say) is left for Keras to build at the first step.
 
     Args:
-        model: a compiled `keras.Model`, built (every keras_vit model is).
+        model: a compiled `keras.Model`.
+        labels: `keras.KerasTensor` (or anything with `shape` and `dtype`) describing a batch
+            of labels, for building the loss and metrics. Defaults to integer class ids of
+            shape `[B]` (what `compile_model`'s loss takes); pass
+            `keras.KerasTensor((None, K), "float32")` for one-hot labels.
 
     Returns:
         The model.
     """
     if getattr(model, "optimizer", None) is None:
         raise ValueError(f"Model {model.name!r} is not compiled: call `model.compile` first.")
+    if not all(layer.built for layer in model._flatten_layers()):
+        return model  # its variables do not all exist yet: Keras builds at the first step
     with model.distribute_strategy.scope():
         inputs = getattr(model, "inputs", None)
         if inputs and len(inputs) == 1 and hasattr(model, "_symbolic_build"):
             # Keras' own build of the model, compiled loss, metrics and optimizer state from
-            # symbolic tensors; labels are integer class ids of shape [B].
-            labels = keras.KerasTensor((inputs[0].shape[0],), "int32")
+            # symbolic tensors.
+            if labels is None:
+                labels = keras.KerasTensor((inputs[0].shape[0],), "int32")
             model._symbolic_build(data_batch=(inputs[0], labels, None))
         elif not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)

@@ -226,6 +226,42 @@ def test_adamw_builds_fewer_operations():
         == 0.2
 
 
+def test_adamw_edge_cases_follow_keras():
+    """Exclusion by a name prefix (Keras matches the tf.Variable's full name), float16
+    variables (Keras' update: 1 - b2 would round in float16), sparse gradients."""
+    def run(cls):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Embedding(5, 4),
+                                  keras.layers.Dense(2, name="head")])
+        optimizer = cls(learning_rate=0.05, weight_decay=0.5)
+        optimizer.exclude_from_weight_decay(var_names=["head"])
+        model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
+        x, y = np.array([[0, 1, 4]] * 2), np.ones((2, 3, 2), "float32")
+        for _ in range(3):
+            model.train_on_batch(x, y)
+        half = keras.Variable(np.full((3,), 0.5, "float16"))
+        opt16 = cls(learning_rate=0.05, weight_decay=0.5)
+        opt16.build([half])
+        for _ in range(3):
+            opt16.apply([np.full((3,), 0.25, "float16")], [half])
+        return [np.array(w) for w in model.weights] + [np.array(half)]
+
+    for got, want in zip(run(training.AdamW), run(keras.optimizers.AdamW)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_under_a_strategy_is_keras_adamw():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        variables = [keras.Variable(np.ones((2,), "float32"))]
+        optimizer = training.AdamW(learning_rate=0.1, weight_decay=0.1)
+        optimizer.build(variables)
+    assert not optimizer._fused()  # applied outside the scope: still Keras' path
+    optimizer.apply([np.full((2,), 0.5, "float32")], variables)
+    np.testing.assert_allclose(np.array(variables[0]), 1 - 0.01 - 0.1 / (1 + 1e-7 / 0.5),
+                               rtol=1e-5)
+
+
 def test_compile_model_traces_the_training_step_once(monkeypatch):
     """Without `build_training_state`, Keras traces the first step twice (variables are
     created in the first trace): every block's `call` would run twice."""
@@ -255,6 +291,23 @@ def test_compile_model_traces_the_training_step_once(monkeypatch):
     assert calls == ["encoderblock_0"] * 2  # what build_training_state saves
     with pytest.raises(ValueError, match="is not compiled"):
         training.build_training_state(tiny_model())
+
+
+def test_build_training_state_leaves_unbuilt_models_and_takes_label_specs():
+    unbuilt = keras.Sequential([keras.layers.Dense(3)])
+    unbuilt.compile(optimizer=training.AdamW(), loss="mse")
+    training.build_training_state(unbuilt)
+    assert not unbuilt.optimizer.built
+    unbuilt.train_on_batch(np.ones((2, 4), "float32"), np.ones((2, 3), "float32"))
+
+    x, y = batch()
+    onehot = tiny_model()
+    onehot.compile(optimizer=training.AdamW(), loss="categorical_crossentropy",
+                   metrics=["accuracy"], jit_compile=False)
+    training.build_training_state(onehot, labels=keras.KerasTensor((None, 3), "float32"))
+    assert onehot.optimizer.built
+    logs = onehot.train_on_batch(x, np.eye(3, dtype="float32")[y], return_dict=True)
+    assert set(logs) >= {"loss", "accuracy"}
 
 
 def test_gradient_accumulation_equals_the_large_batch():
