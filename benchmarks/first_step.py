@@ -83,7 +83,8 @@ def count_ops(keras, tf, keras_vit, training):
             ).get_concrete_function(*specs)
             print(f"{adamw.__module__}.{adamw.__name__}, "
                   f"{'WarmupDecay' if schedule else 'constant'} learning rate: "
-                  f"{len(traced.graph.get_operations()):,} operations for {len(variables)} variables")
+                  f"{len(traced.graph.get_operations()):,} operations for "
+                  f"{len(variables)} variables")
 
 
 if __name__ == "__main__":

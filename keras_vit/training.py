@@ -272,9 +272,12 @@ class AdamW(keras.optimizers.AdamW):
             # Keras' TensorFlow path matches exclusions against the tf.Variable's full name.
             if self.weight_decay and self._use_weight_decay(getattr(variable, "value", variable)):
                 self.assign_sub(variable, variable * decay)  # decoupled: w -= lr wd w
-            if (isinstance(grad, tf.IndexedSlices) or dtype not in ("float32", "float64")
-                    or isinstance(getattr(variable, "value", variable), tf.distribute.DistributedValues)):
-                # Keras' own update: sparse rows; in 16-bit dtypes 1 - b2 would round off.
+            distributed = isinstance(getattr(variable, "value", variable),
+                                     tf.distribute.DistributedValues)
+            if isinstance(grad, tf.IndexedSlices) or dtype not in ("float32", "float64") \
+                    or distributed:
+                # Keras' own update: sparse rows; in 16-bit dtypes 1 - b2 would round off;
+                # a distributed variable has one copy per replica.
                 self.update_step(grad, variable, learning_rate)
                 continue
             index = self._get_variable_index(variable)

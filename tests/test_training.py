@@ -215,8 +215,8 @@ def test_adamw_builds_fewer_operations():
     for cls in (keras.optimizers.AdamW, training.AdamW):
         optimizer = cls(learning_rate=training.WarmupDecay(1e-3, 100, 10), weight_decay=0.1)
         optimizer.build(variables)
-        traced = tf.function(lambda *g, o=optimizer: o.apply(list(g), variables)).get_concrete_function(
-            *[tf.TensorSpec((8, 8), tf.float32)] * len(variables))
+        apply = tf.function(lambda *g, o=optimizer: o.apply(list(g), variables))
+        traced = apply.get_concrete_function(*[tf.TensorSpec((8, 8), tf.float32)] * len(variables))
         op_types = [op.type for op in traced.graph.get_operations()]
         counts[cls] = len(op_types)
         if cls is training.AdamW:
