@@ -21,24 +21,11 @@ import numpy as np
 
 def _static_int8(model, path, calibration):
     """Full-integer quantisation calibrated on `calibration` [N, H, W, 3] in [0, 255]."""
-    import keras
     import tensorflow as tf
 
     from keras_vit import export
-    from keras_vit.preprocessing import preprocess_inputs
 
-    def predict(images):
-        logits = tf.cast(model(preprocess_inputs(images), training=False), tf.float32)
-        return {"probabilities": tf.nn.softmax(logits, axis=-1)}
-
-    with tempfile.TemporaryDirectory() as saved_model:
-        archive = keras.export.ExportArchive()
-        archive.add_endpoint(export.SERVING_SIGNATURE, predict, [
-            tf.TensorSpec([None, *calibration.shape[1:]], tf.float32, name=export.IMAGES_INPUT)
-        ])
-        archive.write_out(saved_model, verbose=False)
-        converter = tf.lite.TFLiteConverter.from_saved_model(
-            saved_model, signature_keys=[export.SERVING_SIGNATURE])
+    with export.tflite_converter(model) as converter:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = lambda: (
             {export.IMAGES_INPUT: image[None]} for image in calibration)

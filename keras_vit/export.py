@@ -22,6 +22,7 @@ records that TF Serving replays when it loads the model, so that the first real 
 pay for graph initialisation.
 """
 
+import contextlib
 import os
 import shutil
 import sys
@@ -451,6 +452,35 @@ def export_saved_model(
 # TFLite.
 
 
+@contextlib.contextmanager
+def tflite_converter(model):
+    """A `tf.lite.TFLiteConverter` for `model`'s `predict_images` signature (float32 RGB
+    `images` in [0, 255] to `probabilities`), to set options on and `convert()` inside the
+    `with` block (it reads a temporary SavedModel that the block's end removes)."""
+    import keras
+    import tensorflow as tf
+
+    from keras_vit.preprocessing import preprocess_inputs
+
+    height, width, _ = check_model(model)
+
+    def predict(images):
+        logits = tf.cast(model(preprocess_inputs(images), training=False), tf.float32)
+        return {"probabilities": tf.nn.softmax(logits, axis=-1)}
+
+    # Through a SavedModel, as Keras' own LiteRT export does: converting the tf.function
+    # directly would leave the Keras variables as uninitialised TFLite resource variables.
+    with tempfile.TemporaryDirectory() as saved_model:
+        archive = keras.export.ExportArchive()
+        archive.add_endpoint(SERVING_SIGNATURE, predict, [
+            tf.TensorSpec([None, height, width, IMAGE_CHANNELS], tf.float32, name=IMAGES_INPUT)
+        ])
+        archive.write_out(saved_model, verbose=False)
+        yield tf.lite.TFLiteConverter.from_saved_model(
+            saved_model, signature_keys=[SERVING_SIGNATURE]
+        )
+
+
 def export_tflite(model, path, quantize=None):
     """Converts a classifier to a TFLite file, written atomically.
 
@@ -467,31 +497,13 @@ def export_tflite(model, path, quantize=None):
     Returns:
         str: `path`.
     """
-    import keras
     import tensorflow as tf
 
     from keras_vit.checkpoint import atomic_write
-    from keras_vit.preprocessing import preprocess_inputs
 
     _check_tensorflow_backend("export_tflite")
     _check_choice("quantize", quantize, TFLITE_QUANTIZATIONS)
-    height, width, _ = check_model(model)
-
-    def predict(images):
-        logits = tf.cast(model(preprocess_inputs(images), training=False), tf.float32)
-        return {"probabilities": tf.nn.softmax(logits, axis=-1)}
-
-    # Through a SavedModel, as Keras' own LiteRT export does: converting the tf.function
-    # directly would leave the Keras variables as uninitialised TFLite resource variables.
-    with tempfile.TemporaryDirectory() as saved_model:
-        archive = keras.export.ExportArchive()
-        archive.add_endpoint(SERVING_SIGNATURE, predict, [
-            tf.TensorSpec([None, height, width, IMAGE_CHANNELS], tf.float32, name=IMAGES_INPUT)
-        ])
-        archive.write_out(saved_model, verbose=False)
-        converter = tf.lite.TFLiteConverter.from_saved_model(
-            saved_model, signature_keys=[SERVING_SIGNATURE]
-        )
+    with tflite_converter(model) as converter:
         if quantize == "dynamic-int8":
             # Optimize.DEFAULT without a representative dataset: dynamic-range quantisation.
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
