@@ -22,13 +22,13 @@ import numpy as np
 
 def write_b16_checkpoint(path, seed=0):
     import keras_vit
-    from keras_vit import checkpoint
+    from keras_vit import weights
 
     model = keras_vit.ViT_B16()
     rng = np.random.default_rng(seed)
     params = {
         k: rng.standard_normal(v.shape).astype(np.float32) * 0.02
-        for k, v in checkpoint.checkpoint_variables(model).items()
+        for k, v in weights.checkpoint_variables(model).items()
     }
     np.savez(path, **params)
     return model

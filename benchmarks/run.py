@@ -33,11 +33,11 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 from benchmarks import flops
 from benchmarks.contenders import common
+from keras_vit.fileio import atomic_write_text
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = {  # name -> (worker module, label in the table)
@@ -59,15 +59,21 @@ ERROR_TAIL_LINES = 12
 
 @dataclasses.dataclass(frozen=True)
 class Contender:
-    """One framework in one configuration: `family[-xla][-precision]`, e.g. "keras_vit-xla-bf16"."""
+    """One framework in one configuration: `family[-jax][-xla][-compile][-precision]`, e.g.
+    "keras_vit-xla-bf16", "keras_vit-jax-bf16" (Keras on JAX, always XLA), "timm-compile"
+    (`torch.compile`)."""
 
     family: str
     xla: bool
     precision: str
+    jax: bool = False
+    compile: bool = False
 
     @property
     def name(self):
-        return f"{self.family}{'-xla' if self.xla else ''}-{self.precision}"
+        tags = [t for t, on in (("jax", self.jax), ("xla", self.xla), ("compile", self.compile))
+                if on]
+        return "-".join([self.family, *tags, self.precision])
 
     @property
     def module(self):
@@ -82,8 +88,10 @@ class Contender:
         v = versions or {}
         if self.family == "timm":
             name = f"timm {v['timm']} (torch {v['torch']})" if "timm" in v else "timm"
-            return f"{name}, {self.precision}"
+            return f"{name}{', torch.compile' if self.compile else ''}, {self.precision}"
         name = f"keras-hub {v['keras_hub']} ViT" if "keras_hub" in v else FAMILIES[self.family][1]
+        if self.jax:
+            return f"{name}, JAX (XLA), {self.precision}"
         return f"{name}, {'XLA' if self.xla else 'no XLA'}, {self.precision}"
 
 
@@ -96,15 +104,20 @@ def parse_contender(text, default_precision):
     spec = text.strip().lower().replace("keras-hub", "keras_hub").replace("keras-vit", "keras_vit")
     family, *tags = spec.split("-")
     expected = (
-        f"Expected FAMILY[-xla][-PRECISION] with FAMILY in {sorted(FAMILIES)} and PRECISION in "
-        f"{list(common.PRECISIONS)}, e.g. keras_vit-xla-bf16."
+        f"Expected FAMILY[-jax][-xla][-compile][-PRECISION] with FAMILY in {sorted(FAMILIES)} "
+        f"and PRECISION in {list(common.PRECISIONS)}, e.g. keras_vit-xla-bf16 (jax for Keras "
+        "families, compile for timm)."
     )
     if family not in FAMILIES:
         raise ValueError(f"Unknown contender {text!r}. {expected}")
-    xla, precision = False, None
+    xla, precision, jax, compiled = False, None, False, False
     for tag in tags:
         if tag == "xla" and not xla:
             xla = True
+        elif tag == "jax" and not jax and family != "timm":
+            jax = True
+        elif tag == "compile" and not compiled and family == "timm":
+            compiled = True
         elif tag in common.PRECISIONS and precision is None:
             precision = tag
         else:
@@ -120,7 +133,7 @@ def parse_contender(text, default_precision):
             f"Contender {text!r}: int8 is measured for keras_vit only (Keras quantize). "
             "Expected keras_vit-int8 or keras_vit-xla-int8."
         )
-    return Contender(family, xla, precision)
+    return Contender(family, xla, precision, jax, compiled)
 
 
 def _int_list(name, text, minimum=1):
@@ -304,6 +317,8 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=()):
         "--steps", str(plan.steps.get(mode, 1)), "--warmup", str(plan.warmup),
         "--seed", str(plan.seed), *(["--model", model] if model else []),
         *(["--xla"] if contender.xla else []),
+        *(["--backend", "jax"] if contender.jax else []),
+        *(["--compile"] if contender.compile else []),
         *(["--agreement-images", str(plan.agreement_images)] if mode == "agreement" else []),
         *extra,
     ]  # fmt: skip
@@ -586,21 +601,9 @@ def machine_info(device):
 
 
 def write_json(path, document):
-    """Writes `document` to `path` through a temporary file renamed into place.
-
-    (keras_vit.checkpoint.atomic_write does the same, but importing keras_vit would load
-    TensorFlow into this driver process, which must stay light beside the measured ones.)
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(document, f, indent=1)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Writes `document` to `path` atomically (`keras_vit.fileio` loads no TensorFlow, so
+    this driver process stays light beside the measured ones)."""
+    atomic_write_text(path, json.dumps(document, indent=1))
 
 
 def check(plan):

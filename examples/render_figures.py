@@ -3,7 +3,7 @@
     python examples/render_figures.py
 
 Writes 8 held-out digits as PNGs to docs/digits/ (the demo's 8x8 images, as RGB), then runs
-`keras-vit inspect --pretrained digits --gray docs/digits/*.png --out docs/inspect`.
+`keras-vit inspect --weights digits --gray docs/digits/*.png --out docs/inspect`.
 """
 
 import glob
@@ -32,7 +32,7 @@ def main():
         path = os.path.join(digits_dir, f"heldout_{i}_label_{y_test[i]}.png")
         tf.io.write_file(path, tf.io.encode_png(x_test[i]))
     pngs = sorted(glob.glob(os.path.join(digits_dir, "*.png")))
-    return cli.main(["inspect", "--pretrained", "digits", "--gray", *pngs,
+    return cli.main(["inspect", "--weights", "digits", "--gray", *pngs,
                      "--out", os.path.join(ROOT, "docs", "inspect")])
 
 

@@ -1,67 +1,112 @@
-"""keras_vit: the Vision Transformer (Dosovitskiy et al., 2020) for Keras 3."""
+"""keras_vit: the Vision Transformer (Dosovitskiy et al., 2020) for Keras 3.
 
-import os
+Public names load on first use (PEP 562), so that `import keras_vit` costs no TensorFlow start-up
+and the `keras-vit` command line answers `--help` at once. The layers register themselves for
+`.keras` files as soon as Keras is imported, whichever is imported first
+(`_register_layers_with_keras`), so `keras.saving.load_model` finds them after a plain
+`import keras_vit`.
+"""
 
-# Fewer TensorFlow C++ INFO/WARNING lines around the command line's output (the few that absl
-# prints before its logging starts cannot be silenced); errors still show. A value the user
-# set is kept.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import importlib
+import importlib.abc
+import importlib.util
+import sys
 
-from keras_vit.checkpoint import CheckpointError
-from keras_vit.configs import MODEL_SIZES, VARIANTS, get_variant
-from keras_vit.evaluation import evaluate, extract_features, fewshot_table, linear_probe
-from keras_vit.export import export_saved_model, export_tflite
-from keras_vit.inspect import (
-    attention_map,
-    attention_rollout,
-    inspect_model,
-    mean_attention_distance,
-    patch_embedding_components,
-    position_embedding_similarity,
+__version__ = "0.2.0"
+
+# Public name -> the module that defines it.
+_EXPORTS = {
+    **dict.fromkeys(("ViT", "vit_config"), "keras_vit.model"),
+    **dict.fromkeys((
+        "create_model", "from_pretrained", "ViT_Ti16", "ViT_S16", "ViT_S32", "ViT_B8",
+        "ViT_B16", "ViT_B32", "ViT_L16", "ViT_L32", "ViT_H14", "ViT_R50_B16", "ViT_R50_L32",
+        "ViT_R26_B32", "ViT_R26_S32", "ViT_R_Ti16"), "keras_vit.builders"),
+    **dict.fromkeys((
+        "AddPositionEmbs", "ClassToken", "MlpBlock", "MultiHeadDotProductAttention",
+        "PatchEmbedding", "TokenPooling", "TransformerBlock"), "keras_vit.layers"),
+    **dict.fromkeys(("BottleneckUnit", "ResNetStem", "StdConv2D"), "keras_vit.resnet"),
+    **dict.fromkeys(("MODEL_SIZES", "VARIANTS", "get_variant"), "keras_vit.configs"),
+    **dict.fromkeys((
+        "CheckpointError", "DownloadError", "default_checkpoint", "list_checkpoints",
+        "load_pretrained", "register_checkpoint"), "keras_vit.weights"),
+    **dict.fromkeys(("evaluate", "extract_features", "fewshot_table", "linear_probe"),
+                    "keras_vit.evaluation"),
+    **dict.fromkeys(("export_saved_model", "export_tflite"), "keras_vit.export"),
+    **dict.fromkeys((
+        "attention_map", "attention_rollout", "inspect_model", "mean_attention_distance",
+        "patch_embedding_components", "position_embedding_similarity"),
+        "keras_vit.inspection"),
+    **dict.fromkeys(("class_names", "decode_predictions"), "keras_vit.labels"),
+    **dict.fromkeys(("preprocess_inputs", "load_image"), "keras_vit.images"),
+    "get_strategy": "keras_vit.distribute",
+}
+_SUBMODULES = (
+    "builders", "configs", "data", "distribute", "evaluation", "export", "fileio", "framework",
+    "images", "inspection", "labels", "layers", "model", "resnet", "training", "validation",
+    "weights",
 )
-from keras_vit.labels import class_names, decode_predictions
-from keras_vit.layers import (
-    AddPositionEmbs,
-    ClassToken,
-    MlpBlock,
-    MultiHeadDotProductAttention,
-    PatchEmbedding,
-    TokenPooling,
-    TransformerBlock,
-)
-from keras_vit.model import (
-    ViT,
-    ViT_B8,
-    ViT_B16,
-    ViT_B32,
-    ViT_H14,
-    ViT_L16,
-    ViT_L32,
-    ViT_R26_B32,
-    ViT_R26_S32,
-    ViT_R50_B16,
-    ViT_R50_L32,
-    ViT_R_Ti16,
-    ViT_S16,
-    ViT_S32,
-    ViT_Ti16,
-    create_model,
-)
-from keras_vit.preprocessing import preprocess_inputs
-from keras_vit.pretrained import (
-    default_checkpoint,
-    from_pretrained,
-    list_checkpoints,
-    load_pretrained,
-    register_checkpoint,
-)
-from keras_vit.resnet import BottleneckUnit, ResNetStem, StdConv2D
-
-__version__ = "0.1.0"
+__all__ = sorted(_EXPORTS)
 
 
-def get_strategy(name="auto", tpu=None):
-    """A tf.distribute strategy by name: see `keras_vit.distribute.get_strategy`."""
-    from keras_vit.distribute import get_strategy as _get_strategy  # imports TensorFlow lazily
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    return _get_strategy(name, tpu)
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES))
+
+
+# Modules whose classes `.keras` files name (`keras_vit>PatchEmbedding`, ...). Both import only
+# Keras and `keras_vit.validation`, so importing them right after Keras is always safe.
+_LAYER_MODULES = ("keras_vit.layers", "keras_vit.resnet")
+
+
+def _import_layer_modules():
+    for name in _LAYER_MODULES:
+        if name not in sys.modules:  # a module still being imported registers itself
+            importlib.import_module(name)
+
+
+class _AfterKerasImport(importlib.abc.MetaPathFinder):
+    """Imports the layer modules right after Keras' own import completes (whoever imports
+    Keras: the user, TensorFlow's `tf.keras`, or keras_vit itself)."""
+
+    searching = False
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "keras" or self.searching:
+            return None
+        self.searching = True  # the search below passes through this finder again
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self.searching = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_keras = spec.loader.exec_module
+
+        def exec_module(module):
+            exec_keras(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            _import_layer_modules()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _register_layers_with_keras():
+    """Registers the layers for `.keras` files now if Keras is loaded, else once it is."""
+    if "keras" in sys.modules:
+        _import_layer_modules()
+    elif not any(isinstance(finder, _AfterKerasImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterKerasImport())
+
+
+_register_layers_with_keras()

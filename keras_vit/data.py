@@ -30,11 +30,14 @@ covers the same global batch as on one device.
 import dataclasses
 import math
 import os
+import socket
+import sys
 
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.preprocessing import INPUT_OFFSET, INPUT_SCALE
+from keras_vit import images as image_ops
+from keras_vit.validation import check_int, check_labels, check_replica_batch, to_pair
 
 # Inception crop of the official training pipeline (vit_jax input_pipeline.py):
 # `tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0), min_object_covered=0)`,
@@ -46,7 +49,7 @@ INCEPTION_ASPECT_RATIO_RANGE = (3 / 4, 4 / 3)
 RANDOM_ACCESS_LIMIT = 200_000
 # Shuffle buffer for larger, streamed splits (vit_jax uses 50k for ImageNet-21k).
 STREAM_SHUFFLE_BUFFER = 50_000
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 AUTOTUNE = tf.data.AUTOTUNE
 
 
@@ -97,6 +100,8 @@ class InputData:
         batch_size: int. Global batch size.
         training: bool. Training pipelines repeat forever with augmentation.
         class_names: tuple of str. Label names, where known.
+        start_epoch: int. The first epoch of a training pipeline.
+        skipped: tuple of (path, reason). Image files left out as undecodable.
     """
 
     dataset: object
@@ -105,6 +110,16 @@ class InputData:
     batch_size: int
     training: bool
     class_names: tuple = ()
+    start_epoch: int = 0
+    rebuild: object = dataclasses.field(default=None, repr=False)  # epoch -> InputData
+    skipped: tuple = ()  # (path, reason) of the files `from_folder(skip_corrupt=True)` left out
+
+    def from_epoch(self, epoch):
+        """The same pipeline starting at `epoch`: the batches an uninterrupted run sees from
+        there (to resume a run). Evaluation pipelines do not depend on the epoch."""
+        if not self.training or epoch == self.start_epoch or self.rebuild is None:
+            return self
+        return dataclasses.replace(self.rebuild(epoch), skipped=self.skipped)
 
     @property
     def steps_per_epoch(self):
@@ -116,31 +131,6 @@ class InputData:
 
 # --------------------------------------------------------------------------------------------
 # Preprocessing.
-
-
-def _to_rgb(image):
-    # image = [H, W, 1 or 3] -> [H, W, 3]
-    if image.shape[-1] == 1:
-        return tf.image.grayscale_to_rgb(image)
-    return image
-
-
-def _scale(image):
-    return tf.cast(image, tf.float32) / INPUT_SCALE + INPUT_OFFSET
-
-
-def preprocess_eval(image, image_size):
-    """Official evaluation preprocessing: resize to `image_size`, scale to [-1, 1].
-
-    Args:
-        image: uint8 (or float in [0, 255]) tensor `[H, W, 3]` (or `[H, W, 1]`).
-        image_size: (height, width).
-
-    Returns:
-        float32 `[height, width, 3]` in [-1, 1].
-    """
-    image = tf.image.resize(_to_rgb(image), image_size)
-    return _scale(image)
 
 
 def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, flip=True):
@@ -157,7 +147,7 @@ def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, f
     Returns:
         float32 `[height, width, 3]` in [-1, 1].
     """
-    image = _to_rgb(image)
+    image = image_ops.to_rgb(image)
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.shape(image),
@@ -169,10 +159,10 @@ def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, f
         use_image_if_no_bounding_boxes=True,
     )
     image = tf.slice(image, begin, size)  # image = [h, w, 3], a random box
-    image = tf.image.resize(image, image_size)  # image = [height, width, 3]
+    image = image_ops.resize(image, image_size)  # image = [height, width, 3]
     if flip:
         image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    return _scale(image)
+    return image_ops.scale(image)
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,18 +185,11 @@ class _Source:
 
 
 def _check_batch_size(batch_size, num_replicas, num_examples, training):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}")
-    if batch_size % num_replicas:
-        raise ValueError(
-            f"batch_size {batch_size} is not divisible across {num_replicas} replicas. Expected a "
-            f"multiple of {num_replicas} (e.g. {max(1, batch_size // num_replicas) * num_replicas})."
-        )
+    check_replica_batch(batch_size, num_replicas)
     if training and num_examples < batch_size:
         raise ValueError(
             f"The training split has {num_examples} examples, fewer than one batch of "
-            f"{batch_size}. Expected at least batch_size examples."
-        )
+            f"{batch_size}. Expected at least batch_size examples.")
 
 
 def _epoch_indices(epoch, num_examples, steps, batch_size, seed):
@@ -234,7 +217,7 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
         if augment:
             image = preprocess_train(image, image_size, example_seed, **augment)
         else:
-            image = preprocess_eval(image, image_size)
+            image = image_ops.eval_preprocess(image, image_size)
         return image, tf.cast(label, tf.int32)
 
     if source.fetch is not None:
@@ -264,7 +247,7 @@ def _eval_dataset(source, image_size, batch_size):
     else:
         examples = source.stream
     examples = examples.map(
-        lambda raw, label: (preprocess_eval(source.load(raw), image_size), tf.cast(label, tf.int32)),
+        lambda raw, label: (image_ops.eval_preprocess(source.load(raw), image_size), tf.cast(label, tf.int32)),
         num_parallel_calls=AUTOTUNE,
     )
     return examples.batch(batch_size)
@@ -279,13 +262,11 @@ def _finish(dataset):
 
 
 def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augment, strategy):
-    from keras_vit.layers import to_pair
-
     image_size = to_pair("image_size", image_size)
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     _check_batch_size(batch_size, num_replicas, source.num_examples, training)
-    if isinstance(start_epoch, bool) or not isinstance(start_epoch, int) or start_epoch < 0:
-        raise ValueError(f"`start_epoch` must be an integer >= 0. Received: start_epoch={start_epoch!r}")
+    start_epoch = check_int("start_epoch", start_epoch, 0)
+    seed = check_int("seed", seed)
     if not training:
         dataset = _finish(_eval_dataset(source, image_size, batch_size))
     elif num_replicas == 1:
@@ -317,6 +298,9 @@ def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augme
         batch_size=batch_size,
         training=training,
         class_names=tuple(source.class_names),
+        start_epoch=start_epoch,
+        rebuild=lambda epoch: _pipeline(source, image_size, batch_size, training, seed, epoch,
+                                        augment, strategy),
     )
 
 
@@ -335,8 +319,7 @@ def _augment_args(augment):
 
 
 def _decode(encoded):
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    return tf.ensure_shape(image, [None, None, 3])
+    return image_ops.decode_image(encoded)
 
 
 # --------------------------------------------------------------------------------------------
@@ -356,12 +339,13 @@ def from_arrays(
     augment=True,
     strategy=None,
     class_names=(),
+    value_range=None,
 ):
     """A pipeline over in-memory images.
 
     Args:
-        images: array `[N, H, W, 3]`, `[N, H, W, 1]` or `[N, H, W]`, RGB or grey values in
-            [0, 255] (uint8 or float).
+        images: array `[N, H, W, 3]`, `[N, H, W, 1]` or `[N, H, W]`, RGB or grey values:
+            integers in [0, 255], or floats in the range `value_range` says.
         labels: int array `[N]`.
         num_classes: int or None. Labels must lie in `[0, num_classes)`. Defaults to
             `max(labels) + 1`.
@@ -375,13 +359,17 @@ def from_arrays(
             overriding `area_range` / `flip`. Defaults to True.
         strategy: `tf.distribute.Strategy` or None. See the module docstring.
         class_names: sequence of str. Label names. Defaults to none.
+        value_range: (0, 255) or (0, 1): the range of the image values. Required for float
+            images (a float array does not say whether 1.0 is white or nearly black);
+            integer images are (0, 255). Values outside the range are refused.
 
     Returns:
         `InputData`.
 
     Raises:
-        ValueError: for images that are not `[N, H, W(, C)]`, a label count that differs
-            from the image count, or labels outside `[0, num_classes)`.
+        ValueError: for images that are not `[N, H, W(, C)]`, float images without
+            `value_range` or outside it, a label count that differs from the image count, or
+            labels outside `[0, num_classes)`.
     """
     images = np.asarray(images)
     labels = np.asarray(labels)
@@ -399,6 +387,7 @@ def from_arrays(
         )
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"`labels` must be integers. Received dtype {labels.dtype}")
+    images = _to_0_255(images, value_range)
     num_classes = int(labels.max()) + 1 if num_classes is None and len(labels) else num_classes
     check_labels(labels, num_classes)
     images_t = tf.constant(images)
@@ -413,17 +402,61 @@ def from_arrays(
                      _augment_args(augment) if training else None, strategy)
 
 
-def check_labels(labels, num_classes):
-    """Raises ValueError unless every label is an integer in `[0, num_classes)`."""
-    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes <= 0:
-        raise ValueError(f"`num_classes` must be a positive integer. Received: num_classes={num_classes!r}")
-    labels = np.asarray(labels)
-    bad = labels[(labels < 0) | (labels >= num_classes)]
-    if bad.size:
+VALUE_RANGES = ((0, 255), (0, 1))
+
+
+def _to_0_255(images, value_range):
+    """Images with values in [0, 255]: integer images as they are (checked), float images
+    scaled from their declared `value_range`."""
+    if value_range is not None and tuple(value_range) not in VALUE_RANGES:
+        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: {value_range!r}")
+    floating = np.issubdtype(images.dtype, np.floating)
+    if floating and value_range is None:
         raise ValueError(
-            f"Labels out of range: {sorted(set(bad.tolist()))[:10]} (of {bad.size} labels). "
-            f"Expected integers in [0, {num_classes})."
-        )
+            f"`images` are {images.dtype}: say their range with value_range=(0, 255) or "
+            "value_range=(0, 1). (Integer images are taken as [0, 255].)")
+    if not floating and not np.issubdtype(images.dtype, np.integer):
+        raise ValueError(f"`images` must be integer or float arrays. Received dtype "
+                         f"{images.dtype}")
+    low, high = (0, 255) if value_range is None else tuple(value_range)
+    if images.size:
+        least, most = images.min(), images.max()
+        if not (np.isfinite(least) and np.isfinite(most)) or least < low or most > high:
+            raise ValueError(f"`images` hold values from {least} to {most}, outside "
+                             f"value_range ({low}, {high}).")
+    if floating and high == 1:
+        return images.astype(np.float32) * 255.0
+    return images
+
+
+def find_corrupt_images(paths, max_pixels=image_ops.DEFAULT_MAX_PIXELS):
+    """The image files that cannot be decoded, with the reason: one decoding pass over
+    `paths` (in parallel), then each failing file once more for its message.
+
+    Returns:
+        list of (path, reason).
+    """
+    paths = list(paths)
+    if not paths:
+        return []
+    paths_t = tf.constant(paths)
+
+    def check(index):
+        image = image_ops.decode_image(tf.io.read_file(tf.gather(paths_t, index)), max_pixels)
+        with tf.control_dependencies([tf.shape(image)]):
+            return tf.identity(index)
+
+    dataset = tf.data.Dataset.range(len(paths)).map(check, num_parallel_calls=AUTOTUNE)
+    good = set(dataset.ignore_errors().as_numpy_iterator())
+    bad = []
+    for index in sorted(set(range(len(paths))) - good):
+        try:
+            image_ops.load_image(paths[index], (1, 1), max_pixels)
+            reason = "cannot be read"
+        except (ValueError, OSError) as e:
+            reason = str(e).replace(f"Cannot read {paths[index]}: ", "")
+        bad.append((paths[index], reason))
+    return bad
 
 
 def list_image_folder(directory):
@@ -462,17 +495,23 @@ def list_image_folder(directory):
 
 
 def from_folder(directory, *, image_size, batch_size, training, seed=0, start_epoch=0,
-                augment=True, strategy=None, validation_split=0.0, subset=None, split_seed=0):
+                augment=True, strategy=None, validation_split=0.0, subset=None, split_seed=0,
+                skip_corrupt=False, max_pixels=image_ops.DEFAULT_MAX_PIXELS):
     """A pipeline over an image folder: `directory/<class name>/**/<image>`.
 
     Classes are the subfolders that hold images, in sorted order (label i is the i-th name).
-    JPEG, PNG, BMP and GIF files are read; grey images become RGB.
+    JPEG, PNG, GIF, BMP and WebP files are read (`keras_vit.images.decode_image`); grey images
+    become RGB. A file that cannot be decoded stops the pipeline; `find_corrupt_images` names
+    such files, and `skip_corrupt=True` leaves them out (one decoding pass over the folder
+    first; their number and names are printed and kept in `InputData.skipped`).
 
     Args:
         validation_split: float in [0, 1). Hold out this fraction of the images (a seeded
             random choice, the same for both subsets). Defaults to 0.
         subset: "training" or "validation": which part to read when `validation_split` > 0.
         split_seed: int. Seed of the held-out choice. Defaults to 0.
+        skip_corrupt: bool. Leave out files that cannot be decoded. Defaults to False.
+        max_pixels: int or None. Images whose header declares more pixels cannot be decoded.
         Other arguments as in `from_arrays`.
 
     Raises:
@@ -492,17 +531,31 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
         count = max(1, round(validation_split * len(paths)))
         keep = np.sort(order[:count] if subset == "validation" else order[count:])
         paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
+    skipped = ()
+    if skip_corrupt:
+        skipped = tuple(find_corrupt_images(paths, max_pixels))
+        bad = {path for path, _ in skipped}
+        labels = [label for path, label in zip(paths, labels) if path not in bad]
+        paths = [path for path in paths if path not in bad]
+        if skipped:
+            listed = "; ".join(f"{path} ({reason})" for path, reason in skipped[:10])
+            print(f"from_folder: skipped {len(skipped)} of {len(paths) + len(skipped)} files "
+                  f"that cannot be decoded: {listed}", file=sys.stderr)
+        if not paths:
+            raise ValueError(f"Image folder {directory!r}: none of its images can be decoded.")
     paths_t = tf.constant(paths)
     labels_t = tf.constant(labels, tf.int32)
     source = _Source(
         num_examples=len(paths),
         num_classes=len(class_names),
         fetch=lambda i: (tf.io.read_file(tf.gather(paths_t, i)), tf.gather(labels_t, i)),
-        decode=_decode,
+        decode=lambda encoded: image_ops.decode_image(encoded, max_pixels),
         class_names=class_names,
     )
-    return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
+    data = _pipeline(source, image_size, batch_size, training, seed, start_epoch,
                      _augment_args(augment) if training else None, strategy)
+    data.skipped = skipped
+    return data
 
 
 def get_dataset_spec(name):
@@ -539,12 +592,19 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
         ValueError: for an unknown dataset name, or imagenet2012 without `manual_dir` when it
             still has to be prepared.
     """
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # slow to import, and only tfds data sets need it
 
     spec = get_dataset_spec(name)
     tfds_split = spec.splits.get(split, split)
     training = split == "train" if training is None else training
     builder = tfds.builder(name, data_dir=data_dir)
+    if download and not spec.manual and not _is_prepared(builder) \
+            and _downloads_for_real(builder) and not _online():
+        raise ValueError(
+            f"{name} is not prepared in {builder.data_dir}, and this machine cannot reach the "
+            f"internet to download it. Prepare it where there is internet access "
+            f"(`tfds build {name} --data_dir DIR`) and pass that folder as data_dir "
+            "(--data-dir).")
     prepare_kwargs = {}
     if spec.manual:
         if manual_dir is None and download and not _is_prepared(builder):
@@ -580,6 +640,26 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
         source.stream = dataset
     return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
                      _augment_args(augment) if training else None, strategy)
+
+
+# tensorflow-datasets downloads through Google's servers (GCS) and the data sets' own hosts.
+CONNECTIVITY_PROBE = ("storage.googleapis.com", 443)
+CONNECTIVITY_TIMEOUT = 3.0
+
+
+def _online():
+    """Whether the internet answers within a few seconds (offline, tfds would retry for
+    minutes before failing)."""
+    try:
+        socket.create_connection(CONNECTIVITY_PROBE, timeout=CONNECTIVITY_TIMEOUT).close()
+    except OSError:
+        return False
+    return True
+
+
+def _downloads_for_real(builder):
+    """False under `tfds.testing.mock_data`, whose `download_and_prepare` does nothing."""
+    return type(builder).download_and_prepare.__module__.startswith("tensorflow_datasets.core")
 
 
 def _is_prepared(builder):

@@ -14,9 +14,17 @@ few-shot linear accuracy, plus a linear probe and batched feature extraction.
 RGB images in [0, 255] at the model's resolution.
 """
 
+import contextlib
+import hashlib
+import io
+import json
 import os
 
+import keras
 import numpy as np
+
+from keras_vit.fileio import atomic_write
+from keras_vit.images import preprocess_inputs
 
 # big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
 BIAS_FEATURE = 100.0
@@ -33,8 +41,6 @@ MAX_CONFUSION_CLASSES = 100
 def _batches(data, batch_size):
     """Yields (images in [-1, 1], labels) NumPy batches from a dataset or an arrays pair."""
     if isinstance(data, tuple) and len(data) == 2:
-        from keras_vit.preprocessing import preprocess_inputs
-
         images, labels = data
         if labels is None:
             raise ValueError("The data has no labels: expected (images, labels).")
@@ -61,8 +67,6 @@ def representation_model(model):
     Raises:
         ValueError: if the model has neither (not a keras_vit classifier or backbone).
     """
-    import keras
-
     names = [layer.name for layer in model.layers]
     for name in ("pre_logits", "pool"):
         if name in names:
@@ -73,15 +77,31 @@ def representation_model(model):
     )
 
 
-def extract_features(model, data, batch_size=64, cache=None, progress=True, strategy=None):
+def feature_cache_key(model, extra=None):
+    """A hex digest of what features depend on: the model's configuration and every weight's
+    bytes, and `extra` (a JSON-serialisable description of the data)."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(model.get_config(), sort_keys=True, default=str).encode())
+    digest.update(json.dumps(extra, sort_keys=True, default=str).encode())
+    for variable in model.weights:
+        digest.update(variable.path.encode())
+        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(variable)).tobytes())
+    return digest.hexdigest()[:20]
+
+
+def extract_features(model, data, batch_size=64, cache=None, cache_key=None, progress=True,
+                     strategy=None):
     """Computes the frozen representation of every image.
 
     Args:
         model: a keras_vit model (with or without head).
         data: a dataset of (images, labels) batches or an (images, labels) arrays pair.
         batch_size: int. Batch size for arrays. Defaults to 64.
-        cache: str or None. A path prefix: features and labels are stored as
-            `<cache>.features.npy` and `<cache>.labels.npy`, and read from there when present.
+        cache: str or None. A folder: features and labels are stored there under a name
+            derived from the model's configuration and weights and `cache_key`
+            (`feature_cache_key`), and read back only by the same model on the same data.
+        cache_key: JSON-serialisable description of `data` (e.g. data set and split), part of
+            the cache name: the cache cannot tell data sets apart otherwise.
         progress: bool. Show a progress bar. Defaults to True.
         strategy: a `tf.distribute.Strategy` or None: the feature model is built and run under
             its scope (the data should then be batched globally). Defaults to None.
@@ -89,12 +109,13 @@ def extract_features(model, data, batch_size=64, cache=None, progress=True, stra
     Returns:
         (features [N, D] float32, labels [N] int64).
     """
-    if cache and os.path.exists(cache + ".features.npy"):
-        return np.load(cache + ".features.npy"), np.load(cache + ".labels.npy")
-    import contextlib
-
-    import keras
-
+    prefix = None
+    if cache:
+        prefix = os.path.join(os.path.expanduser(os.fspath(cache)),
+                              feature_cache_key(model, cache_key))
+        if os.path.exists(prefix + ".features.npy") and os.path.exists(prefix + ".labels.npy"):
+            return (np.load(prefix + ".features.npy", allow_pickle=False),
+                    np.load(prefix + ".labels.npy", allow_pickle=False))
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:
         features_model = representation_model(model)
@@ -110,11 +131,9 @@ def extract_features(model, data, batch_size=64, cache=None, progress=True, stra
     if not features:
         raise ValueError("The data holds no images.")
     features, labels = np.concatenate(features), np.concatenate(labels)
-    if cache:
-        from keras_vit.checkpoint import atomic_write
-
-        atomic_write(cache + ".features.npy", lambda f: np.save(f, features))
-        atomic_write(cache + ".labels.npy", lambda f: np.save(f, labels))
+    if prefix:
+        atomic_write(prefix + ".features.npy", lambda f: np.save(f, features))
+        atomic_write(prefix + ".labels.npy", lambda f: np.save(f, labels))
     return features, labels
 
 
@@ -234,8 +253,6 @@ def linear_probe(train_features, train_labels, test_features, test_labels, epoch
     Returns:
         dict with `accuracy` and `loss` on the test features, and the fitted `model`.
     """
-    import keras
-
     num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
     mean = train_features.mean(axis=0, keepdims=True)
     std = train_features.std(axis=0, keepdims=True) + 1e-5
@@ -276,8 +293,6 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
         classes absent from the data), `confusion_matrix` [K, K] (rows: true, columns:
         predicted), and `files` written.
     """
-    import keras
-
     if "head" not in [layer.name for layer in model.layers]:
         raise ValueError(f"Model {model.name!r} has no classification head (include_top=False).")
     num_classes = int(model.output.shape[-1])
@@ -314,8 +329,6 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
 
 
 def _write_reports(result, class_names, out_dir):
-    from keras_vit.checkpoint import atomic_write
-
     confusion = result["confusion_matrix"]
     k = len(confusion)
     names = list(class_names) if class_names is not None else [str(i) for i in range(k)]
@@ -338,11 +351,7 @@ def _write_reports(result, class_names, out_dir):
 
 def plot_confusion_matrix(confusion, class_names, path):
     """Writes the confusion matrix (rows normalised to recall) as a PNG; returns the path."""
-    import io
-
-    from matplotlib.figure import Figure
-
-    from keras_vit.checkpoint import atomic_write
+    from matplotlib.figure import Figure  # optional: the `figures` extra
 
     k = len(confusion)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -5,9 +5,11 @@ TensorFlow-specific (SavedModel, tf.image, TFLite), so it lives apart from the m
 `export_saved_model(model, "exports/vit")` writes `exports/vit/1/`, the numeric version folder
 TF Serving watches for, with two signatures:
 
-- `serving_default`: input `image_bytes`, a batch of encoded JPEG or PNG images (strings;
-  `{"b64": ...}` over REST). Each image is decoded, resized to the model resolution and scaled
-  to [-1, 1] inside the graph, on the CPU and outside any XLA cluster.
+- `serving_default`: input `image_bytes`, a batch of encoded JPEG, PNG, GIF, BMP or WebP images
+  (strings; `{"b64": ...}` over REST). Each image's format and declared size are checked
+  (`max_pixels`) before it is decoded (`keras_vit.images.decode_image`, the decoder of
+  `keras-vit predict`), resized to the model resolution and scaled to [-1, 1] inside the
+  graph, on the CPU and outside any XLA cluster.
 - `predict_images`: input `images`, `[B, H, W, 3]` float32 (or uint8, see `image_dtype`) RGB in
   [0, 255] at the model resolution.
 
@@ -17,22 +19,26 @@ Both return the same float32 (and int32, string) outputs, whatever the model's d
 - `top_k_scores` `[B, k]`, `top_k_indices` `[B, k]` (int32), `top_k_labels` `[B, k]` (the class
   names, stored in the export as the asset `assets/labels.txt`, one name a line).
 
-The batch size is dynamic. `assets.extra/tf_serving_warmup_requests` holds PredictionLog
-records that TF Serving replays when it loads the model, so that the first real request does not
-pay for graph initialisation.
+The batch size is dynamic. `assets.extra/keras_vit.json` records what the export was made with
+(resolution, classes, `max_pixels`). With tensorflow-serving-api installed,
+`assets.extra/tf_serving_warmup_requests` holds PredictionLog records that TF Serving replays
+when it loads the model, so that the first real request does not pay for graph initialisation.
 """
 
 import contextlib
+import json
 import os
-import shutil
-import sys
 import tempfile
 
+import keras
 import numpy as np
+import tensorflow as tf
 
-from keras_vit._checks import check_int
-from keras_vit.checkpoint import chmod_as_umask
-from keras_vit.cli import command
+from keras_vit import images as image_ops
+from keras_vit import labels as label_sets
+from keras_vit.fileio import atomic_write, staging_dir
+from keras_vit.layers import TokenPooling
+from keras_vit.validation import check_choice, check_int
 
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
@@ -45,28 +51,12 @@ WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 WARMUP_BATCH_SIZES = (1, 2)
 DEFAULT_TOP_K = 5
 IMAGE_DTYPES = ("float32", "uint8")
-# Evaluation preprocessing of the official models: a plain resize to the model resolution, no
-# crop (vit_jax input pipeline: `tf.image.resize`, bilinear, half-pixel centres, no antialias).
-RESIZE_METHOD = "bilinear"
-# libjpeg's exact integer DCT (JDCT_ISLOW), the default of PIL and OpenCV, so that the server
-# sees the pixels a client sees; TensorFlow's own default is the faster, coarser INTEGER_FAST.
-JPEG_DCT_METHOD = "INTEGER_ACCURATE"
+# Written beside the signatures: what the export was made with (labels, limits).
+METADATA_FILE = os.path.join("assets.extra", "keras_vit.json")
 TFLITE_QUANTIZATIONS = (None, "dynamic-int8")
 # The float32 TFLite file must reproduce the Keras probabilities to this absolute tolerance.
 TFLITE_FLOAT_TOLERANCE = 1e-4
-# Random images the `export --format tflite` command compares TFLite and Keras on.
-TFLITE_PARITY_IMAGES = 8
-IMAGE_CHANNELS = 3
-
-
-def default_class_names(num_classes):
-    """The labels of an export when none are given: the shipped ImageNet-1k or ImageNet-21k
-    names for 1000 or 21843 classes, else "0", "1", ..., str(num_classes - 1)."""
-    from keras_vit import labels
-
-    if num_classes in labels.LABEL_SETS:
-        return labels.class_names(labels.LABEL_SETS[num_classes])
-    return [str(i) for i in range(num_classes)]
+IMAGE_CHANNELS = image_ops.CHANNELS
 
 
 # --------------------------------------------------------------------------------------------
@@ -79,10 +69,6 @@ def check_model(model):
     The model must map float images `[B, H, W, 3]` (scaled to [-1, 1], as `keras_vit` models
     expect) to logits `[B, K]`, with H and W known.
     """
-    import keras
-
-    from keras_vit.layers import TokenPooling
-
     if not isinstance(model, keras.Model):
         raise TypeError(
             f"Expected a keras.Model (e.g. keras_vit.ViT_B16()). Received: {type(model).__name__}"
@@ -127,7 +113,7 @@ def check_class_names(class_names, num_classes):
     not contain line breaks.
     """
     if class_names is None:
-        return default_class_names(num_classes)
+        return label_sets.default_class_names(num_classes)
     if isinstance(class_names, str) or not all(isinstance(n, str) for n in list(class_names)):
         raise ValueError(f"class_names must be a list of str. Received: {class_names!r:.200}")
     class_names = list(class_names)
@@ -145,18 +131,7 @@ def check_class_names(class_names, num_classes):
     return class_names
 
 
-def _check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(
-            f"`{name}` must be one of {', '.join(map(repr, choices))}. Received: {name}={value!r}"
-        )
-
-
-
-
 def _check_tensorflow_backend(what):
-    import keras
-
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
             f"{what} needs the TensorFlow backend (KERAS_BACKEND=tensorflow). Received backend "
@@ -170,13 +145,10 @@ def _check_tensorflow_backend(what):
 
 def _classify(model, images, labels, top_k, jit_compile):
     """The outputs of both signatures from float images `[B, H, W, 3]` in [0, 255]."""
-    import tensorflow as tf
-
-    from keras_vit.preprocessing import preprocess_inputs
 
     def forward(images):
         # images = [B, H, W, 3] in [0, 255]; logits = [B, K], float32 whatever the policy.
-        return tf.cast(model(preprocess_inputs(images), training=False), tf.float32)
+        return tf.cast(model(image_ops.scale(images), training=False), tf.float32)
 
     if jit_compile:
         forward = tf.function(forward, jit_compile=True)
@@ -190,35 +162,18 @@ def _classify(model, images, labels, top_k, jit_compile):
     }
 
 
-def _decode_images(image_bytes, size):
-    """Decodes a batch of JPEG/PNG strings `[B]` to float32 RGB `[B, H, W, 3]` in [0, 255].
+def _decode_images(image_bytes, size, max_pixels):
+    """Decodes a batch of encoded images `[B]` to float32 RGB `[B, H, W, 3]` in [0, 255].
 
-    Runs on the CPU. A string that is not a JPEG or PNG image fails the request with an
-    InvalidArgumentError naming its size and first bytes; the server stays up.
+    `keras_vit.images.decode_image` for each (JPEG, PNG, GIF, BMP or WebP, at most
+    `max_pixels`, checked from the header before decoding), then the evaluation resize; on the
+    CPU. A bad image fails the request with an InvalidArgumentError that says why; the server
+    stays up.
     """
-    import tensorflow as tf
 
     def decode(data):
-        is_png = tf.strings.substr(data, 0, 8) == b"\x89PNG\r\n\x1a\n"
-        check = tf.debugging.Assert(
-            tf.logical_or(tf.io.is_jpeg(data), is_png),
-            [
-                f"{BYTES_INPUT} must hold encoded JPEG or PNG images. Received a string of",
-                tf.strings.length(data),
-                "bytes starting with",
-                tf.strings.substr(data, 0, 16),
-            ],
-            summarize=16,
-        )
-        with tf.control_dependencies([check]):
-            image = tf.cond(
-                is_png,
-                lambda: tf.io.decode_png(data, channels=IMAGE_CHANNELS),
-                lambda: tf.io.decode_jpeg(
-                    data, channels=IMAGE_CHANNELS, dct_method=JPEG_DCT_METHOD
-                ),
-            )  # image = [h, w, 3] uint8
-        return tf.image.resize(image, size, method=RESIZE_METHOD)  # [H, W, 3] float32
+        image = image_ops.decode_image(data, max_pixels, name=BYTES_INPUT)
+        return image_ops.resize(image, size)  # [H, W, 3] float32
 
     with tf.device("/CPU:0"):
         return tf.map_fn(
@@ -229,8 +184,6 @@ def _decode_images(image_bytes, size):
 
 
 def _labels_table(labels_path, num_classes):
-    import tensorflow as tf
-
     initializer = tf.lookup.TextFileInitializer(
         labels_path,
         key_dtype=tf.int64,
@@ -242,10 +195,7 @@ def _labels_table(labels_path, num_classes):
     return tf.lookup.StaticHashTable(initializer, default_value="")
 
 
-def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile):
-    import keras
-    import tensorflow as tf
-
+def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile, max_pixels):
     height, width, num_classes = check_model(model)
     labels = _labels_table(labels_path, num_classes)
     archive = keras.export.ExportArchive()
@@ -255,7 +205,7 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
     archive.track(labels)
 
     def serve_bytes(image_bytes):
-        images = _decode_images(image_bytes, (height, width))
+        images = _decode_images(image_bytes, (height, width), max_pixels)
         return _classify(model, images, labels, top_k, jit_compile)
 
     def serve_images(images):
@@ -292,15 +242,11 @@ def warmup_images(height, width, count, seed=0):
 
 def _encode(image, index):
     """Encodes a uint8 image, alternating JPEG and PNG so that both decoders warm up."""
-    import tensorflow as tf
-
     return (tf.io.encode_jpeg if index % 2 == 0 else tf.io.encode_png)(image).numpy()
 
 
 def _warmup_requests(model_name, height, width, image_dtype):
     """PredictionLog records: for each signature and each of `WARMUP_BATCH_SIZES`, one request."""
-    import tensorflow as tf
-
     predict_pb2, prediction_log_pb2 = _serving_protos()
     records = []
     for batch in WARMUP_BATCH_SIZES:
@@ -322,6 +268,7 @@ def _warmup_requests(model_name, height, width, image_dtype):
 
 def _serving_protos():
     try:
+        # optional: the `serving` extra
         from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
     except ImportError as e:
         raise ImportError(
@@ -332,8 +279,6 @@ def _serving_protos():
 
 
 def _write_warmup(path, records):
-    import tensorflow as tf
-
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(path) as writer:
         for record in records:
@@ -358,19 +303,12 @@ def _version_dir(export_dir, version, overwrite):
     return path
 
 
-def _publish(staging, path):
-    """Moves the complete export `staging` to `path`, replacing whatever is there.
-
-    Renames only: at every moment `path` is either absent, the old export or the new one. TF
-    Serving ignores the non-numeric staging names.
-    """
-    old = None
-    if os.path.exists(path):
-        old = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".old-")
-        os.replace(path, os.path.join(old, "export"))
-    os.replace(staging, path)
-    if old:
-        shutil.rmtree(old)
+def _serving_protos_available():
+    try:
+        _serving_protos()
+    except ImportError:
+        return False
+    return True
 
 
 def export_saved_model(
@@ -381,8 +319,9 @@ def export_saved_model(
     top_k=DEFAULT_TOP_K,
     image_dtype="float32",
     overwrite=False,
-    warmup=True,
+    warmup="auto",
     jit_compile=False,
+    max_pixels=image_ops.DEFAULT_MAX_PIXELS,
 ):
     """Exports a classifier as a SavedModel that TF Serving serves as is.
 
@@ -396,16 +335,21 @@ def export_saved_model(
         export_dir: str or path. The model's base folder, the one TF Serving's `--model_base_path`
             points to.
         version: int >= 0. The version folder's name. Defaults to 1.
-        class_names: list of K str, or None for "0" ... "K-1". Returned by `top_k_labels`.
-            Defaults to None.
+        class_names: list of K str, or None for the shipped ImageNet names (1000 or 21843
+            classes) or "0" ... "K-1". Returned by `top_k_labels`. Defaults to None.
         top_k: int. How many classes `top_k_*` return (at most K). Defaults to 5.
         image_dtype: "float32" or "uint8". The dtype of `predict_images`' input (uint8 is four
             times smaller on the wire). Defaults to "float32".
         overwrite: bool. Replace an existing, non-empty version folder. Defaults to False.
-        warmup: bool. Write `assets.extra/tf_serving_warmup_requests` (needs
-            tensorflow-serving-api). Defaults to True.
+        warmup: "auto", True or False. Write `assets.extra/tf_serving_warmup_requests` (TF
+            Serving's PredictionLog records, which need tensorflow-serving-api: `pip install
+            keras-vit[serving]`); "auto" writes them when that package is installed. Defaults
+            to "auto".
         jit_compile: bool. Compile the model's forward pass with XLA; the image decoding stays
             outside the compiled function, on the CPU. Defaults to False.
+        max_pixels: int or None. `serving_default` refuses images whose header declares more
+            pixels, before decoding them (recorded in `assets.extra/keras_vit.json`). Defaults
+            to `keras_vit.images.DEFAULT_MAX_PIXELS`.
 
     Returns:
         str: the version folder.
@@ -426,25 +370,29 @@ def export_saved_model(
     class_names = check_class_names(class_names, num_classes)
     version = check_int("version", version, 0)
     top_k = min(check_int("top_k", top_k, 1), num_classes)
-    _check_choice("image_dtype", image_dtype, IMAGE_DTYPES)
+    check_choice("image_dtype", image_dtype, IMAGE_DTYPES)
+    if not (warmup == "auto" or warmup is True or warmup is False):
+        raise ValueError(f"`warmup` must be 'auto', True or False. Received: warmup={warmup!r}")
+    max_pixels = check_int("max_pixels", max_pixels, 1, allow_none=True)
     path = _version_dir(export_dir, version, overwrite)
+    if warmup == "auto":
+        warmup = _serving_protos_available()
     records = _warmup_requests(model.name, height, width, image_dtype) if warmup else []
+    metadata = dict(image_size=[height, width], num_classes=num_classes, top_k=top_k,
+                    image_dtype=image_dtype, max_pixels=max_pixels, warmup=bool(records),
+                    formats=list(image_ops.FORMATS))
 
-    os.makedirs(export_dir, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=export_dir, prefix=f".tmp-{version}-")
-    try:
-        chmod_as_umask(staging, 0o777)  # mkdtemp's 0700 would lock out a server's own user
-        with tempfile.TemporaryDirectory() as scratch:
-            labels_path = os.path.join(scratch, LABELS_ASSET)
-            with open(labels_path, "w", encoding="utf-8") as f:
-                f.write("".join(name + "\n" for name in class_names))
-            _write_saved_model(model, staging, labels_path, top_k, image_dtype, jit_compile)
+    with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:
+        labels_path = os.path.join(scratch, LABELS_ASSET)
+        with open(labels_path, "w", encoding="utf-8") as f:
+            f.write("".join(name + "\n" for name in class_names))
+        _write_saved_model(model, staging, labels_path, top_k, image_dtype, jit_compile,
+                           max_pixels)
         if records:
             _write_warmup(os.path.join(staging, WARMUP_FILE), records)
-        _publish(staging, _version_dir(export_dir, version, overwrite))
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        atomic_write(os.path.join(staging, METADATA_FILE),
+                     lambda f: f.write(json.dumps(metadata, indent=1).encode()))
+        _version_dir(export_dir, version, overwrite)  # still free (or overwritable) now
     return path
 
 
@@ -457,15 +405,10 @@ def tflite_converter(model):
     """A `tf.lite.TFLiteConverter` for `model`'s `predict_images` signature (float32 RGB
     `images` in [0, 255] to `probabilities`), to set options on and `convert()` inside the
     `with` block (it reads a temporary SavedModel that the block's end removes)."""
-    import keras
-    import tensorflow as tf
-
-    from keras_vit.preprocessing import preprocess_inputs
-
     height, width, _ = check_model(model)
 
     def predict(images):
-        logits = tf.cast(model(preprocess_inputs(images), training=False), tf.float32)
+        logits = tf.cast(model(image_ops.scale(images), training=False), tf.float32)
         return {"probabilities": tf.nn.softmax(logits, axis=-1)}
 
     # Through a SavedModel, as Keras' own LiteRT export does: converting the tf.function
@@ -497,12 +440,8 @@ def export_tflite(model, path, quantize=None):
     Returns:
         str: `path`.
     """
-    import tensorflow as tf
-
-    from keras_vit.checkpoint import atomic_write
-
     _check_tensorflow_backend("export_tflite")
-    _check_choice("quantize", quantize, TFLITE_QUANTIZATIONS)
+    check_choice("quantize", quantize, TFLITE_QUANTIZATIONS)
     with tflite_converter(model) as converter:
         if quantize == "dynamic-int8":
             # Optimize.DEFAULT without a representative dataset: dynamic-range quantisation.
@@ -518,8 +457,6 @@ def run_tflite(path, images):
     Returns:
         float32 probabilities `[B, K]`.
     """
-    import tensorflow as tf
-
     images = np.asarray(images, np.float32)
     interpreter = tf.lite.Interpreter(model_path=os.fspath(path))
     (input_detail,) = interpreter.get_input_details()
@@ -544,10 +481,9 @@ def tflite_parity(path, model, images):
         dict with `max_abs_diff` (of the probabilities), `top1_agreement` (fraction of images
         with the same top class) and `num_images`.
     """
-    from keras_vit.preprocessing import preprocess_inputs
-
     images = np.asarray(images, np.float32)
-    logits = np.asarray(model.predict_on_batch(np.asarray(preprocess_inputs(images))), np.float64)
+    logits = np.asarray(model.predict_on_batch(np.asarray(image_ops.preprocess_inputs(images))),
+                        np.float64)
     expected = np.exp(logits - logits.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)
     got = run_tflite(path, images)
@@ -556,116 +492,3 @@ def tflite_parity(path, model, images):
         "top1_agreement": float(np.mean(got.argmax(-1) == expected.argmax(-1))),
         "num_images": len(images),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# Command line.
-
-
-def _add_export_args(parser):
-    parser.add_argument("output", help="SavedModel: the base folder (the version goes inside); "
-                                       "TFLite: the .tflite file")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="a saved Keras model (.keras)")
-    source.add_argument("--variant", help="a ViT variant to build, e.g. B/16")
-    parser.add_argument("--weights", help="with --variant: pretrained weights (a registry "
-                        "name, an .npz path, a URL, or 'true' for the variant's default)")
-    parser.add_argument("--image-size", type=int, default=224, help="with --variant (224)")
-    parser.add_argument("--num-classes", type=int, default=1000, help="with --variant (1000)")
-    parser.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model")
-    saved_model = parser.add_argument_group("SavedModel")
-    saved_model.add_argument("--version", type=int, help="the version folder (1)")
-    saved_model.add_argument("--overwrite", action="store_true",
-                             help="replace an existing version folder")
-    saved_model.add_argument("--class-names", help="a text file with one class name a line")
-    saved_model.add_argument("--top-k", type=int, help=f"classes in top_k_* ({DEFAULT_TOP_K})")
-    saved_model.add_argument("--image-dtype", choices=IMAGE_DTYPES,
-                             help="dtype of predict_images' input (float32)")
-    saved_model.add_argument("--no-warmup", action="store_true",
-                             help="do not write assets.extra/tf_serving_warmup_requests")
-    saved_model.add_argument("--jit-compile", action="store_true",
-                             help="XLA-compile the forward pass (decoding stays on the CPU)")
-    tflite = parser.add_argument_group("TFLite")
-    tflite.add_argument("--quantize", choices=TFLITE_QUANTIZATIONS[1:],
-                        help="dynamic-range int8 weights (default: float32)")
-    tflite.add_argument("--parity-images", type=int,
-                        help=f"random images of the parity check against Keras "
-                             f"({TFLITE_PARITY_IMAGES})")
-
-
-def _load_model(args):
-    if args.model:
-        import keras
-
-        import keras_vit  # noqa: F401  (registers the layers for deserialisation)
-
-        if not os.path.isfile(args.model):
-            raise FileNotFoundError(f"--model {args.model}: no such file")
-        return keras.saving.load_model(args.model)
-    from keras_vit.model import create_model
-
-    weights = True if args.weights == "true" else (args.weights or False)
-    return create_model(args.variant, image_size=args.image_size, num_classes=args.num_classes,
-                        pretrained=weights)
-
-
-def _read_class_names(path):
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f if line.strip()]
-
-
-def _check_format_args(args):
-    if args.weights and not args.variant:
-        raise ValueError("--weights goes with --variant (a .keras file holds its own weights).")
-    tflite_only = {"--quantize": args.quantize, "--parity-images": args.parity_images}
-    saved_model_only = {"--version": args.version, "--overwrite": args.overwrite,
-                        "--class-names": args.class_names, "--top-k": args.top_k,
-                        "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
-                        "--jit-compile": args.jit_compile}
-    wrong = tflite_only if args.format == "saved_model" else saved_model_only
-    given = [flag for flag, value in wrong.items() if value not in (None, False)]
-    if given:
-        raise ValueError(f"{', '.join(given)} does not apply to --format {args.format}.")
-    if args.parity_images is not None:
-        check_int("--parity-images", args.parity_images, 1)
-
-
-@command("export", "export a classifier as a TF Serving SavedModel or a TFLite file")
-def export_command(args):
-    _check_format_args(args)
-    model = _load_model(args)
-    if args.format == "saved_model":
-        path = export_saved_model(
-            model,
-            args.output,
-            version=1 if args.version is None else args.version,
-            class_names=_read_class_names(args.class_names),
-            top_k=args.top_k or DEFAULT_TOP_K,
-            image_dtype=args.image_dtype or "float32",
-            overwrite=args.overwrite,
-            warmup=not args.no_warmup,
-            jit_compile=args.jit_compile,
-        )
-        print(f"SavedModel written to {path} (signatures {SERVING_SIGNATURE}, "
-              f"{IMAGES_SIGNATURE})")
-        return 0
-    export_tflite(model, args.output, quantize=args.quantize)
-    height, width, _ = check_model(model)
-    count = args.parity_images or TFLITE_PARITY_IMAGES
-    images = np.random.default_rng(0).uniform(0, 255, (count, height, width, IMAGE_CHANNELS))
-    parity = tflite_parity(args.output, model, images)
-    print(f"TFLite ({args.quantize or 'float32'}) written to {args.output}: "
-          f"{os.path.getsize(args.output):,} bytes")
-    print(f"parity with Keras on {parity['num_images']} random images: max |probability "
-          f"difference| {parity['max_abs_diff']:.3g}, top-1 agreement "
-          f"{parity['top1_agreement']:.1%}")
-    if args.quantize is None and not parity["max_abs_diff"] <= TFLITE_FLOAT_TOLERANCE:
-        print(f"keras-vit export: error: the float32 TFLite file differs from Keras by more "
-              f"than {TFLITE_FLOAT_TOLERANCE}", file=sys.stderr)
-        return 1
-    return 0
-
-
-export_command.configure = _add_export_args

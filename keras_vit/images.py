@@ -1,26 +1,243 @@
-"""Reading image files for the command line and examples (TensorFlow I/O)."""
+"""Images in and out of the model: decoding, resizing and scaling, in one place.
+
+- `preprocess_inputs`: RGB in [0, 255] to the model's input range [-1, 1] (`x / 127.5 - 1`,
+  vit_jax input pipeline), with `keras.ops`, on any backend.
+- `decode_image` / `load_image`: the one decoder behind `keras-vit predict`, image folders,
+  tensorflow-datasets pipelines and the SavedModel's `serving_default`: JPEG (libjpeg's exact
+  integer DCT, `INTEGER_ACCURATE`, as PIL and OpenCV decode), PNG, GIF (first frame), BMP
+  and WebP, always as 3-channel RGB. The image's size is read from its header and checked
+  against a pixel limit *before* the pixels are decoded, so a small file declaring a huge
+  image is refused without allocating it.
+- `resize` and `eval_preprocess`: the official evaluation preprocessing (plain bilinear resize
+  to the model resolution, no crop, then scaling).
+"""
+
+import os
 
 import numpy as np
+import tensorflow as tf
+from keras import ops
+
+# The official models see RGB scaled to [-1, 1] (vit_jax input_pipeline: `x / 127.5 - 1`).
+INPUT_SCALE = 127.5
+INPUT_OFFSET = -1.0
+CHANNELS = 3
+# vit_jax evaluation: `tf.image.resize`, bilinear, half-pixel centres, no antialias.
+RESIZE_METHOD = "bilinear"
+# libjpeg's exact integer DCT (JDCT_ISLOW), the default of PIL and OpenCV, so that the model
+# sees the pixels a client sees; TensorFlow's own default is the coarser INTEGER_FAST.
+JPEG_DCT_METHOD = "INTEGER_ACCURATE"
+FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
+# Images above this many pixels are refused before decoding (a 20000 x 20000 PNG of a few
+# hundred KB would otherwise take 1.2 GB as uint8 and twice that in float32). 64 megapixels
+# is above any camera image in common use; the limit is an argument everywhere.
+DEFAULT_MAX_PIXELS = 64_000_000
 
 
-def load_image(path, image_size):
-    """Reads a JPEG/PNG/GIF/BMP file as RGB and resizes it (bilinear, no crop) to `image_size`.
+def preprocess_inputs(images):
+    """Scales RGB images with values in [0, 255] (uint8 or float) to float32 in [-1, 1].
+
+    Args:
+        images: array or tensor `[..., H, W, 3]`.
 
     Returns:
-        float32 array `[H, W, 3]` with values in [0, 255]; apply `keras_vit.preprocess_inputs`.
+        A float32 tensor of the same shape.
 
     Raises:
-        ValueError: if the file cannot be decoded as an image.
-    """
-    import tensorflow as tf
+        ValueError: if the last axis is not 3 RGB channels.
 
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    data = tf.io.read_file(str(path))
-    try:
-        image = tf.io.decode_image(data, channels=3, expand_animations=False)
-    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
+    Example:
+    >>> preprocess_inputs(np.array([[[[0, 127.5, 255]]]]))  # doctest: +SKIP
+    array([[[[-1., 0., 1.]]]], dtype=float32)
+    """
+    images = ops.convert_to_tensor(images)
+    if len(images.shape) < 3 or images.shape[-1] != CHANNELS:
         raise ValueError(
-            f"Cannot decode {path} as an image (expected JPEG, PNG, GIF or BMP): {e.message}"
-        ) from None
-    image = tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear")
-    return np.clip(image.numpy(), 0, 255)
+            f"preprocess_inputs expects RGB images [..., height, width, 3]. "
+            f"Received shape {tuple(images.shape)}"
+        )
+    return ops.cast(images, "float32") / INPUT_SCALE + INPUT_OFFSET
+
+
+# --------------------------------------------------------------------------------------------
+# TensorFlow ops, usable eagerly, in tf.data and in exported graphs.
+
+
+def scale(image):
+    """`preprocess_inputs` as a TensorFlow op: [0, 255] to float32 [-1, 1]."""
+    return tf.cast(image, tf.float32) / INPUT_SCALE + INPUT_OFFSET
+
+
+def to_rgb(image):
+    """`[H, W, 1]` grey or `[H, W, 3]` to `[H, W, 3]`."""
+    if image.shape[-1] == 1:
+        return tf.image.grayscale_to_rgb(image)
+    return image
+
+
+def resize(image, size):
+    """Bilinear resize (no crop, no antialias) of `[H, W, C]` to `size` = (height, width)."""
+    return tf.image.resize(image, size, method=RESIZE_METHOD)
+
+
+def eval_preprocess(image, size):
+    """The official evaluation preprocessing: RGB, resize to `size`, scale to [-1, 1]."""
+    return scale(resize(to_rgb(image), size))
+
+
+# Every header field read below lies in the first 32 bytes.
+_HEADER_BYTES = 32
+
+
+def _header(data):
+    """The first `_HEADER_BYTES` bytes of a scalar string tensor, zero-padded."""
+    padded = tf.strings.join([data, tf.constant(b"\0" * _HEADER_BYTES)])
+    return tf.strings.substr(padded, 0, _HEADER_BYTES)
+
+
+def _uint(head, start, length, little_endian):
+    """An unsigned integer of `length` bytes at `start` of a header, as int64."""
+    raw = tf.cast(tf.io.decode_raw(tf.strings.substr(head, start, length), tf.uint8), tf.int64)
+    if not little_endian:
+        raw = tf.reverse(raw, [0])
+    return tf.reduce_sum(raw * tf.constant([256**i for i in range(length)], tf.int64))
+
+
+def image_format(data):
+    """The format of an encoded image (scalar string tensor) as an int32 index into
+    `FORMATS`, or -1 for anything else. Reads the first bytes only."""
+    head = _header(data)
+    checks = [
+        tf.io.is_jpeg(data),
+        tf.strings.substr(head, 0, 8) == b"\x89PNG\r\n\x1a\n",
+        tf.logical_or(tf.strings.substr(head, 0, 6) == b"GIF87a",
+                      tf.strings.substr(head, 0, 6) == b"GIF89a"),
+        tf.strings.substr(head, 0, 2) == b"BM",
+        tf.logical_and(tf.strings.substr(head, 0, 4) == b"RIFF",
+                       tf.strings.substr(head, 8, 4) == b"WEBP"),
+    ]
+    index = tf.constant(-1)
+    for i in reversed(range(len(checks))):
+        index = tf.where(checks[i], tf.constant(i), index)
+    return index
+
+
+def _webp_size(head):
+    chunk = tf.strings.substr(head, 12, 4)
+    lossy = (_uint(head, 28, 2, True) & 0x3FFF, _uint(head, 26, 2, True) & 0x3FFF)
+    bits = _uint(head, 21, 4, True)  # VP8L: 14 bits width - 1, then 14 bits height - 1
+    lossless = ((tf.bitwise.right_shift(bits, 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1)
+    extended = (_uint(head, 27, 3, True) + 1, _uint(head, 24, 3, True) + 1)  # VP8X canvas
+    return tuple(
+        tf.where(chunk == b"VP8L", ll, tf.where(chunk == b"VP8X", ex, ly))
+        for ll, ex, ly in zip(lossless, extended, lossy)
+    )
+
+
+def _bmp_side(head, start):
+    value = tf.bitcast(tf.cast(_uint(head, start, 4, True), tf.uint32), tf.int32)
+    return tf.abs(tf.cast(value, tf.int64))  # negative heights mean top-down rows
+
+
+def declared_size(data, fmt):
+    """(height, width) int64 scalars that an encoded image's header declares, read without
+    decoding the pixels. `fmt` is `image_format(data)`; (0, 0) for an unknown format."""
+    head = _header(data)
+
+    def jpeg():
+        shape = tf.cast(tf.io.extract_jpeg_shape(data), tf.int64)
+        return shape[0], shape[1]
+
+    branches = [
+        jpeg,
+        lambda: (_uint(head, 20, 4, False), _uint(head, 16, 4, False)),  # PNG IHDR
+        lambda: (_uint(head, 8, 2, True), _uint(head, 6, 2, True)),  # GIF screen
+        lambda: (_bmp_side(head, 22), _bmp_side(head, 18)),
+        lambda: _webp_size(head),
+    ]
+    zero = tf.constant(0, tf.int64)
+    return tf.switch_case(fmt, branches, default=lambda: (zero, zero))
+
+
+def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
+    """Eager form of `decode_image`'s checks: raises ValueError naming `name` for an
+    unsupported format or an image above `max_pixels`."""
+    data = tf.constant(data) if isinstance(data, bytes) else data
+    fmt = int(image_format(data))
+    if fmt < 0:
+        head = bytes(tf.strings.substr(_header(data), 0, 8).numpy()).rstrip(b"\0")
+        raise ValueError(f"{name} is not an image in a supported format ({len(data.numpy())} "
+                         f"bytes starting with {head!r}). Expected one of "
+                         f"{', '.join(FORMATS)}.")
+    if max_pixels is not None:
+        height, width = (int(v) for v in declared_size(data, tf.constant(fmt)))
+        if height * width > max_pixels:
+            raise ValueError(f"{name} is a {FORMATS[fmt]} image of {height} x {width} pixels, "
+                             f"above the limit of {max_pixels:,} pixels (max_pixels).")
+
+
+def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
+    """Decodes one encoded image (scalar string tensor) to uint8 RGB `[H, W, 3]`.
+
+    The format must be one of `FORMATS` and the size its header declares at most
+    `max_pixels` (None: no limit); both are checked before decoding. A failed check raises
+    `tf.errors.InvalidArgumentError` with a readable message (no raw bytes).
+    """
+    fmt = image_format(data)
+    checks = [tf.debugging.Assert(
+        fmt >= 0,
+        [f"{name} is not an image in a supported format. Expected one of "
+         f"{', '.join(FORMATS)}; received", tf.strings.length(data), "bytes starting with",
+         tf.io.decode_raw(tf.strings.substr(_header(data), 0, 8), tf.uint8)],
+        summarize=8,
+    )]
+    if max_pixels is not None:
+        with tf.control_dependencies(checks):
+            height, width = declared_size(data, fmt)
+        checks.append(tf.debugging.Assert(
+            height * width <= max_pixels,
+            [f"{name} declares", height, "x", width, f"pixels, above the limit of {max_pixels} "
+             "pixels (max_pixels)"],
+        ))
+    with tf.control_dependencies(checks):
+        image = tf.cond(
+            fmt == 0,
+            lambda: tf.io.decode_jpeg(data, channels=CHANNELS, dct_method=JPEG_DCT_METHOD),
+            lambda: tf.io.decode_image(data, channels=CHANNELS, expand_animations=False),
+        )
+    return tf.ensure_shape(image, [None, None, CHANNELS])
+
+
+def load_image(path, size, max_pixels=DEFAULT_MAX_PIXELS):
+    """Reads an image file as RGB and resizes it (bilinear, no crop) to `size`.
+
+    Args:
+        path: str. A JPEG, PNG, GIF, BMP or WebP file.
+        size: int or (height, width).
+        max_pixels: int or None. Refuse images whose header declares more pixels.
+
+    Returns:
+        float32 array `[H, W, 3]` with values in [0, 255]; apply `preprocess_inputs`.
+
+    Raises:
+        FileNotFoundError: for a missing file.
+        ValueError: naming the file, if it is not a supported image or is too large.
+    """
+    path = os.path.expanduser(os.fspath(path))
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Image file {path} does not exist.")
+    with open(path, "rb") as f:
+        data = tf.constant(f.read())
+    check_encoded(data, max_pixels, name=path)
+    try:
+        image = decode_image(data, None, name=path)
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
+        raise ValueError(f"Cannot read {path}: {_first_line(e.message)}") from None
+    return np.clip(resize(tf.cast(image, tf.float32), size).numpy(), 0, 255)
+
+
+def _first_line(message):
+    """The readable part of a TensorFlow op error (its first line, without the node name)."""
+    line = message.strip().splitlines()[0] if message.strip() else message
+    return line.split("} ", 1)[-1] if line.startswith("{{") else line

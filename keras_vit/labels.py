@@ -8,8 +8,11 @@ ImageNet-1k (`imagenet2012`, 1000 classes in the standard synset order) and Imag
 
 import functools
 import importlib.resources
+import os
 
 import numpy as np
+
+from keras_vit.validation import check_int
 
 LABEL_SETS = {1000: "imagenet2012", 21843: "imagenet21k"}
 
@@ -31,6 +34,42 @@ def _read(label_set):
 def class_names(label_set="imagenet2012"):
     """The readable class names (first lemma) of "imagenet2012" or "imagenet21k", by index."""
     return [lemmas.split(", ")[0] for _, lemmas in _read(label_set)]
+
+
+def default_class_names(num_classes):
+    """The names of `num_classes` classes when none are given: the shipped ImageNet-1k or
+    ImageNet-21k names for 1000 or 21843 classes, else "0", "1", ..., str(num_classes - 1)."""
+    if num_classes in LABEL_SETS:
+        return class_names(LABEL_SETS[num_classes])
+    return [str(i) for i in range(num_classes)]
+
+
+def read_class_names(path, num_classes=None):
+    """Reads a class-names file: UTF-8 text, one name per line, in label order.
+
+    Raises:
+        FileNotFoundError: for a missing file.
+        ValueError: naming the file and the line, for text that is not UTF-8, a blank line
+            (trailing blank lines are allowed), or a count other than `num_classes`.
+    """
+    path = os.path.expanduser(os.fspath(path))
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Class-names file {path} does not exist.") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"Class-names file {path} is not UTF-8 text (byte {e.start}). "
+                         "Expected one class name per line, UTF-8.") from None
+    names = [line.strip() for line in text.rstrip().splitlines()]
+    blank = [i + 1 for i, name in enumerate(names) if not name]
+    if not names or blank:
+        where = f"line {blank[0]} is blank" if blank else "it is empty"
+        raise ValueError(f"Class-names file {path}: {where}. Expected one class name per line.")
+    if num_classes is not None and len(names) != num_classes:
+        raise ValueError(f"Class-names file {path} has {len(names)} names but the model has "
+                         f"{num_classes} classes. Expected {num_classes} lines.")
+    return names
 
 
 def decode_predictions(logits, top=5, class_names=None):
@@ -68,7 +107,8 @@ def decode_predictions(logits, top=5, class_names=None):
             f"No built-in class names for {k} classes (known: "
             f"{sorted(LABEL_SETS)}); pass class_names."
         )
-    if not 0 < top <= k:
+    top = check_int("top", top, 1)
+    if top > k:
         raise ValueError(f"`top` must be in [1, {k}]. Received: top={top}")
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs /= probs.sum(axis=1, keepdims=True)

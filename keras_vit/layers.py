@@ -11,7 +11,16 @@ import math
 import keras
 from keras import ops
 
-from keras_vit._checks import check_positive_int
+from keras_vit.validation import (
+    check_bool,
+    check_choice,
+    check_heads,
+    check_positive_int,
+    check_positive_number,
+    check_rank,
+    check_rate,
+    to_pair,
+)
 
 # LayerNorm epsilon of the official Flax code (`nn.LayerNorm` default). Keras' default is 1e-3.
 LAYER_NORM_EPSILON = 1e-6
@@ -23,34 +32,19 @@ POSITION_EMBEDDING_STDDEV = 0.02
 MLP_BIAS_STDDEV = 1e-6
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
+CLASSIFIERS = ("token", "gap")
 
 
+class ConfigArgs:
+    """`get_config()` = Keras' base config plus the constructor arguments named in
+    `CONFIG_ARGS`, each kept on the layer under its own name: `from_config(get_config())`
+    rebuilds the same layer."""
 
+    CONFIG_ARGS = ()
 
-def _check_rate(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
-
-
-def to_pair(name, value):
-    """Returns `value` as a `(height, width)` tuple of positive ints.
-
-    Args:
-        name: str. The argument's name, for error messages.
-        value: int or pair of ints.
-    """
-    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
-    try:
-        pair = tuple(pair)
-    except TypeError:
-        pair = None
-    if pair is None or len(pair) != 2:
-        raise ValueError(
-            f"`{name}` must be an int or a (height, width) pair. Received: {name}={value!r}"
-        )
-    for v in pair:
-        check_positive_int(name, v)
-    return pair
+    def get_config(self):
+        config = {name: getattr(self, name) for name in self.CONFIG_ARGS}
+        return dict(super().get_config(), **config)
 
 
 def _dense_general_glorot(fan_in, fan_out):
@@ -64,7 +58,7 @@ def _dense_general_glorot(fan_in, fan_out):
 
 
 @_register
-class PatchEmbedding(keras.layers.Layer):
+class PatchEmbedding(ConfigArgs, keras.layers.Layer):
     """Cuts an image into non-overlapping patches and projects each to `hidden_size`.
 
     A Conv2D with kernel = stride = patch size, VALID padding and a bias, as in the
@@ -84,18 +78,15 @@ class PatchEmbedding(keras.layers.Layer):
     (2, 6, 64)
     """
 
+    CONFIG_ARGS = ("patch_size", "hidden_size")
+
     def __init__(self, patch_size, hidden_size, **kwargs):
         super().__init__(**kwargs)
         self.patch_size = to_pair("patch_size", patch_size)
-        check_positive_int("hidden_size", hidden_size)
-        self.hidden_size = hidden_size
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
 
     def _grid(self, input_shape):
-        if len(input_shape) != 4:
-            raise ValueError(
-                f"PatchEmbedding expects images [batch, height, width, channels]. "
-                f"Received shape {tuple(input_shape)}"
-            )
+        check_rank("PatchEmbedding", input_shape, ("batch", "height", "width", "channels"))
         grid = []
         for axis, (size, patch) in enumerate(zip(input_shape[1:3], self.patch_size)):
             if size is not None and size % patch:
@@ -130,10 +121,6 @@ class PatchEmbedding(keras.layers.Layer):
         n = None if gh is None or gw is None else gh * gw
         return (input_shape[0], n, self.hidden_size)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(patch_size=self.patch_size, hidden_size=self.hidden_size)
-        return config
 
 
 @_register
@@ -208,7 +195,7 @@ class _ReturnsAttention:
 
 
 @_register
-class MultiHeadDotProductAttention(_ReturnsAttention, keras.layers.Layer):
+class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
     """Multi-head self-attention with the official checkpoint's weight layout.
 
     Sublayers `query`, `key`, `value` (kernel (D, heads, head_dim), bias (heads, head_dim))
@@ -224,20 +211,15 @@ class MultiHeadDotProductAttention(_ReturnsAttention, keras.layers.Layer):
     (before dropout).
     """
 
+    CONFIG_ARGS = ("num_heads", "attention_dropout_rate")
+
     def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
         super().__init__(**kwargs)
-        check_positive_int("num_heads", num_heads)
-        _check_rate("attention_dropout_rate", attention_dropout_rate)
-        self.num_heads = num_heads
-        self.attention_dropout_rate = attention_dropout_rate
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
 
     def build(self, input_shape):
-        width = input_shape[-1]
-        if width % self.num_heads:
-            raise ValueError(
-                f"hidden_size {width} is not divisible by num_heads {self.num_heads}. "
-                f"Expected a multiple of {self.num_heads}."
-            )
+        width = check_heads(input_shape[-1], self.num_heads)
         self.head_dim = width // self.num_heads
         init = _dense_general_glorot(width, width)
         common = dict(kernel_initializer=init, bias_initializer="zeros", dtype=self.dtype_policy)
@@ -259,21 +241,9 @@ class MultiHeadDotProductAttention(_ReturnsAttention, keras.layers.Layer):
 
     def _project(self, inputs):
         """Query, key and value `[B, h, N, k]` each, the query already scaled."""
-        batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
-        width, h, k = inputs.shape[-1], self.num_heads, self.head_dim
-        projections = (self.query, self.key, self.value)
-        if any(getattr(layer, "quantization_mode", None) for layer in projections):
-            # Quantized sublayers (`model.quantize`) must run their own kernels.
-            q, key, v = (ops.transpose(layer(inputs), (0, 2, 1, 3)) for layer in projections)
-        else:
-            # One [D, 3D] matmul instead of three (on CPU within noise of three einsums,
-            # BENCHMARKS.md); the variables stay separate, with the checkpoint's names.
-            kernel = ops.concatenate([ops.reshape(p.kernel, (width, h * k)) for p in projections], 1)
-            bias = ops.concatenate([ops.reshape(p.bias, (h * k,)) for p in projections], 0)
-            qkv = ops.matmul(inputs, ops.cast(kernel, inputs.dtype)) + ops.cast(bias, inputs.dtype)
-            qkv = ops.reshape(qkv, (batch, length, 3, h, k))  # qkv = [B, N, 3, h, k]
-            q, key, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3)  # [B, h, N, k] each
-        return q * ops.cast(1.0 / math.sqrt(k), q.dtype), key, v
+        q, k, v = (ops.transpose(layer(inputs), (0, 2, 1, 3))  # [B, N, h, k] -> [B, h, N, k]
+                   for layer in (self.query, self.key, self.value))
+        return q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype), k, v
 
     def call(self, inputs, training=None, return_attention_scores=False):
         # inputs = [B, N, D]
@@ -289,14 +259,10 @@ class MultiHeadDotProductAttention(_ReturnsAttention, keras.layers.Layer):
             return outputs, probs
         return outputs
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_heads=self.num_heads, attention_dropout_rate=self.attention_dropout_rate)
-        return config
 
 
 @_register
-class MlpBlock(keras.layers.Layer):
+class MlpBlock(ConfigArgs, keras.layers.Layer):
     """The Transformer's MLP: Dense(mlp_dim) -> GELU -> Dropout -> Dense(D) -> Dropout.
 
     Sublayers `Dense_0` and `Dense_1`, as in the checkpoint.
@@ -309,13 +275,13 @@ class MlpBlock(keras.layers.Layer):
         **kwargs: standard `keras.layers.Layer` arguments.
     """
 
+    CONFIG_ARGS = ("mlp_dim", "dropout_rate", "gelu_approximate")
+
     def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=GELU_APPROXIMATE, **kwargs):
         super().__init__(**kwargs)
-        check_positive_int("mlp_dim", mlp_dim)
-        _check_rate("dropout_rate", dropout_rate)
-        self.mlp_dim = mlp_dim
-        self.dropout_rate = dropout_rate
-        self.gelu_approximate = bool(gelu_approximate)
+        self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
+        self.dropout_rate = check_rate("dropout_rate", dropout_rate)
+        self.gelu_approximate = check_bool("gelu_approximate", gelu_approximate)
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -341,18 +307,10 @@ class MlpBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            mlp_dim=self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            gelu_approximate=self.gelu_approximate,
-        )
-        return config
 
 
 @_register
-class TransformerBlock(_ReturnsAttention, keras.layers.Layer):
+class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
     """One pre-LayerNorm encoder block (`Encoder1DBlock` in the official code).
 
         y = x + Dropout(MHA(LN(x)));  out = y + MLP(LN(y))
@@ -379,6 +337,11 @@ class TransformerBlock(_ReturnsAttention, keras.layers.Layer):
     ((1, 5, 8), (1, 2, 5, 5))
     """
 
+    CONFIG_ARGS = (
+        "num_heads", "mlp_dim", "dropout_rate",
+        "attention_dropout_rate", "layer_norm_epsilon", "gelu_approximate",
+    )
+
     def __init__(
         self,
         num_heads,
@@ -390,33 +353,16 @@ class TransformerBlock(_ReturnsAttention, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("mlp_dim", mlp_dim)
-        _check_rate("dropout_rate", dropout_rate)
-        _check_rate("attention_dropout_rate", attention_dropout_rate)
-        if not layer_norm_epsilon > 0:
-            raise ValueError(
-                f"`layer_norm_epsilon` must be positive. Received: {layer_norm_epsilon!r}"
-            )
-        self.num_heads = num_heads
-        self.mlp_dim = mlp_dim
-        self.dropout_rate = dropout_rate
-        self.attention_dropout_rate = attention_dropout_rate
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.gelu_approximate = bool(gelu_approximate)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
+        self.dropout_rate = check_rate("dropout_rate", dropout_rate)
+        self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
+        self.layer_norm_epsilon = check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
+        self.gelu_approximate = check_bool("gelu_approximate", gelu_approximate)
 
     def build(self, input_shape):
-        if len(input_shape) != 3:
-            raise ValueError(
-                f"TransformerBlock expects a sequence [batch, length, width]. "
-                f"Received shape {tuple(input_shape)}"
-            )
-        width = input_shape[-1]
-        if width % self.num_heads:
-            raise ValueError(
-                f"hidden_size {width} is not divisible by num_heads {self.num_heads}. "
-                f"Expected a multiple of {self.num_heads}."
-            )
+        check_rank("TransformerBlock", input_shape, ("batch", "length", "width"))
+        check_heads(input_shape[-1], self.num_heads)
         norm = dict(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy)
         self.norm_0 = keras.layers.LayerNormalization(name="LayerNorm_0", **norm)
         self.attention = MultiHeadDotProductAttention(
@@ -449,21 +395,10 @@ class TransformerBlock(_ReturnsAttention, keras.layers.Layer):
             return outputs, probs  # probs = [B, heads, N, N]
         return outputs
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            gelu_approximate=self.gelu_approximate,
-        )
-        return config
 
 
 @_register
-class TokenPooling(keras.layers.Layer):
+class TokenPooling(ConfigArgs, keras.layers.Layer):
     """Pools the encoder output to one vector per image.
 
     Args:
@@ -474,11 +409,11 @@ class TokenPooling(keras.layers.Layer):
     Input: `[B, N, D]`. Output: `[B, D]`.
     """
 
-    CLASSIFIERS = ("token", "gap")
+    CONFIG_ARGS = ("classifier",)
 
     def __init__(self, classifier="token", **kwargs):
         super().__init__(**kwargs)
-        check_classifier(classifier)
+        check_choice("classifier", classifier, CLASSIFIERS)
         self.classifier = classifier
 
     def call(self, inputs):
@@ -490,15 +425,4 @@ class TokenPooling(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[2])
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(classifier=self.classifier)
-        return config
 
-
-def check_classifier(classifier):
-    """Raises a ValueError unless `classifier` is "token" or "gap"."""
-    if classifier not in TokenPooling.CLASSIFIERS:
-        raise ValueError(
-            f"Unknown classifier {classifier!r}. Expected one of {TokenPooling.CLASSIFIERS}."
-        )

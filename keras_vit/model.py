@@ -1,4 +1,4 @@
-"""The generic ViT builder and one-line builders for every paper variant.
+"""The generic ViT builder: `keras_vit.ViT(...)`, a functional `keras.Model`.
 
 Layer names follow the official checkpoint (`embedding`, `cls`, `posembed_input`,
 `encoderblock_{i}`, `encoder_norm`, `pre_logits`, `head`), so every intermediate is reachable
@@ -10,9 +10,8 @@ with `model.get_layer(name)`:
 
 import keras
 
-from keras_vit import configs
-from keras_vit._checks import check_positive_int
 from keras_vit.layers import (
+    CLASSIFIERS,
     GELU_APPROXIMATE,
     LAYER_NORM_EPSILON,
     AddPositionEmbs,
@@ -20,10 +19,9 @@ from keras_vit.layers import (
     PatchEmbedding,
     TokenPooling,
     TransformerBlock,
-    check_classifier,
-    to_pair,
 )
 from keras_vit.resnet import ResNetStem
+from keras_vit.validation import check_bool, check_choice, check_heads, check_positive_int, to_pair
 
 IMAGE_CHANNELS = 3
 
@@ -86,17 +84,16 @@ def ViT(
     """
     height, width = to_pair("image_size", image_size)
     patch_h, patch_w = to_pair("patch_size", patch_size)
-    for arg, value in (
-        ("hidden_size", hidden_size),
-        ("num_layers", num_layers),
-        ("num_heads", num_heads),
-        ("mlp_dim", mlp_dim),
-    ):
-        check_positive_int(arg, value)
-    check_positive_int("representation_size", representation_size, allow_none=True)
+    hidden_size = check_positive_int("hidden_size", hidden_size)
+    num_layers = check_positive_int("num_layers", num_layers)
+    num_heads = check_positive_int("num_heads", num_heads)
+    mlp_dim = check_positive_int("mlp_dim", mlp_dim)
+    representation_size = check_positive_int("representation_size", representation_size,
+                                             allow_none=True)
+    include_top = check_bool("include_top", include_top)
     if include_top:
-        check_positive_int("num_classes", num_classes)
-    check_classifier(classifier)
+        num_classes = check_positive_int("num_classes", num_classes)
+    check_choice("classifier", classifier, CLASSIFIERS)
     stem = _backbone(backbone)
     stride = stem.stride if stem else 1
     for size, patch, dim in ((height, patch_h, "height"), (width, patch_w, "width")):
@@ -111,11 +108,7 @@ def ViT(
                 f"Expected a multiple of {patch * stride} (e.g. "
                 f"{size // (patch * stride) * patch * stride or patch * stride})."
             )
-    if hidden_size % num_heads:
-        raise ValueError(
-            f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}. "
-            f"Expected a multiple of {num_heads}."
-        )
+    check_heads(hidden_size, num_heads)
 
     images = keras.Input((height, width, IMAGE_CHANNELS), name="image")
     x = images
@@ -177,75 +170,42 @@ def _backbone(backbone):
     return ResNetStem(name="resnet", **backbone)
 
 
-def create_model(
-    variant, image_size=224, num_classes=1000, include_top=True, pretrained=False, **overrides
-):
-    """Builds a paper variant by name, e.g. `create_model("B/16")`.
+def vit_config(model):
+    """The `keras_vit.ViT` arguments that rebuild `model`, read off its layers.
 
     Args:
-        variant: str. A name from `keras_vit.configs.VARIANTS`, in any common spelling
-            ("B/16", "ViT-B/16", "ViT_B16").
-        image_size: int or (height, width). Defaults to 224.
-        num_classes: int. Defaults to 1000.
-        include_top: bool. Defaults to True.
-        pretrained: False, True, a registry name, a local path or a URL. Loads the official
-            weights (see `keras_vit.load_pretrained`). Defaults to False.
-        **overrides: any other argument of `keras_vit.ViT` (e.g. `dropout_rate`,
-            `representation_size`, `classifier`).
+        model: a model built by `keras_vit.ViT` (or a named builder), or loaded from its
+            `.keras` file.
+
+    Returns:
+        dict of `keras_vit.ViT` keyword arguments (JSON-serialisable).
     """
-    spec = configs.get_variant(variant)
-    kwargs = spec.config()
-    kwargs.update(
-        image_size=image_size,
-        num_classes=num_classes,
-        include_top=include_top,
-        name=overrides.pop("name", None) or spec.builder_name.lower(),
+    names = {layer.name for layer in model.layers}
+    if "embedding" not in names or "encoderblock_0" not in names or "pool" not in names:
+        raise ValueError(f"Model {model.name!r} was not built by keras_vit.ViT: it has no "
+                         "'embedding', 'encoderblock_0' and 'pool' layers.")
+    embedding, block = model.get_layer("embedding"), model.get_layer("encoderblock_0")
+    config = dict(
+        image_size=list(model.inputs[0].shape[1:3]),
+        patch_size=list(embedding.patch_size),
+        hidden_size=embedding.hidden_size,
+        num_layers=sum(name.startswith("encoderblock_") for name in names),
+        num_heads=block.num_heads,
+        mlp_dim=block.mlp_dim,
+        num_classes=model.get_layer("head").units if "head" in names else None,
+        classifier=model.get_layer("pool").classifier,
+        representation_size=model.get_layer("pre_logits").units if "pre_logits" in names
+        else None,
+        dropout_rate=model.get_layer("dropout").rate,
+        attention_dropout_rate=block.attention_dropout_rate,
+        include_top="head" in names,
+        gelu_approximate=block.gelu_approximate,
+        backbone=None,
+        name=model.name,
     )
-    kwargs.update(overrides)
-    if pretrained is not False and pretrained is not None:
-        from keras_vit import pretrained as weights
-
-        return weights.build_pretrained(spec, pretrained, kwargs)
-    return ViT(**kwargs)
-
-
-def _variant_builder(variant_name):
-    spec = configs.VARIANTS[variant_name]
-
-    def builder(image_size=224, num_classes=1000, include_top=True, pretrained=False, **overrides):
-        return create_model(
-            spec.name,
-            image_size=image_size,
-            num_classes=num_classes,
-            include_top=include_top,
-            pretrained=pretrained,
-            **overrides,
-        )
-
-    size = configs.MODEL_SIZES[spec.size]
-    builder.__name__ = builder.__qualname__ = spec.builder_name
-    stem = f"ResNet stages {spec.backbone} then " if spec.backbone is not None else ""
-    builder.__doc__ = (
-        f"ViT-{spec.name}: {stem}patch {spec.patch_size}, width {size['hidden_size']}, "
-        f"{size['num_layers']} layers, {size['num_heads']} heads, MLP {size['mlp_dim']}; "
-        f"{spec.params:,} parameters at 224 px with 1000 classes.\n\n"
-        "Args: image_size, num_classes, include_top, pretrained and any override of "
-        "`keras_vit.ViT`; see `keras_vit.create_model`."
-    )
-    return builder
-
-
-ViT_Ti16 = _variant_builder("Ti/16")
-ViT_S16 = _variant_builder("S/16")
-ViT_S32 = _variant_builder("S/32")
-ViT_B8 = _variant_builder("B/8")
-ViT_B16 = _variant_builder("B/16")
-ViT_B32 = _variant_builder("B/32")
-ViT_L16 = _variant_builder("L/16")
-ViT_L32 = _variant_builder("L/32")
-ViT_H14 = _variant_builder("H/14")
-ViT_R50_B16 = _variant_builder("R50+B/16")
-ViT_R50_L32 = _variant_builder("R50+L/32")
-ViT_R26_B32 = _variant_builder("R26+B/32")
-ViT_R26_S32 = _variant_builder("R26+S/32")
-ViT_R_Ti16 = _variant_builder("R+Ti/16")
+    if "resnet" in names:
+        stem = model.get_layer("resnet")
+        config["backbone"] = dict(num_layers=list(stem.num_layers),
+                                  width_factor=stem.width_factor,
+                                  std_conv_epsilon=stem.std_conv_epsilon)
+    return config

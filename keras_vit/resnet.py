@@ -11,7 +11,8 @@ feature map. Weight names follow the checkpoint (`conv_root`, `gn_root`,
 import keras
 from keras import ops
 
-from keras_vit._checks import check_positive_int
+from keras_vit.layers import ConfigArgs
+from keras_vit.validation import check_positive_int, check_positive_number
 
 # The official StdConv adds this to the kernel's standard deviation (`weight_standardize`).
 STD_CONV_EPSILON = 1e-5
@@ -32,12 +33,8 @@ def _group_norm(name, dtype, zero_scale=False):
     )
 
 
-def _norm_vars(layer):
-    return {"scale": layer.gamma, "bias": layer.beta}
-
-
 @_register
-class StdConv2D(keras.layers.Layer):
+class StdConv2D(ConfigArgs, keras.layers.Layer):
     """A bias-free convolution with weight standardisation, SAME padding.
 
     The kernel is standardised over (height, width, input channels) before every use:
@@ -53,20 +50,14 @@ class StdConv2D(keras.layers.Layer):
     Input: `[B, H, W, C]`. Output: `[B, ceil(H / strides), ceil(W / strides), filters]`.
     """
 
+    CONFIG_ARGS = ("filters", "kernel_size", "strides", "epsilon")
+
     def __init__(self, filters, kernel_size, strides=1, epsilon=STD_CONV_EPSILON, **kwargs):
         super().__init__(**kwargs)
-        for name, value in (
-            ("filters", filters),
-            ("kernel_size", kernel_size),
-            ("strides", strides),
-        ):
-            check_positive_int(name, value)
-        if not epsilon > 0:
-            raise ValueError(f"`epsilon` must be positive. Received: epsilon={epsilon!r}")
-        self.filters = filters
-        self.kernel_size = kernel_size
-        self.strides = strides
-        self.epsilon = epsilon
+        self.filters = check_positive_int("filters", filters)
+        self.kernel_size = check_positive_int("kernel_size", kernel_size)
+        self.strides = check_positive_int("strides", strides)
+        self.epsilon = check_positive_number("epsilon", epsilon)
 
     def build(self, input_shape):
         self.kernel = self.add_weight(
@@ -92,19 +83,10 @@ class StdConv2D(keras.layers.Layer):
 
         return (input_shape[0], out(input_shape[1]), out(input_shape[2]), self.filters)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            filters=self.filters,
-            kernel_size=self.kernel_size,
-            strides=self.strides,
-            epsilon=self.epsilon,
-        )
-        return config
 
 
 @_register
-class BottleneckUnit(keras.layers.Layer):
+class BottleneckUnit(ConfigArgs, keras.layers.Layer):
     """A pre-activation-free ResNetV2 bottleneck unit (`ResidualUnit` in the official code).
 
         y = relu(gn1(conv1 1x1)) -> relu(gn2(conv2 3x3/stride)) -> gn3(conv3 1x1, 4x features)
@@ -117,13 +99,13 @@ class BottleneckUnit(keras.layers.Layer):
         **kwargs: standard `keras.layers.Layer` arguments.
     """
 
+    CONFIG_ARGS = ("features", "strides", "std_conv_epsilon")
+
     def __init__(self, features, strides=1, std_conv_epsilon=STD_CONV_EPSILON, **kwargs):
         super().__init__(**kwargs)
-        check_positive_int("features", features)
-        check_positive_int("strides", strides)
-        self.features = features
-        self.strides = strides
-        self.std_conv_epsilon = std_conv_epsilon
+        self.features = check_positive_int("features", features)
+        self.strides = check_positive_int("strides", strides)
+        self.std_conv_epsilon = check_positive_number("std_conv_epsilon", std_conv_epsilon)
 
     def build(self, input_shape):
         f, eps, dtype = self.features, self.std_conv_epsilon, self.dtype_policy
@@ -163,26 +145,10 @@ class BottleneckUnit(keras.layers.Layer):
 
         return (input_shape[0], out(input_shape[1]), out(input_shape[2]), 4 * self.features)
 
-    def checkpoint_variables(self):
-        """Checkpoint keys relative to the unit (`conv1/kernel`, `gn1/scale`, ...)."""
-        out = {}
-        names = ["1", "2", "3"] + (["_proj"] if self.needs_projection else [])
-        for suffix in names:
-            out[f"conv{suffix}/kernel"] = getattr(self, f"conv{suffix}").kernel
-            for k, v in _norm_vars(getattr(self, f"gn{suffix}")).items():
-                out[f"gn{suffix}/{k}"] = v
-        return out
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            features=self.features, strides=self.strides, std_conv_epsilon=self.std_conv_epsilon
-        )
-        return config
 
 
 @_register
-class ResNetStem(keras.layers.Layer):
+class ResNetStem(ConfigArgs, keras.layers.Layer):
     """The hybrids' ResNet: root block, then stages of bottleneck units.
 
     Args:
@@ -198,17 +164,15 @@ class ResNetStem(keras.layers.Layer):
     (the root's width without stages).
     """
 
+    CONFIG_ARGS = ("num_layers", "width_factor", "std_conv_epsilon")
+
     def __init__(
         self, num_layers=(3, 4, 9), width_factor=1, std_conv_epsilon=STD_CONV_EPSILON, **kwargs
     ):
         super().__init__(**kwargs)
-        num_layers = tuple(num_layers)
-        for n in num_layers:
-            check_positive_int("num_layers", n)
-        check_positive_int("width_factor", width_factor)
-        self.num_layers = num_layers
-        self.width_factor = width_factor
-        self.std_conv_epsilon = std_conv_epsilon
+        self.num_layers = tuple(check_positive_int("num_layers", n) for n in num_layers)
+        self.width_factor = check_positive_int("width_factor", width_factor)
+        self.std_conv_epsilon = check_positive_number("std_conv_epsilon", std_conv_epsilon)
 
     @property
     def stride(self):
@@ -256,20 +220,3 @@ class ResNetStem(keras.layers.Layer):
         channels = 4 * width * 2 ** (len(self.num_layers) - 1) if self.num_layers else width
         return (input_shape[0], out(input_shape[1]), out(input_shape[2]), channels)
 
-    def checkpoint_variables(self):
-        """Checkpoint keys: `conv_root/kernel`, `gn_root/...`, `block{s}/unit{u}/...`."""
-        out = {"conv_root/kernel": self.conv_root.kernel}
-        out.update({f"gn_root/{k}": v for k, v in _norm_vars(self.gn_root).items()})
-        for s, u, unit in self.units:
-            for key, variable in unit.checkpoint_variables().items():
-                out[f"block{s}/unit{u}/{key}"] = variable
-        return out
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_layers=list(self.num_layers),
-            width_factor=self.width_factor,
-            std_conv_epsilon=self.std_conv_epsilon,
-        )
-        return config

@@ -158,10 +158,15 @@ def start_grpc_server(servicer):
 # Images.
 
 
+# PIL's save options: JPEG at quality 90; lossless WebP, so that the comparison with PIL's own
+# decoding does not depend on two libwebp builds decoding lossy data alike.
+ENCODE_OPTIONS = {"JPEG": {"quality": 90}, "WEBP": {"lossless": True}}
+
+
 def encode(image, fmt):
-    """Encodes a uint8 RGB array as "JPEG" or "PNG" bytes with PIL."""
+    """Encodes a uint8 RGB array as "JPEG", "PNG", "GIF", "BMP" or "WEBP" bytes with PIL."""
     buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    Image.fromarray(image).save(buffer, format=fmt, **ENCODE_OPTIONS.get(fmt, {}))
     return buffer.getvalue()
 
 

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+import keras_vit
 from keras_vit import data
 
 
@@ -50,12 +51,12 @@ def arrays():
 def test_eval_preprocessing_is_bilinear_resize_then_scaling():
     rng = np.random.default_rng(1)
     image = rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)
-    out = data.preprocess_eval(tf.constant(image), (10, 14)).numpy()
+    out = keras_vit.images.eval_preprocess(tf.constant(image), (10, 14)).numpy()
     expected = numpy_bilinear(image, (10, 14)) / 127.5 - 1
     np.testing.assert_allclose(out, expected, atol=1e-5)
     assert out.dtype == np.float32 and out.min() >= -1 and out.max() <= 1
     # Grey images become RGB with three equal channels.
-    grey = data.preprocess_eval(tf.constant(image[..., :1]), (5, 7)).numpy()
+    grey = keras_vit.images.eval_preprocess(tf.constant(image[..., :1]), (5, 7)).numpy()
     np.testing.assert_allclose(grey, np.repeat(image[..., :1] / 127.5 - 1, 3, -1), atol=1e-6)
 
 
@@ -87,7 +88,7 @@ def test_inception_crop_covers_5_to_100_percent_and_keeps_aspect():
 def test_train_flip_and_determinism():
     image = tf.constant(coordinate_image(8))
     full = dict(area_range=(1.0, 1.0))  # the whole image: only the flip remains
-    plain = data.preprocess_eval(image, (8, 8)).numpy()
+    plain = keras_vit.images.eval_preprocess(image, (8, 8)).numpy()
     outs = [data.preprocess_train(image, (8, 8), tf.constant([s, 0]), **full).numpy()
             for s in range(16)]
     flipped = [np.allclose(o, plain[:, ::-1], atol=1e-6) for o in outs]

@@ -13,7 +13,7 @@ import reference
 from test_data import numpy_bilinear
 
 import keras_vit
-from keras_vit import checkpoint
+from keras_vit import weights
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
@@ -42,13 +42,13 @@ def reference_accuracy(params):
 
 
 def test_shipped_checkpoint_reaches_97_percent_on_the_held_out_digits():
-    params = checkpoint.read_npz(SHIPPED)
+    params = weights.read_npz(SHIPPED)
     accuracy, logits = reference_accuracy(params)
     assert len(logits) == 360
     assert accuracy >= 0.97, accuracy
     # It loads into the documented configuration, which computes the same logits.
     model = keras_vit.ViT(**train_digits.DIGITS_CONFIG)
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     images, _ = held_out_split()
     np.testing.assert_allclose(model.predict(images, verbose=0), logits, atol=2e-4)
 
@@ -62,7 +62,7 @@ def run_demo(output):
 
 
 def test_demo_script_reproduces_its_checkpoint_and_reports_its_accuracy(tmp_path):
-    runs = [run_demo(tmp_path / f"run{i}.npz") for i in range(2)]
+    runs = [run_demo(tmp_path / f"run{i}") for i in range(2)]
     outputs = []
     for run in runs:
         try:
@@ -71,10 +71,11 @@ def test_demo_script_reproduces_its_checkpoint_and_reports_its_accuracy(tmp_path
             run.kill()
             pytest.fail("the demo did not finish in 300 s")
         assert run.returncode == 0, outputs[-1][-3000:]
-    digests = [hashlib.sha256((tmp_path / f"run{i}.npz").read_bytes()).hexdigest() for i in range(2)]
+    digests = [hashlib.sha256((tmp_path / f"run{i}" / "final.npz").read_bytes()).hexdigest()
+               for i in range(2)]
     assert digests[0] == digests[1]  # same seeds, deterministic ops: byte-identical files
     assert f"sha256 {digests[0]}" in outputs[0]
     printed = float(re.search(r"held-out accuracy: ([0-9.]+) \((\d+)/360\)", outputs[0]).group(1))
-    accuracy, _ = reference_accuracy(checkpoint.read_npz(tmp_path / "run0.npz"))
+    accuracy, _ = reference_accuracy(weights.read_npz(tmp_path / "run0" / "final.npz"))
     assert printed == pytest.approx(accuracy, abs=1e-4)
     assert "<- predicted" in outputs[0] and "Epoch 2/2" in outputs[0]

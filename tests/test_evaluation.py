@@ -8,7 +8,7 @@ import pytest
 import reference
 
 import keras_vit
-from keras_vit import checkpoint, evaluation
+from keras_vit import evaluation, weights
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)
 
@@ -80,7 +80,7 @@ def tiny_classifier(rng, num_classes=7, representation=None):
                                        representation=representation, scale=0.5)
     model = keras_vit.ViT(image_size=32, patch_size=8, num_classes=num_classes,
                           representation_size=representation, **TINY)
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     return model, params
 
 
@@ -129,24 +129,58 @@ def test_evaluate_accepts_a_tf_dataset_of_preprocessed_batches():
     assert result["top1"] == 1.0 and result["num_examples"] == 20
 
 
-def test_features_are_the_representation_and_are_cached(tmp_path):
+def test_features_are_the_representation_and_are_cached(tmp_path, monkeypatch):
     rng = np.random.default_rng(5)
     model, params = tiny_classifier(rng, representation=16)
     images = rng.integers(0, 256, (10, 32, 32, 3)).astype(np.uint8)
     labels = np.arange(10) % 3
-    cache = str(tmp_path / "train")
+    cache = tmp_path / "features"  # a folder: one entry per model, weights and data
+    key = dict(dataset="colours", split="train")
     features, got_labels = keras_vit.extract_features(model, (images, labels), batch_size=4,
-                                                      cache=cache, progress=False)
+                                                      cache=str(cache), cache_key=key,
+                                                      progress=False)
     expected, _, _ = reference.forward(params, images.astype(np.float64) / 127.5 - 1,
                                        include_top=False)
     np.testing.assert_allclose(features, expected, atol=1e-5)
     np.testing.assert_array_equal(got_labels, labels)
-    np.testing.assert_array_equal(np.load(cache + ".features.npy"), features)
-    # A second call reads the cache (a model of another width would otherwise disagree).
+    name = evaluation.feature_cache_key(model, key)
+    assert sorted(p.name for p in cache.iterdir()) == [f"{name}.features.npy",
+                                                       f"{name}.labels.npy"]
+    np.testing.assert_array_equal(np.load(cache / f"{name}.features.npy"), features)
+    np.testing.assert_array_equal(np.load(cache / f"{name}.labels.npy"), labels)
+    # The same model (rebuilt, same weights) on the same data reads the cache: no forward pass.
+    rebuilt, _ = tiny_classifier(np.random.default_rng(5), representation=16)
+    assert evaluation.feature_cache_key(rebuilt, key) == name
+    with monkeypatch.context() as patch:
+        patch.setattr(evaluation, "representation_model",
+                      lambda model: pytest.fail("the cached features were computed again"))
+        again, again_labels = keras_vit.extract_features(rebuilt, (images, labels),
+                                                         cache=cache, cache_key=key,
+                                                         progress=False)
+    np.testing.assert_array_equal(again, features)
+    np.testing.assert_array_equal(again_labels, labels)
+    # Other weights (same configuration), another model, or other data: entries of their own,
+    # never the stale features above.
+    changed = dict(params, **{"pre_logits/bias": params["pre_logits/bias"] + 0.5})
+    weights.load_params(rebuilt, changed)
+    expected_changed, _, _ = reference.forward(changed, images.astype(np.float64) / 127.5 - 1,
+                                               include_top=False)
+    assert np.abs(expected_changed - expected).max() > 0.05
+    got, _ = keras_vit.extract_features(rebuilt, (images, labels), cache=cache, cache_key=key,
+                                        progress=False)
+    np.testing.assert_allclose(got, expected_changed, atol=1e-5)
     other = keras_vit.ViT(image_size=32, patch_size=8, num_classes=7, **dict(TINY, hidden_size=8,
                                                                            num_heads=2))
-    again, _ = keras_vit.extract_features(other, (images, labels), cache=cache, progress=False)
-    np.testing.assert_array_equal(again, features)
+    got, _ = keras_vit.extract_features(other, (images, labels), cache=cache, cache_key=key,
+                                        progress=False)
+    assert got.shape == (10, 8)
+    test_images = images[::-1]
+    got, got_labels = keras_vit.extract_features(
+        model, (test_images, labels[::-1]), cache=cache,
+        cache_key=dict(dataset="colours", split="test"), progress=False)
+    np.testing.assert_allclose(got, expected[::-1], atol=1e-5)
+    np.testing.assert_array_equal(got_labels, labels[::-1])
+    assert len(list(cache.iterdir())) == 8  # four entries, features and labels each
 
 
 def test_bad_inputs_are_refused():
@@ -182,11 +216,11 @@ def test_shipped_demo_reproduces_its_recorded_heldout_accuracy(tmp_path, capsys)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
     import evaluate_digits
 
-    from keras_vit import pretrained
+    from keras_vit import weights
 
     assert evaluate_digits.main(["--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    recorded = pretrained.get_checkpoint("digits")["heldout_accuracy"]
+    recorded = weights.get_checkpoint("digits")["heldout_accuracy"]
     assert f"held-out: 360 images, top-1 {recorded:.2%}" in printed  # 352/360 = 97.78%
     assert "| best |" in printed
     assert (tmp_path / "confusion_matrix.png").exists()
@@ -213,7 +247,7 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
     rng = np.random.default_rng(7)
     write_folder(tmp_path / "images", rng)
     model, _ = tiny_classifier(rng, num_classes=3)
-    checkpoint.save_npz(model, tmp_path / "tiny.npz")
+    weights.save_npz(model, tmp_path / "tiny.npz")
     config = json.dumps(dict(patch_size=8, **TINY))
     common = ["--folder", str(tmp_path / "images"), "--model-config", config,
               "--image-size", "32", "--weights", str(tmp_path / "tiny.npz"), "--batch-size", "4"]
@@ -228,6 +262,29 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
                      "--shots", "1,3", "--l2", "1,100", "--verbose", "0"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-5] == "| l2 reg | 1-shot | 3-shot |" and lines[-1].startswith("| best |")
+
+    # --cache is a folder: the train and test features of this model, weights and data are
+    # written there, and a second run reads them instead of running the model.
+    cached = ["fewshot", *common, "--split", "all", "--train-split", "all", "--shots", "1,3",
+              "--l2", "1,100", "--verbose", "0", "--cache", str(tmp_path / "features")]
+    assert cli.main(cached) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-5:] == lines[-5:]
+    assert len(list((tmp_path / "features").glob("*.features.npy"))) == 2  # train, test
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evaluation, "representation_model",
+                      lambda model: pytest.fail("the cached features were computed again"))
+        assert cli.main(cached) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-5:] == lines[-5:]
+
+    # Weights whose head does not fit the data's classes are refused, not silently replaced.
+    seven, _ = tiny_classifier(rng, num_classes=7)
+    weights.save_npz(seven, tmp_path / "seven.npz")
+    mismatched = [a if a != str(tmp_path / "tiny.npz") else str(tmp_path / "seven.npz")
+                  for a in common]
+    assert cli.main(["evaluate", *mismatched]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-vit evaluate: error: ")
+    assert "has a head of 7 classes, but the data has 3 classes" in err
 
     assert cli.main(["fewshot", *common, "--shots", "7", "--split", "all",
                      "--train-split", "all", "--verbose", "0"]) == 2

@@ -6,6 +6,8 @@ with REST and gRPC wire formats (tests/export_serving.py), and its warm-up file 
 Every expectation comes from the Keras model on images decoded by PIL and resized in NumPy.
 """
 
+import io
+import json
 import os
 import pathlib
 import re
@@ -20,9 +22,10 @@ import numpy as np
 import pytest
 import reference
 import tensorflow as tf
+from PIL import Image
 
 import keras_vit
-from keras_vit import checkpoint, cli, export
+from keras_vit import cli, export, weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
@@ -41,7 +44,7 @@ def random_model(seed=0, **kwargs):
         np.random.default_rng(seed), hidden=32, mlp=48, heads=4, layers=2, patch=(8, 8),
         grid=(4, 4), num_classes=NUM_CLASSES,
     )
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     return model
 
 
@@ -163,6 +166,13 @@ def test_export_layout_stores_each_weight_once(exported):
     stored = sum(int(np.prod(shape)) for name, shape in tf.train.list_variables(
         os.path.join(path, "variables", "variables")) if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
     assert stored == exported.model.count_params()  # not twice (keras-team/keras#23553)
+    # What the export was made with, beside the warm-up records.
+    assert sorted(os.listdir(pathlib.Path(path) / "assets.extra")) == [
+        "keras_vit.json", "tf_serving_warmup_requests"]
+    metadata = json.loads((pathlib.Path(path) / "assets.extra" / "keras_vit.json").read_text())
+    assert metadata == dict(image_size=[32, 32], num_classes=NUM_CLASSES, top_k=TOP_K,
+                            image_dtype="float32", max_pixels=64_000_000, warmup=True,
+                            formats=["JPEG", "PNG", "GIF", "BMP", "WebP"])
 
 
 def test_probabilities_are_not_trivial(exported):
@@ -277,6 +287,43 @@ def test_grpc_predict_request_proto_and_client_example(exported, loaded, tmp_pat
         server.stop(None)
 
 
+def png_declaring(height, width):
+    """A small, valid-looking PNG whose header declares `height` x `width` pixels."""
+    data = bytearray(export_serving.encode(np.zeros((4, 4, 3), np.uint8), "PNG"))
+    data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")  # IHDR width, height
+    return bytes(data)
+
+
+def test_serving_default_reads_every_supported_format_and_refuses_others(exported, loaded):
+    model = exported.model
+    serve = loaded.signatures["serving_default"]
+    images = export_serving.sample_images(np.random.default_rng(11), [
+        (36, 30), (32, 32), (20, 44), (50, 50), (33, 31)])
+    formats = ("JPEG", "PNG", "GIF", "BMP", "WEBP")
+    encoded = [export_serving.encode(im, fmt) for im, fmt in zip(images, formats)]
+    assert [data[:2] for data in encoded] == [b"\xff\xd8", b"\x89P", b"GI", b"BM", b"RI"]
+    assert encoded[4][8:12] == b"WEBP"
+    want = expected_outputs(model, decoded_and_resized(encoded))
+    assert_outputs_match(serve(image_bytes=tf.constant(encoded)), want)
+    # Not an image format it decodes: a TIFF (PIL writes it; TF Serving's clients may send it).
+    buffer = io.BytesIO()
+    Image.fromarray(images[0]).save(buffer, format="TIFF")
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="image_bytes is not an image in a supported format"):
+        serve(image_bytes=tf.constant([encoded[0], buffer.getvalue()]))
+    # An image whose header declares more than the default 64 million pixels is refused
+    # before its pixels are decoded; one at the limit is not refused for its size.
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"\[image_bytes declares\] \[8001\] \[x\] \[8000\] \[pixels, "
+                             r"above the limit of 64000000 pixels"):
+        serve(image_bytes=tf.constant([png_declaring(8001, 8000)]))
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        serve(image_bytes=tf.constant([png_declaring(8000, 8000)]))  # then fails to decode
+    assert "above the limit" not in error.value.message
+    assert_outputs_match(serve(image_bytes=tf.constant(encoded[:1])),
+                         {k: v[:1] for k, v in want.items()})  # and it goes on serving
+
+
 def test_warmup_records_are_prediction_logs_that_run(exported, loaded):
     from tensorflow_serving.apis import prediction_log_pb2
 
@@ -322,19 +369,26 @@ def test_mixed_precision_model_exports_float32_outputs(tmp_path):
     assert_outputs_match(signature(images=tf.constant(images)), want, atol=2e-3)
 
 
+# The serving graph's image ops: the header's JPEG size, the decoders (JPEG with its exact DCT;
+# every other format) and the resize.
+DECODE_OPS = {"ExtractJpegShape", "DecodeJpeg", "DecodeImage", "ResizeBilinear"}
+
+
 def _xla_and_decode_functions(path):
     from tensorflow.core.protobuf import saved_model_pb2
 
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
         saved = saved_model_pb2.SavedModel.FromString(f.read())
-    xla, decode_devices = [], {}
+    xla, decode_devices, dct_methods = [], {}, set()
     for function in saved.meta_graphs[0].graph_def.library.function:
         ops = {node.op: node.device for node in function.node_def}
+        dct_methods.update(node.attr["dct_method"].s for node in function.node_def
+                           if node.op == "DecodeJpeg")
         if function.attr["_XlaMustCompile"].b:
             xla.append(set(ops))
         decode_devices.update({op: device for op, device in ops.items()
-                               if op in ("DecodeJpeg", "DecodePng", "ResizeBilinear")})
-    return xla, decode_devices
+                               if op in DECODE_OPS})
+    return xla, decode_devices, dct_methods
 
 
 def test_cli_saved_model_with_uint8_input_and_xla(tmp_path):
@@ -345,18 +399,22 @@ def test_cli_saved_model_with_uint8_input_and_xla(tmp_path):
     code = cli.main(["export", str(tmp_path / "out"), "--model", str(tmp_path / "tiny.keras"),
                      "--version", "7", "--image-dtype", "uint8", "--jit-compile",
                      "--class-names", str(tmp_path / "names.txt"), "--top-k", "3",
-                     "--no-warmup"])
+                     "--no-warmup", "--max-pixels", "1000"])
     assert code == 0
     path = tmp_path / "out" / "7"
     assert sorted(os.listdir(tmp_path / "out")) == ["7"]
-    assert not (path / "assets.extra").exists()
+    assert os.listdir(path / "assets.extra") == ["keras_vit.json"]  # no warm-up records
+    metadata = json.loads((path / "assets.extra" / "keras_vit.json").read_text())
+    assert (metadata["image_dtype"], metadata["top_k"], metadata["max_pixels"],
+            metadata["warmup"]) == ("uint8", 3, 1000, False)
     assert (path / "assets" / "labels.txt").read_text().splitlines() == names
 
-    xla, decode_devices = _xla_and_decode_functions(str(path))
+    xla, decode_devices, dct_methods = _xla_and_decode_functions(str(path))
     assert xla and all("Conv2D" in ops for ops in xla)  # the forward pass is compiled ...
-    assert all(not ops & {"DecodeJpeg", "DecodePng", "ResizeBilinear"} for ops in xla)
-    assert set(decode_devices) == {"DecodeJpeg", "DecodePng", "ResizeBilinear"}
+    assert all(not ops & DECODE_OPS for ops in xla)
+    assert set(decode_devices) == DECODE_OPS
     assert set(decode_devices.values()) == {"/device:CPU:0"}  # ... the decoding is not.
+    assert dct_methods == {b"INTEGER_ACCURATE"}  # libjpeg's exact DCT, as PIL decodes
 
     loaded = tf.saved_model.load(str(path))
     signature = loaded.signatures["predict_images"]
@@ -364,6 +422,16 @@ def test_cli_saved_model_with_uint8_input_and_xla(tmp_path):
     images = np.random.default_rng(6).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
     got = signature(images=tf.constant(images))
     assert_outputs_match(got, expected_outputs(model, images, class_names=names, top_k=3))
+    # --max-pixels 1000: 40 x 25 = 1000 pixels are served, 40 x 26 are refused.
+    small, large = (export_serving.encode(im, "PNG") for im in export_serving.sample_images(
+        np.random.default_rng(6), [(40, 25), (40, 26)]))
+    serve = loaded.signatures["serving_default"]
+    assert_outputs_match(serve(image_bytes=tf.constant([small])), expected_outputs(
+        model, decoded_and_resized([small]), class_names=names, top_k=3))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"declares\] \[40\] \[x\] \[26\] \[pixels, above the limit "
+                             r"of 1000 "):
+        serve(image_bytes=tf.constant([small, large]))
 
 
 def _own_tflite_run(path, images):
@@ -376,16 +444,16 @@ def _own_tflite_run(path, images):
     return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
 
 
-def test_tflite_float32_and_dynamic_int8(tmp_path, capsys, monkeypatch):
+def test_tflite_float32_and_dynamic_int8(tmp_path, capsys):
     model = random_model(seed=7)
-    monkeypatch.setattr(export, "_load_model", lambda args: model)  # --model: tested above
+    model.save(tmp_path / "tiny.keras")
     images = np.random.default_rng(7).uniform(0, 255, (16, 32, 32, 3)).astype(np.float32)
     want = expected_outputs(model, images)["probabilities"]
     outputs = {}
     for name, extra in (("float", []), ("int8", ["--quantize", "dynamic-int8"])):
         path = tmp_path / f"{name}.tflite"
         capsys.readouterr()
-        assert cli.main(["export", str(path), "--model", "patched.keras",
+        assert cli.main(["export", str(path), "--model", str(tmp_path / "tiny.keras"),
                          "--format", "tflite", *extra]) == 0
         printed = capsys.readouterr().out
         match = re.search(r"max \|probability difference\| (\S+), top-1 agreement (\S+)%",
@@ -410,15 +478,14 @@ def test_tflite_float32_and_dynamic_int8(tmp_path, capsys, monkeypatch):
 
 
 def test_tflite_command_fails_when_float32_parity_fails(tmp_path, monkeypatch, capsys):
-    model = random_model()
-    monkeypatch.setattr(export, "_load_model", lambda args: model)
+    random_model().save(tmp_path / "tiny.keras")
     monkeypatch.setattr(export, "export_tflite",
                         lambda model, path, quantize: pathlib.Path(path).write_bytes(b""))
     for broken in (np.nan, 0.5):  # a file whose outputs are NaN, or wrong
         monkeypatch.setattr(export, "run_tflite", lambda path, images, v=broken: np.full(
             (len(images), NUM_CLASSES), v, np.float32))
         assert cli.main(["export", str(tmp_path / "m.tflite"), "--model",
-                         "patched.keras", "--format", "tflite"]) == 1
+                         str(tmp_path / "tiny.keras"), "--format", "tflite"]) == 1
         assert "differs from Keras by more than 0.0001" in capsys.readouterr().err
 
 
@@ -449,11 +516,21 @@ def test_bad_models_and_arguments_are_refused(tmp_path, monkeypatch):
             "efghij"))
     with pytest.raises(ValueError, match="class_names must be a list of str"):
         export.export_saved_model(model, tmp_path, class_names="abcdefghij")
-    with pytest.raises(ValueError, match="version` must be an integer >= 0. Received: version=-1"):
+    with pytest.raises(ValueError,
+                       match="version` must be a non-negative integer. Received: version=-1"):
         export.export_saved_model(model, tmp_path, version=-1)
     with pytest.raises(ValueError, match="Received: version='2'"):
         export.export_saved_model(model, tmp_path, version="2")
-    with pytest.raises(ValueError, match="top_k` must be an integer >= 1. Received: top_k=0"):
+    with pytest.raises(ValueError, match="top_k` must be a positive integer. Received: top_k=0"):
+        export.export_saved_model(model, tmp_path, top_k=0)
+    with pytest.raises(ValueError, match="max_pixels` must be a positive integer. Received: "
+                                         "max_pixels=0"):
+        export.export_saved_model(model, tmp_path, max_pixels=0)
+    for bad in ("yes", 1):
+        with pytest.raises(ValueError, match=f"warmup` must be 'auto', True or False. "
+                                             f"Received: warmup={bad!r}"):
+            export.export_saved_model(model, tmp_path, warmup=bad)
+    with pytest.raises(ValueError, match="top_k` must be a positive integer. Received: top_k=0"):
         export.export_saved_model(model, tmp_path, top_k=0)
     with pytest.raises(ValueError, match="image_dtype.*'float32', 'uint8'.*'float16'"):
         export.export_saved_model(model, tmp_path, image_dtype="float16")
@@ -466,30 +543,42 @@ def test_bad_models_and_arguments_are_refused(tmp_path, monkeypatch):
         patch.setattr(keras.backend, "backend", lambda: "jax")
         with pytest.raises(ValueError, match="TensorFlow backend.*Received backend 'jax'"):
             export.export_saved_model(model, tmp_path)
-    with monkeypatch.context() as patch:  # tensorflow-serving-api missing
+    with monkeypatch.context() as patch:  # tensorflow-serving-api missing: warm-up asked for
         patch.setitem(sys.modules, "tensorflow_serving.apis", None)
         with pytest.raises(ImportError, match="pip install 'tensorflow-serving-api>=2.21,<2.22'"):
-            export.export_saved_model(model, tmp_path)
+            export.export_saved_model(model, tmp_path, warmup=True)
     assert os.listdir(tmp_path) == ["file"]  # nothing written by any refused call
+    with monkeypatch.context() as patch:  # ... and by default: an export without warm-up
+        patch.setitem(sys.modules, "tensorflow_serving.apis", None)
+        path = pathlib.Path(export.export_saved_model(model, tmp_path / "auto"))
+    assert path == tmp_path / "auto" / "1"
+    assert os.listdir(path / "assets.extra") == ["keras_vit.json"]
+    assert json.loads((path / "assets.extra" / "keras_vit.json").read_text())["warmup"] is False
 
 
 def test_cli_errors_name_the_problem(tmp_path, capsys):
-    code = cli.main(["export", str(tmp_path / "out"), "--variant", "B/16", "--quantize",
+    code = cli.main(["export", str(tmp_path / "out"), "--model", "B/16", "--quantize",
                      "dynamic-int8"])
     assert code == 2
     assert "--quantize does not apply to --format saved_model" in capsys.readouterr().err
-    code = cli.main(["export", str(tmp_path / "m.tflite"), "--variant", "B/16", "--format",
+    code = cli.main(["export", str(tmp_path / "m.tflite"), "--model", "B/16", "--format",
                      "tflite", "--top-k", "3", "--version", "2"])
     assert code == 2
     assert "--version, --top-k does not apply to --format tflite" in capsys.readouterr().err
     code = cli.main(["export", str(tmp_path / "out"), "--model", str(tmp_path / "none.keras")])
     assert code == 2
     assert "none.keras: no such file" in capsys.readouterr().err
-    code = cli.main(["export", str(tmp_path / "m.tflite"), "--model", "x.keras", "--format",
-                     "tflite", "--parity-images", "0"])
+    code = cli.main(["export", str(tmp_path / "out"), "--model", str(tmp_path / "x.keras"),
+                     "--weights", "default"])
     assert code == 2
-    assert "`--parity-images` must be an integer >= 1. Received: --parity-images=0" in (
+    assert "--weights default needs a variant --model" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["export", str(tmp_path / "m.tflite"), "--model", "x.keras", "--format",
+                  "tflite", "--parity-images", "0"])
+    assert exit_info.value.code == 2
+    assert "argument --parity-images: expected a positive integer. Received: '0'" in (
         capsys.readouterr().err)
+    assert not os.listdir(tmp_path)  # nothing written
 
 
 def test_existing_version_is_refused_and_replaced_only_whole(exported, tmp_path, monkeypatch):
@@ -520,7 +609,11 @@ def test_existing_version_is_refused_and_replaced_only_whole(exported, tmp_path,
     export.export_saved_model(model, base, version=1, class_names=names, warmup=False,
                               overwrite=True)
     assert sorted(os.listdir(base)) == ["1", "2"]
-    assert not (base / "1" / "assets.extra").exists()  # the old export is gone, not merged
+    # The old export is gone, not merged: no warm-up records, the new metadata.
+    assert os.listdir(base / "1" / "assets.extra") == ["keras_vit.json"]
+    assert json.loads((base / "1" / "assets.extra" / "keras_vit.json").read_text())[
+        "warmup"] is False
+    assert (base / "1" / "assets" / "labels.txt").read_text().splitlines() == names
     images = np.random.default_rng(8).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
     got = tf.saved_model.load(str(base / "1")).signatures["predict_images"](
         images=tf.constant(images))
@@ -583,8 +676,11 @@ def test_fresh_process_without_keras_matches_keras_on_both_signatures(exported):
     # Bytes that are not an image fail that request with a message naming what was received;
     # the process goes on serving.
     message = str(results["invalid_error"])
-    assert "image_bytes must hold encoded JPEG or PNG images" in message
-    assert "[20]" in message and "[this is not an i]" in message
+    assert ("image_bytes is not an image in a supported format. Expected one of JPEG, PNG, "
+            "GIF, BMP, WebP") in message
+    # Its length and first 8 bytes (as numbers: a request's bytes need not be text).
+    first_bytes = " ".join(str(b) for b in b"this is not an image"[:8])
+    assert "[20]" in message and f"[{first_bytes}]" in message, message
     after = {name: results[f"after_error_{name}"] for name in OUTPUTS}
     assert_outputs_match(after, expected["serving_default_0"])
 

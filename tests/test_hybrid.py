@@ -6,7 +6,7 @@ import pytest
 import reference
 
 import keras_vit
-from keras_vit import checkpoint
+from keras_vit import weights
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48, num_classes=7)
 
@@ -78,7 +78,7 @@ def test_every_official_hybrid_builds_with_its_table_entry():
 
 def test_checkpoint_keys_follow_the_official_hybrid_names():
     model = keras_vit.ViT(image_size=32, patch_size=1, backbone={"num_layers": (2, 1)}, **TINY)
-    keys = set(checkpoint.checkpoint_variables(model))
+    keys = set(weights.checkpoint_variables(model))
     assert {
         "conv_root/kernel",
         "gn_root/scale",
@@ -128,7 +128,7 @@ def test_resnet_layer_configs_round_trip(layer):
 def test_hybrid_keras_file_round_trip(tmp_path):
     rng = np.random.default_rng(2)
     model = keras_vit.ViT(image_size=32, patch_size=1, backbone={"num_layers": (1, 1)}, **TINY)
-    checkpoint.load_params(model, hybrid_params(rng, (1, 1), 1, (4, 4)))
+    weights.load_params(model, hybrid_params(rng, (1, 1), 1, (4, 4)))
     model.save(tmp_path / "hybrid.keras")
     restored = keras.saving.load_model(tmp_path / "hybrid.keras")
     images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
@@ -166,7 +166,7 @@ def test_a_plain_checkpoint_does_not_fit_a_hybrid(tmp_path):
     )
     model = keras_vit.ViT(image_size=32, patch_size=1, backbone={"num_layers": (1, 1)}, **TINY)
     with pytest.raises(keras_vit.CheckpointError, match=r"missing keys \(\d+\): conv_root/kernel"):
-        checkpoint.load_params(model, plain)
+        weights.load_params(model, plain)
 
 
 def test_registry_has_the_hybrid_files():

@@ -1,6 +1,9 @@
 """Inspection (paper Figure 7, attention maps): numbers against hand-set weights and the NumPy
 reference, the `keras-vit inspect` command's PNGs, and bad input."""
 
+import json
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -11,8 +14,8 @@ from sklearn.decomposition import PCA
 from sklearn.metrics.pairwise import cosine_similarity
 
 import keras_vit
-from keras_vit import checkpoint, cli, pretrained
-from keras_vit import inspect as vit_inspect
+from keras_vit import cli, inspection, weights
+from keras_vit import images as image_files
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)
 ATTENTION = "Transformer/encoderblock_{}/MultiHeadDotProductAttention_1/"
@@ -29,7 +32,7 @@ def build(image_size=(32, 48), patch_size=8, classifier="token", seed=0, **overr
         np.random.default_rng(seed), hidden=kwargs["hidden_size"], mlp=kwargs["mlp_dim"],
         heads=kwargs["num_heads"], layers=kwargs["num_layers"], patch=(ph, pw),
         grid=(h // ph, w // pw), num_classes=5, classifier=classifier, scale=0.5)
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     return model, params
 
 
@@ -64,14 +67,14 @@ def expected_distance(attentions, prefix, distances):
 def test_probe_returns_every_blocks_attention_in_one_model():
     model, params = build()
     images = random_images(2, (32, 48))
-    probe = vit_inspect.attention_probe(model)
+    probe = inspection.attention_probe(model)
     for i in range(2):
         assert probe.get_layer(f"encoderblock_{i}") is model.get_layer(f"encoderblock_{i}")
-    weights = vit_inspect.attention_weights(model, images)
+    weights = inspection.attention_weights(model, images)
     _, _, attentions = reference.forward(params, images)
     assert weights.shape == (2, 2, 4, 25, 25)
     np.testing.assert_allclose(weights, np.stack(attentions), atol=1e-5)
-    assert vit_inspect.geometry(model) == vit_inspect.Geometry(
+    assert inspection.geometry(model) == inspection.Geometry(
         image_size=(32, 48), grid=(4, 6), patch_pixels=(8.0, 8.0), num_prefix=1,
         num_layers=2, num_heads=4)
 
@@ -95,14 +98,14 @@ def test_rollout_and_layer_maps_match_the_reference_attention(classifier):
             flow = (mixed / mixed.sum(axis=1, keepdims=True)) @ flow
         expected_rollout.append(from_query(flow))
         expected_layer.append(from_query(attentions[0][b, 3]))
-    rollout = vit_inspect.attention_rollout(model, images)
+    rollout = inspection.attention_rollout(model, images)
     assert rollout.shape == (3, 4, 6)
     np.testing.assert_allclose(rollout, expected_rollout, atol=1e-5)
     # The maps are not flat: the comparison above is not vacuous.
     assert np.ptp(np.asarray(expected_rollout)) > 1e-3
-    layer = vit_inspect.attention_map(model, images, layer=-2, head=3)
+    layer = inspection.attention_map(model, images, layer=-2, head=3)
     np.testing.assert_allclose(layer, expected_layer, atol=1e-5)
-    mean_heads = vit_inspect.attention_map(model, images, layer=1, head=None)
+    mean_heads = inspection.attention_map(model, images, layer=1, head=None)
     np.testing.assert_allclose(
         mean_heads, [from_query(attentions[1][b].mean(axis=0)) for b in range(3)], atol=1e-5)
 
@@ -118,24 +121,24 @@ def uniform_attention_model(classifier="token"):
         for proj in ("query", "key"):
             for name in ("kernel", "bias"):
                 params[ATTENTION.format(i) + f"{proj}/{name}"] *= 0
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     return model
 
 
 def test_uniform_attention_gives_the_mean_pairwise_patch_distance():
     model = uniform_attention_model()
     images = random_images(3, (32, 48))
-    weights = vit_inspect.attention_weights(model, images)
+    weights = inspection.attention_weights(model, images)
     np.testing.assert_allclose(weights, 1 / 33, rtol=1e-6)  # 4 x 8 patches + class token
     # Patches are 8 pixels high and 6 wide: centres differ by 8 per row, 6 per column.
     pairwise = cdist(centres((4, 8), (8, 6)), centres((4, 8), (8, 6)))
-    distance = vit_inspect.mean_attention_distance(model, images, batch_size=2)
+    distance = inspection.mean_attention_distance(model, images, batch_size=2)
     assert distance.shape == (2, 4)
     np.testing.assert_allclose(distance, pairwise.mean(), rtol=1e-6)
     # Uniform attention everywhere: the rollout is (0.5 U + 0.5 I)^layers, the class row.
     mixed = 0.5 * np.full((33, 33), 1 / 33) + 0.5 * np.eye(33)
     expected = np.linalg.matrix_power(mixed, 2)[0, 1:].reshape(4, 8)
-    np.testing.assert_allclose(vit_inspect.attention_rollout(model, images), [expected] * 3,
+    np.testing.assert_allclose(inspection.attention_rollout(model, images), [expected] * 3,
                                rtol=1e-6)
 
 
@@ -145,7 +148,7 @@ def test_mean_attention_distance_matches_the_reference_attention():
     _, _, attentions = reference.forward(params, images)
     pairwise = cdist(centres((4, 8), (8, 6)), centres((4, 8), (8, 6)))
     expected = expected_distance(attentions, 1, pairwise)
-    got = vit_inspect.mean_attention_distance(model, images, batch_size=2)
+    got = inspection.mean_attention_distance(model, images, batch_size=2)
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     assert np.ptp(expected) > 0.1  # heads differ: not the uniform case again
 
@@ -156,31 +159,31 @@ def identity_attention_model(classifier):
     itself alone (logit gap of about 93)."""
     model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=3,
                           num_heads=1, mlp_dim=16, num_classes=5, classifier=classifier)
-    params = checkpoint.model_params(model)
+    params = weights.model_params(model)
     for key, value in params.items():
         if key.startswith("embedding/") or "/out/" in key or "Dense_1" in key:
             params[key] = np.zeros_like(value)
-    length = params[checkpoint.POSEMB_KEY].shape[1]
-    params[checkpoint.POSEMB_KEY] = np.eye(length, 32, dtype=np.float32)[None]
+    length = params[weights.layouts.POSEMB_KEY].shape[1]
+    params[weights.layouts.POSEMB_KEY] = np.eye(length, 32, dtype=np.float32)[None]
     for i in range(3):
         for proj in ("query", "key"):
             params[ATTENTION.format(i) + f"{proj}/kernel"] = 4 * np.eye(32, dtype=np.float32)[
                 :, None]
             params[ATTENTION.format(i) + f"{proj}/bias"] = np.zeros((1, 32), np.float32)
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     return model, length
 
 
 def test_identity_attention_rolls_out_uniformly_over_patches():
     model, length = identity_attention_model("gap")
     images = random_images(2, (32, 32))
-    weights = vit_inspect.attention_weights(model, images)
+    weights = inspection.attention_weights(model, images)
     np.testing.assert_allclose(weights, np.broadcast_to(np.eye(length), weights.shape), atol=1e-6)
     # Gap models read the mean token: with no mixing it draws 1/16 from every patch.
-    np.testing.assert_allclose(vit_inspect.attention_rollout(model, images), 1 / 16, atol=1e-6)
+    np.testing.assert_allclose(inspection.attention_rollout(model, images), 1 / 16, atol=1e-6)
     # With a class token and no mixing, the class token only ever sees itself.
     model, _ = identity_attention_model("token")
-    np.testing.assert_allclose(vit_inspect.attention_rollout(model, images), 0, atol=1e-6)
+    np.testing.assert_allclose(inspection.attention_rollout(model, images), 0, atol=1e-6)
 
 
 def test_one_hot_position_embeddings_give_an_identity_similarity_grid():
@@ -189,21 +192,21 @@ def test_one_hot_position_embeddings_give_an_identity_similarity_grid():
     posemb[0, 0] = np.random.default_rng(9).normal(size=32)  # class token: left out
     posemb[0, 1:, :24] = 3 * np.eye(24)
     model.get_layer("posembed_input").pos_embedding.assign(posemb)
-    similarity = vit_inspect.position_embedding_similarity(model)
+    similarity = inspection.position_embedding_similarity(model)
     assert similarity.shape == (4, 6, 4, 6)
     np.testing.assert_allclose(similarity.reshape(24, 24), np.eye(24), atol=1e-12)
     # Random embeddings against scikit-learn's cosine similarity.
     model, params = build(classifier="gap", seed=10)
-    expected = cosine_similarity(params[checkpoint.POSEMB_KEY][0])
+    expected = cosine_similarity(params[weights.layouts.POSEMB_KEY][0])
     np.testing.assert_allclose(
-        vit_inspect.position_embedding_similarity(model), expected.reshape(4, 6, 4, 6), atol=1e-6)
+        inspection.position_embedding_similarity(model), expected.reshape(4, 6, 4, 6), atol=1e-6)
 
 
 def test_patch_embedding_components_match_scikit_learn_pca():
     model, params = build(patch_size=(8, 6), seed=11)
     filters = params["embedding/kernel"].reshape(-1, 32).T.astype(np.float64)  # [D, 144]
     pca = PCA(n_components=5).fit(filters)
-    components, ratio = vit_inspect.patch_embedding_components(model, num_components=5)
+    components, ratio = inspection.patch_embedding_components(model, num_components=5)
     assert components.shape == (5, 8, 6, 3)
     np.testing.assert_allclose(ratio, pca.explained_variance_ratio_, rtol=1e-6)
     flat = components.reshape(5, -1)
@@ -213,7 +216,7 @@ def test_patch_embedding_components_match_scikit_learn_pca():
     # Grey inputs see each filter summed over its colour planes.
     grey = params["embedding/kernel"].astype(np.float64).sum(axis=2).reshape(-1, 32).T
     pca = PCA(n_components=4).fit(grey)
-    components, ratio = vit_inspect.patch_embedding_components(model, 4, gray=True)
+    components, ratio = inspection.patch_embedding_components(model, 4, gray=True)
     assert components.shape == (4, 8, 6, 1)
     np.testing.assert_allclose(ratio, pca.explained_variance_ratio_, rtol=1e-6)
     np.testing.assert_allclose(
@@ -237,7 +240,7 @@ def write_images(directory, sizes):
 def test_command_writes_four_pngs_of_the_expected_sizes(tmp_path, capsys):
     model, _ = build(image_size=(32, 64), seed=13)
     npz = tmp_path / "tiny.npz"
-    checkpoint.save_npz(model, npz)
+    weights.save_npz(model, npz)
     images = write_images(tmp_path, [(40, 30), (64, 128), (20, 20)])
     out = tmp_path / "figures"
     code = cli.main(["inspect", "--pretrained", str(npz), "--image-size", "32x64",
@@ -263,46 +266,80 @@ def test_command_writes_four_pngs_of_the_expected_sizes(tmp_path, capsys):
             assert np.asarray(png.convert("L")).std() > 5  # something is drawn
 
 
-def test_built_model_has_the_checkpoint_weights_and_architecture(tmp_path):
-    model, params = build(image_size=(32, 64), classifier="gap", seed=14)
-    npz = tmp_path / "gap.npz"
-    checkpoint.save_npz(model, npz)
-    built = vit_inspect.build_model(pretrained=str(npz), image_size=(32, 64))
-    loaded = checkpoint.model_params(built)
-    assert sorted(loaded) == sorted(k for k in params if not k.startswith("head/"))
+def run_inspect(monkeypatch, *argv):
+    """Runs `keras-vit inspect ARGV` up to the figures: returns the exit code and the model
+    and the preprocessed images the command would draw them from (None if it stopped)."""
+    seen = {}
+
+    def record(model, batch, out_dir, **kwargs):
+        seen.update(model=model, images=batch)
+        return {}
+
+    with monkeypatch.context() as patch:
+        patch.setattr(inspection, "inspect_model", record)
+        code = cli.main(["inspect", *argv])
+    return code, seen.get("model"), seen.get("images")
+
+
+def assert_same_params(model, params, skip=("head/",)):
+    loaded = weights.model_params(model)
+    assert sorted(loaded) == sorted(k for k in params if not k.startswith(skip))
     for key, value in loaded.items():
         np.testing.assert_array_equal(value, params[key], err_msg=key)
-    geo = vit_inspect.geometry(built)
+
+
+def test_built_model_has_the_checkpoint_weights_and_architecture(tmp_path, monkeypatch):
+    image = write_images(tmp_path, [(20, 20)])
+    out = ["--out", str(tmp_path / "out"), *image]
+    model, params = build(image_size=(32, 64), classifier="gap", seed=14)
+    npz = tmp_path / "gap.npz"
+    weights.save_npz(model, npz)
+    # A non-square checkpoint: its shapes give everything but the image size.
+    code, built, _ = run_inspect(monkeypatch, "--pretrained", str(npz), "--image-size", "32x64",
+                                 *out)
+    assert code == 0
+    assert_same_params(built, params)
+    geo = inspection.geometry(built)
     assert (geo.grid, geo.num_prefix, geo.num_layers, geo.num_heads) == ((4, 8), 0, 2, 4)
     # A square checkpoint needs no --image-size.
-    square, _ = build(image_size=32, seed=15)
-    checkpoint.save_npz(square, tmp_path / "square.npz")
-    config = vit_inspect.config_from_checkpoint(checkpoint.read_npz(tmp_path / "square.npz"))
-    assert config == dict(image_size=(32, 32), patch_size=(8, 8), classifier="token",
-                          include_top=False, **TINY)
+    square, square_params = build(image_size=32, seed=15)
+    weights.save_npz(square, tmp_path / "square.npz")
+    config = weights.config_from_params(weights.read_npz(tmp_path / "square.npz"))
+    assert config == dict(image_size=32, patch_size=(8, 8), classifier="token", num_classes=5,
+                          include_top=True, representation_size=None, **TINY)
+    code, built, _ = run_inspect(monkeypatch, "--weights", str(tmp_path / "square.npz"), *out)
+    assert code == 0
+    assert_same_params(built, square_params)
+    geo = inspection.geometry(built)
+    assert (geo.image_size, geo.grid, geo.num_prefix) == ((32, 32), (4, 4), 1)
     # A .keras file is used as it is.
     square.save(tmp_path / "square.keras")
-    restored = vit_inspect.build_model(str(tmp_path / "square.keras"))
-    np.testing.assert_array_equal(checkpoint.model_params(restored)["embedding/kernel"],
-                                  checkpoint.model_params(square)["embedding/kernel"])
+    code, restored, _ = run_inspect(monkeypatch, "--model", str(tmp_path / "square.keras"), *out)
+    assert code == 0
+    assert_same_params(restored, square_params, skip=())
 
 
-def test_variant_name_or_registry_name_with_pretrained_weights(tmp_path, monkeypatch):
+def test_variant_name_or_registry_name_with_pretrained_weights(tmp_path, monkeypatch, capsys):
     ti16 = keras_vit.ViT_Ti16(image_size=32, include_top=False)
     npz = tmp_path / "ti16.npz"
-    checkpoint.save_npz(ti16, npz)
-    expected = checkpoint.model_params(ti16)
+    weights.save_npz(ti16, npz)
+    expected = weights.model_params(ti16)
     # A registry entry gives the variant and resolution; this one lives only in this test.
     monkeypatch.setenv("KERAS_VIT_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(pretrained, "_REGISTERED", dict(pretrained._REGISTERED))
-    pretrained.register_checkpoint("test/ti16-32px", npz.as_uri(), "Ti/16", resolution=32)
-    for built in (vit_inspect.build_model("Ti/16", str(npz), image_size=(32, 32)),
-                  vit_inspect.build_model(pretrained="test/ti16-32px")):
-        assert vit_inspect.geometry(built).grid == (2, 2)
-        for key, value in checkpoint.model_params(built).items():
-            np.testing.assert_array_equal(value, expected[key], err_msg=key)
-    with pytest.raises(ValueError, match="Unknown checkpoint 'test/ti16-23px'. Did you mean"):
-        vit_inspect.build_model(pretrained="test/ti16-23px")
+    monkeypatch.setattr(weights.registry, "_REGISTERED", dict(weights.registry._REGISTERED))
+    weights.register_checkpoint("test/ti16-32px", npz.as_uri(), "Ti/16", resolution=32)
+    out = ["--out", str(tmp_path / "out"), *write_images(tmp_path, [(20, 20)])]
+    for flags in (["--model", "Ti/16", "--weights", str(npz), "--image-size", "32"],
+                  ["--pretrained", "test/ti16-32px"]):
+        code, built, _ = run_inspect(monkeypatch, *flags, *out)
+        assert code == 0, flags
+        assert inspection.geometry(built).grid == (2, 2)
+        assert_same_params(built, expected)
+    capsys.readouterr()
+    assert cli.main(["inspect", "--pretrained", "test/ti16-23px", *out]) == 2
+    assert "Unknown checkpoint 'test/ti16-23px'. Did you mean 'test/ti16-32px'" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
 
 
 def test_hybrid_models_measure_distance_in_input_pixels(tmp_path, monkeypatch):
@@ -314,11 +351,11 @@ def test_hybrid_models_measure_distance_in_input_pixels(tmp_path, monkeypatch):
         for proj in (attention.query, attention.key):
             proj.kernel.assign(np.zeros(proj.kernel.shape, np.float32))
             proj.bias.assign(np.zeros(proj.bias.shape, np.float32))
-    geo = vit_inspect.geometry(model)
+    geo = inspection.geometry(model)
     assert geo.grid == (4, 4) and geo.patch_pixels == (8.0, 8.0)
     images = random_images(2, (32, 32))
     pairwise = cdist(centres((4, 4), (8, 8)), centres((4, 4), (8, 8)))
-    np.testing.assert_allclose(vit_inspect.mean_attention_distance(model, images),
+    np.testing.assert_allclose(inspection.mean_attention_distance(model, images),
                                pairwise.mean(), rtol=1e-6)
     # Three figures: a hybrid's patch embedding sees ResNet features, not RGB pixels. Both
     # attention figures come from one forward pass per batch (here 2 batches of 1 image).
@@ -326,27 +363,43 @@ def test_hybrid_models_measure_distance_in_input_pixels(tmp_path, monkeypatch):
     predict = keras.Model.predict_on_batch
     monkeypatch.setattr(keras.Model, "predict_on_batch",
                         lambda self, x: calls.append(len(x)) or predict(self, x))
-    results = vit_inspect.inspect_model(model, images, tmp_path, batch_size=1)
+    results = inspection.inspect_model(model, images, tmp_path, batch_size=1)
     assert calls == [1, 1]
     assert sorted(results) == ["attention", "attention_distance", "position_embedding_similarity"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        vit_inspect.FIGURE_FILES[name] for name in results)
+        inspection.FIGURE_FILES[name] for name in results)
     with pytest.raises(ValueError, match=r"needs a kernel \[patch_h, patch_w, 3, D\]. Received "
                                          r"a kernel of shape \(2, 2, 64, 32\)"):
-        vit_inspect.patch_embedding_components(model)
-    with pytest.raises(ValueError, match="Cannot infer the architecture of a hybrid checkpoint"):
-        vit_inspect.config_from_checkpoint(checkpoint.model_params(model))
+        inspection.patch_embedding_components(model)
+    # The architecture of a hybrid checkpoint is read off its arrays too (ResNet stages
+    # included), so the command needs no --model for it.
+    weights.save_npz(model, tmp_path / "hybrid.npz")
+    config = weights.config_from_params(weights.read_npz(tmp_path / "hybrid.npz"))
+    assert (config["backbone"], config["image_size"], config["patch_size"]) == (
+        {"num_layers": ()}, 32, (2, 2))
+    rebuilt = keras_vit.from_pretrained(str(tmp_path / "hybrid.npz"), progress=False)
+    assert inspection.geometry(rebuilt) == geo
+    assert_same_params(rebuilt, weights.model_params(model), skip=())
 
 
-def test_load_images_resizes_and_scales(tmp_path):
+def test_images_are_resized_and_scaled(tmp_path, monkeypatch):
     pixels = np.zeros((4, 6, 3), np.uint8)
     pixels[..., 0] = 255  # pure red: every resize keeps it
     Image.fromarray(pixels).save(tmp_path / "red.png")
     Image.fromarray(pixels[..., 0]).save(tmp_path / "gray.png")  # grayscale becomes RGB
-    images = vit_inspect.load_images([tmp_path / "red.png", tmp_path / "gray.png"], (8, 12))
-    assert images.shape == (2, 8, 12, 3) and images.dtype == np.float32
-    np.testing.assert_allclose(images[0], np.broadcast_to([1, -1, -1], (8, 12, 3)))
-    np.testing.assert_allclose(images[1], 1)
+    paths = [str(tmp_path / "red.png"), str(tmp_path / "gray.png")]
+    red, gray = (image_files.load_image(path, (8, 12)) for path in paths)
+    assert red.shape == gray.shape == (8, 12, 3) and red.dtype == np.float32
+    np.testing.assert_allclose(red, np.broadcast_to([255, 0, 0], (8, 12, 3)))
+    np.testing.assert_allclose(gray, 255)
+    # The command reads the images at the model's resolution, scaled to [-1, 1].
+    config = dict(image_size=[8, 12], patch_size=4, **TINY)
+    code, _, batch = run_inspect(monkeypatch, "--model-config", json.dumps(config), "--out",
+                                 str(tmp_path / "out"), *paths)
+    assert code == 0
+    assert batch.shape == (2, 8, 12, 3) and batch.dtype == np.float32
+    np.testing.assert_allclose(batch[0], np.broadcast_to([1, -1, -1], (8, 12, 3)))
+    np.testing.assert_allclose(batch[1], 1)
 
 
 # ------------------------------------------------------------------------------------------
@@ -358,12 +411,12 @@ def test_layer_or_head_out_of_range():
     images = random_images(1, (32, 48))
     with pytest.raises(ValueError, match="layer 2 is out of range: the model has 2 encoder "
                                          "blocks. Expected an integer from 0 to 1"):
-        vit_inspect.attention_map(model, images, layer=2)
+        inspection.attention_map(model, images, layer=2)
     with pytest.raises(ValueError, match="layer -3 is out of range"):
-        vit_inspect.plot_attention(model, images, "unused.png", layer=-3)
+        inspection.plot_attention(model, images, "unused.png", layer=-3)
     with pytest.raises(ValueError, match="head 4 is out of range: the model has 4 attention "
                                          "heads. Expected an integer from 0 to 3"):
-        vit_inspect.attention_map(model, images, layer=0, head=4)
+        inspection.attention_map(model, images, layer=0, head=4)
 
 
 def test_class_token_attention_on_a_model_without_one():
@@ -371,31 +424,35 @@ def test_class_token_attention_on_a_model_without_one():
     images = random_images(1, (32, 48))
     message = r"query='class' needs a class token, but this model has none \(classifier='gap'\)"
     with pytest.raises(ValueError, match=message):
-        vit_inspect.attention_rollout(model, images, query="class")
+        inspection.attention_rollout(model, images, query="class")
     with pytest.raises(ValueError, match=message):
-        vit_inspect.attention_map(model, images, query="class")
+        inspection.attention_map(model, images, query="class")
     with pytest.raises(ValueError, match="query must be 'class', 'mean' or None. Received: 'cls'"):
-        vit_inspect.attention_map(model, images, query="cls")
+        inspection.attention_map(model, images, query="cls")
 
 
 def test_images_that_cannot_be_used(tmp_path, capsys):
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"this is not a PNG file")
-    with pytest.raises(ValueError, match=f"Cannot decode {bad} as an image"):
-        vit_inspect.load_images([bad], (32, 32))
+    undecodable = f"{bad} is not an image in a supported format"
+    with pytest.raises(ValueError, match=re.escape(undecodable)):
+        image_files.load_image(bad, (32, 32))
     with pytest.raises(FileNotFoundError, match="missing.png does not exist"):
-        vit_inspect.load_images([tmp_path / "missing.png"], (32, 32))
+        image_files.load_image(tmp_path / "missing.png", (32, 32))
     model, _ = build()
     with pytest.raises(ValueError, match=r"images must have shape \[batch, 32, 48, 3\].*"
                                          r"Received shape \(2, 32, 32, 3\)"):
-        vit_inspect.attention_rollout(model, random_images(2, (32, 32)))
+        inspection.attention_rollout(model, random_images(2, (32, 32)))
     # Through the command: exit code 2 and the reason, no figures.
     npz = tmp_path / "m.npz"
-    checkpoint.save_npz(model, npz)
+    weights.save_npz(model, npz)
     args = ["inspect", "--pretrained", str(npz), "--image-size", "32x48", "--out",
             str(tmp_path / "out")]
     assert cli.main([*args, str(bad)]) == 2
-    assert f"Cannot decode {bad} as an image" in capsys.readouterr().err
+    assert undecodable in capsys.readouterr().err
+    # Every file is looked for before any is decoded.
+    assert cli.main([*args, str(bad), str(tmp_path / "missing.png")]) == 2
+    assert "missing.png does not exist" in capsys.readouterr().err
     assert cli.main([*args, "--layer", "7", str(bad)]) == 2  # checked before the images
     assert "layer 7 is out of range: the model has 2 encoder blocks" in capsys.readouterr().err
     # A non-square checkpoint without --image-size cannot be rebuilt.
@@ -409,8 +466,9 @@ def test_bad_component_count_and_image_size(capsys):
     with pytest.raises(ValueError, match="num_components must be an integer from 1 to 32 "
                                          r"\(the filters are 32 samples of 192 values\). "
                                          "Received: 33"):
-        vit_inspect.patch_embedding_components(model, num_components=33)
-    with pytest.raises(SystemExit):
-        cli.build_parser().parse_args(["inspect", "--image-size", "32by48", "--out", "o", "x"])
+        inspection.patch_embedding_components(model, num_components=33)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["inspect", "--image-size", "32by48", "--out", "o", "x"])
+    assert exit_info.value.code == 2
     assert "expected N or HEIGHTxWIDTH (e.g. 224 or 384x512). Received: '32by48'" in (
         capsys.readouterr().err)

@@ -13,7 +13,7 @@ import pytest
 import reference
 
 import keras_vit
-from keras_vit import checkpoint
+from keras_vit import weights
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)
 
@@ -97,7 +97,7 @@ def test_logits_match_numpy_reference_on_non_square_images(case):
     model = keras_vit.ViT(**kwargs)
     rng = np.random.default_rng(0)
     params = reference_params(rng, kwargs)
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     images = rng.uniform(-1, 1, (3, 32, 48, 3)).astype(np.float32)
     expected, _, _ = reference.forward(
         params, images, kwargs.get("classifier", "token"), kwargs.get("gelu_approximate", True)
@@ -117,7 +117,7 @@ def test_gelu_choice_changes_the_output():
     outs = []
     for approximate in (True, False):
         model = keras_vit.ViT(gelu_approximate=approximate, **kwargs)
-        checkpoint.load_params(model, params)
+        weights.load_params(model, params)
         outs.append(keras.ops.convert_to_numpy(model(images)))
     assert np.abs(outs[0] - outs[1]).max() > 1e-5
 
@@ -127,7 +127,7 @@ def test_features_tokens_and_attention_are_reachable():
     model = keras_vit.ViT(**kwargs)
     rng = np.random.default_rng(2)
     params = reference_params(rng, kwargs)
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     images = rng.uniform(-1, 1, (2, 32, 48, 3)).astype(np.float32)
     _, tokens, attentions = reference.forward(params, images)
     probe = keras.Model(
@@ -149,7 +149,7 @@ def test_include_top_false_returns_the_representation():
     assert model.output.shape == (None, 24)
     rng = np.random.default_rng(3)
     params = reference_params(rng, dict(kwargs, include_top=False))
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
     expected, _, _ = reference.forward(params, images, include_top=False)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(images)), expected, atol=1e-5)
@@ -249,7 +249,7 @@ def test_layer_config_round_trips(layer):
 def test_keras_file_round_trip(tmp_path, kwargs):
     model = tiny_model(image_size=(16, 24), **kwargs)
     rng = np.random.default_rng(5)
-    checkpoint.load_params(
+    weights.load_params(
         model,
         reference_params(
             rng, dict(image_size=(16, 24), patch_size=8, num_classes=10, **TINY, **kwargs)
@@ -277,7 +277,7 @@ def test_mixed_precision_builds_runs_and_returns_float32_logits(policy):
     model = keras_vit.ViT(**kwargs)
     rng = np.random.default_rng(6)
     params = reference_params(rng, kwargs)
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     assert model.get_layer("encoderblock_0").compute_dtype == policy.split("_")[1]
     images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
     logits = model(images)
@@ -296,10 +296,10 @@ import numpy as np
 import keras
 assert keras.backend.backend() == "jax"
 import keras_vit
-from keras_vit import checkpoint
+from keras_vit import weights
 params = dict(np.load(sys.argv[1]))
 model = keras_vit.ViT(**json.loads(sys.argv[2]))
-checkpoint.load_params(model, params)
+weights.load_params(model, params)
 images = np.load(sys.argv[3])
 np.save(sys.argv[4], keras.ops.convert_to_numpy(model(images)))
 """
@@ -328,7 +328,7 @@ def test_jax_backend_matches_tensorflow(tmp_path):
         timeout=300,
     )
     model = keras_vit.ViT(**kwargs)
-    checkpoint.load_params(model, params)
+    weights.load_params(model, params)
     tf_logits = keras.ops.convert_to_numpy(model(images))
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), tf_logits, atol=1e-5)
 
@@ -349,7 +349,8 @@ BAD_INPUTS = {
         dict(hidden_size=100, num_heads=12),
         "hidden_size 100 is not divisible by num_heads 12",
     ),
-    "classifier": (dict(classifier="cls"), "Unknown classifier 'cls'. Expected one of"),
+    "classifier": (dict(classifier="cls"),
+                   "`classifier` must be one of 'token', 'gap'. Received: classifier='cls'"),
     "zero layers": (
         dict(num_layers=0),
         "`num_layers` must be a positive integer. Received: num_layers=0",
@@ -401,7 +402,7 @@ def test_int8_quantized_model_uses_its_quantized_kernels_and_stays_close():
     kwargs = dict(image_size=32, patch_size=8, num_classes=7, **TINY)
     model = keras_vit.ViT(**kwargs)
     rng = np.random.default_rng(8)
-    checkpoint.load_params(model, reference_params(rng, kwargs))
+    weights.load_params(model, reference_params(rng, kwargs))
     images = rng.uniform(-1, 1, (4, 32, 32, 3)).astype(np.float32)
     before = keras.ops.convert_to_numpy(model(images))
     model.quantize("int8")

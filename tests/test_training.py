@@ -18,7 +18,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import keras_vit
-from keras_vit import checkpoint, cli, data, train_cli, training  # noqa: F401 (registers commands)
+from keras_vit import cli, data, training, weights
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
@@ -42,7 +42,7 @@ def randomize_head(model, scale=2.0):
     head.kernel.assign(rng.normal(0, scale, head.kernel.shape).astype("float32"))
 
 
-def weights(model):
+def weight_arrays(model):
     return [np.array(w) for w in model.get_weights()]
 
 
@@ -77,7 +77,7 @@ def test_schedule_matches_the_official_formula(decay):
 
 
 def test_schedule_errors():
-    with pytest.raises(ValueError, match="Unknown decay 'step'"):
+    with pytest.raises(ValueError, match="`decay` must be one of 'cosine', 'linear'. Received: decay='step'"):
         training.WarmupDecay(0.1, 100, 10, decay="step")
     with pytest.raises(ValueError, match="warmup_steps 100 must be smaller than total_steps 100"):
         training.WarmupDecay(0.1, 100, 100)
@@ -319,9 +319,9 @@ def test_gradient_accumulation_equals_the_large_batch():
         training.compile_finetune(model, learning_rate=0.05, total_steps=20, warmup_steps=1,
                                   accumulation_steps=accumulation, jit_compile=False)
         model.fit(x, y, batch_size=batch_size, epochs=2, shuffle=False, verbose=0)
-        return weights(model), int(model.optimizer.iterations)
+        return weight_arrays(model), int(model.optimizer.iterations)
 
-    initial = weights(tiny_model())
+    initial = weight_arrays(tiny_model())
     big, updates_big = train(1, 8)
     accumulated, updates_acc = train(2, 4)
     assert updates_big == updates_acc == 4
@@ -361,7 +361,7 @@ def test_mixed_precision_flags():
     model = tiny_model()
     training.compile_finetune(model, total_steps=10, warmup_steps=1, jit_compile=False)
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
-    with pytest.raises(ValueError, match="Unknown precision 'fp8'"):
+    with pytest.raises(ValueError, match="`precision` must be one of 'float32', 'bfloat16', 'float16'. Received: precision='fp8'"):
         training.set_precision("fp8")
 
 
@@ -393,29 +393,36 @@ def test_best_checkpoint_tensorboard_and_backup_cleanup(tmp_path):
     training.compile_finetune(model, learning_rate=0.3, total_steps=30, warmup_steps=1)
     snapshots = []
     keep = keras.callbacks.LambdaCallback(
-        on_epoch_end=lambda epoch, logs: snapshots.append(checkpoint.model_params(model)))
+        on_epoch_end=lambda epoch, logs: snapshots.append(weights.model_params(model)))
     callbacks = training.training_callbacks(tmp_path, monitor="val_loss")
     history = model.fit(x, y, batch_size=4, epochs=5, validation_data=(vx, vy),
                         callbacks=callbacks + [keep], verbose=0)
     best_epoch = int(np.argmin(history.history["val_loss"]))
-    saved = checkpoint.read_npz(tmp_path / "best.npz")
+    saved = weights.read_npz(tmp_path / "best.npz")
     assert saved.keys() == snapshots[best_epoch].keys()
     for key, value in snapshots[best_epoch].items():
         np.testing.assert_array_equal(saved[key], value)
     # The file is an official-layout checkpoint: the NumPy reference reproduces the model.
     restored = tiny_model()
-    checkpoint.load_params(restored, saved)
+    weights.load_params(restored, saved)
     want = reference.forward(saved, vx)[0]
     np.testing.assert_allclose(restored.predict(vx, verbose=0), want, atol=1e-4)
     events = list((tmp_path / "logs").rglob("events.out.tfevents.*"))
     assert {e.parent.name for e in events} == {"train", "validation"}
-    assert not (tmp_path / "backup").exists()  # removed once fit completes
+    # The backup is the training state of the last finished epoch (removed by training.fit
+    # once a run completes); it restores the final weights.
+    state = tmp_path / "backup" / json.loads((tmp_path / "backup" / "latest.json").read_text())["dir"]
+    restored = tiny_model()
+    training.compile_finetune(restored, learning_rate=0.3, total_steps=30, warmup_steps=1)
+    restored.load_weights(state / "model.weights.h5")
+    for key, value in weights.model_params(restored).items():
+        np.testing.assert_array_equal(value, snapshots[-1][key])
 
 
 def test_checkpoint_dir_not_writable(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(ValueError, match=r"Checkpoint directory '.*file/run' is not writable"):
+    with pytest.raises(ValueError, match=r"Output folder '.*file/run' is not writable"):
         training.training_callbacks(blocker / "run")
 
 
@@ -441,19 +448,19 @@ def write_folder(root, count=24):
         path.write_bytes(tf.io.encode_png(image).numpy())
 
 
-def start_run(folder, run_dir, final, pause):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+def start_run(folder, run_dir, pause):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "test_training_resume_run.py"), str(folder),
-         str(run_dir), str(final), str(pause)],
+         str(run_dir), str(pause)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
 
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     write_folder(tmp_path / "images")
-    reference_run = start_run(tmp_path / "images", tmp_path / "ref", tmp_path / "ref.npz", 0)
-    run = start_run(tmp_path / "images", tmp_path / "run", tmp_path / "run.npz", 1.0)
+    reference_run = start_run(tmp_path / "images", tmp_path / "ref", 0)
+    run = start_run(tmp_path / "images", tmp_path / "run", 1.0)
     latest = tmp_path / "run" / "backup" / "latest.json"
     deadline = time.time() + 120
     while time.time() < deadline and not (latest.exists() and json.loads(latest.read_text())["epoch"] >= 1):
@@ -461,11 +468,11 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
         time.sleep(0.1)
     run.send_signal(signal.SIGKILL)
     first_output = run.communicate(timeout=30)[0]
-    assert run.returncode == -signal.SIGKILL and not (tmp_path / "run.npz").exists()
+    assert run.returncode == -signal.SIGKILL and not (tmp_path / "run" / "final.npz").exists()
     resumed_at = training.resume_epoch(tmp_path / "run" / "backup")
     assert 1 <= resumed_at < 4, first_output
 
-    rerun = start_run(tmp_path / "images", tmp_path / "run", tmp_path / "run.npz", 0)
+    rerun = start_run(tmp_path / "images", tmp_path / "run", 0)
     output = rerun.communicate(timeout=180)[0]
     assert rerun.returncode == 0, output
     assert f"start_epoch {resumed_at}" in output
@@ -473,8 +480,8 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
     ref_output = reference_run.communicate(timeout=180)[0]
     assert reference_run.returncode == 0, ref_output
 
-    resumed, uninterrupted = checkpoint.read_npz(tmp_path / "run.npz"), checkpoint.read_npz(
-        tmp_path / "ref.npz")
+    resumed = weights.read_npz(tmp_path / "run" / "final.npz")
+    uninterrupted = weights.read_npz(tmp_path / "ref" / "final.npz")
     for key in uninterrupted:
         np.testing.assert_allclose(resumed[key], uninterrupted[key], atol=1e-6, err_msg=key)
     assert np.abs(uninterrupted["head/kernel"]).max() > 1e-3  # trained (the head starts at 0)
@@ -489,21 +496,22 @@ TINY_CONFIG = json.dumps(dict(patch_size=4, hidden_size=16, num_layers=1, num_he
 
 
 def test_train_and_evaluate_commands(tmp_path, capsys):
-    common = ["--dataset", "cifar10", "--model-config", TINY_CONFIG, "--image-size", "32",
-              "--batch-size", "4", "--no-xla"]
+    common = ["--dataset", "cifar10", "--batch-size", "4"]
     with tfds.testing.mock_data(num_examples=8):
-        code = cli.main(["train", *common, "--steps", "4", "--warmup-steps", "1", "--lr", "0.1",
-                         "--target-batch-size", "8", "--output", str(tmp_path), "--verbose", "0"])
+        code = cli.main(["train", *common, "--model-config", TINY_CONFIG, "--image-size", "32",
+                         "--no-xla", "--steps", "4", "--warmup-steps", "1", "--lr", "0.1",
+                         "--target-batch-size", "8", "--output", str(tmp_path), "--verbose", "2"])
         assert code == 0
         train_log = capsys.readouterr().out
+        # The architecture, the resolution and the class names come with the weights.
         code = cli.main(["evaluate", *common, "--weights", str(tmp_path / "final.npz")])
         assert code == 0
         result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         test_split = list(tfds.load("cifar10", split="test", as_supervised=True).as_numpy_iterator())
     # 8 examples, batch 4 x 2 accumulation: 4 updates need 4 epochs of 2 steps.
-    assert "4 epochs of 2 steps, batch 4 x 2 accumulation = 4 updates" in train_log
+    assert "4 epochs of 2 batches of 4 x 2 accumulation = 4 updates" in train_log
     assert (tmp_path / "best.npz").exists() and (tmp_path / "logs").is_dir()
-    params = checkpoint.read_npz(tmp_path / "final.npz")
+    params = weights.read_npz(tmp_path / "final.npz")
     images = np.stack([im for im, _ in test_split]) / 127.5 - 1
     labels = np.array([label for _, label in test_split])
     logits = reference.forward(params, images)[0]
@@ -514,8 +522,8 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--dataset", "mnist"], "Unknown dataset 'mnist'"),
-    (["--dataset", "cifar10", "--strategy", "gpus"], "Unknown strategy 'gpus'"),
-    (["--dataset", "cifar10", "--precision", "fp8"], "Unknown precision 'fp8'"),
+    (["--dataset", "cifar10", "--strategy", "gpus"], "Received: strategy='gpus'"),
+    (["--dataset", "cifar10", "--precision", "fp8"], "Received: precision='fp8'"),
     (["--folder", "/nonexistent/images"], "does not exist"),
 ])
 def test_train_command_errors_before_training(tmp_path, capsys, argv, message):
@@ -545,10 +553,11 @@ def test_finetune_folder_example(tmp_path, capsys):
                           "--image-size", "8", "--batch-size", "9", "--steps", "6",
                           "--output", str(tmp_path / "run")])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["classes"] == ["class0", "class1", "class2"] and result["validation_images"] == 3
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["class_names"] == ["class0", "class1", "class2"]
     val = data.from_folder(tmp_path / "images", image_size=8, batch_size=3, training=False,
                            validation_split=0.1, subset="validation")
     images, labels = next(iter(val.dataset))
-    logits = reference.forward(checkpoint.read_npz(tmp_path / "run" / "final.npz"),
+    logits = reference.forward(weights.read_npz(tmp_path / "run" / "final.npz"),
                                images.numpy())[0]
     assert result["validation_accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == labels))

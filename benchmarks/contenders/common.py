@@ -96,6 +96,10 @@ def parse_args(argv=None):
     parser.add_argument("--device", choices=DEVICES, default="cpu")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
     parser.add_argument("--xla", action="store_true", help="compile with XLA (Keras contenders)")
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow",
+                        help="Keras contenders: the Keras backend (jax always compiles with XLA)")
+    parser.add_argument("--compile", action="store_true",
+                        help="timm: torch.compile the model (PyTorch's graph compiler)")
     parser.add_argument("--steps", type=_positive, default=3, help="timed steps")
     parser.add_argument(
         "--warmup", type=_non_negative, default=1, help="untimed steps after the first"

@@ -1,4 +1,4 @@
-"""The Keras side shared by the keras_vit and keras-hub contenders (TensorFlow backend).
+"""The Keras side shared by the keras_vit and keras-hub contenders (TensorFlow or JAX backend).
 
 Inference is `model.predict_on_batch`, training `model.train_on_batch`: the calls a Keras user
 makes, each returning NumPy (so each step has finished when it returns, on a GPU too). XLA is
@@ -13,11 +13,13 @@ from benchmarks.contenders import common
 
 
 def setup(args):
-    """Imports TensorFlow and Keras for `args.device` and `args.precision`; returns versions."""
+    """Imports the backend and Keras for `args.device` and `args.precision`; returns versions."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ["KERAS_BACKEND"] = "tensorflow"
+    os.environ["KERAS_BACKEND"] = args.backend
     if args.device == "cpu":
-        os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # before TensorFlow is imported
+        os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # before the backend is imported
+    if args.backend == "jax":
+        return _setup_jax(args)
     import keras
     import tensorflow as tf
 
@@ -35,13 +37,25 @@ def setup(args):
     )
 
 
+def _setup_jax(args):
+    import jax
+    import keras
+
+    if args.device == "gpu" and not jax.devices("gpu"):
+        raise RuntimeError("--device gpu, but JAX sees no GPU.")
+    if args.precision == "bf16":
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    return dict(jax=jax.__version__, keras=keras.__version__, backend="jax",
+                device=str(jax.devices()[0].device_kind))
+
+
 def compile_model(model, args, **kwargs):
     """`model.compile(jit_compile=args.xla, **kwargs)`, refusing a silent fall-back from XLA.
 
     (Keras turns `jit_compile=True` off, with only a warning, when a layer does not support
     XLA: a measurement labelled XLA would then be without it.)
     """
-    model.compile(jit_compile=bool(args.xla), **kwargs)
+    model.compile(jit_compile=bool(args.xla) or args.backend == "jax", **kwargs)
     if args.xla and not model.jit_compile:
         raise RuntimeError(
             f"--xla: Keras turned jit_compile off for {model.name} (a layer has "
@@ -92,9 +106,13 @@ def training_step(model, args, adamw=None, after_compile=None):
 
 
 def device_peak_bytes(args):
-    """Peak GPU memory TensorFlow allocated, or None on a CPU."""
+    """Peak GPU memory the backend allocated, or None on a CPU."""
     if args.device != "gpu":
         return None
+    if args.backend == "jax":
+        import jax
+
+        return int(jax.devices()[0].memory_stats().get("peak_bytes_in_use", 0))
     import tensorflow as tf
 
     return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])

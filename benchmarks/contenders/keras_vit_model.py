@@ -49,6 +49,8 @@ def build_inference(args, config):
 def build_training(args, config):
     if args.precision == "int8":
         raise ValueError("--precision int8 is for inference only (Keras int8 quantization).")
+    if args.backend == "jax":  # keras_vit.training's start-up fixes are TensorFlow's
+        return keras_common.training_step(build_model(args, config), args)
     from keras_vit import training
 
     # What `keras_vit.training.compile_model` does: keras_vit's AdamW (Keras' update in fewer
@@ -103,13 +105,9 @@ def _fp32_model(args, config):
     """The fp32 model: the random-weight variant, or the trained model in --checkpoint."""
     if not args.checkpoint:
         return build_model(_with(args, precision="fp32"), config)
-    from keras_vit import checkpoint
-    from keras_vit.model import ViT
+    import keras_vit
 
-    params = checkpoint.read_npz(args.checkpoint)
-    model = ViT(**checkpoint.config_from_params(params))
-    checkpoint.load_params(model, params)
-    return model
+    return keras_vit.from_pretrained(args.checkpoint)
 
 
 def _with(args, **changes):

@@ -105,7 +105,9 @@ def build_model(args, config):
         mlp_ratio=config["mlp_dim"] / config["hidden_size"],
         num_classes=args.num_classes,
     )
-    return model.to(_device(args))
+    model = model.to(_device(args))
+    # timm's attention runs PyTorch's fused scaled_dot_product_attention (`fused_attn`).
+    return torch.compile(model) if args.compile else model
 
 
 def _batch(args):

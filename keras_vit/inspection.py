@@ -23,7 +23,7 @@ Example (a random model: train one, or load weights, to see something):
 
     import numpy as np
     import keras_vit
-    from keras_vit import inspect
+    from keras_vit import inspection as inspect
 
     model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2,
                           num_heads=4, mlp_dim=64, num_classes=10)
@@ -36,11 +36,12 @@ Example (a random model: train one, or load weights, to see something):
 import collections
 import math
 import os
-import re
 
+import keras
 import numpy as np
 
-from keras_vit.cli import command
+from keras_vit.fileio import atomic_write
+from keras_vit.validation import check_index, check_positive_int
 
 # Figure layout, in pixels (PNGs are written at `DPI` dots per inch).
 DPI = 100
@@ -134,8 +135,6 @@ def attention_probe(model):
     The outputs are the blocks' own second outputs, so one call runs one forward pass of the
     model and returns `[layers] x [B, heads, N, N]` (N counts the class token, if any).
     """
-    import keras
-
     outputs = [block.output[1] for block in _blocks(model)]
     return keras.Model(model.input, outputs, name=f"{model.name}_attention")
 
@@ -156,12 +155,13 @@ def _check_images(model, images):
 
 def _batches(model, images, batch_size):
     """Yields each batch's attention `[layers, b, heads, N, N]`: one forward pass per batch."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive integer. Received: {batch_size!r}")
+    batch_size = check_positive_int("batch_size", batch_size)
     images = _check_images(model, images)
     probe = attention_probe(model)
     for start in range(0, len(images), batch_size):
         outputs = probe.predict_on_batch(images[start:start + batch_size])
+        if not isinstance(outputs, (list, tuple)):  # a one-block model has one output
+            outputs = [outputs]
         yield np.stack([np.asarray(probs, np.float32) for probs in outputs])
 
 
@@ -186,22 +186,11 @@ def attention_weights(model, images, batch_size=32):
 # Attention maps: rollout and single layers.
 
 
-def _check_index(name, index, count, unit):
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not (
-        -count <= index < count
-    ):
-        raise ValueError(
-            f"{name} {index!r} is out of range: the model has {count} {unit}. Expected an "
-            f"integer from 0 to {count - 1} (or from -{count}, counting from the end)."
-        )
-    return int(index) % count
-
-
-def _check_layer_head(geo, layer, head):
+def check_layer_head(geo, layer, head):
     """Returns (layer, head) as non-negative indices (head None stays None)."""
-    layer = _check_index("layer", layer, geo.num_layers, "encoder blocks")
+    layer = check_index("layer", layer, geo.num_layers, "encoder blocks")
     if head is not None:
-        head = _check_index("head", head, geo.num_heads, "attention heads")
+        head = check_index("head", head, geo.num_heads, "attention heads")
     return layer, head
 
 
@@ -282,7 +271,7 @@ def _analyse(model, images, layer=-1, head=None, query=None, batch_size=32):
     """
     geo = geometry(model)
     query = _query(geo, query)
-    layer, head = _check_layer_head(geo, layer, head)  # before the forward pass
+    layer, head = check_layer_head(geo, layer, head)  # before the forward pass
     distances = patch_distances(geo)
     parts = collections.defaultdict(list)
     for weights in _batches(model, images, batch_size):  # [layers, b, heads, N, N]
@@ -356,8 +345,6 @@ def mean_attention_distance(model, images, batch_size=32):
 
 def upsample(maps, size):
     """Bilinear upsampling of patch-grid maps `[B, rows, cols]` to `size` (height, width)."""
-    import keras
-
     maps = np.asarray(maps, np.float32)[..., None]
     resized = keras.ops.image.resize(maps, tuple(size), interpolation="bilinear")
     return keras.ops.convert_to_numpy(resized)[..., 0]
@@ -368,8 +355,6 @@ def upsample(maps, size):
 
 
 def _weight(variable):
-    import keras
-
     return np.asarray(keras.ops.convert_to_numpy(variable), np.float64)
 
 
@@ -441,7 +426,7 @@ def patch_embedding_components(model, num_components=NUM_COMPONENTS, gray=False)
 
 def _figure(size, layout="constrained"):
     """A figure of `size` (width, height) pixels at `DPI`, outside pyplot."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # optional: the `figures` extra
 
     # Agg truncates width * dpi to an int: half a pixel more keeps the size exact.
     figsize = tuple((pixels + 0.5) / DPI for pixels in size)
@@ -449,8 +434,6 @@ def _figure(size, layout="constrained"):
 
 
 def _save(fig, path):
-    from keras_vit.checkpoint import atomic_write
-
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=DPI))
     return os.fspath(path)
 
@@ -475,7 +458,7 @@ def attention_size(num_images, image_size):
 
 def _draw_attention(path, images, maps, geo, layer, head, query):
     source = "class token" if _query(geo, query) == "class" else "mean token"
-    layer, head = _check_layer_head(geo, layer, head)
+    layer, head = check_layer_head(geo, layer, head)
     heads = "mean of heads" if head is None else f"head {head}"
     titles = ("input", f"rollout ({source})", f"encoderblock_{layer}, {heads}")
     shown = images[:MAX_ATTENTION_IMAGES]
@@ -520,7 +503,7 @@ def plot_attention(model, images, path, layer=-1, head=None, query=None, batch_s
 
 
 def _draw_distance(path, distances, geo, num_images):
-    import matplotlib
+    import matplotlib  # optional: the `figures` extra
 
     fig = _figure(DISTANCE_SIZE)
     ax = fig.subplots()
@@ -598,7 +581,7 @@ def plot_position_embedding_similarity(model, path):
     Returns:
         The `[rows, cols, rows, cols]` array of `position_embedding_similarity`.
     """
-    import matplotlib
+    import matplotlib  # optional: the `figures` extra
 
     similarity = position_embedding_similarity(model)
     rows, cols = similarity.shape[:2]
@@ -708,182 +691,3 @@ def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch
         results["patch_embedding_filters"] = plot_patch_embedding_filters(
             model, paths["patch_embedding_filters"], gray=gray)
     return {name: (paths[name], arrays) for name, arrays in results.items()}
-
-
-# --------------------------------------------------------------------------------------------
-# Inputs for the command: image files, the model, its weights.
-
-
-def load_images(paths, image_size):
-    """Reads image files as RGB resized to `image_size`, scaled for the model.
-
-    `keras_vit.images.load_image` for each file (JPEG, PNG, GIF or BMP; a plain bilinear
-    resize to the model resolution, as the official evaluation does).
-
-    Args:
-        paths: list of file paths.
-        image_size: (height, width).
-
-    Returns:
-        float32 array `[B, H, W, 3]` scaled to [-1, 1] (`keras_vit.preprocess_inputs`).
-
-    Raises:
-        FileNotFoundError: for a missing file. ValueError: for a file that is not an image.
-    """
-    from keras_vit.images import load_image
-    from keras_vit.preprocessing import preprocess_inputs
-
-    for path in paths:  # all of them, before decoding any
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"Image file {path} does not exist.")
-    images = np.stack([load_image(path, tuple(image_size)) for path in paths])
-    return np.asarray(preprocess_inputs(images))
-
-
-def load_weights(model, source):
-    """Loads checkpoint weights into `model`: `keras_vit.load_pretrained(model, source)`.
-
-    `source` is a registry name, a local `.npz` or a URL; `head` and `pre_logits` load only
-    where they fit (they do not matter here), the position embedding is resized to the
-    model's grid.
-    """
-    from keras_vit.pretrained import load_pretrained
-
-    load_pretrained(model, source)
-
-
-def config_from_checkpoint(params, image_size=None):
-    """The `keras_vit.ViT` arguments (without head) of a plain ViT checkpoint's arrays.
-
-    The patch size, width, depth, heads, MLP width and classifier come from the array
-    shapes; the image size from a square position-embedding grid, unless given.
-
-    Raises:
-        ValueError: for arrays that are not a plain ViT checkpoint, or a non-square grid
-            without `image_size`.
-    """
-    from keras_vit import checkpoint
-
-    canonical, _ = checkpoint.canonicalize(params)
-    query = canonical.get("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel")
-    kernel = canonical.get("embedding/kernel")
-    if kernel is None or np.ndim(kernel) != 4 or query is None:
-        raise ValueError(
-            "Cannot infer the architecture: the checkpoint has no 4D 'embedding/kernel' or no "
-            "'Transformer/encoderblock_0' attention (a hybrid ResNet checkpoint?). Pass --model."
-        )
-    if kernel.shape[2] != 3:
-        raise ValueError(
-            f"Cannot infer the architecture of a hybrid checkpoint (its patch embedding sees "
-            f"{kernel.shape[2]} ResNet channels, not RGB pixels). Pass --model, e.g. R50+B/16."
-        )
-    try:
-        config = checkpoint.config_from_params(params, image_size)
-    except checkpoint.CheckpointError as e:
-        raise ValueError(f"{e} Pass --image-size HEIGHTxWIDTH.") from None
-    from keras_vit.layers import to_pair
-
-    for key in ("num_classes", "representation_size"):
-        config.pop(key)
-    config.update(include_top=False, image_size=to_pair("image_size", config["image_size"]))
-    return config
-
-
-def _image_size(text):
-    import argparse
-
-    match = re.fullmatch(r"(\d+)(?:[xX](\d+))?", text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"expected N or HEIGHTxWIDTH (e.g. 224 or 384x512). Received: {text!r}")
-    return (int(match[1]), int(match[2] or match[1]))
-
-
-def build_model(model=None, pretrained=None, image_size=None, classifier="token"):
-    """The model the command inspects.
-
-    Args:
-        model: a variant name ("B/16"), a `.keras` file, or None to take the architecture
-            from `pretrained`: a registry name's variant and resolution, or a local `.npz`'s
-            array shapes (`config_from_checkpoint`).
-        pretrained: weights to load (`load_weights`), or None to keep the model's own.
-        image_size: (height, width) or None (the registry entry's resolution or 224 for
-            variants; from the checkpoint's shapes for local files).
-        classifier: "token" or "gap", for variants. Defaults to "token".
-    """
-    import keras
-
-    from keras_vit import checkpoint
-    from keras_vit import model as vit
-    from keras_vit import pretrained as registry
-
-    if model is None:
-        if pretrained is None or "://" in pretrained:
-            raise ValueError(
-                "Give --model (a variant such as B/16, or a .keras file), or as --pretrained "
-                "a registry name or a local .npz to take the architecture from. Received: "
-                f"--pretrained {pretrained!r}."
-            )
-        if pretrained.endswith(".npz") or os.path.isfile(pretrained):
-            if not os.path.isfile(pretrained):
-                raise FileNotFoundError(f"No checkpoint file at {pretrained}.")
-            config = config_from_checkpoint(checkpoint.read_npz(pretrained), image_size)
-            built = vit.ViT(**config)
-        else:
-            entry = registry.get_checkpoint(pretrained)  # a ValueError naming close matches
-            if not entry.get("variant"):  # e.g. the digits demo: its own configuration
-                sizes = {"image_size": image_size} if image_size else {}
-                return registry.from_pretrained(pretrained, include_top=False, **sizes)
-            built = vit.create_model(entry["variant"], include_top=False,
-                                     image_size=image_size or entry["resolution"] or 224)
-    elif model.endswith(".keras"):
-        if not os.path.isfile(model):
-            raise FileNotFoundError(f"Model file {model} does not exist.")
-        built = keras.saving.load_model(model)
-    else:
-        built = vit.create_model(model, image_size=image_size or 224, include_top=False,
-                                 classifier=classifier)
-    if pretrained is not None:
-        load_weights(built, pretrained)
-    return built
-
-
-def _add_inspect_args(parser):
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files to look at")
-    parser.add_argument("--out", required=True, help="directory for the four PNG figures")
-    parser.add_argument("--model", help="a variant (e.g. B/16) or a .keras file; left out, the "
-                                        "architecture is read from a local --pretrained .npz")
-    parser.add_argument("--pretrained", help="weights: a registry name (keras_vit."
-                                             "list_checkpoints()), a local .npz or a URL")
-    parser.add_argument("--image-size", type=_image_size,
-                        help="N or HEIGHTxWIDTH (default: 224 for variants, else the checkpoint's)")
-    parser.add_argument("--classifier", choices=("token", "gap"), default="token",
-                        help="for --model variants: class token or global average pooling")
-    parser.add_argument("--layer", type=int, default=-1,
-                        help="encoder block of the single-layer attention map (default: last)")
-    parser.add_argument("--head", type=int, default=None,
-                        help="attention head of that map (default: mean of the heads)")
-    parser.add_argument("--gray", action="store_true",
-                        help="the model was trained on grey images: show the patch-embedding "
-                             "filters summed over the colour channels, as such images see them")
-
-
-@command("inspect", "draw attention maps and the paper's Figure 7 for a model on some images")
-def inspect_command(args):
-    model = build_model(args.model, args.pretrained, args.image_size, args.classifier)
-    if args.pretrained is None:
-        print("note: no --pretrained weights; inspecting the model's initial weights")
-    geo = geometry(model)
-    _check_layer_head(geo, args.layer, args.head)  # before reading any image
-    images = load_images(args.images, geo.image_size)
-    results = inspect_model(model, images, args.out, layer=args.layer, head=args.head,
-                            gray=args.gray)
-    for name, (path, _) in results.items():
-        print(f"{name:30} {path}")
-    if not has_rgb_filters(model):
-        print(f"{'patch_embedding_filters':30} none: a hybrid's patch embedding sees ResNet "
-              "features, not RGB pixels")
-    return 0
-
-
-inspect_command.configure = _add_inspect_args

@@ -1,7 +1,7 @@
 """Training throughput, time to the first step and peak memory of `model.fit` steps.
 
-    python examples/benchmark_training.py                     # ViT-B/16, batch 8, CPU, XLA off and on
-    python examples/benchmark_training.py --precision bfloat16 --configs xla   # e.g. on a GPU
+    python -m benchmarks.fit_speed                     # ViT-B/16, batch 8, CPU, XLA off and on
+    python -m benchmarks.fit_speed --precision bfloat16 --configs xla   # e.g. on a GPU
 
 Each configuration runs in a fresh process: build the model, compile the fine-tuning recipe,
 then `fit` on synthetic 224 px images for `--steps` timed steps after one first step. Reported:
@@ -18,8 +18,6 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 

@@ -1,0 +1,193 @@
+"""Building models by name: `create_model("B/16")`, `ViT_B16(...)`, `from_pretrained(source)`.
+
+The variants are data (`keras_vit.configs.VARIANTS`); each named builder is a one-line call of
+`create_model`, which calls the one generic builder `keras_vit.ViT` and, with `pretrained=`,
+loads weights through `keras_vit.weights`.
+"""
+
+import json
+import os
+
+from keras_vit import configs
+from keras_vit.model import ViT
+from keras_vit.weights import (
+    CheckpointError,
+    config_from_params,
+    default_checkpoint,
+    fetch_params,
+    get_checkpoint,
+    load_params,
+)
+from keras_vit.weights.registry import is_registered
+from keras_vit.weights.sources import is_url
+
+
+SIDECAR_CONFIG = "config.json"  # written by keras_vit.training.fit beside its checkpoints
+
+
+def _load_into_new_model(kwargs, params, entry, source):
+    """Builds `ViT(**kwargs)` and loads `params` into it. When the registry entry's classifier
+    is kept whole, its representation layer is rebuilt too (the released network).
+
+    Returns:
+        (model, loading report).
+    """
+    same_head = kwargs.get("include_top", True) and entry and \
+        kwargs.get("num_classes") == entry.get("num_classes")
+    if same_head and entry.get("representation_size") and "representation_size" not in kwargs:
+        kwargs = dict(kwargs, representation_size=entry["representation_size"])
+    model = ViT(**kwargs)
+    return model, load_params(model, params, source=str(source))
+
+
+def read_sidecar(source):
+    """The `config.json` that `keras_vit.training.fit` writes beside a local checkpoint:
+    `{"model": ViT arguments or None, "class_names": [...] or None}`, or None if absent."""
+    if not isinstance(source, (str, os.PathLike)) or is_url(source) or is_registered(source):
+        return None
+    path = os.path.join(os.path.dirname(os.path.expanduser(os.fspath(source))), SIDECAR_CONFIG)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            sidecar = json.load(f)
+        if not isinstance(sidecar, dict) or sidecar.get("format") != "keras_vit":
+            return None  # another tool's config.json
+        if not isinstance(sidecar.get("model") or {}, dict) \
+                or not isinstance(sidecar.get("class_names") or [], list):
+            raise ValueError("'model' must be an object and 'class_names' a list")
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}, the configuration beside {source}, is unreadable "
+                              f"({e}). Expected the config.json keras_vit.training.fit writes."
+                              ) from None
+    return sidecar
+
+
+def checkpoint_config(params, entry, source, image_size=None):
+    """The `keras_vit.ViT` arguments and class names of a checkpoint: from its registry entry
+    (a variant, or a `config`), else from the `config.json` beside a local file, else read
+    off the array shapes (`keras_vit.weights.config_from_params`, with `image_size` for a
+    non-square patch grid)."""
+    if entry and entry.get("variant"):
+        spec = configs.get_variant(entry["variant"])
+        config = dict(spec.config(), image_size=entry["resolution"] or 224,
+                      num_classes=entry["num_classes"], name=spec.builder_name.lower())
+        return config, entry.get("class_names")
+    if entry and entry.get("config"):
+        return dict(entry["config"], name=_model_name(source)), entry.get("class_names")
+    sidecar = read_sidecar(source) or {}
+    config = sidecar.get("model") or dict(config_from_params(params, image_size),
+                                          name=_model_name(source))
+    return dict(config), sidecar.get("class_names")
+
+
+def build_from_checkpoint(source, progress=True, **overrides):
+    """`from_pretrained`, returning also what was learnt on the way.
+
+    Returns:
+        (model, info): info has `entry` (the registry entry or None), `report` (the loading
+        report: `skipped` file keys and `fresh` model layers), `class_names` (the file's
+        names where known, else None) and `num_classes` (the file's head size, or None).
+    """
+    params, entry = fetch_params(source, progress=progress)
+    config, class_names = checkpoint_config(params, entry, source, overrides.get("image_size"))
+    file_classes = config.get("num_classes") if config.get("include_top", True) else None
+    kwargs = dict(config, **overrides)
+    if kwargs.get("num_classes") != file_classes:
+        class_names = None  # the names belong to the file's head
+    model, report = _load_into_new_model(kwargs, params, entry, source)
+    return model, dict(entry=entry, report=report, class_names=class_names,
+                       num_classes=file_classes)
+
+
+def create_model(variant, image_size=224, num_classes=1000, include_top=True, pretrained=False,
+                 **overrides):
+    """Builds a paper variant by name, e.g. `create_model("B/16")`.
+
+    Args:
+        variant: str. A name from `keras_vit.configs.VARIANTS`, in any common spelling
+            ("B/16", "ViT-B/16", "ViT_B16").
+        image_size: int or (height, width). Defaults to 224.
+        num_classes: int. Defaults to 1000.
+        include_top: bool. Defaults to True.
+        pretrained: False, True (the variant's default checkpoint, see
+            `keras_vit.default_checkpoint`), a registry name, a local path or a URL. Loads the
+            weights all or nothing (see `keras_vit.load_pretrained`). Defaults to False.
+        **overrides: any other argument of `keras_vit.ViT` (e.g. `dropout_rate`,
+            `representation_size`, `classifier`).
+    """
+    spec = configs.get_variant(variant)
+    kwargs = dict(spec.config(), image_size=image_size, num_classes=num_classes,
+                  include_top=include_top, name=spec.builder_name.lower())
+    kwargs.update(overrides)
+    if pretrained is False or pretrained is None:
+        return ViT(**kwargs)
+    if pretrained is True:
+        pretrained = default_checkpoint(spec, image_size, num_classes, include_top)
+    if is_registered(pretrained):  # before downloading anything
+        variant = get_checkpoint(pretrained)["variant"]
+        if variant and variant != spec.name:
+            raise ValueError(f"Checkpoint {pretrained!r} is a ViT-{variant} checkpoint; "
+                             f"{spec.builder_name} builds ViT-{spec.name}.")
+    params, entry = fetch_params(pretrained)
+    return _load_into_new_model(kwargs, params, entry, pretrained)[0]
+
+
+def from_pretrained(source, progress=True, **overrides):
+    """Builds the model a checkpoint describes and loads it: no architecture to spell out.
+
+    Args:
+        source: a registry name (e.g. "digits", "imagenet21k/ViT-B_16"), a local `.npz` path
+            or a URL. The architecture comes from the registry entry (a paper variant at the
+            entry's resolution and classes, or its `config`), else from the `config.json`
+            that `keras_vit.training.fit` writes beside its checkpoints, else from the file's
+            array shapes (`keras_vit.weights.config_from_params`, hybrids included).
+        progress: bool. Show a download progress bar. Defaults to True.
+        **overrides: arguments of `keras_vit.ViT` to change (e.g. `image_size`, `num_classes`,
+            `include_top`); position embeddings and head follow the usual loading rules.
+
+    Example:
+    >>> model = from_pretrained("digits")  # the shipped demo, 10 classes at 16x16
+    """
+    return build_from_checkpoint(source, progress, **overrides)[0]
+
+
+def _model_name(source):
+    stem = os.path.basename(os.fspath(source)).removesuffix(".npz")
+    return "vit_" + "".join(c if c.isalnum() else "_" for c in stem).strip("_").lower()
+
+
+def _variant_builder(variant_name):
+    spec = configs.VARIANTS[variant_name]
+
+    def builder(image_size=224, num_classes=1000, include_top=True, pretrained=False, **overrides):
+        return create_model(spec.name, image_size=image_size, num_classes=num_classes,
+                            include_top=include_top, pretrained=pretrained, **overrides)
+
+    size = configs.MODEL_SIZES[spec.size]
+    builder.__name__ = builder.__qualname__ = spec.builder_name
+    stem = f"ResNet stages {spec.backbone} then " if spec.backbone is not None else ""
+    builder.__doc__ = (
+        f"ViT-{spec.name}: {stem}patch {spec.patch_size}, width {size['hidden_size']}, "
+        f"{size['num_layers']} layers, {size['num_heads']} heads, MLP {size['mlp_dim']}; "
+        f"{spec.params:,} parameters at 224 px with 1000 classes.\n\n"
+        "Args: image_size, num_classes, include_top, pretrained and any override of "
+        "`keras_vit.ViT`; see `keras_vit.create_model`."
+    )
+    return builder
+
+
+ViT_Ti16 = _variant_builder("Ti/16")
+ViT_S16 = _variant_builder("S/16")
+ViT_S32 = _variant_builder("S/32")
+ViT_B8 = _variant_builder("B/8")
+ViT_B16 = _variant_builder("B/16")
+ViT_B32 = _variant_builder("B/32")
+ViT_L16 = _variant_builder("L/16")
+ViT_L32 = _variant_builder("L/32")
+ViT_H14 = _variant_builder("H/14")
+ViT_R50_B16 = _variant_builder("R50+B/16")
+ViT_R50_L32 = _variant_builder("R50+L/32")
+ViT_R26_B32 = _variant_builder("R26+B/32")
+ViT_R26_S32 = _variant_builder("R26+S/32")
+ViT_R_Ti16 = _variant_builder("R+Ti/16")

@@ -1,0 +1,87 @@
+"""The `keras-vit` command line: `keras-vit COMMAND --help` for each command.
+
+A dispatcher and one module per command group. Only the module of the command that runs is
+imported, and the command modules import the library (and so TensorFlow) inside their `run`
+functions: `keras-vit --help`, `keras-vit COMMAND --help` and `keras-vit models` start without
+TensorFlow. Every command takes its model the same way (`keras_vit.cli.common`).
+
+Errors a user can fix (a missing file, a bad value, a checkpoint that does not fit) print one
+`keras-vit COMMAND: error: ...` message, without a traceback, and exit with status 2.
+"""
+
+import argparse
+import importlib
+import os
+import sys
+
+from keras_vit.cli.errors import describe
+
+# Command name -> (module, one-line help). The modules stay unimported until their command runs.
+COMMANDS = {
+    "models": ("keras_vit.cli.models",
+               "list every ViT variant with its configuration and parameter count"),
+    "predict": ("keras_vit.cli.predict", "classify images and print the top classes"),
+    "convert": ("keras_vit.cli.convert",
+                "turn a checkpoint into a .keras model, .weights.h5 or .npz file"),
+    "train": ("keras_vit.cli.train",
+              "train or fine-tune a ViT with the paper's recipe (resumes after a crash)"),
+    "evaluate": ("keras_vit.cli.evaluate",
+                 "top-1/top-5 accuracy, loss, per-class accuracy and confusion matrix"),
+    "fewshot": ("keras_vit.cli.evaluate",
+                "few-shot linear accuracy of frozen features (the paper's second metric)"),
+    "export": ("keras_vit.cli.export",
+               "export a classifier as a TF Serving SavedModel or a TFLite file"),
+    "inspect": ("keras_vit.cli.inspection",
+                "draw attention maps and the paper's Figure 7 for a model on some images"),
+}
+
+
+def _chosen_command(argv):
+    """The command named in `argv`, if any (the first argument that is not an option)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(argv=()):
+    """The parser: every command's name and help, and the arguments of the command named in
+    `argv` only (only its module is imported)."""
+    parser = argparse.ArgumentParser(prog="keras-vit",
+                                     description="Vision Transformer models for Keras 3.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = _chosen_command(argv)
+    for name, (module, help_text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            configure, run = importlib.import_module(module).COMMANDS[name]
+            configure(command_parser)
+            command_parser.set_defaults(run=run)
+    return parser
+
+
+def _quiet_tensorflow():
+    """Keeps TensorFlow's C++ INFO and WARNING lines (oneDNN, CUDA probing) out of the output;
+    errors still show, and a level the user set is kept."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _quiet_tensorflow()
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except KeyboardInterrupt:
+        print(f"keras-vit {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - user errors become one line; others re-raise
+        message, status = describe(error)
+        if message is None:
+            raise
+        print(f"keras-vit {args.command}: error: {message}", file=sys.stderr)
+        return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

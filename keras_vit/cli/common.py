@@ -1,0 +1,269 @@
+"""What every command shares: the model flags, the one way to get a model from them, the data
+flags, and their parsing. Nothing here imports TensorFlow at module level.
+
+The model flags mean the same in every command:
+
+- `--model`: a variant (`B/16`, `ViT_B16`, `R50+B/16`) or a `.keras` file;
+- `--model-config JSON`: `keras_vit.ViT` arguments, instead of a variant;
+- `--weights` (alias `--pretrained`): a registry name, an `.npz` path or URL, or `default`
+  for the variant's default checkpoint; without `--model`, the architecture is read from it
+  (its registry entry, the `config.json` training writes beside it, or its array shapes);
+- `--image-size N|HxW`: the input resolution (default: the checkpoint's, else 224).
+"""
+
+import argparse
+import contextlib
+import inspect
+import json
+import re
+
+DEFAULT_WEIGHTS = "default"
+
+
+def image_size_arg(text):
+    """`N` or `HEIGHTxWIDTH` as a (height, width) tuple."""
+    match = re.fullmatch(r"(\d+)(?:[xX](\d+))?", text.strip())
+    if not match or not int(match[1]) or (match[2] and not int(match[2])):
+        raise argparse.ArgumentTypeError(
+            f"expected N or HEIGHTxWIDTH (e.g. 224 or 384x512). Received: {text!r}")
+    return (int(match[1]), int(match[2] or match[1]))
+
+
+def positive_int_arg(text):
+    """A positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer. Received: {text!r}")
+    return value
+
+
+def json_object_arg(text):
+    """A JSON object (keyword arguments)."""
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({e}). Received: {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object {{...}}. Received: {text!r}")
+    return value
+
+
+def add_model_arguments(parser, weights_help=""):
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", help="a variant (B/16, ViT_B16, R50+B/16) or a .keras file; "
+                       "left out, the architecture is read from --weights")
+    group.add_argument("--model-config", type=json_object_arg, metavar="JSON",
+                       help="keras_vit.ViT arguments instead of a variant, e.g. "
+                            '\'{"patch_size": 4, "hidden_size": 64, "num_layers": 4, '
+                            '"num_heads": 4, "mlp_dim": 128}\'')
+    group.add_argument("--weights", "--pretrained", dest="weights", metavar="SOURCE",
+                       help="a registry name (keras_vit.list_checkpoints()), an .npz path or "
+                            f"URL, or '{DEFAULT_WEIGHTS}' for the variant's default checkpoint"
+                            + weights_help)
+    group.add_argument("--image-size", type=image_size_arg, metavar="N|HxW",
+                       help="input resolution (default: the checkpoint's, else 224)")
+
+
+def add_class_names_argument(parser):
+    parser.add_argument("--class-names", metavar="FILE",
+                        help="a UTF-8 text file with one class name a line, in label order "
+                             "(default: the checkpoint's, the ImageNet names for 1000 or "
+                             "21843 classes, else the class indices)")
+
+
+def check_model_flags(args):
+    """The model-flag errors that need no file: raised before anything is read."""
+    if args.model_config is not None:
+        from keras_vit.model import ViT
+
+        known = set(inspect.signature(ViT).parameters)
+        unknown = sorted(set(args.model_config) - known)
+        if unknown:
+            raise ValueError(f"--model-config: unknown keys {unknown}. Expected keras_vit.ViT "
+                             f"arguments: {', '.join(sorted(known))}.")
+    if args.model_config is not None and args.model:
+        raise ValueError("--model and --model-config both describe the architecture. "
+                         "Expected one of them.")
+    if args.model and args.model.endswith(".keras") and args.weights == DEFAULT_WEIGHTS:
+        raise ValueError(f"--weights {DEFAULT_WEIGHTS} needs a variant --model; a .keras file "
+                         "holds its own weights.")
+
+
+def _load_keras_file(path, image_size, num_classes):
+    import os
+
+    import keras
+
+    import keras_vit  # noqa: F401  (registers keras_vit's layers for deserialisation)
+
+    if not os.path.isfile(os.path.expanduser(path)):
+        raise FileNotFoundError(f"--model {path}: no such file.")
+    try:
+        model = keras.saving.load_model(os.path.expanduser(path))
+    except (ValueError, OSError, TypeError, KeyError) as e:
+        raise ValueError(f"--model {path} is not a readable .keras model ({e}).") from None
+    size = tuple(model.inputs[0].shape[1:3])
+    if image_size and tuple(image_size) != size:
+        raise ValueError(f"--model {path} takes {size[0]}x{size[1]} images; --image-size "
+                         f"{image_size[0]}x{image_size[1]} cannot change a saved model. Expected "
+                         "no --image-size, or a variant --model with --weights.")
+    classes = model.outputs[0].shape[-1]
+    if num_classes is not None and classes != num_classes:
+        raise ValueError(f"--model {path} has {classes} outputs but the data has {num_classes} "
+                         "classes.")
+    return model
+
+
+def model_from_args(args, *, num_classes=None, include_top=True, default_weights=False,
+                    need_head=False, architecture=None):
+    """The model a command asks for, and the class names that come with it.
+
+    Args:
+        args: parsed arguments with the model flags (`add_model_arguments`).
+        num_classes: int or None. The head size the command needs (from its data); None
+            keeps the checkpoint's head (or 1000 for a variant without weights).
+        include_top: bool. False for the representation only.
+        default_weights: bool. Whether a variant without `--weights` loads its default
+            checkpoint (as `predict` does) rather than random weights.
+        need_head: bool. Refuse weights whose head does not fit `num_classes` (instead of
+            starting from a fresh zero head).
+        architecture: dict or None. More `keras_vit.ViT` arguments (e.g. `classifier`) for a
+            variant or `--model-config`.
+
+    Returns:
+        (model, class names or None).
+    """
+    import keras_vit
+    from keras_vit import builders, configs
+
+    check_model_flags(args)
+    weights = args.weights
+    if weights == DEFAULT_WEIGHTS or (weights is None and default_weights and args.model
+                                      and not args.model.endswith(".keras")):
+        if not args.model or args.model.endswith(".keras"):
+            raise ValueError(f"--weights {DEFAULT_WEIGHTS} needs a variant --model, e.g. B/16.")
+        size = args.image_size or (224, 224)
+        weights = keras_vit.default_checkpoint(args.model, max(size), num_classes or 1000,
+                                               include_top)
+    overrides = {"include_top": include_top}
+    if args.image_size:
+        overrides["image_size"] = args.image_size
+    if num_classes is not None:
+        overrides["num_classes"] = num_classes
+
+    if args.model and args.model.endswith(".keras"):
+        if architecture:
+            raise ValueError(f"--model {args.model} is a saved model: its architecture cannot "
+                             f"change ({', '.join(architecture)}).")
+        model = _load_keras_file(args.model, args.image_size, num_classes if include_top else None)
+        if weights:
+            keras_vit.load_pretrained(model, weights)
+        return model, None
+    if args.model_config is not None:
+        base = dict(args.model_config)
+    elif args.model:
+        spec = configs.get_variant(args.model)
+        base = dict(spec.config(), name=spec.builder_name.lower())
+    elif weights:
+        base = {}
+    else:
+        raise ValueError("Give --model (a variant or a .keras file), --model-config, or "
+                         "--weights to read the architecture from.")
+    base.update(architecture or {})
+    declared = base.get("num_classes")
+    if num_classes is not None and declared is not None and declared != num_classes:
+        raise ValueError(f"The data has {num_classes} classes (labels 0..{num_classes - 1}) but "
+                         f"the model's head has {declared}. Expected num_classes={num_classes}.")
+    if not weights:
+        return keras_vit.ViT(**dict(base, **overrides)), None
+    model, info = builders.build_from_checkpoint(weights, **dict(base, **overrides))
+    if need_head and "head" in info["report"]["fresh"]:
+        has = f"a head of {info['num_classes']} classes" if info["num_classes"] else "no head"
+        raise ValueError(f"--weights {weights} has {has}, but the data has {num_classes} "
+                         "classes. Expected weights trained on these classes (or `keras-vit "
+                         "fewshot`, which uses the features only).")
+    return model, info["class_names"]
+
+
+def class_names_from_args(args, num_classes, checkpoint_names=None):
+    """The class names: `--class-names FILE`, else the checkpoint's, else the defaults."""
+    from keras_vit import labels
+
+    if getattr(args, "class_names", None):
+        return labels.read_class_names(args.class_names, num_classes)
+    if checkpoint_names and len(checkpoint_names) == num_classes:
+        return list(checkpoint_names)
+    return labels.default_class_names(num_classes)
+
+
+def add_data_arguments(parser):
+    """The data flags of train, evaluate and fewshot."""
+    group = parser.add_argument_group("data")
+    source = group.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", help="tensorflow-datasets name: cifar10, cifar100, "
+                        "oxford_iiit_pet, oxford_flowers102, imagenet2012")
+    source.add_argument("--folder", help="image folder with one subfolder per class")
+    group.add_argument("--data-dir", help="tensorflow-datasets data directory")
+    group.add_argument("--manual-dir", help="hand-downloaded files (imagenet2012)")
+    group.add_argument("--batch-size", type=positive_int_arg, default=64,
+                       help="global batch size (64)")
+    group.add_argument("--strategy", default="auto",
+                       help="auto, tpu, mirrored, multiworker or cpu (default auto)")
+    group.add_argument("--seed", type=int, default=0, help="data order and initialisation seed")
+    group.add_argument("--skip-corrupt", action="store_true",
+                       help="image folders: leave out files that cannot be decoded (counted "
+                            "and reported) instead of stopping at the first")
+
+
+# Image folders: this fraction of the images (seeded) is the validation split of `train`.
+FOLDER_VALIDATION_FRACTION = 0.1
+
+
+def load_data(args, split, training, strategy, image_size):
+    """An input pipeline from the data flags. `split`: a tfds split; for folders "train" /
+    "validation" (the seeded held-out 10%) or "all"."""
+    from keras_vit import data
+
+    common = dict(image_size=image_size, batch_size=args.batch_size, training=training,
+                  seed=args.seed, strategy=strategy)
+    if args.folder:
+        if split not in ("train", "validation", "all"):
+            split = "all"
+        if split != "all":
+            common.update(validation_split=FOLDER_VALIDATION_FRACTION,
+                          subset="validation" if split == "validation" else "training")
+        return data.from_folder(args.folder, skip_corrupt=args.skip_corrupt, **common)
+    return data.from_tfds(args.dataset, split, data_dir=args.data_dir,
+                          manual_dir=args.manual_dir, **common)
+
+
+@contextlib.contextmanager
+def undecodable_files_named(args):
+    """Turns a decoding error in an image-folder pipeline into one that names the files that
+    cannot be decoded (found by one decoding pass over the folder), and how to skip them."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - only TensorFlow's decoding errors are mapped
+        if not args.folder or type(error).__name__ != "InvalidArgumentError":
+            raise
+        from keras_vit import data
+
+        bad = data.find_corrupt_images(data.list_image_folder(args.folder)[0])
+        if not bad:
+            raise
+        listed = "; ".join(f"{path}: {reason}" for path, reason in bad[:10])
+        raise ValueError(f"{len(bad)} file(s) in {args.folder} cannot be decoded: {listed}. "
+                         "Pass --skip-corrupt to leave them out.") from None
+
+
+def data_num_classes(args):
+    """The number of classes of the data flags' data set, read without loading it (so that
+    bad data flags fail before anything heavy starts)."""
+    from keras_vit import data
+
+    if args.dataset:
+        return data.get_dataset_spec(args.dataset).num_classes
+    return len(data.list_image_folder(args.folder)[2])

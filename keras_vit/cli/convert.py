@@ -1,0 +1,37 @@
+"""`keras-vit convert SOURCE OUT`: a checkpoint as a `.keras` model, `.weights.h5` or `.npz`."""
+
+from keras_vit.cli.common import add_model_arguments, model_from_args
+
+FORMATS = (".keras", ".weights.h5", ".npz")
+
+
+def configure(parser):
+    parser.add_argument("source", help="weights: a registry name, an .npz path or URL")
+    parser.add_argument("out", help="output file: .keras, .weights.h5 or .npz (official layout)")
+    add_model_arguments(parser)
+
+
+def run(args):
+    if not args.out.endswith(FORMATS):
+        raise ValueError(f"OUT must end in {', '.join(FORMATS)}. Received: {args.out}")
+    if args.weights:
+        raise ValueError("SOURCE is the weights; --weights is not needed.")
+    from keras_vit.fileio import atomic_file
+    from keras_vit.weights import save_npz
+
+    args.weights = args.source
+    model, _ = model_from_args(args)
+    if args.out.endswith(".npz"):
+        save_npz(model, args.out)
+    else:
+        with atomic_file(args.out) as tmp:  # Keras picks the format from the suffix
+            if args.out.endswith(".keras"):
+                model.save(tmp)
+            else:
+                model.save_weights(tmp, overwrite=True)
+    print(f"Wrote {args.out} ({model.name}, {model.count_params():,} parameters, "
+          f"input {tuple(model.inputs[0].shape[1:])})")
+    return 0
+
+
+COMMANDS = {"convert": (configure, run)}

@@ -1,0 +1,41 @@
+"""Which exceptions are the user's to fix, and the one line the command line prints for them."""
+
+import sys
+
+USAGE_ERROR = 2
+FAILURE = 1
+# TensorFlow op errors that bad input causes (an undecodable image, a missing file in a
+# pipeline), by class name: TensorFlow is not imported here.
+_TF_INPUT_ERRORS = ("InvalidArgumentError", "NotFoundError", "UnknownError",
+                    "FailedPreconditionError", "OutOfRangeError", "DataLossError")
+
+
+def _tf_message(error):
+    """The readable part of a TensorFlow op error: no node names, no graph dumps."""
+    text = getattr(error, "message", str(error)).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else type(error).__name__
+    if first.startswith("{{"):
+        first = first.split("} ", 1)[-1]
+    if "Summarized data:" in first:  # a tf.debugging.Assert: its message is the data
+        first = " ".join([first.split("Summarized data:", 1)[1]] + lines[1:3])
+    return first.replace("[Op:", " [Op:").strip()
+
+
+def describe(error):
+    """`(message, exit status)` for an error the user can fix, or `(None, None)` for a bug
+    (which the command line re-raises with its traceback)."""
+    tf = sys.modules.get("tensorflow")
+    training = sys.modules.get("keras_vit.training.loop")
+    if training is not None and isinstance(error, training.TrainingDiverged):
+        return str(error), FAILURE
+    if isinstance(error, (ValueError, OSError)):
+        return str(error) or type(error).__name__, USAGE_ERROR
+    missing = error if isinstance(error, ModuleNotFoundError) else error.__cause__
+    if isinstance(error, ImportError) and isinstance(missing, ModuleNotFoundError) \
+            and not (missing.name or "keras_vit").startswith("keras_vit"):
+        return f"{error} (a package this command needs is not installed)", USAGE_ERROR
+    if tf is not None and type(error).__name__ in _TF_INPUT_ERRORS \
+            and isinstance(error, tf.errors.OpError):
+        return _tf_message(error), USAGE_ERROR
+    return None, None

@@ -1,0 +1,104 @@
+"""`keras-vit evaluate` and `keras-vit fewshot`: the paper's two metrics (section 4.1)."""
+
+import json
+
+from keras_vit.cli.common import (
+    add_class_names_argument,
+    add_data_arguments,
+    add_model_arguments,
+    class_names_from_args,
+    data_num_classes,
+    load_data,
+    model_from_args,
+    positive_int_arg,
+    undecodable_files_named,
+)
+
+
+def _add_common(parser):
+    add_model_arguments(parser)
+    add_data_arguments(parser)
+    parser.add_argument("--split", default="test",
+                        help="tfds split (test); for --folder: all (default), train or "
+                             "validation (the held-out 10%% of `train`)")
+
+
+def configure_evaluate(parser):
+    _add_common(parser)
+    add_class_names_argument(parser)
+    parser.add_argument("--out", default=None,
+                        help="write per_class_accuracy.csv and confusion_matrix.png here")
+
+
+def run_evaluate(args):
+    from keras_vit import distribute, evaluation
+
+    num_classes = data_num_classes(args)
+    strategy = distribute.get_strategy(args.strategy)
+    distribute.global_batch_size(args.batch_size, strategy)
+    with strategy.scope():
+        model, names = model_from_args(args, num_classes=num_classes, need_head=True)
+    data = load_data(args, args.split, False, strategy, tuple(model.inputs[0].shape[1:3]))
+    names = class_names_from_args(args, num_classes, data.class_names or names)
+    with undecodable_files_named(args):
+        report = evaluation.evaluate(model, data.dataset, class_names=names, out_dir=args.out,
+                                     progress=False)
+    print(json.dumps({"split": args.split, "examples": report["num_examples"],
+                      "loss": report["loss"], "accuracy": report["top1"], "top5": report["top5"],
+                      "files": report["files"]}))
+    return 0
+
+
+def _int_list(flag, text):
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag} must be positive integers separated by commas. Received: {text}")
+    return values
+
+
+def configure_fewshot(parser):
+    _add_common(parser)
+    parser.add_argument("--train-split", default="train",
+                        help="split the k images per class are drawn from (train)")
+    parser.add_argument("--shots", default="1,5,10,25", help="images per class (1,5,10,25)")
+    parser.add_argument("--l2", default=None, help="L2 regularisation values, comma-separated")
+    parser.add_argument("--cache", default=None,
+                        help="cache the features in this folder (keyed by model, weights and "
+                             "data)")
+    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1),
+                        help="progress bars: 0 or 1")
+
+
+def run_fewshot(args):
+    from keras_vit import distribute, evaluation
+
+    shots = _int_list("--shots", args.shots)
+    try:
+        l2_regs = [float(v) for v in args.l2.split(",")] if args.l2 else \
+            evaluation.DEFAULT_L2_REGS
+    except ValueError:
+        raise ValueError(f"--l2 must be numbers separated by commas. Received: {args.l2}") from None
+    data_num_classes(args)
+    strategy = distribute.get_strategy(args.strategy)
+    with strategy.scope():
+        model, _ = model_from_args(args, include_top=False)
+    size = tuple(model.inputs[0].shape[1:3])
+    features = {}
+    for role, split in (("train", args.train_split), ("test", args.split)):
+        data = load_data(args, split, False, strategy, size)
+        with undecodable_files_named(args):
+            features[role] = evaluation.extract_features(
+                model, data.dataset, cache=args.cache, cache_key=dict(
+                    role=role, split=split, dataset=args.dataset, folder=args.folder,
+                    weights=args.weights), progress=args.verbose > 0, strategy=strategy)
+    table = evaluation.fewshot_table(*features["train"], *features["test"], shots=shots,
+                                     l2_regs=l2_regs, seed=args.seed)
+    print(evaluation.format_fewshot_table(table))
+    return 0
+
+
+COMMANDS = {"evaluate": (configure_evaluate, run_evaluate),
+            "fewshot": (configure_fewshot, run_fewshot)}

@@ -1,0 +1,95 @@
+"""`keras-vit export OUTPUT`: a TF Serving SavedModel or a TFLite file."""
+
+import os
+import sys
+
+from keras_vit.cli.common import (
+    add_class_names_argument,
+    add_model_arguments,
+    class_names_from_args,
+    model_from_args,
+    positive_int_arg,
+)
+
+# Random images the TFLite export compares TFLite and Keras on.
+TFLITE_PARITY_IMAGES = 8
+
+
+def configure(parser):
+    parser.add_argument("output", help="SavedModel: the base folder (the version goes inside); "
+                                       "TFLite: the .tflite file")
+    add_model_arguments(parser)
+    parser.add_argument("--num-classes", type=positive_int_arg, default=None,
+                        help="head size for a variant without --weights (1000)")
+    parser.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model")
+    saved_model = parser.add_argument_group("SavedModel")
+    saved_model.add_argument("--version", type=int, help="the version folder (1)")
+    saved_model.add_argument("--overwrite", action="store_true",
+                             help="replace an existing version folder")
+    add_class_names_argument(saved_model)
+    saved_model.add_argument("--top-k", type=positive_int_arg,
+                             help="classes in top_k_* (5)")
+    saved_model.add_argument("--image-dtype", choices=("float32", "uint8"),
+                             help="dtype of predict_images' input (float32)")
+    saved_model.add_argument("--no-warmup", action="store_true",
+                             help="do not write assets.extra/tf_serving_warmup_requests")
+    saved_model.add_argument("--jit-compile", action="store_true",
+                             help="XLA-compile the forward pass (decoding stays on the CPU)")
+    saved_model.add_argument("--max-pixels", type=positive_int_arg,
+                             help="serving_default refuses larger images (64 million)")
+    tflite = parser.add_argument_group("TFLite")
+    tflite.add_argument("--quantize", choices=("dynamic-int8",),
+                        help="dynamic-range int8 weights (default: float32)")
+    tflite.add_argument("--parity-images", type=positive_int_arg,
+                        help=f"random images of the parity check against Keras "
+                             f"({TFLITE_PARITY_IMAGES})")
+
+
+def _check_format_args(args):
+    tflite_only = {"--quantize": args.quantize, "--parity-images": args.parity_images}
+    saved_model_only = {"--version": args.version, "--overwrite": args.overwrite,
+                        "--class-names": args.class_names, "--top-k": args.top_k,
+                        "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
+                        "--jit-compile": args.jit_compile, "--max-pixels": args.max_pixels}
+    wrong = tflite_only if args.format == "saved_model" else saved_model_only
+    given = [flag for flag, value in wrong.items() if value not in (None, False)]
+    if given:
+        raise ValueError(f"{', '.join(given)} does not apply to --format {args.format}.")
+
+
+def run(args):
+    _check_format_args(args)
+    import numpy as np
+
+    from keras_vit import export, images
+
+    model, checkpoint_names = model_from_args(args, num_classes=args.num_classes)
+    num_classes = model.outputs[0].shape[-1]
+    if args.format == "saved_model":
+        path = export.export_saved_model(
+            model, args.output, version=1 if args.version is None else args.version,
+            class_names=class_names_from_args(args, num_classes, checkpoint_names),
+            top_k=args.top_k or export.DEFAULT_TOP_K, image_dtype=args.image_dtype or "float32",
+            overwrite=args.overwrite, warmup=False if args.no_warmup else "auto",
+            jit_compile=args.jit_compile, max_pixels=args.max_pixels or images.DEFAULT_MAX_PIXELS)
+        print(f"SavedModel written to {path} (signatures {export.SERVING_SIGNATURE}, "
+              f"{export.IMAGES_SIGNATURE})")
+        return 0
+    export.export_tflite(model, args.output, quantize=args.quantize)
+    height, width, _ = export.check_model(model)
+    count = args.parity_images or TFLITE_PARITY_IMAGES
+    batch = np.random.default_rng(0).uniform(0, 255, (count, height, width, 3))
+    parity = export.tflite_parity(args.output, model, batch)
+    print(f"TFLite ({args.quantize or 'float32'}) written to {args.output}: "
+          f"{os.path.getsize(args.output):,} bytes")
+    print(f"parity with Keras on {parity['num_images']} random images: max |probability "
+          f"difference| {parity['max_abs_diff']:.3g}, top-1 agreement "
+          f"{parity['top1_agreement']:.1%}")
+    if args.quantize is None and not parity["max_abs_diff"] <= export.TFLITE_FLOAT_TOLERANCE:
+        print(f"keras-vit export: error: the float32 TFLite file differs from Keras by more "
+              f"than {export.TFLITE_FLOAT_TOLERANCE}", file=sys.stderr)
+        return 1
+    return 0
+
+
+COMMANDS = {"export": (configure, run)}

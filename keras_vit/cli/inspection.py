@@ -1,0 +1,50 @@
+"""`keras-vit inspect IMAGE... --out DIR`: attention maps and the paper's Figure 7."""
+
+from keras_vit.cli.common import add_model_arguments, check_model_flags, model_from_args
+
+
+def configure(parser):
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files to look at")
+    parser.add_argument("--out", required=True, help="folder for the four PNG figures")
+    add_model_arguments(parser)
+    parser.add_argument("--classifier", choices=("token", "gap"), default=None,
+                        help="for a variant --model: class token or global average pooling")
+    parser.add_argument("--layer", type=int, default=-1,
+                        help="encoder block of the single-layer attention map (default: last)")
+    parser.add_argument("--head", type=int, default=None,
+                        help="attention head of that map (default: mean of the heads)")
+    parser.add_argument("--gray", action="store_true",
+                        help="the model was trained on grey images: show the patch-embedding "
+                             "filters summed over the colour channels, as such images see them")
+
+
+def run(args):
+    import os
+
+    import numpy as np
+
+    from keras_vit import images, inspection
+
+    check_model_flags(args)
+    for path in args.images:  # all of them, before loading a model
+        if not os.path.isfile(os.path.expanduser(path)):
+            raise FileNotFoundError(f"Image file {path} does not exist.")
+    architecture = {"classifier": args.classifier} if args.classifier else None
+    model, _ = model_from_args(args, include_top=False, architecture=architecture)
+    if args.weights is None and not (args.model or "").endswith(".keras"):
+        print("note: no --weights; inspecting the model's initial weights")
+    geo = inspection.geometry(model)
+    inspection.check_layer_head(geo, args.layer, args.head)  # before reading any image
+    batch = np.stack([images.load_image(path, geo.image_size) for path in args.images])
+    results = inspection.inspect_model(model, np.asarray(images.preprocess_inputs(batch)),
+                                       args.out, layer=args.layer, head=args.head,
+                                       gray=args.gray)
+    for name, (path, _) in results.items():
+        print(f"{name:30} {path}")
+    if not inspection.has_rgb_filters(model):
+        print(f"{'patch_embedding_filters':30} none: a hybrid's patch embedding sees ResNet "
+              "features, not RGB pixels")
+    return 0
+
+
+COMMANDS = {"inspect": (configure, run)}

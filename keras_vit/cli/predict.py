@@ -1,0 +1,50 @@
+"""`keras-vit predict IMAGE...`: the top classes of each image."""
+
+from keras_vit.cli.common import (
+    add_class_names_argument,
+    add_model_arguments,
+    class_names_from_args,
+    check_model_flags,
+    model_from_args,
+    positive_int_arg,
+)
+
+
+def configure(parser):
+    parser.add_argument("images", nargs="+", metavar="IMAGE",
+                        help="JPEG, PNG, GIF, BMP or WebP files")
+    add_model_arguments(parser, "; with a variant --model and no --weights, its default")
+    add_class_names_argument(parser)
+    parser.add_argument("--top-k", "--top", dest="top_k", type=positive_int_arg, default=5,
+                        help="classes shown per image (5)")
+    parser.add_argument("--max-pixels", type=positive_int_arg, default=None,
+                        help="refuse images above this many pixels (default 64 million)")
+
+
+def run(args):
+    import os
+
+    import numpy as np
+
+    from keras_vit import images, labels
+
+    check_model_flags(args)
+    for path in args.images:  # all of them, before loading a model
+        if not os.path.isfile(os.path.expanduser(path)):
+            raise FileNotFoundError(f"Image file {path} does not exist.")
+    model, checkpoint_names = model_from_args(args, default_weights=True)
+    num_classes = model.outputs[0].shape[-1]
+    names = class_names_from_args(args, num_classes, checkpoint_names)
+    size = tuple(model.inputs[0].shape[1:3])
+    max_pixels = args.max_pixels or images.DEFAULT_MAX_PIXELS
+    batch = np.stack([images.load_image(path, size, max_pixels) for path in args.images])
+    logits = model.predict(images.preprocess_inputs(batch), verbose=0)
+    top = labels.decode_predictions(logits, top=min(args.top_k, num_classes), class_names=names)
+    for path, classes in zip(args.images, top):
+        print(path)
+        for class_id, name, probability in classes:
+            print(f"  {probability:7.2%}  {name} ({class_id})")
+    return 0
+
+
+COMMANDS = {"predict": (configure, run)}

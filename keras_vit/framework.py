@@ -1,0 +1,302 @@
+"""Every use of a private Keras or TensorFlow member, each behind a fallback to the public API.
+
+The rest of the package uses public API only. Each piece here names the private members it
+relies on, why (an upstream bug, or a benefit measured in BENCHMARKS.md), and what happens
+without them. `PRIVATE_MEMBERS` lists them all; `missing_private_members()` says which the
+installed Keras and TensorFlow lack, and `tests/test_framework.py` fails loudly on any, so that
+a framework release that changes them is noticed at once instead of making training silently
+slower or wrong.
+
+- `symbolic_build`: builds the optimizer, loss and metric state before the first training
+  step (Keras otherwise creates them inside the first traced step, and TensorFlow traces a
+  function that created variables twice). Fallback: build the optimizer state only.
+- `op_determinism_enabled`: whether `tf.config.experimental.enable_op_determinism()` is on,
+  under which Keras turns XLA off. Fallback: False.
+- `reduce_gradients_before_clipping`, `enable_multiworker_fit`: Keras 3 bugs under
+  tf.distribute (see each). Fallback: Keras' own behaviour, with a warning.
+- `AdamW`: Keras' AdamW update with shared scalars and TensorFlow's fused `ResourceApplyAdam`
+  kernel. Fallback: Keras' own update.
+"""
+
+import importlib
+import types
+import warnings
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+# Every private member used below, as (owner, attribute name).
+PRIVATE_MEMBERS = (
+    (keras.Model, "_symbolic_build"),
+    (keras.Model, "_maybe_symbolic_build"),
+    (keras.optimizers.Optimizer, "_all_reduce_sum_gradients"),
+    (keras.optimizers.AdamW, "_backend_update_step"),
+    (keras.optimizers.AdamW, "_apply_weight_decay"),
+    (keras.optimizers.AdamW, "_use_weight_decay"),
+    (keras.optimizers.AdamW, "_get_variable_index"),
+    ("tensorflow.python.framework.config", "is_op_determinism_enabled"),
+)
+# Attributes Keras sets on a built AdamW instance, also used below.
+ADAMW_STATE = ("_momentums", "_velocities")
+
+
+def _has(owner, name):
+    if isinstance(owner, str):
+        try:
+            owner = importlib.import_module(owner)
+        except ImportError:
+            return False
+    return hasattr(owner, name)
+
+
+def missing_private_members():
+    """The private members this module relies on that the installed frameworks lack, as
+    "owner.attribute" strings (empty when all are there)."""
+    missing = [f"{getattr(owner, '__name__', owner)}.{name}"
+               for owner, name in PRIVATE_MEMBERS if not _has(owner, name)]
+    probe = keras.optimizers.AdamW()
+    probe.build([keras.Variable([0.0])])
+    missing += [f"AdamW.{name}" for name in ADAMW_STATE if not hasattr(probe, name)]
+    return missing
+
+
+def _needs_patch(obj, marker, private, what):
+    """Whether `obj` still needs the patch named `what`: not yet applied (`marker` unset),
+    and the private member it replaces is there (else a warning, and Keras' behaviour)."""
+    if getattr(obj, marker, False):
+        return False
+    if not hasattr(obj, private):
+        _warn_fallback(what)
+        return False
+    return True
+
+
+def _warn_fallback(what):
+    warnings.warn(f"keras_vit: this Keras/TensorFlow release lacks a private member that "
+                  f"{what} uses; falling back to the public API.", RuntimeWarning, stacklevel=3)
+
+
+# --------------------------------------------------------------------------------------------
+# Start-up.
+
+
+def symbolic_build(model, inputs, labels):
+    """Builds `model`'s compiled loss, metrics and optimizer state from symbolic tensors
+    (Keras' `Model._symbolic_build`), so the first training step traces once."""
+    if hasattr(model, "_symbolic_build"):
+        model._symbolic_build(data_batch=(inputs, labels, None))
+        return
+    _warn_fallback("build_training_state")
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+
+
+def op_determinism_enabled():
+    """Whether TensorFlow's op determinism is on (its getter is not public)."""
+    try:
+        config = importlib.import_module("tensorflow.python.framework.config")
+    except ImportError:
+        return False
+    getter = getattr(config, "is_op_determinism_enabled", None)
+    return bool(getter()) if getter else False
+
+
+# --------------------------------------------------------------------------------------------
+# tf.distribute.
+
+
+def reduce_gradients_before_clipping(optimizer):
+    """Makes a Keras optimizer all-reduce gradients across replicas before clipping them.
+
+    Keras 3 clips each replica's gradients (`clipnorm`, `global_clipnorm`), then sums them in
+    `_backend_update_step`: each replica's share is clipped on its own, and the result
+    differs from one device. The paper's recipe clips the full-batch gradient at global norm
+    1. This patches the optimizer instance (or the inner optimizer of a `LossScaleOptimizer`):
+    in a replica context with several replicas, `apply` first sums the gradients across
+    replicas, then runs Keras' own clipping, weight decay and update on the sum, skipping the
+    second all-reduce. On one replica nothing changes.
+
+    Returns:
+        The optimizer.
+    """
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if not _needs_patch(inner, "_keras_vit_reduce_first", "_all_reduce_sum_gradients",
+                        "reduce_gradients_before_clipping"):
+        return optimizer
+    keras_apply = inner.apply
+    keras_all_reduce = inner._all_reduce_sum_gradients
+    reduced = []  # non-empty while `apply` runs on already-reduced gradients
+
+    def apply(grads, trainable_variables=None):
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return keras_apply(grads, trainable_variables)
+        variables = trainable_variables or inner._trainable_variables
+        grads = [g for g, _ in keras_all_reduce(list(zip(grads, variables)))]
+        reduced.append(True)
+        try:
+            return keras_apply(grads, trainable_variables)
+        finally:
+            reduced.pop()
+
+    def all_reduce_sum_gradients(grads_and_vars):
+        return list(grads_and_vars) if reduced else keras_all_reduce(grads_and_vars)
+
+    inner.apply = apply
+    inner._all_reduce_sum_gradients = all_reduce_sum_gradients
+    inner._keras_vit_reduce_first = True
+    return optimizer
+
+
+def _logs_as_vectors(step):
+    def wrapped(data):
+        # Each scalar log becomes [1]: the multi-worker reduction over axis 0 then averages
+        # the replicas' values instead of failing on a scalar.
+        return {k: tf.reshape(v, [1]) for k, v in step(data).items()}
+
+    return wrapped
+
+
+def enable_multiworker_fit(model):
+    """Makes `model.fit` / `evaluate` work under multi-worker MirroredStrategy.
+
+    Keras 3.15 `Model.fit` breaks under `MultiWorkerMirroredStrategy` with more than one worker
+    (keras-team/keras#20585), in two places of its TensorFlow trainer:
+
+    1. `_maybe_symbolic_build` reduces the first distributed batch with `strategy.reduce`
+       eagerly, which the collective strategy cannot do ("Attempt to convert a value
+       (PerReplica ...) to a Tensor");
+    2. `reduce_per_replica` reduces the scalar logs with `strategy.reduce("MEAN", v, axis=0)`,
+       and a scalar has no axis 0 ("Invalid reduction dimension 0 for input with 0
+       dimensions").
+
+    This fixes both on the model instance only: the symbolic build takes the first local
+    replica's batch (only its shapes matter), and the train and test steps return their logs
+    as `[1]` vectors, so that the reduction over axis 0 averages the replicas. Call it only
+    for a model created under a multi-worker strategy.
+
+    Returns:
+        The model.
+    """
+    if not _needs_patch(model, "_keras_vit_multiworker", "_maybe_symbolic_build",
+                        "enable_multiworker_fit"):
+        return model
+    strategy = model.distribute_strategy
+
+    def maybe_symbolic_build(self, iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, it in iterator:
+                batch = next(it)
+                data_batch = tf.nest.map_structure(
+                    lambda v: strategy.experimental_local_results(v)[0]
+                    if isinstance(v, tf.distribute.DistributedValues) else v,
+                    batch,
+                )
+                break
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    model._maybe_symbolic_build = types.MethodType(maybe_symbolic_build, model)
+    model.train_step = _logs_as_vectors(model.train_step)
+    model.test_step = _logs_as_vectors(model.test_step)
+    model._keras_vit_multiworker = True
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# The fused AdamW.
+
+
+def _fused_adamw_available():
+    return all(_has(keras.optimizers.AdamW, name) for name in (
+        "_backend_update_step", "_apply_weight_decay", "_use_weight_decay",
+        "_get_variable_index"))
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AdamW(keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW`, the same update built from fewer graph operations.
+
+    Keras' AdamW recomputes the bias-corrected step size, the learning rate (a schedule is
+    evaluated again for every variable) and the weight-decay factor per variable, and routes
+    each variable through `tf.distribute`'s update machinery: about 45 TensorFlow operations
+    per variable, which Python must create at every trace and XLA must compile. On
+    TensorFlow outside any distribution strategy, this class computes those scalars once per
+    step and updates each float32/float64 variable with one fused `ResourceApplyAdam` kernel
+    (the same formula as Keras: `m += (g - m)(1 - b1)`, `v += (g^2 - v)(1 - b2)`,
+    `w -= alpha m / (sqrt(v) + eps)` with `alpha = lr sqrt(1 - b2^t) / (1 - b1^t)`), after
+    the decoupled decay `w -= lr wd w`. BENCHMARKS.md has the operation counts and the start-up
+    and step times with each. The kernel computes `1 - b2` in float32 (0.00099998713, Keras
+    0.001): steps differ from Keras' in the sixth significant digit. Elsewhere (under a
+    strategy, including OneDeviceStrategy; other backends; `amsgrad`; a Keras release without
+    the private members used here) it is Keras' own AdamW, and sparse gradients and
+    float16/bfloat16 variables get Keras' per-variable update. Arguments and `get_config` are
+    those of `keras.optimizers.AdamW`.
+
+    ```python
+    optimizer = keras_vit.training.AdamW(learning_rate=1e-3, weight_decay=0.1)
+    ```
+    """
+
+    def _fused(self):
+        if keras.backend.backend() != "tensorflow" or self.amsgrad:
+            return False
+        if not _fused_adamw_available() or not all(hasattr(self, n) for n in ADAMW_STATE):
+            return False
+        # Variables created under a strategy (even when applied outside it) are distributed:
+        # Keras' path updates every copy, the fused kernel would update one.
+        default = tf.distribute.get_strategy()
+        return not tf.distribute.has_strategy() and getattr(
+            self, "_distribution_strategy", default) is default
+
+    def _apply_weight_decay(self, variables):
+        if not self._fused():
+            super()._apply_weight_decay(variables)
+        # else: applied per variable in `_backend_update_step`, before its Adam step
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if not self._fused():
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        scalars = {}
+        for grad, variable in zip(grads, trainable_variables):
+            dtype = variable.dtype
+            if dtype not in scalars:
+                lr = ops.cast(learning_rate, dtype)
+                step = ops.cast(self.iterations + 1, dtype)
+                beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
+                alpha = lr * ops.sqrt(1 - ops.power(beta_2, step)) / (1 - ops.power(beta_1, step))
+                decay = lr * ops.cast(self.weight_decay or 0.0, dtype)
+                scalars[dtype] = (alpha, decay, beta_1, beta_2, ops.cast(self.epsilon, dtype),
+                                  ops.zeros((), dtype))
+            alpha, decay, beta_1, beta_2, epsilon, zero = scalars[dtype]
+            # Keras' TensorFlow path matches exclusions against the tf.Variable's full name.
+            if self.weight_decay and self._use_weight_decay(getattr(variable, "value", variable)):
+                self.assign_sub(variable, variable * decay)  # decoupled: w -= lr wd w
+            distributed = isinstance(getattr(variable, "value", variable),
+                                     tf.distribute.DistributedValues)
+            if isinstance(grad, tf.IndexedSlices) or dtype not in ("float32", "float64") \
+                    or distributed:
+                # Keras' own update: sparse rows; in 16-bit dtypes 1 - b2 would round off;
+                # a distributed variable has one copy per replica.
+                self.update_step(grad, variable, learning_rate)
+                continue
+            index = self._get_variable_index(variable)
+            # With beta powers 0 the kernel's own bias correction is 1: its step is `alpha`.
+            tf.raw_ops.ResourceApplyAdam(
+                var=_handle(variable),
+                m=_handle(self._momentums[index]),
+                v=_handle(self._velocities[index]),
+                beta1_power=zero,
+                beta2_power=zero,
+                lr=alpha,
+                beta1=beta_1,
+                beta2=beta_2,
+                epsilon=epsilon,
+                grad=ops.cast(grad, dtype),
+            )
+
+
+def _handle(variable):
+    """The resource handle of a Keras (or TensorFlow) variable."""
+    return getattr(variable, "value", variable).handle

@@ -1,0 +1,49 @@
+"""Training: the paper's recipes, resumable runs, and `fit`, the one way to train.
+
+- `fit(model, train, validation, output_dir=...)`: the whole run (see `keras_vit.training.loop`).
+- Recipes (`keras_vit.training.recipes`): `compile_finetune`, `compile_pretrain`,
+  `compile_recipe`, `compile_model`, the optimizers, `WarmupDecay`, the loss, `set_precision`.
+- Callbacks (`keras_vit.training.callbacks`): `BackupAndRestore`, `BestCheckpoint`,
+  `training_callbacks`, for your own `model.fit`.
+"""
+
+from keras_vit.framework import AdamW
+from keras_vit.training.callbacks import (
+    BackupAndRestore,
+    BackupError,
+    BestCheckpoint,
+    backup_dir,
+    resume_epoch,
+    training_callbacks,
+)
+from keras_vit.training.loop import RunFinished, TrainingDiverged, fit, plan
+from keras_vit.training.recipes import (
+    DECAYS,
+    DEFAULT_LEARNING_RATES,
+    FINETUNE_BATCH_SIZE,
+    FINETUNE_GLOBAL_CLIPNORM,
+    FINETUNE_LEARNING_RATES,
+    FINETUNE_MOMENTUM,
+    FINETUNE_WARMUP_STEPS,
+    LINEAR_DECAY_END,
+    MAX_WARMUP_FRACTION,
+    PRECISIONS,
+    PRETRAIN_BETA_1,
+    PRETRAIN_BETA_2,
+    PRETRAIN_WARMUP_STEPS,
+    PRETRAIN_WEIGHT_DECAY,
+    RECIPES,
+    SparseCategoricalCrossentropy,
+    WarmupDecay,
+    accumulation_steps,
+    build_training_state,
+    compile_finetune,
+    compile_model,
+    compile_pretrain,
+    compile_recipe,
+    default_jit_compile,
+    default_warmup_steps,
+    finetune_optimizer,
+    pretrain_optimizer,
+    set_precision,
+)

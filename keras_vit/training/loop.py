@@ -1,0 +1,272 @@
+"""`keras_vit.training.fit`: the one way to train, from the command line, the examples and yours.
+
+```python
+with strategy.scope():                              # optional: a tf.distribute strategy
+    model = keras_vit.ViT_B16(num_classes=10, image_size=384, pretrained=True)
+train = keras_vit.data.from_tfds("cifar10", "train", image_size=384, batch_size=64,
+                                 strategy=strategy)
+val = keras_vit.data.from_tfds("cifar10", "validation", image_size=384, batch_size=64)
+summary = keras_vit.training.fit(model, train, val, output_dir="runs/cifar10", steps=10_000,
+                                 target_batch_size=512)
+```
+
+`fit` owns the whole sequence: the epochs/updates arithmetic, gradient accumulation, the
+recipe's compile in the model's strategy scope, resuming from `output_dir` (weights, optimizer
+and random state of the last finished epoch, and the data pipeline replayed from that epoch),
+the callbacks (backup, best checkpoint, TensorBoard, NaN guard), the final checkpoint, and a
+summary. Run the same call again after a crash and it continues; call it on a finished run and
+it says so instead of overwriting its results.
+
+Files under `output_dir`:
+
+- `final.npz`: the weights after the last epoch (official layout); `best.npz` and `best.json`:
+  the best epoch on `monitor`;
+- `config.json`: the `keras_vit.ViT` configuration and the class names, so that
+  `keras_vit.from_pretrained("output_dir/final.npz")` rebuilds the model with its names;
+- `run.json`: the run's settings and whether it finished; `backup/`: the resume state while
+  the run is unfinished; `logs/`: TensorBoard.
+"""
+
+import json
+import math
+import os
+import shutil
+import time
+
+import numpy as np
+
+from keras_vit import distribute
+from keras_vit.data import InputData
+from keras_vit.fileio import atomic_write_text, check_writable_dir
+from keras_vit.model import vit_config
+from keras_vit.training.callbacks import (
+    backup_dir,
+    finite_params,
+    resume_epoch,
+    training_callbacks,
+)
+from keras_vit.training.recipes import (
+    DEFAULT_LEARNING_RATES,
+    PRETRAIN_WEIGHT_DECAY,
+    RECIPES,
+    accumulation_steps,
+    compile_recipe,
+    default_warmup_steps,
+)
+from keras_vit.validation import check_choice, check_int, check_trainable_classes
+from keras_vit.weights import save_npz
+
+RUN_FILE = "run.json"
+CONFIG_FILE = "config.json"
+FINAL_FILE = "final.npz"
+BEST_FILE = "best.npz"
+# What `overwrite=True` removes from an output folder before starting over.
+RUN_OUTPUTS = (RUN_FILE, CONFIG_FILE, FINAL_FILE, BEST_FILE, "best.json", "backup")
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the weights became NaN or infinite; no final checkpoint was written."""
+
+
+class RunFinished(ValueError):
+    """`output_dir` holds a finished run; the message says how to train further."""
+
+
+def plan(steps_per_epoch, epochs=None, steps=None, accumulation=1):
+    """The run's length: `(epochs, updates)` from whole epochs of `steps_per_epoch` batches.
+
+    Give `epochs`, or `steps` (optimizer updates, rounded up to whole epochs). Each update
+    averages `accumulation` batches.
+    """
+    steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, 1)
+    accumulation = check_int("accumulation", accumulation, 1)
+    if (epochs is None) == (steps is None):
+        raise ValueError(f"Give exactly one of `epochs` and `steps`. Received: epochs={epochs!r}, "
+                         f"steps={steps!r}")
+    if epochs is None:
+        epochs = math.ceil(check_int("steps", steps, 1) * accumulation / steps_per_epoch)
+    epochs = check_int("epochs", epochs, 1)
+    updates = epochs * steps_per_epoch // accumulation
+    if updates < 1:
+        raise ValueError(f"{epochs} epochs of {steps_per_epoch} batches make no update of "
+                         f"{accumulation} batches. Expected more epochs or less accumulation.")
+    return epochs, updates
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is unreadable ({e}). Expected the JSON file keras_vit wrote; "
+                         "pass overwrite=True (--overwrite) to start the run over.") from None
+
+
+def _check_resume(output_dir, settings, overwrite):
+    """Refuses a finished run or a changed one; clears the folder with `overwrite`."""
+    run_path = os.path.join(output_dir, RUN_FILE)
+    if overwrite:
+        if distribute.is_chief():
+            for name in RUN_OUTPUTS:
+                path = os.path.join(output_dir, name)
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                elif os.path.exists(path):
+                    os.remove(path)
+        return
+    if not os.path.exists(run_path):
+        return
+    previous = _read_json(run_path)
+    if previous.get("finished"):
+        raise RunFinished(
+            f"The run in {output_dir} finished ({previous['settings']['epochs']} epochs); its "
+            f"weights are in {os.path.join(output_dir, FINAL_FILE)}. To train further, start a "
+            f"new run from them (--weights {os.path.join(output_dir, FINAL_FILE)} --output "
+            "NEW_FOLDER); to start this one over, pass overwrite=True (--overwrite).")
+    changed = {k: (previous["settings"].get(k), v) for k, v in settings.items()
+               if previous["settings"].get(k) != v}
+    if changed and os.path.exists(backup_dir(output_dir)):
+        details = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        raise ValueError(
+            f"The unfinished run in {output_dir} was started with other settings ({details}). "
+            "Resume it with the same settings, or pass overwrite=True (--overwrite) to start "
+            "over.")
+
+
+def _write_run(output_dir, settings, finished, model, class_names):
+    if not distribute.is_chief():
+        return
+    atomic_write_text(os.path.join(output_dir, RUN_FILE),
+                      json.dumps({"settings": settings, "finished": finished}, indent=1))
+    try:
+        config = vit_config(model)
+    except ValueError:
+        config = None  # not a keras_vit.ViT model: the .npz alone describes it
+    atomic_write_text(os.path.join(output_dir, CONFIG_FILE), json.dumps(
+        {"format": "keras_vit", "model": config, "class_names": list(class_names) or None},
+        indent=1))
+
+
+def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
+        recipe="finetune", learning_rate=None, warmup_steps=None,
+        weight_decay=PRETRAIN_WEIGHT_DECAY, target_batch_size=None, label_smoothing=0.0,
+        jit_compile=None, monitor=None, callbacks=(), verbose=1, overwrite=False):
+    """Trains `model` with one of the paper's recipes, resumably, and writes its checkpoints.
+
+    Args:
+        model: a `keras.Model` (built under `strategy.scope()` to train distributed).
+        train: `keras_vit.data.InputData` of a training pipeline (`training=True`).
+        validation: `InputData` of an evaluation pipeline, or None.
+        output_dir: str. The run's folder (see the module docstring).
+        epochs: int. Whole passes over `train`; or give `steps`.
+        steps: int. Optimizer updates, rounded up to whole epochs; or give `epochs`.
+        recipe: "finetune" (SGD momentum 0.9, clipping at 1, warm-up then cosine decay),
+            "pretrain" (AdamW, weight decay, warm-up then linear decay), or None to keep the
+            compile you gave the model. Defaults to "finetune".
+        learning_rate: float. Peak learning rate. Defaults to the recipe's (0.003, 1e-3).
+        warmup_steps: int. Linear warm-up updates. Defaults to the one rule of
+            `keras_vit.training.default_warmup_steps`: the paper's (500 fine-tuning, 10k
+            pre-training), at most 10% of the run's updates.
+        weight_decay: float. "pretrain" only. Defaults to 0.1.
+        target_batch_size: int or None. Reach this batch size per update by gradient
+            accumulation (a multiple of `train.batch_size`), e.g. the paper's 512.
+        label_smoothing: float in [0, 1). Defaults to 0.
+        jit_compile: bool or None. XLA; None picks what works under the model's strategy.
+        monitor: str or None. The log `best.npz` follows. Defaults to "val_accuracy" with
+            validation data, else "loss".
+        callbacks: more Keras callbacks.
+        verbose: 0, 1 or 2: Keras' progress output. Defaults to 1.
+        overwrite: bool. Start over in an `output_dir` that holds a run (removing its
+            checkpoints, backup and records). Defaults to False.
+
+    Returns:
+        dict: the summary also printed at the end (with `verbose`): `output_dir`, `epochs`,
+        `updates`, `resumed_at_epoch`, `final_weights`, `best_weights` (with `monitor`,
+        `best_value`, `best_epoch`), validation metrics, `seconds`.
+
+    Raises:
+        RunFinished: if `output_dir` holds a finished run and not `overwrite`.
+        TrainingDiverged: if the loss or weights became NaN or infinite (no final
+            checkpoint is written; `best.npz` keeps the best finite epoch).
+        ValueError: for bad arguments, an unwritable folder, or a backup made with other
+            settings.
+    """
+    start_time = time.perf_counter()
+    if not isinstance(train, InputData) or not train.training:
+        raise TypeError("`train` must be a training pipeline from keras_vit.data (training=True)"
+                        f". Received: {type(train).__name__}")
+    if validation is not None and (not isinstance(validation, InputData) or validation.training):
+        raise TypeError("`validation` must be an evaluation pipeline from keras_vit.data "
+                        f"(training=False) or None. Received: {type(validation).__name__}")
+    check_trainable_classes(train.num_classes)
+    if recipe is not None:
+        check_choice("recipe", recipe, RECIPES)
+    elif getattr(model, "optimizer", None) is None:
+        raise ValueError("recipe=None keeps your compile, but the model is not compiled.")
+    output_dir = check_writable_dir(output_dir)
+    accumulation = accumulation_steps(target_batch_size, train.batch_size) \
+        if target_batch_size else 1
+    epochs, updates = plan(train.steps_per_epoch, epochs, steps, accumulation)
+    if recipe is not None:
+        learning_rate = DEFAULT_LEARNING_RATES[recipe] if learning_rate is None else learning_rate
+        if warmup_steps is None:
+            warmup_steps = default_warmup_steps(recipe, updates)
+    settings = dict(epochs=epochs, updates=updates, steps_per_epoch=train.steps_per_epoch,
+                    batch_size=train.batch_size, accumulation=accumulation,
+                    examples=train.num_examples, recipe=recipe, learning_rate=learning_rate,
+                    warmup_steps=warmup_steps,
+                    weight_decay=weight_decay if recipe == "pretrain" else None,
+                    label_smoothing=label_smoothing)
+    _check_resume(output_dir, settings, overwrite)
+
+    start_epoch = resume_epoch(backup_dir(output_dir))
+    if recipe is not None:
+        with model.distribute_strategy.scope():
+            compile_recipe(model, recipe, updates, learning_rate, warmup_steps, weight_decay,
+                           accumulation, label_smoothing, jit_compile)
+    monitor = monitor or ("val_accuracy" if validation is not None else "loss")
+    class_names = train.class_names
+    _write_run(output_dir, settings, False, model, class_names)
+    if verbose:
+        print(f"Training {model.name} ({model.count_params():,} parameters) on "
+              f"{train.num_examples} examples, {train.num_classes} classes: {epochs} epochs of "
+              f"{train.steps_per_epoch} batches of {train.batch_size} x {accumulation} "
+              f"accumulation = {updates} updates; "
+              f"{model.distribute_strategy.num_replicas_in_sync} replica(s), XLA "
+              f"{model.jit_compile}" + (f"; resuming at epoch {start_epoch}" if start_epoch
+                                         else ""), flush=True)
+    history = model.fit(
+        train.from_epoch(start_epoch).dataset, steps_per_epoch=train.steps_per_epoch,
+        epochs=epochs, initial_epoch=start_epoch,
+        validation_data=validation.dataset if validation is not None else None,
+        callbacks=training_callbacks(output_dir, monitor) + list(callbacks), verbose=verbose,
+        shuffle=False)  # the pipelines shuffle (epoch-deterministically) themselves
+
+    losses = history.history.get("loss", [])
+    params = finite_params(model) if all(np.isfinite(losses)) else None
+    if params is None:
+        raise TrainingDiverged(
+            f"Training diverged in {output_dir}: the loss or the weights became NaN or infinite "
+            f"(losses per epoch: {[round(float(v), 4) for v in losses]}). No final checkpoint "
+            f"was written; {os.path.join(output_dir, BEST_FILE)} keeps the best finite epoch, "
+            "if any. Try a lower learning rate (--lr) or more warm-up.")
+    final = os.path.join(output_dir, FINAL_FILE)
+    if distribute.is_chief():
+        save_npz(params, final)
+    _write_run(output_dir, settings, True, model, class_names)
+    shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
+
+    summary = dict(output_dir=output_dir, epochs=epochs, updates=updates,
+                   resumed_at_epoch=start_epoch, final_weights=final)
+    best_record = os.path.join(output_dir, "best.json")
+    if os.path.exists(best_record):
+        record = _read_json(best_record)
+        summary.update(best_weights=os.path.join(output_dir, BEST_FILE), monitor=monitor,
+                       best_value=record["value"], best_epoch=record["epoch"])
+    if validation is not None:
+        results = model.evaluate(validation.dataset, verbose=0, return_dict=True)
+        summary.update({f"validation_{k}": float(v) for k, v in results.items()})
+    summary["seconds"] = round(time.perf_counter() - start_time, 1)
+    if verbose:
+        print(json.dumps(summary))
+    return summary

@@ -1,0 +1,367 @@
+"""The paper's training recipes: optimizers, schedules, loss, compile.
+
+`keras_vit.training.fit` applies them; `compile_finetune` / `compile_pretrain` compile a model
+the same way for your own `model.fit`.
+
+- Fine-tuning (paper appendix B.1.1): SGD with momentum 0.9, no weight decay, gradients
+  clipped at global norm 1, linear warmup (500 steps) then cosine decay to 0, batch 512
+  (reached with gradient accumulation), learning rate from {0.001, 0.003, 0.01, 0.03}.
+- Pre-training (paper appendix B.1): Adam with b1 0.9, b2 0.999, decoupled weight decay 0.1
+  (Keras `AdamW`: `w -= lr * wd * w`, as the Flax optimizer the paper used), linear warmup
+  (10k steps) then linear decay to 1e-5, batch 4096, dropout per variant (the variant
+  table's `dropout_rate`).
+
+Schedules count optimizer updates: under gradient accumulation (Keras evaluates the schedule
+at every micro-batch) `WarmupDecay(steps_per_update=k)` divides the counter by k, so that
+update n uses the learning rate of step n exactly as without accumulation.
+
+XLA (`jit_compile=True`) is on by default where it works in Keras 3.15 / TensorFlow 2.21: on
+one device (CPU or GPU, default strategy or OneDeviceStrategy). Under MirroredStrategy over
+several devices, Keras' XLA-compiled step reads the other replicas' variables across devices
+and fails ("Trying to access resource ... located in device ... CPU:1 from device ... CPU:0");
+under MultiWorkerMirroredStrategy on CPUs XLA has no collectives ("Collectives are not yet
+implemented for CPU devices when compiling with XLA"). The default is therefore False with
+more than one replica (TPUStrategy always compiles with XLA), and under
+`tf.config.experimental.enable_op_determinism()`, which Keras does not combine with XLA.
+"""
+
+import math
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_vit import distribute, framework
+from keras_vit.framework import AdamW
+from keras_vit.validation import (
+    check_choice,
+    check_int,
+    check_number,
+    check_positive_number,
+)
+
+_register = keras.saving.register_keras_serializable(package="keras_vit")
+
+# Fine-tuning, paper appendix B.1.1 and vit_jax configs/common.py.
+FINETUNE_MOMENTUM = 0.9
+FINETUNE_GLOBAL_CLIPNORM = 1.0
+FINETUNE_WARMUP_STEPS = 500
+FINETUNE_BATCH_SIZE = 512
+FINETUNE_LEARNING_RATES = (0.001, 0.003, 0.01, 0.03)
+# Pre-training, paper appendix B.1.
+PRETRAIN_BETA_1 = 0.9
+PRETRAIN_BETA_2 = 0.999
+PRETRAIN_WEIGHT_DECAY = 0.1
+PRETRAIN_WARMUP_STEPS = 10_000
+# The one warm-up rule for runs shorter than the paper's: at most this fraction of the updates.
+MAX_WARMUP_FRACTION = 0.1
+RECIPES = ("finetune", "pretrain")
+DEFAULT_LEARNING_RATES = {"finetune": 0.003, "pretrain": 1e-3}
+# vit_jax `create_learning_rate_schedule(linear_end=1e-5)`: the linear decay's final value.
+LINEAR_DECAY_END = 1e-5
+DECAYS = ("cosine", "linear")
+PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+
+
+@_register
+class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup, then cosine or linear decay: vit_jax `create_learning_rate_schedule`.
+
+    At optimizer step s (counted from 0), with p = clip((s - warmup) / (total - warmup), 0, 1):
+    cosine: lr * (1 + cos(pi p)) / 2; linear: end + (lr - end) (1 - p); both multiplied by
+    min(1, s / warmup) when warmup > 0 (so step 0 has learning rate 0, as in vit_jax).
+
+    Args:
+        learning_rate: float. Peak (base) learning rate.
+        total_steps: int. Optimizer steps of the whole run.
+        warmup_steps: int. Linear warmup steps. Defaults to 0.
+        decay: str. "cosine" or "linear". Defaults to "cosine".
+        end_learning_rate: float. Final value of the linear decay. Defaults to 1e-5.
+        steps_per_update: int. Micro-batches per optimizer update under gradient
+            accumulation: the step counter Keras passes is divided by it. Defaults to 1.
+
+    Example:
+    >>> schedule = WarmupDecay(0.03, total_steps=10_000, warmup_steps=500)
+    >>> float(schedule(500))  # doctest: +SKIP
+    0.03
+    """
+
+    def __init__(self, learning_rate, total_steps, warmup_steps=0, decay="cosine",
+                 end_learning_rate=LINEAR_DECAY_END, steps_per_update=1):
+        self.learning_rate = check_positive_number("learning_rate", learning_rate)
+        self.total_steps = check_int("total_steps", total_steps, 1)
+        self.warmup_steps = check_int("warmup_steps", warmup_steps, 0)
+        self.steps_per_update = check_int("steps_per_update", steps_per_update, 1)
+        if warmup_steps >= total_steps:
+            raise ValueError(
+                f"warmup_steps {warmup_steps} must be smaller than total_steps {total_steps}."
+            )
+        self.decay = check_choice("decay", decay, DECAYS)
+        self.end_learning_rate = check_number("end_learning_rate", end_learning_rate, 0.0)
+
+    def __call__(self, step):
+        step = ops.cast(ops.floor_divide(step, self.steps_per_update), "float32")
+        progress = (step - self.warmup_steps) / float(self.total_steps - self.warmup_steps)
+        progress = ops.clip(progress, 0.0, 1.0)
+        if self.decay == "cosine":
+            lr = self.learning_rate * 0.5 * (1.0 + ops.cos(math.pi * progress))
+        else:
+            end = self.end_learning_rate
+            lr = end + (self.learning_rate - end) * (1.0 - progress)
+        if self.warmup_steps:
+            lr = lr * ops.minimum(1.0, step / self.warmup_steps)
+        return lr
+
+    CONFIG_ARGS = ("learning_rate", "total_steps", "warmup_steps", "decay", "end_learning_rate",
+                   "steps_per_update")
+
+    def get_config(self):
+        return {name: getattr(self, name) for name in self.CONFIG_ARGS}
+
+
+def accumulation_steps(target_batch_size, batch_size):
+    """Micro-batches per update so that `batch_size` reaches `target_batch_size` (e.g. 512).
+
+    Raises:
+        ValueError: if `target_batch_size` is not a multiple of `batch_size`.
+    """
+    check_int("batch_size", batch_size, 1)
+    check_int("target_batch_size", target_batch_size, 1)
+    if target_batch_size % batch_size:
+        raise ValueError(
+            f"target_batch_size {target_batch_size} is not a multiple of batch_size "
+            f"{batch_size}. Expected a batch size dividing {target_batch_size}."
+        )
+    return target_batch_size // batch_size
+
+
+def default_warmup_steps(recipe, total_updates):
+    """The one warm-up rule: the recipe's warm-up (500 updates fine-tuning, 10k pre-training,
+    as in the paper), capped at `MAX_WARMUP_FRACTION` (10%) of the run's updates so that short
+    runs spend most of their updates after it."""
+    check_choice("recipe", recipe, RECIPES)
+    paper = FINETUNE_WARMUP_STEPS if recipe == "finetune" else PRETRAIN_WARMUP_STEPS
+    return min(paper, int(check_int("total_updates", total_updates, 1) * MAX_WARMUP_FRACTION))
+
+
+def finetune_optimizer(learning_rate=0.003, total_steps=10_000, warmup_steps=FINETUNE_WARMUP_STEPS,
+                       accumulation_steps=1, momentum=FINETUNE_MOMENTUM,
+                       global_clipnorm=FINETUNE_GLOBAL_CLIPNORM):
+    """The paper's fine-tuning optimizer: SGD momentum 0.9, clip 1.0, warmup + cosine.
+
+    Args:
+        learning_rate: float. Peak learning rate; the paper sweeps
+            `FINETUNE_LEARNING_RATES`. Defaults to 0.003.
+        total_steps: int. Optimizer updates (10k for CIFAR, 20k for ImageNet in the paper).
+        warmup_steps: int. Defaults to 500.
+        accumulation_steps: int. Micro-batches averaged per update (Keras'
+            `gradient_accumulation_steps`); the clipping applies to the averaged gradient.
+            Defaults to 1.
+        momentum: float. Defaults to 0.9.
+        global_clipnorm: float or None. Defaults to 1.0.
+
+    Returns:
+        A `keras.optimizers.SGD` without weight decay.
+    """
+    check_int("accumulation_steps", accumulation_steps, 1)
+    return keras.optimizers.SGD(
+        learning_rate=WarmupDecay(learning_rate, total_steps, warmup_steps, "cosine",
+                                  steps_per_update=accumulation_steps),
+        momentum=momentum,
+        global_clipnorm=global_clipnorm,
+        gradient_accumulation_steps=accumulation_steps if accumulation_steps > 1 else None,
+    )
+
+
+def pretrain_optimizer(learning_rate=1e-3, total_steps=100_000, warmup_steps=PRETRAIN_WARMUP_STEPS,
+                       weight_decay=PRETRAIN_WEIGHT_DECAY, accumulation_steps=1,
+                       beta_1=PRETRAIN_BETA_1, beta_2=PRETRAIN_BETA_2, global_clipnorm=None):
+    """The paper's pre-training optimizer: Adam (0.9, 0.999), decoupled weight decay 0.1,
+    linear warmup then linear decay.
+
+    Args:
+        learning_rate: float. Peak learning rate. Defaults to 1e-3.
+        total_steps: int. Optimizer updates.
+        warmup_steps: int. Defaults to 10k (use fewer for short runs).
+        weight_decay: float. Decoupled, scaled by the learning rate. Defaults to 0.1.
+        accumulation_steps: int. Defaults to 1.
+        beta_1, beta_2: floats. Defaults to 0.9 and 0.999.
+        global_clipnorm: float or None. Defaults to None (the paper clips when fine-tuning).
+
+    Returns:
+        A `keras_vit.training.AdamW`.
+    """
+    check_int("accumulation_steps", accumulation_steps, 1)
+    return AdamW(
+        learning_rate=WarmupDecay(learning_rate, total_steps, warmup_steps, "linear",
+                                  steps_per_update=accumulation_steps),
+        weight_decay=weight_decay,
+        beta_1=beta_1,
+        beta_2=beta_2,
+        global_clipnorm=global_clipnorm,
+        gradient_accumulation_steps=accumulation_steps if accumulation_steps > 1 else None,
+    )
+
+
+@_register
+class SparseCategoricalCrossentropy(keras.losses.Loss):
+    """Cross-entropy from logits and integer labels, with optional label smoothing.
+
+    Keras' own sparse cross-entropy has no label smoothing; this one smooths the one-hot
+    target to `(1 - s) * onehot + s / num_classes`, as `CategoricalCrossentropy` does.
+
+    Args:
+        label_smoothing: float in [0, 1). Defaults to 0.
+    """
+
+    def __init__(self, label_smoothing=0.0, name="sparse_categorical_crossentropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = check_number("label_smoothing", label_smoothing, 0.0, 1.0)
+
+    def call(self, y_true, y_pred):
+        # y_true = [B] integer labels, y_pred = [B, K] logits
+        y_true = ops.reshape(ops.cast(y_true, "int32"), (-1,))
+        if not self.label_smoothing:
+            return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+        onehot = ops.one_hot(y_true, ops.shape(y_pred)[-1], dtype=y_pred.dtype)  # [B, K]
+        return keras.losses.categorical_crossentropy(
+            onehot, y_pred, from_logits=True, label_smoothing=self.label_smoothing
+        )
+
+    def get_config(self):
+        return dict(super().get_config(), label_smoothing=self.label_smoothing)
+
+
+def set_precision(precision):
+    """Sets Keras' global dtype policy; call before building the model.
+
+    Args:
+        precision: str. "float32", "bfloat16" (mixed, bf16 compute) or "float16" (mixed,
+            fp16 compute; `compile_model` then uses dynamic loss scaling).
+
+    Returns:
+        str. The policy name set.
+    """
+    check_choice("precision", precision, tuple(PRECISIONS))
+    keras.config.set_dtype_policy(PRECISIONS[precision])
+    return PRECISIONS[precision]
+
+
+def default_jit_compile(strategy=None):
+    """Whether XLA works for `fit` under `strategy` here (see the module docstring)."""
+    if framework.op_determinism_enabled():
+        return False  # Keras turns XLA off under op determinism (not every op supports it)
+    strategy = strategy or tf.distribute.get_strategy()
+    return strategy.num_replicas_in_sync == 1 or isinstance(strategy, tf.distribute.TPUStrategy)
+
+
+def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metrics=("accuracy",),
+                  steps_per_execution=1):
+    """Compiles `model` for classification with integer labels.
+
+    Call it under the strategy's scope when training distributed. Under mixed float16
+    Keras wraps the optimizer in a `LossScaleOptimizer` (dynamic loss scaling). It applies
+    the fixes of `keras_vit.framework` for Keras under tf.distribute (gradients summed across
+    replicas before they are clipped; `fit` under multi-worker MirroredStrategy), and builds
+    the training state before the first step (`build_training_state`).
+
+    Args:
+        model: a `keras.Model` with float32 logits.
+        optimizer: a `keras.optimizers.Optimizer` (e.g. from `finetune_optimizer`).
+        label_smoothing: float in [0, 1). Defaults to 0.
+        jit_compile: bool or None. XLA; None picks `default_jit_compile` of the model's
+            strategy.
+        metrics: sequence of Keras metrics. Defaults to ("accuracy",).
+        steps_per_execution: int. Steps per compiled call. Defaults to 1.
+
+    Returns:
+        The model.
+    """
+    if jit_compile is None:
+        jit_compile = default_jit_compile(model.distribute_strategy)
+    model.compile(
+        optimizer=optimizer,
+        loss=SparseCategoricalCrossentropy(label_smoothing),
+        metrics=list(metrics),
+        jit_compile=jit_compile,
+        steps_per_execution=steps_per_execution,
+    )
+    framework.reduce_gradients_before_clipping(model.optimizer)
+    if distribute.is_multiworker(model.distribute_strategy):
+        framework.enable_multiworker_fit(model)
+    build_training_state(model)
+    return model
+
+
+def build_training_state(model, labels=None):
+    """Creates the optimizer's, loss's and metrics' variables of a compiled `model` now.
+
+    Without a distribution strategy Keras creates them inside the first traced training step,
+    and TensorFlow traces a `tf.function` that created variables a second time (BENCHMARKS.md
+    has the cost). `compile_model` calls this; call it after your own `model.compile` to get
+    the same. Under a strategy it builds in the strategy's scope, as Keras would. A model whose
+    layers are not all built (a Sequential without an `Input`, say) is left for Keras to
+    build at the first step.
+
+    Args:
+        model: a compiled `keras.Model`.
+        labels: `keras.KerasTensor` (or anything with `shape` and `dtype`) describing a batch
+            of labels, for building the loss and metrics. Defaults to integer class ids of
+            shape `[B]` (what `compile_model`'s loss takes); pass
+            `keras.KerasTensor((None, K), "float32")` for one-hot labels.
+
+    Returns:
+        The model.
+    """
+    if getattr(model, "optimizer", None) is None:
+        raise ValueError(f"Model {model.name!r} is not compiled: call `model.compile` first.")
+    if not model.built or not all(layer.built for layer in model.layers):
+        return model  # its variables do not all exist yet: Keras builds at the first step
+    with model.distribute_strategy.scope():
+        inputs = getattr(model, "inputs", None)
+        if inputs and len(inputs) == 1:
+            if labels is None:
+                labels = keras.KerasTensor((inputs[0].shape[0],), "int32")
+            framework.symbolic_build(model, inputs[0], labels)
+        elif not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def compile_finetune(model, learning_rate=0.003, total_steps=10_000,
+                     warmup_steps=FINETUNE_WARMUP_STEPS, accumulation_steps=1, label_smoothing=0.0,
+                     jit_compile=None):
+    """`compile_model` with `finetune_optimizer`: the paper's fine-tuning recipe in one call."""
+    optimizer = finetune_optimizer(learning_rate, total_steps, warmup_steps, accumulation_steps)
+    return compile_model(model, optimizer, label_smoothing, jit_compile)
+
+
+def compile_pretrain(model, learning_rate=1e-3, total_steps=100_000,
+                     warmup_steps=PRETRAIN_WARMUP_STEPS, weight_decay=PRETRAIN_WEIGHT_DECAY,
+                     accumulation_steps=1, label_smoothing=0.0, jit_compile=None):
+    """`compile_model` with `pretrain_optimizer`: the paper's pre-training recipe in one call.
+
+    Build the model with the variant's dropout (`keras_vit.create_model` does).
+    """
+    optimizer = pretrain_optimizer(learning_rate, total_steps, warmup_steps, weight_decay,
+                                   accumulation_steps)
+    return compile_model(model, optimizer, label_smoothing, jit_compile)
+
+
+def compile_recipe(model, recipe, total_steps, learning_rate=None, warmup_steps=None,
+                   weight_decay=PRETRAIN_WEIGHT_DECAY, accumulation_steps=1, label_smoothing=0.0,
+                   jit_compile=None):
+    """`compile_finetune` or `compile_pretrain` by name, with the recipe's learning rate and
+    the one warm-up rule (`default_warmup_steps`) where they are not given."""
+    check_choice("recipe", recipe, RECIPES)
+    learning_rate = DEFAULT_LEARNING_RATES[recipe] if learning_rate is None else learning_rate
+    if warmup_steps is None:
+        warmup_steps = default_warmup_steps(recipe, total_steps)
+    common = dict(learning_rate=learning_rate, total_steps=total_steps, warmup_steps=warmup_steps,
+                  accumulation_steps=accumulation_steps, label_smoothing=label_smoothing,
+                  jit_compile=jit_compile)
+    if recipe == "finetune":
+        return compile_finetune(model, **common)
+    return compile_pretrain(model, weight_decay=weight_decay, **common)

@@ -1,0 +1,43 @@
+"""Pretrained weights: the official `.npz` format and its key map, the registry, downloads.
+
+- `keymap`: model variables to checkpoint keys, by renaming rules on Keras' variable paths;
+- `npz`: reading (validated, never unpickling) and writing `.npz` files;
+- `layouts`: other layouts rewritten to the official one, position-embedding resizing, the
+  architecture read off a file;
+- `loading`: all-or-nothing loading into a model;
+- `registry`, `download`, `sources`: names, the cache, and where weights come from.
+"""
+
+from keras_vit.weights.download import cache_dir
+from keras_vit.weights.errors import CheckpointError, DownloadError
+from keras_vit.weights.keymap import checkpoint_key, checkpoint_variables, model_params
+from keras_vit.weights.layouts import config_from_params, resize_pos_embedding
+from keras_vit.weights.loading import load_params
+from keras_vit.weights.npz import read_npz, save_npz
+from keras_vit.weights.registry import (
+    default_checkpoint,
+    get_checkpoint,
+    list_checkpoints,
+    register_checkpoint,
+)
+from keras_vit.weights.sources import fetch_params, load_pretrained
+
+__all__ = [
+    "CheckpointError",
+    "DownloadError",
+    "cache_dir",
+    "checkpoint_key",
+    "checkpoint_variables",
+    "config_from_params",
+    "default_checkpoint",
+    "fetch_params",
+    "get_checkpoint",
+    "list_checkpoints",
+    "load_params",
+    "load_pretrained",
+    "model_params",
+    "read_npz",
+    "register_checkpoint",
+    "resize_pos_embedding",
+    "save_npz",
+]

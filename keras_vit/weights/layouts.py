@@ -1,0 +1,187 @@
+"""Checkpoint layouts: rewriting the ones found in the wild to the official one, resizing the
+position embedding, and reading the architecture off a file's array shapes.
+
+The canonical layout is the one of google-research/vision_transformer (`vit_jax`):
+
+    embedding/{kernel,bias}, cls, Transformer/posembed_input/pos_embedding,
+    Transformer/encoderblock_{i}/{LayerNorm_0,MultiHeadDotProductAttention_1,LayerNorm_2,
+    MlpBlock_3}/..., Transformer/encoder_norm/{scale,bias}, pre_logits/..., head/...
+
+and, for the hybrids, `conv_root/kernel`, `gn_root/...`, `block{s}/unit{u}/...` before them.
+"""
+
+import re
+
+import numpy as np
+
+from keras_vit.weights.errors import CheckpointError
+
+POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+BLOCK_KEY = re.compile(r"Transformer/encoderblock_(\d+)/")
+UNIT_KEY = re.compile(r"^block(\d+)/unit(\d+)/")
+
+
+_BIG_VISION_BLOCK = {
+    "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
+    "LayerNorm_1": "LayerNorm_2",
+    "MlpBlock_0": "MlpBlock_3",
+}
+
+
+def canonicalize(params):
+    """Rewrites known checkpoint layouts to the canonical `vit_jax` one.
+
+    Handled: the `opt/target/` prefix (Flax optimizer state files); big_vision files (`params/`
+    prefix, top-level `pos_embedding` of the patches only, blocks numbered
+    `MultiHeadDotProductAttention_0` / `LayerNorm_1` / `MlpBlock_0`); scanned files
+    (`Transformer/encoderblock/...` with a leading layer axis).
+
+    Returns:
+        (params, big_vision): the canonical dict, and whether the file was in the big_vision
+        layout (whose position embedding does not cover the class token).
+    """
+    out = {}
+    big_vision = False
+    for key, value in params.items():
+        for prefix in ("opt/target/", "params/"):
+            if key.startswith(prefix):
+                key = key[len(prefix) :]
+                big_vision = big_vision or prefix == "params/"
+        if key == "pos_embedding":
+            key, big_vision = POSEMB_KEY, True
+        parts = key.split("/")
+        if len(parts) > 2 and parts[0] == "Transformer" and parts[1].startswith("encoderblock"):
+            if parts[2] in _BIG_VISION_BLOCK:
+                parts[2] = _BIG_VISION_BLOCK[parts[2]]
+                big_vision = True
+            if parts[1] == "encoderblock":  # scanned: one array with a leading layer axis
+                for i, layer_value in enumerate(value):
+                    out["/".join(["Transformer", f"encoderblock_{i}", *parts[2:]])] = layer_value
+                continue
+        out["/".join(parts)] = value
+    return out, big_vision
+
+
+def resize_pos_embedding(posemb, grid, has_class_token):
+    """Resizes a position embedding to a new patch grid as the official code does.
+
+    The patch part is treated as a square 2D grid and resized with linear interpolation
+    (`scipy.ndimage.zoom(order=1)` semantics: the corner positions map onto each other); the
+    class-token position is kept as is.
+
+    Args:
+        posemb: array (1, N[+1], D).
+        grid: (rows, cols) of the target patch grid.
+        has_class_token: bool. Whether position 0 belongs to the class token.
+
+    Returns:
+        Array (1, rows*cols[+1], D).
+    """
+    token, patches = (posemb[:, :1], posemb[0, 1:]) if has_class_token else (None, posemb[0])
+    old = int(round(np.sqrt(len(patches))))
+    if old * old != len(patches):
+        raise CheckpointError(
+            f"Cannot resize a position embedding of {len(patches)} patch positions: "
+            "expected a square grid."
+        )
+    patches = patches.reshape(old, old, -1).astype(np.float64)
+    for axis, new in enumerate(grid):
+        patches = _linear_resize(patches, new, axis)
+    patches = patches.reshape(1, grid[0] * grid[1], -1).astype(posemb.dtype)
+    return patches if token is None else np.concatenate([token, patches], axis=1)
+
+
+def _linear_resize(x, new, axis):
+    old = x.shape[axis]
+    if new == old:
+        return x
+    # Output index o samples input coordinate o * (old - 1) / (new - 1) (scipy's zoom).
+    coords = np.arange(new) * ((old - 1) / (new - 1) if new > 1 else 0.0)
+    low = np.clip(np.floor(coords).astype(int), 0, old - 1)
+    high = np.minimum(low + 1, old - 1)
+    frac = (coords - low).reshape([-1 if a == axis else 1 for a in range(x.ndim)])
+    return np.take(x, low, axis=axis) * (1 - frac) + np.take(x, high, axis=axis) * frac
+
+
+def describe(params):
+    """A short description of the architecture a params dict belongs to, for error messages."""
+    kernel = params.get("embedding/kernel")
+    blocks = {k.split("/")[1] for k in params if BLOCK_KEY.match(k)}
+    if kernel is None or np.ndim(kernel) != 4:
+        return f"{len(blocks)} encoder blocks"
+    return (
+        f"patch {kernel.shape[0]}x{kernel.shape[1]}, width {kernel.shape[-1]}, {len(blocks)} blocks"
+    )
+
+
+def _backbone(params):
+    """The hybrid ResNet's `ViT(backbone=...)` argument read off the file, or None."""
+    if "conv_root/kernel" not in params:
+        return None
+    units = {}
+    for key in params:
+        match = UNIT_KEY.match(key)
+        if match:
+            stage, unit = int(match[1]), int(match[2])
+            units[stage] = max(units.get(stage, 0), unit)
+    width = int(params["conv_root/kernel"].shape[-1])
+    backbone = {"num_layers": tuple(units[s] for s in sorted(units))}
+    if width != 64:
+        backbone["width_factor"] = width // 64
+    return backbone
+
+
+def config_from_params(params, image_size=None):
+    """Reads the `keras_vit.ViT` arguments off a checkpoint's array shapes.
+
+    Everything is in the shapes: patch size and width (embedding kernel), depth (number of
+    blocks), heads (query kernel), MLP width, class token, representation size, number of
+    classes, the hybrid's ResNet stages (`block{s}/unit{u}` keys) and the resolution (the
+    position embedding, assumed a square grid unless `image_size` is given). What the shapes
+    cannot tell (the GELU form, dropout) keeps `keras_vit.ViT`'s defaults.
+
+    Raises:
+        CheckpointError: if the arrays are not a ViT checkpoint, or the grid is not square
+            and no `image_size` is given.
+    """
+    params, big_vision = canonicalize(params)
+    try:
+        kernel = params["embedding/kernel"]
+        query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
+        mlp = params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"]
+        posemb = params[POSEMB_KEY]
+    except KeyError as e:
+        raise CheckpointError(f"Not a ViT checkpoint: no {e.args[0]!r} array.") from None
+    if np.ndim(kernel) != 4 or np.ndim(query) != 3 or np.ndim(posemb) != 3:
+        raise CheckpointError(
+            f"Not a ViT checkpoint: embedding/kernel {np.shape(kernel)}, query kernel "
+            f"{np.shape(query)}, position embedding {np.shape(posemb)}. Expected 4, 3 and 3 axes.")
+    has_cls = "cls" in params
+    backbone = _backbone(params)
+    stride = 1
+    if backbone is not None:
+        stride = 4 * 2 ** max(len(backbone["num_layers"]) - 1, 0)
+    patches = posemb.shape[1] - (has_cls and not big_vision)
+    grid = int(round(np.sqrt(patches)))
+    if image_size is None and grid * grid != patches:
+        raise CheckpointError(
+            f"The position embedding covers {patches} patches, not a square grid; pass the "
+            "image size explicitly.")
+    blocks = {BLOCK_KEY.match(k)[1] for k in params if BLOCK_KEY.match(k)}
+    head = params.get("head/kernel")
+    representation = params.get("pre_logits/kernel")
+    config = dict(
+        image_size=image_size or int(grid * kernel.shape[0] * stride),
+        patch_size=(int(kernel.shape[0]), int(kernel.shape[1])),
+        hidden_size=int(kernel.shape[-1]),
+        num_layers=len(blocks),
+        num_heads=int(query.shape[1]),
+        mlp_dim=int(mlp.shape[1]),
+        num_classes=None if head is None else int(head.shape[-1]),
+        include_top=head is not None,
+        classifier="token" if has_cls else "gap",
+        representation_size=None if representation is None else int(representation.shape[-1]),
+    )
+    if backbone is not None:
+        config["backbone"] = backbone
+    return config

@@ -1,0 +1,150 @@
+"""Loading a checkpoint's arrays into a model: all or nothing.
+
+Every model variable must come from the file and every file array must be used, except `head`
+and `pre_logits`, which load only where model and file agree (fine-tuning replaces them). Every
+array is checked (shape, a real floating-point dtype, finite values) before any variable is
+assigned, and one `CheckpointError` lists every problem; on any error the model is untouched.
+"""
+
+import keras
+import numpy as np
+
+from keras_vit.weights.errors import CheckpointError
+from keras_vit.weights.keymap import checkpoint_variables
+from keras_vit.weights.layouts import POSEMB_KEY, canonicalize, describe, resize_pos_embedding
+
+# Layers that load only where model and file agree. The head follows pre_logits: a head is only
+# meaningful on the features it was trained on.
+OPTIONAL_LAYERS = ("pre_logits", "head")
+# Some hybrid files store GroupNorm parameters as (1, 1, 1, C).
+GROUP_NORM_SUFFIXES = ("/scale", "/bias")
+MAX_LISTED = 20  # keys listed per kind of problem in an error message
+
+
+def _patch_grid(model):
+    return model.get_layer("embedding").grid_size
+
+
+def _split_optional(variables, params):
+    """Removes `head` / `pre_logits` where model and file disagree.
+
+    Returns:
+        (variables, params, skipped file keys, fresh model layers).
+    """
+    skipped, fresh = [], []
+    features_differ = False  # whether pre_logits is in one of model and file only
+    for layer in OPTIONAL_LAYERS:
+        model_keys = sorted(k for k in variables if k.split("/")[0] == layer)
+        file_keys = sorted(k for k in params if k.split("/")[0] == layer)
+        fits = model_keys == file_keys and all(
+            np.shape(params[k]) == tuple(variables[k].shape) for k in model_keys)
+        if model_keys and fits and not features_differ:
+            continue
+        features_differ = bool(model_keys or file_keys)
+        skipped += file_keys
+        fresh += [layer] if model_keys else []
+        variables = {k: v for k, v in variables.items() if k not in model_keys}
+        params = {k: v for k, v in params.items() if k not in file_keys}
+    return variables, params, skipped, fresh
+
+
+def _adapt(key, value, shape, model, has_cls):
+    """The file array in the model's shape where the official code adapts it."""
+    if key.endswith(GROUP_NORM_SUFFIXES) and value.shape == (1, 1, 1, *shape):
+        return value.reshape(shape)
+    if key == POSEMB_KEY and value.ndim == 3 and value.shape != shape \
+            and value.shape[-1] == shape[-1]:
+        return resize_pos_embedding(value, _patch_grid(model), has_cls)
+    return value
+
+
+def _array_problem(key, value):
+    if not np.issubdtype(value.dtype, np.floating):
+        return f"{key}: dtype {value.dtype}, expected a floating-point array"
+    bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+    if bad:
+        return f"{key}: {bad} non-finite values (NaN or infinity)"
+    return None
+
+
+def _listed(keys):
+    more = f", ... ({len(keys) - MAX_LISTED} more)" if len(keys) > MAX_LISTED else ""
+    return ", ".join(keys[:MAX_LISTED]) + more
+
+
+def match_params(model, params, source=None):
+    """Pairs every model variable with its checked file array.
+
+    Returns:
+        (assignments, skipped, fresh): a list of (variable, array), the file keys skipped on
+        purpose, and the names of the model layers left at their initial values.
+
+    Raises:
+        CheckpointError: listing every missing key, unexpected key, shape mismatch, and array
+            of a wrong dtype or with non-finite values.
+    """
+    params, big_vision = canonicalize(params)
+    variables = checkpoint_variables(model)
+    has_cls = "cls" in variables
+    if big_vision and has_cls and POSEMB_KEY in params:
+        # big_vision adds position embeddings to the patches only; a zero class-token
+        # position makes our (cls + pos[0]) equal to its plain cls.
+        posemb = np.asarray(params[POSEMB_KEY])
+        params[POSEMB_KEY] = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
+    description = describe(params)
+    variables, params, skipped, fresh = _split_optional(variables, params)
+
+    assignments, problems = [], []
+    missing = [k for k in variables if k not in params]
+    unexpected = [k for k in params if k not in variables]
+    for key, variable in variables.items():
+        if key not in params:
+            continue
+        shape = tuple(variable.shape)
+        value = _adapt(key, np.asarray(params[key]), shape, model, has_cls)
+        if value.shape != shape:
+            problems.append(f"shape mismatch: {key}: file {value.shape}, model {shape}")
+        elif problem := _array_problem(key, value):
+            problems.append(problem)
+        else:
+            assignments.append((variable, value))
+    if missing or unexpected or problems:
+        model_shapes = {k: np.empty(v.shape, np.uint8)
+                        for k, v in checkpoint_variables(model).items()}
+        where = f"{source} " if source else ""
+        lines = [f"The checkpoint {where}({description}) does not fit model {model.name!r} "
+                 f"({describe(model_shapes)}):"]
+        if missing:
+            lines.append(f"  missing keys ({len(missing)}): {_listed(missing)}")
+        if unexpected:
+            lines.append(f"  unexpected keys ({len(unexpected)}): {_listed(unexpected)}")
+        lines += [f"  {p}" for p in problems[:MAX_LISTED]]
+        if len(problems) > MAX_LISTED:
+            lines.append(f"  ... {len(problems) - MAX_LISTED} more arrays with problems")
+        raise CheckpointError("\n".join(lines))
+    return assignments, skipped, fresh
+
+
+def load_params(model, params, source=None):
+    """Assigns a checkpoint's arrays to the model's variables, all or nothing.
+
+    Position embeddings are resized to the model's grid; a `head` or `pre_logits` the file
+    cannot fill is reset to its initial values (zeros for the head). See `match_params`.
+
+    Args:
+        model: a `keras_vit` model.
+        params: dict of arrays, in any layout `canonicalize` knows.
+        source: str or None. The file's name, for error messages.
+
+    Returns:
+        A dict with `skipped` (file keys not loaded) and `fresh` (model layers left at their
+        initial values).
+    """
+    assignments, skipped, fresh = match_params(model, params, source)
+    for variable, value in assignments:
+        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype), copy=False))
+    for name in fresh:
+        layer = model.get_layer(name)
+        layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))
+        layer.bias.assign(layer.bias_initializer(layer.bias.shape, layer.bias.dtype))
+    return {"skipped": skipped, "fresh": fresh}

@@ -1,0 +1,98 @@
+"""Where weights come from: registry names, local files and URLs.
+
+`pretrained=` (on every builder), `load_pretrained(model, source)` and the command line's
+`--weights` take:
+
+- `True`: the documented default for the variant (see `default_checkpoint`);
+- a registry name, e.g. "imagenet21k/ViT-B_16" (see `list_checkpoints()`);
+- a local `.npz` path (`~` is expanded);
+- an `http(s)://` or `file://` URL (downloaded once into the cache).
+"""
+
+import importlib.resources
+import os
+
+from keras_vit.weights import download, registry
+from keras_vit.weights.errors import CheckpointError
+from keras_vit.weights.loading import load_params
+from keras_vit.weights.npz import read_npz
+
+
+def is_url(source):
+    """Whether `source` is an http(s):// or file:// URL."""
+    return isinstance(source, str) and source.split("://", 1)[0] in registry.URL_SCHEMES \
+        and "://" in source
+
+
+def _read_shipped(entry):
+    """Reads a checkpoint shipped inside the package, checking its registered SHA-256."""
+    resource = importlib.resources.files("keras_vit.checkpoints").joinpath(entry["file"])
+    with importlib.resources.as_file(resource) as path:
+        if entry["sha256"] and download.sha256sum(path) != entry["sha256"]:
+            raise CheckpointError(
+                f"The shipped checkpoint {path} does not have its registered SHA-256 "
+                f"{entry['sha256']}: the installation is damaged or the file was replaced.")
+        return read_npz(path)
+
+
+def fetch_params(source, progress=True):
+    """Reads a checkpoint from a registry name, local path or URL.
+
+    Returns:
+        (params, entry): the arrays by key, and the registry entry (None for paths and URLs).
+
+    Raises:
+        ValueError: for a source that is none of these (naming close registry names).
+        FileNotFoundError: for a path with no file.
+        CheckpointError, DownloadError: for a bad file or a failed download.
+    """
+    if registry.is_registered(source):
+        entry = registry.get_checkpoint(source)
+        if entry.get("file"):
+            return _read_shipped(entry), entry
+        path = download.cache_path(entry["name"])
+        return download.fetch_cached(entry["url"], path, entry["sha256"], read_npz,
+                                     progress), entry
+    if is_url(source):
+        return download.fetch_cached(source, download.url_cache_path(source), None, read_npz,
+                                     progress), None
+    if isinstance(source, (str, os.PathLike)):
+        text = os.fspath(source)
+        path = os.path.expanduser(text)
+        if os.path.exists(path) or text.endswith(".npz") or text.startswith((".", "~", os.sep)):
+            return read_npz(path), None
+        registry.get_checkpoint(path)  # raises, naming close registry names
+    raise ValueError(
+        f"pretrained={source!r} is not understood. Expected True, a registry name, a local "
+        ".npz path or an http(s):// or file:// URL.")
+
+
+def load_pretrained(model, source, progress=True):
+    """Loads a checkpoint into a built `keras_vit` model, all or nothing.
+
+    The position embedding is resized to the model's patch grid; the head loads only if the
+    model's head has the file's number of classes (otherwise it stays a fresh zero head, for
+    fine-tuning); `pre_logits` loads only into a representation layer of the same size.
+
+    Args:
+        model: a model from `keras_vit.ViT` or a named builder.
+        source: a registry name, a local `.npz` path or an `http(s)://` / `file://` URL.
+        progress: bool. Show a progress bar while downloading. Defaults to True.
+
+    Returns:
+        A dict: `skipped` (file keys not loaded), `fresh` (model layers left at their initial
+        values), `entry` (the registry entry, or None).
+
+    Raises:
+        keras_vit.CheckpointError: when the file does not fit the model (listing missing
+            keys, unexpected keys, shape mismatches and bad arrays) or is not a valid
+            checkpoint; the model is then unchanged.
+    """
+    if source is True:
+        raise ValueError(
+            "load_pretrained needs a registry name, path or URL; `True` only works on the "
+            "named builders, which know their variant.")
+    params, entry = fetch_params(source, progress=progress)
+    report = load_params(model, params, source=str(source))
+    report["entry"] = entry
+    return report

@@ -1,0 +1,73 @@
+"""Private Keras/TensorFlow members: all present (a release that changes one fails here, loudly),
+and each use falls back to the public API when one is missing."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import framework, training
+
+
+def test_every_private_member_keras_vit_uses_exists():
+    assert framework.missing_private_members() == []
+
+
+def test_only_the_framework_module_touches_private_framework_members():
+    import pathlib
+    import re
+
+    root = pathlib.Path(keras_vit.__file__).parent
+    private = {name for _, name in framework.PRIVATE_MEMBERS} | set(framework.ADAMW_STATE)
+    pattern = re.compile(r"\.(" + "|".join(sorted(private)) + r")\b")
+    users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                   if pattern.search(p.read_text()) and p.name != "framework.py")
+    assert users == []
+
+
+def delete_everywhere(monkeypatch, cls, name):
+    """Removes attribute `name` from every class of `cls`'s MRO that defines it."""
+    for owner in cls.__mro__:
+        if name in vars(owner):
+            monkeypatch.delattr(owner, name)
+    assert not hasattr(cls, name)
+
+
+def tiny_model():
+    return keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                         mlp_dim=8, num_classes=3)
+
+
+def test_build_training_state_falls_back_to_building_the_optimizer(monkeypatch):
+    model = tiny_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    delete_everywhere(monkeypatch, type(model), "_symbolic_build")
+    with pytest.warns(RuntimeWarning, match="falling back to the public API"):
+        training.build_training_state(model)
+    assert model.optimizer.built
+
+
+def test_fused_adamw_falls_back_to_keras_update_with_the_same_result(monkeypatch):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 16, 16, 3)).astype("float32")
+    y = np.arange(8) % 3
+    results = []
+    for fused in (True, False):
+        keras.utils.set_random_seed(1)
+        model = tiny_model()
+        if not fused:
+            monkeypatch.setattr(framework, "_fused_adamw_available", lambda: False)
+        optimizer = training.AdamW(1e-2, weight_decay=0.1)
+        training.compile_model(model, optimizer, jit_compile=False)
+        model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False)
+        results.append(keras.ops.convert_to_numpy(model.get_layer("head").kernel))
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-4, atol=1e-6)
+    assert np.abs(results[0]).max() > 1e-3
+
+
+def test_reduce_gradients_fallback_keeps_keras_behaviour(monkeypatch):
+    optimizer = keras.optimizers.SGD(0.1)
+    delete_everywhere(monkeypatch, type(optimizer), "_all_reduce_sum_gradients")
+    with pytest.warns(RuntimeWarning):
+        assert framework.reduce_gradients_before_clipping(optimizer) is optimizer
+    assert not getattr(optimizer, "_keras_vit_reduce_first", False)
