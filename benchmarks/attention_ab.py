@@ -1,11 +1,11 @@
-"""A/B of the attention projection on ViT-B/16 inference (batch 8, no XLA), one process.
+"""A/B of the attention implementation on ViT-B/16 inference (batch 8, no XLA), one process.
 
     python -m benchmarks.attention_ab [B/16]
 
-"current" is `MultiHeadDotProductAttention.call` (three EinsumDense projections); "fused_qkv"
-is the branch 0.1 had and 0.2 dropped (the three kernels concatenated into one [D, 3D] matmul
-per call), written out here so that the decision can be re-measured. Rounds alternate;
-outputs must agree to 1e-4.
+"current" is `MultiHeadDotProductAttention.call` (three EinsumDense projections, then, at
+inference, `keras.ops.dot_product_attention`); "v0.1" is 0.1's call (the three kernels concatenated into
+one [D, 3D] matmul, then softmax(q k^T) v as separate ops), written out here so that the
+decision can be re-measured. Rounds alternate; outputs must agree to 1e-4.
 """
 
 import math
@@ -18,11 +18,11 @@ from keras import ops
 import keras_vit
 from keras_vit.layers import MultiHeadDotProductAttention as MHA
 
-current_project = MHA._project
+current_call = MHA.call
 
 
-def fused_qkv_project(self, inputs):
-    """0.1's projection: one [D, 3D] matmul, then split into query, key and value."""
+def v01_call(self, inputs, training=None, return_attention_scores=False):
+    """0.1's attention: one [D, 3D] matmul, then the attention products one by one."""
     batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
     width, h, k = inputs.shape[-1], self.num_heads, self.head_dim
     layers = (self.query, self.key, self.value)
@@ -31,16 +31,33 @@ def fused_qkv_project(self, inputs):
     qkv = ops.matmul(inputs, ops.cast(kernel, inputs.dtype)) + ops.cast(bias, inputs.dtype)
     qkv = ops.reshape(qkv, (batch, length, 3, h, k))  # [B, N, 3, h, k]
     q, key, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3)  # [B, h, N, k] each
-    return q * ops.cast(1.0 / math.sqrt(k), q.dtype), key, v
+    q = q * ops.cast(1.0 / math.sqrt(k), q.dtype)
+    logits = ops.matmul(q, ops.transpose(key, (0, 1, 3, 2)))  # [B, h, N, N]
+    probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), inputs.dtype)
+    context = ops.matmul(self.dropout(probs, training=training), v)  # [B, h, N, k]
+    outputs = self.out(ops.transpose(context, (0, 2, 1, 3)))
+    return (outputs, probs) if return_attention_scores else outputs
+
+
+def products_call(self, inputs, training=None, return_attention_scores=False):
+    """Three projections, then the attention products one by one (no fused op)."""
+    query, key, value = (layer(inputs) for layer in (self.query, self.key, self.value))
+    probs = self.probabilities(query, key)  # [B, h, N, N]
+    context = ops.einsum("bhqs,bshk->bqhk", self.dropout(probs, training=training), value)
+    outputs = self.out(context)
+    return (outputs, probs) if return_attention_scores else outputs
+
+
+CALLS = {"current": current_call, "products": products_call, "v0.1": v01_call}
 
 
 def main(variant="B/16", batch=8, rounds=3):
     model = keras_vit.create_model(variant)
     x = np.random.default_rng(0).uniform(-1, 1, (batch, 224, 224, 3)).astype("float32")
-    results, reference = {"current": [], "fused_qkv": []}, None
+    results, reference = {name: [] for name in CALLS}, None
     for _ in range(rounds):
-        for name, project in (("current", current_project), ("fused_qkv", fused_qkv_project)):
-            MHA._project = project
+        for name, call in CALLS.items():
+            MHA.call = call
             model.predict_function = None
             out = model.predict_on_batch(x)
             reference = out if reference is None else reference
@@ -51,7 +68,7 @@ def main(variant="B/16", batch=8, rounds=3):
                 model.predict_on_batch(x)
                 times.append(time.perf_counter() - start)
             results[name].append(batch / float(np.median(times)))
-    MHA._project = current_project
+    MHA.call = current_call
     for name, values in results.items():
         print(name, [round(v, 2) for v in values], "img/s")
 

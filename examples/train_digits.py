@@ -144,7 +144,7 @@ def main(argv=None):
                          training.default_warmup_steps("pretrain",
                                                        args.epochs * train.steps_per_epoch)),
         weight_decay=args.weight_decay, label_smoothing=args.label_smoothing,
-        verbose=args.verbose, overwrite=True)
+        verbose=args.verbose, overwrite=True, backup_every=10)  # epochs of about a second
 
     logits = model.predict(test.dataset, verbose=0)
     accuracy = float(np.mean(np.argmax(logits, -1) == y_test))

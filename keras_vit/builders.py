@@ -89,7 +89,7 @@ def build_from_checkpoint(source, progress=True, **overrides):
         report: `skipped` file keys and `fresh` model layers), `class_names` (the file's
         names where known, else None) and `num_classes` (the file's head size, or None).
     """
-    params, entry = fetch_params(source, progress=progress)
+    params, entry = fetch_params(source, progress=progress, num_heads=overrides.get("num_heads"))
     config, class_names = checkpoint_config(params, entry, source, overrides.get("image_size"))
     file_classes = config.get("num_classes") if config.get("include_top", True) else None
     kwargs = dict(config, **overrides)

@@ -9,6 +9,7 @@ keras_vit.training.fit(model, train, output_dir="runs/x")   # compiles in the mo
 ```
 """
 
+import contextlib
 import json
 import os
 
@@ -152,3 +153,21 @@ def is_chief():
     if "chief" in _tf_config().get("cluster", {}):
         return task_type == "chief"
     return task_type == "worker" and index == 0
+
+
+def model_strategy(model):
+    """The `tf.distribute` strategy `model` was built under, or None on another backend
+    (JAX distributes with `keras.distribution` instead)."""
+    return getattr(model, "distribute_strategy", None)
+
+
+def strategy_scope(model):
+    """The scope of `model`'s strategy (a no-op context on other backends)."""
+    strategy = model_strategy(model)
+    return strategy.scope() if strategy is not None else contextlib.nullcontext()
+
+
+def num_replicas(model):
+    """How many replicas `model`'s strategy splits a global batch over (1 on other backends)."""
+    strategy = model_strategy(model)
+    return strategy.num_replicas_in_sync if strategy is not None else 1

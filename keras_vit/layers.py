@@ -239,26 +239,31 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
         self.out.build((*input_shape[:-1], self.num_heads, self.head_dim))
         self.dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=self.dtype_policy)
 
-    def _project(self, inputs):
-        """Query, key and value `[B, h, N, k]` each, the query already scaled."""
-        q, k, v = (ops.transpose(layer(inputs), (0, 2, 1, 3))  # [B, N, h, k] -> [B, h, N, k]
-                   for layer in (self.query, self.key, self.value))
-        return q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype), k, v
+    def probabilities(self, query, key):
+        """Attention probabilities `[B, h, N, N]` of query and key `[B, N, h, k]`: the softmax,
+        in float32 at least so that mixed precision does not overflow, of the scaled logits."""
+        query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
+        logits = ops.einsum("bqhk,bshk->bhqs", query, key)  # logits = [B, h, N, N]
+        return ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), query.dtype)
 
     def call(self, inputs, training=None, return_attention_scores=False):
-        # inputs = [B, N, D]
-        query, key, value = self._project(inputs)  # [B, h, N, k] each
-        logits = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # logits = [B, h, N, N]
-        # Softmax in float32 at least, so that mixed precision does not overflow.
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
-        probs = ops.cast(probs, inputs.dtype)  # probs = [B, h, N, N]
-        dropped = self.dropout(probs, training=training)
-        context = ops.matmul(dropped, value)  # context = [B, h, N, k]
-        outputs = self.out(ops.transpose(context, (0, 2, 1, 3)))  # outputs = [B, N, D]
-        if return_attention_scores:
-            return outputs, probs
-        return outputs
-
+        # inputs = [B, N, D]; query, key, value = [B, N, h, k]
+        query, key, value = (layer(inputs) for layer in (self.query, self.key, self.value))
+        if training:
+            # The products one by one: dropout applies to the probabilities, and on a GPU this
+            # trains faster than the fused kernel's backward (BENCHMARKS.md).
+            probs = self.probabilities(query, key)
+            dropped = self.dropout(probs, training=training)
+            context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
+        else:
+            # Inference: softmax(q k^T / sqrt(k)) v in one op, fused where the backend has a
+            # kernel (cuDNN flash attention on a GPU under JAX). The probabilities are computed
+            # apart, for callers that ask for them; compiled graphs drop them when unread.
+            context = ops.dot_product_attention(query, key, value,
+                                                scale=1.0 / math.sqrt(self.head_dim))
+            probs = self.probabilities(query, key) if return_attention_scores else None
+        outputs = self.out(context)  # outputs = [B, N, D]
+        return (outputs, probs) if return_attention_scores else outputs
 
 
 @_register

@@ -41,6 +41,7 @@ def ViT(
     include_top=True,
     gelu_approximate=GELU_APPROXIMATE,
     backbone=None,
+    layer_norm_epsilon=LAYER_NORM_EPSILON,
     name=None,
 ):
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -69,6 +70,8 @@ def ViT(
             `{"num_layers": (3, 4, 9)}`) for a hybrid: the patches are then cut from the
             ResNet's feature map (paper section 3.1), and `patch_size` counts feature-map
             cells. Defaults to None (patches of pixels).
+        layer_norm_epsilon: float. Epsilon of every LayerNorm. Defaults to 1e-6, as the
+            official Flax code (transformers' ViT checkpoints use 1e-12).
         name: str or None. Model name. Defaults to "vit".
 
     Returns:
@@ -128,9 +131,10 @@ def ViT(
             dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
             gelu_approximate=gelu_approximate,
+            layer_norm_epsilon=layer_norm_epsilon,
             name=f"encoderblock_{i}",
         )(x, return_attention_scores=True)
-    x = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="encoder_norm")(x)
+    x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
     x = TokenPooling(classifier, name="pool")(x)  # x = [B, D]
     if representation_size:
         x = keras.layers.Dense(
@@ -201,6 +205,7 @@ def vit_config(model):
         include_top="head" in names,
         gelu_approximate=block.gelu_approximate,
         backbone=None,
+        layer_norm_epsilon=block.layer_norm_epsilon,
         name=model.name,
     )
     if "resnet" in names:

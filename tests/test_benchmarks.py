@@ -51,13 +51,24 @@ def graph_macs(model, batch):
     """MACs of every matrix product in the TensorFlow graph of `model`'s forward pass.
 
     Counted op by op from the traced graph's static shapes (MatMul, BatchMatMul, Einsum,
-    Conv2D), independently of the formula in benchmarks/flops.py.
+    Conv2D), independently of the formula in benchmarks/flops.py, over the ops the outputs
+    depend on (the ones TensorFlow runs: the attention probabilities the blocks also return
+    are computed apart and dropped when nothing reads them).
     """
     height, width, channels = model.input.shape[1:]
     spec = tf.TensorSpec((batch, height, width, channels), tf.float32)
-    graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
+    function = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec)
+    needed, stack = set(), [t.op for t in function.outputs]
+    while stack:
+        op = stack.pop()
+        if op.name not in needed:
+            needed.add(op.name)
+            stack.extend(t.op for t in op.inputs)
+            stack.extend(op.control_inputs)
     total = 0
-    for op in graph.get_operations():
+    for op in function.graph.get_operations():
+        if op.name not in needed:
+            continue
         if op.type == "MatMul":
             a = _shape(op.inputs[0])
             contracted = a[0] if op.get_attr("transpose_a") else a[1]

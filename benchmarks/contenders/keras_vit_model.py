@@ -24,10 +24,32 @@ def setup(args):
     return dict(versions, keras_vit=keras_vit.__version__)
 
 
+def _flash_attention_call(self, inputs, training=None, return_attention_scores=False):
+    """Benchmark-only variant (KERAS_VIT_BENCH_ATTENTION=flash): `keras.ops.dot_product_attention`
+    with `flash_attention=True` (cuDNN on a GPU under JAX); the probabilities only when asked."""
+    import math
+
+    from keras import ops
+
+    query, key, value = (layer(inputs) for layer in (self.query, self.key, self.value))
+    context = ops.dot_product_attention(query, key, value, scale=1.0 / math.sqrt(self.head_dim),
+                                        flash_attention=True)
+    outputs = self.out(context)
+    if not return_attention_scores:
+        return outputs
+    logits = ops.einsum("bqhk,bshk->bhqs", query / math.sqrt(self.head_dim), key)
+    return outputs, ops.cast(ops.softmax(ops.cast(logits, "float32")), query.dtype)
+
+
 def build_model(args, config):
+    import os
+
     import keras
 
     import keras_vit
+
+    if os.environ.get("KERAS_VIT_BENCH_ATTENTION") == "flash":
+        keras_vit.MultiHeadDotProductAttention.call = _flash_attention_call
 
     model = keras_vit.create_model(
         config["name"], image_size=args.image_size, num_classes=args.num_classes, dropout_rate=0.0

@@ -13,7 +13,9 @@ import argparse
 import importlib
 import os
 import sys
+import tempfile
 
+from keras_vit.cli.common import select_backend
 from keras_vit.cli.errors import describe
 
 # Command name -> (module, one-line help). The modules stay unimported until their command runs.
@@ -60,10 +62,35 @@ def build_parser(argv=()):
     return parser
 
 
+# Commands that never need TensorFlow.
+LIGHT_COMMANDS = ("models",)
+
+
 def _quiet_tensorflow():
-    """Keeps TensorFlow's C++ INFO and WARNING lines (oneDNN, CUDA probing) out of the output;
-    errors still show, and a level the user set is kept."""
+    """Keeps TensorFlow's C++ INFO and WARNING lines out of the output (errors still show; a
+    level the user set is kept)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _start_tensorflow_quietly():
+    """Imports TensorFlow and finds its devices with the C++ start-up lines (oneDNN, CUDA
+    probing) kept out of stderr: absl prints them before its logging starts, where
+    TF_CPP_MIN_LOG_LEVEL does not reach. Shown after all if the import fails."""
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow as tf  # the import the command would make next
+
+            tf.config.list_physical_devices()
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def main(argv=None):
@@ -71,6 +98,9 @@ def main(argv=None):
     _quiet_tensorflow()
     args = build_parser(argv).parse_args(argv)
     try:
+        select_backend(getattr(args, "backend", None))  # before TensorFlow imports Keras
+        if args.command not in LIGHT_COMMANDS or getattr(args, "time", False):
+            _start_tensorflow_quietly()
         return args.run(args) or 0
     except KeyboardInterrupt:
         print(f"keras-vit {args.command}: interrupted", file=sys.stderr)

@@ -15,9 +15,22 @@ import argparse
 import contextlib
 import inspect
 import json
+import os
 import re
+import sys
 
 DEFAULT_WEIGHTS = "default"
+
+
+def select_backend(backend):
+    """Sets the Keras backend for this process (before Keras is imported)."""
+    if backend is None:
+        return
+    loaded = sys.modules.get("keras")
+    if loaded is not None and loaded.backend.backend() != backend:
+        raise ValueError(f"--backend {backend}: Keras is already running on "
+                         f"{loaded.backend.backend()} in this process.")
+    os.environ["KERAS_BACKEND"] = backend
 
 
 def image_size_arg(text):

@@ -1,13 +1,16 @@
-"""`keras-vit convert SOURCE OUT`: a checkpoint as a `.keras` model, `.weights.h5` or `.npz`."""
+"""`keras-vit convert SOURCE OUT`: a checkpoint as a `.keras` model, `.weights.h5`, an `.npz` in
+the official layout, or a `.safetensors` file in timm's layout (which
+`timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=OUT))` loads)."""
 
 from keras_vit.cli.common import add_model_arguments, model_from_args
 
-FORMATS = (".keras", ".weights.h5", ".npz")
+FORMATS = (".keras", ".weights.h5", ".npz", ".safetensors")
 
 
 def configure(parser):
     parser.add_argument("source", help="weights: a registry name, an .npz path or URL")
-    parser.add_argument("out", help="output file: .keras, .weights.h5 or .npz (official layout)")
+    parser.add_argument("out", help="output file: .keras, .weights.h5, .npz (official layout) "
+                                    "or .safetensors (timm's layout)")
     add_model_arguments(parser)
 
 
@@ -17,12 +20,17 @@ def run(args):
     if args.weights:
         raise ValueError("SOURCE is the weights; --weights is not needed.")
     from keras_vit.fileio import atomic_file
-    from keras_vit.weights import save_npz
+    from keras_vit.weights import model_params, save_npz, torch_layouts
+    from safetensors.numpy import save_file
 
     args.weights = args.source
     model, _ = model_from_args(args)
     if args.out.endswith(".npz"):
         save_npz(model, args.out)
+    elif args.out.endswith(".safetensors"):
+        params = torch_layouts.to_timm(model_params(model))
+        with atomic_file(args.out) as tmp:
+            save_file(params, tmp, metadata={"format": "pt"})
     else:
         with atomic_file(args.out) as tmp:  # Keras picks the format from the suffix
             if args.out.endswith(".keras"):

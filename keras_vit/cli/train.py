@@ -44,6 +44,9 @@ def configure(parser):
     run.add_argument("--label-smoothing", type=float, default=0.0)
     run.add_argument("--precision", default="float32", help="float32, bfloat16 or float16")
     run.add_argument("--no-xla", action="store_true", help="do not compile with XLA")
+    run.add_argument("--backend", choices=("tensorflow", "jax"), default=None,
+                     help="Keras backend (default: KERAS_BACKEND, else tensorflow); the data "
+                          "pipelines are tf.data either way")
     run.add_argument("--validation-split", default="validation",
                      help="tfds split to validate on (validation; 'none' to skip); with "
                           "--folder, 'validation' holds out a seeded 10%% of the images")
@@ -53,7 +56,7 @@ def configure(parser):
                      help="Keras' progress output: 0, 1 or 2")
 
 
-def run(args):
+def run(args):  # the dispatcher has applied --backend
     import keras
 
     from keras_vit import distribute, training

@@ -14,6 +14,7 @@ import numpy as np
 
 from keras_vit import distribute
 from keras_vit.fileio import atomic_write_text, check_writable_dir, staging_dir
+from keras_vit.validation import check_positive_int
 from keras_vit.weights import model_params, save_npz
 
 BACKUP_POINTER = "latest.json"
@@ -82,11 +83,14 @@ class BackupAndRestore(keras.callbacks.Callback):
 
     Args:
         backup_dir: str. A folder used for nothing else.
+        every: int. Back up every `every` epochs (and never lose more than that many on a
+            crash). Defaults to 1.
     """
 
-    def __init__(self, backup_dir):
+    def __init__(self, backup_dir, every=1):
         super().__init__()
         self.backup_dir = os.fspath(backup_dir)
+        self.every = check_positive_int("every", every)
 
     def on_train_begin(self, logs=None):
         state = _read_pointer(self.backup_dir)
@@ -112,6 +116,8 @@ class BackupAndRestore(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         completed = epoch + 1
+        if completed % self.every:
+            return
         name = f"epoch-{completed:06d}"
         with staging_dir(os.path.join(self.backup_dir, name)) as staging:
             self.model.save_weights(os.path.join(staging, BACKUP_WEIGHTS))
@@ -186,10 +192,10 @@ class BestCheckpoint(keras.callbacks.Callback):
 
 
 def training_callbacks(output_dir, monitor="val_accuracy", backup=True, best=True,
-                       tensorboard=None, terminate_on_nan=True):
+                       tensorboard=None, terminate_on_nan=True, backup_every=1):
     """The callbacks of a fault-tolerant run, writing under `output_dir`.
 
-    - `backup/`: `BackupAndRestore` (resume after a crash; see its docstring);
+    - `backup/`: `BackupAndRestore` every `backup_every` epochs (resume after a crash);
     - `best.npz`: `BestCheckpoint` on `monitor` (needs validation data for `val_*`);
     - `logs/`: TensorBoard event files (`tensorboard --logdir output_dir/logs`); with
       `tensorboard=None` (the default) only if the `tensorboard` package is installed;
@@ -210,7 +216,7 @@ def training_callbacks(output_dir, monitor="val_accuracy", backup=True, best=Tru
     if terminate_on_nan:
         callbacks.append(keras.callbacks.TerminateOnNaN())
     if backup:
-        callbacks.append(BackupAndRestore(backup_dir(output_dir)))
+        callbacks.append(BackupAndRestore(backup_dir(output_dir), backup_every))
     if best:
         callbacks.append(BestCheckpoint(os.path.join(output_dir, "best.npz"), monitor))
     if tensorboard or (tensorboard is None and installed):

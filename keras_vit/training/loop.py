@@ -150,7 +150,8 @@ def _write_run(output_dir, settings, finished, model, class_names):
 def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         recipe="finetune", learning_rate=None, warmup_steps=None,
         weight_decay=PRETRAIN_WEIGHT_DECAY, target_batch_size=None, label_smoothing=0.0,
-        jit_compile=None, monitor=None, callbacks=(), verbose=1, overwrite=False):
+        jit_compile=None, monitor=None, callbacks=(), verbose=1, overwrite=False,
+        backup_every=1):
     """Trains `model` with one of the paper's recipes, resumably, and writes its checkpoints.
 
     Args:
@@ -173,11 +174,13 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         label_smoothing: float in [0, 1). Defaults to 0.
         jit_compile: bool or None. XLA; None picks what works under the model's strategy.
         monitor: str or None. The log `best.npz` follows. Defaults to "val_accuracy" with
-            validation data, else "loss".
+            validation data; without validation data and `monitor`, no `best.npz` is kept.
         callbacks: more Keras callbacks.
         verbose: 0, 1 or 2: Keras' progress output. Defaults to 1.
         overwrite: bool. Start over in an `output_dir` that holds a run (removing its
             checkpoints, backup and records). Defaults to False.
+        backup_every: int. Epochs between backups: a crash loses at most this many. Defaults
+            to 1 (raise it when epochs are short and the model large).
 
     Returns:
         dict: the summary also printed at the end (with `verbose`): `output_dir`, `epochs`,
@@ -221,10 +224,11 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
 
     start_epoch = resume_epoch(backup_dir(output_dir))
     if recipe is not None:
-        with model.distribute_strategy.scope():
+        with distribute.strategy_scope(model):
             compile_recipe(model, recipe, updates, learning_rate, warmup_steps, weight_decay,
                            accumulation, label_smoothing, jit_compile)
-    monitor = monitor or ("val_accuracy" if validation is not None else "loss")
+    if monitor is None and validation is not None:
+        monitor = "val_accuracy"
     class_names = train.class_names
     _write_run(output_dir, settings, False, model, class_names)
     if verbose:
@@ -232,14 +236,16 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
               f"{train.num_examples} examples, {train.num_classes} classes: {epochs} epochs of "
               f"{train.steps_per_epoch} batches of {train.batch_size} x {accumulation} "
               f"accumulation = {updates} updates; "
-              f"{model.distribute_strategy.num_replicas_in_sync} replica(s), XLA "
+              f"{distribute.num_replicas(model)} replica(s), XLA "
               f"{model.jit_compile}" + (f"; resuming at epoch {start_epoch}" if start_epoch
                                          else ""), flush=True)
     history = model.fit(
         train.from_epoch(start_epoch).dataset, steps_per_epoch=train.steps_per_epoch,
         epochs=epochs, initial_epoch=start_epoch,
         validation_data=validation.dataset if validation is not None else None,
-        callbacks=training_callbacks(output_dir, monitor) + list(callbacks), verbose=verbose,
+        callbacks=training_callbacks(output_dir, monitor, best=monitor is not None,
+                                     backup_every=backup_every) + list(callbacks),
+        verbose=verbose,
         shuffle=False)  # the pipelines shuffle (epoch-deterministically) themselves
 
     losses = history.history.get("loss", [])

@@ -250,7 +250,10 @@ def set_precision(precision):
 
 
 def default_jit_compile(strategy=None):
-    """Whether XLA works for `fit` under `strategy` here (see the module docstring)."""
+    """Whether XLA works for `fit` under `strategy` here (see the module docstring); always on
+    the JAX backend, which compiles every step with XLA."""
+    if keras.backend.backend() == "jax":
+        return True
     if framework.op_determinism_enabled():
         return False  # Keras turns XLA off under op determinism (not every op supports it)
     strategy = strategy or tf.distribute.get_strategy()
@@ -280,7 +283,7 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
         The model.
     """
     if jit_compile is None:
-        jit_compile = default_jit_compile(model.distribute_strategy)
+        jit_compile = default_jit_compile(distribute.model_strategy(model))
     model.compile(
         optimizer=optimizer,
         loss=SparseCategoricalCrossentropy(label_smoothing),
@@ -288,9 +291,10 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
         jit_compile=jit_compile,
         steps_per_execution=steps_per_execution,
     )
-    framework.reduce_gradients_before_clipping(model.optimizer)
-    if distribute.is_multiworker(model.distribute_strategy):
-        framework.enable_multiworker_fit(model)
+    if keras.backend.backend() == "tensorflow":  # the fixes are for Keras' TensorFlow trainer
+        framework.reduce_gradients_before_clipping(model.optimizer)
+        if distribute.is_multiworker(model.distribute_strategy):
+            framework.enable_multiworker_fit(model)
     build_training_state(model)
     return model
 
@@ -319,7 +323,7 @@ def build_training_state(model, labels=None):
         raise ValueError(f"Model {model.name!r} is not compiled: call `model.compile` first.")
     if not model.built or not all(layer.built for layer in model.layers):
         return model  # its variables do not all exist yet: Keras builds at the first step
-    with model.distribute_strategy.scope():
+    with distribute.strategy_scope(model):
         inputs = getattr(model, "inputs", None)
         if inputs and len(inputs) == 1:
             if labels is None:

@@ -6,13 +6,15 @@
 - `True`: the documented default for the variant (see `default_checkpoint`);
 - a registry name, e.g. "imagenet21k/ViT-B_16" (see `list_checkpoints()`);
 - a local `.npz` path (`~` is expanded);
-- an `http(s)://` or `file://` URL (downloaded once into the cache).
+- an `http(s)://` or `file://` URL (downloaded once into the cache);
+- `hf://ORG/NAME[@REVISION]` on the Hugging Face Hub, or a local `.safetensors` file, in
+  timm's or transformers' layout (`keras_vit.weights.hub`).
 """
 
 import importlib.resources
 import os
 
-from keras_vit.weights import download, registry
+from keras_vit.weights import download, hub, registry
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.loading import load_params
 from keras_vit.weights.npz import read_npz
@@ -35,17 +37,26 @@ def _read_shipped(entry):
         return read_npz(path)
 
 
-def fetch_params(source, progress=True):
+def fetch_params(source, progress=True, num_heads=None):
     """Reads a checkpoint from a registry name, local path or URL.
 
     Returns:
-        (params, entry): the arrays by key, and the registry entry (None for paths and URLs).
+        (params, entry): the arrays by key, and the registry entry (None for `.npz` paths and
+        URLs; for safetensors, an entry with the `config` and `class_names` the file's
+        `config.json` gives).
 
     Raises:
         ValueError: for a source that is none of these (naming close registry names).
         FileNotFoundError: for a path with no file.
         CheckpointError, DownloadError: for a bad file or a failed download.
     """
+    if hub.is_hub(source):
+        config_path, weights_path = hub.hub_files(source)
+        return _torch_layout(weights_path, config_path, source, num_heads)
+    if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".safetensors"):
+        path = os.path.expanduser(os.fspath(source))
+        config = os.path.join(os.path.dirname(path), hub.CONFIG_FILE)
+        return _torch_layout(path, config, source, num_heads)
     if registry.is_registered(source):
         entry = registry.get_checkpoint(source)
         if entry.get("file"):
@@ -65,6 +76,17 @@ def fetch_params(source, progress=True):
     raise ValueError(
         f"pretrained={source!r} is not understood. Expected True, a registry name, a local "
         ".npz path or an http(s):// or file:// URL.")
+
+
+def _torch_layout(weights_path, config_path, source, num_heads):
+    """A safetensors file in the official layout, and an entry describing its architecture
+    (`num_heads`: for files whose config does not say, or that have none)."""
+    params, config, class_names = hub.load_torch_layout(
+        hub.read_safetensors(weights_path), hub.read_config(config_path), num_heads)
+    entry = dict(name=str(source), url=None, variant=None, config=config,
+                 class_names=class_names, num_classes=config.get("num_classes"),
+                 representation_size=config.get("representation_size"), sha256=None)
+    return params, entry
 
 
 def load_pretrained(model, source, progress=True):

@@ -1,0 +1,229 @@
+"""The PyTorch checkpoint layouts of ViTs on the Hugging Face Hub: timm's and transformers'.
+
+Both are rewritten to the official layout (and timm's written from it) by explicit, exact
+array maps: a torch `Linear` stores its weight as (out, in) where the official layout stores
+(in, out); a `Conv2d` as (out, in, kh, kw) where it stores (kh, kw, in, out); timm fuses query,
+key and value into one (3 D, D) `qkv` weight (heads major, as its `reshape(B, N, 3, H, d)`
+reads it); transformers keeps them apart. Numbers of heads are not in the arrays: they come
+from the file's `config.json`, else from the width of a paper variant.
+
+timm (`vit_base_patch16_224.augreg2_in21k_ft_in1k` and the other `VisionTransformer` files):
+
+    cls_token, pos_embed, patch_embed.proj.{weight,bias}, blocks.{i}.norm1.{weight,bias},
+    blocks.{i}.attn.qkv.{weight,bias}, blocks.{i}.attn.proj.{weight,bias},
+    blocks.{i}.norm2.{weight,bias}, blocks.{i}.mlp.fc1.{weight,bias},
+    blocks.{i}.mlp.fc2.{weight,bias}, norm.{weight,bias}, head.{weight,bias}
+
+transformers (`google/vit-base-patch16-224`, `ViTForImageClassification` / `ViTModel`):
+
+    vit.embeddings.{cls_token,position_embeddings}, vit.embeddings.patch_embeddings.projection,
+    vit.encoder.layer.{i}.attention.attention.{query,key,value},
+    vit.encoder.layer.{i}.attention.output.dense, vit.encoder.layer.{i}.intermediate.dense,
+    vit.encoder.layer.{i}.output.dense, vit.encoder.layer.{i}.layernorm_{before,after},
+    vit.layernorm, classifier (and pooler.dense, a tanh representation layer)
+"""
+
+import re
+
+import numpy as np
+
+from keras_vit import configs
+from keras_vit.weights.errors import CheckpointError
+from keras_vit.weights.layouts import BLOCK_KEY, POSEMB_KEY
+
+LAYOUTS = ("official", "timm", "transformers")
+BLOCK = "Transformer/encoderblock_{}/"
+_TIMM_BLOCK = re.compile(r"^blocks\.(\d+)\.")
+_HF_BLOCK = re.compile(r"^(?:vit\.)?encoder\.layer\.(\d+)\.")
+# Features of files that keras_vit's ViT does not express, by a key that reveals them.
+_UNSUPPORTED = {
+    "dist_token": "a distillation token (distilled DeiT)",
+    "reg_token": "register tokens",
+    "fc_norm.weight": "a norm on the pooled features (timm's fc_norm)",
+    "blocks.0.ls1.gamma": "layer scale",
+    "blocks.0.attn.q_norm.weight": "query/key normalisation",
+    "attn_pool.latent": "attention pooling (MAP head)",
+    "blocks.0.attn.q_bias": "separate query and value biases (BEiT style)",
+}
+
+
+def detect_layout(keys):
+    """"official", "timm" or "transformers", from the key names of a checkpoint."""
+    keys = set(keys)
+    if "cls_token" in keys or "patch_embed.proj.weight" in keys:
+        return "timm"
+    if any(k.startswith(("vit.embeddings.", "embeddings.patch_embeddings")) for k in keys):
+        return "transformers"
+    return "official"
+
+
+def _linear(weight):
+    return np.ascontiguousarray(np.asarray(weight).T)
+
+
+def _conv(weight):
+    return np.ascontiguousarray(np.asarray(weight).transpose(2, 3, 1, 0))
+
+
+def _heads_for_width(width, num_heads):
+    if num_heads:
+        return int(num_heads)
+    for size in configs.MODEL_SIZES.values():
+        if size["hidden_size"] == width:
+            return size["num_heads"]
+    raise CheckpointError(
+        f"The number of attention heads of a width-{width} checkpoint is not in its arrays, and "
+        "no paper variant has this width. Expected a config.json beside the file (or pass "
+        "--model / the architecture).")
+
+
+def _check_supported(params):
+    for key, feature in _UNSUPPORTED.items():
+        if key in params:
+            raise CheckpointError(f"The checkpoint has {feature} ({key!r}), which keras_vit's ViT "
+                                  "does not express; it cannot be loaded exactly.")
+
+
+def _attention(prefix, q, k, v, out_w, out_b, heads, qkv_bias):
+    """Official attention arrays from torch-style (out, in) projections."""
+    width = q[0].shape[1]
+    head_dim = width // heads
+    params = {}
+    for name, (weight, bias) in zip(("query", "key", "value"), (q, k, v)):
+        params[f"{prefix}{name}/kernel"] = _linear(weight).reshape(width, heads, head_dim)
+        if bias is not None:
+            params[f"{prefix}{name}/bias"] = np.asarray(bias).reshape(heads, head_dim)
+        elif qkv_bias:
+            params[f"{prefix}{name}/bias"] = np.zeros((heads, head_dim), np.asarray(weight).dtype)
+    params[f"{prefix}out/kernel"] = _linear(out_w).reshape(heads, head_dim, width)
+    params[f"{prefix}out/bias"] = np.asarray(out_b)
+    return params
+
+
+def _norm(params, official, weight, bias):
+    return {f"{official}/scale": np.asarray(params[weight]),
+            f"{official}/bias": np.asarray(params[bias])}
+
+
+def _dense(params, official, weight, bias):
+    return {f"{official}/kernel": _linear(params[weight]), f"{official}/bias": np.asarray(params[bias])}
+
+
+def _take(params, key):
+    if key not in params:
+        raise CheckpointError(f"The checkpoint has no {key!r}. Expected a complete ViT.")
+    return params[key]
+
+
+def from_timm(params, num_heads=None):
+    """timm's `VisionTransformer` state dict (NumPy arrays) in the official layout."""
+    _check_supported(params)
+    width = _take(params, "patch_embed.proj.weight").shape[0]
+    heads = _heads_for_width(width, num_heads)
+    out = {"embedding/kernel": _conv(params["patch_embed.proj.weight"]),
+           "embedding/bias": np.asarray(params["patch_embed.proj.bias"]),
+           POSEMB_KEY: np.asarray(_take(params, "pos_embed"))}
+    if "cls_token" in params:
+        out["cls"] = np.asarray(params["cls_token"])
+    blocks = sorted({int(m[1]) for k in params if (m := _TIMM_BLOCK.match(k))})
+    for i in blocks:
+        b, o = f"blocks.{i}.", BLOCK.format(i)
+        qkv_w = np.asarray(_take(params, b + "attn.qkv.weight"))
+        qkv_b = params.get(b + "attn.qkv.bias")
+        split_b = np.split(np.asarray(qkv_b), 3) if qkv_b is not None else [None] * 3
+        out.update(_attention(o + "MultiHeadDotProductAttention_1/",
+                              *zip(np.split(qkv_w, 3), split_b),
+                              params[b + "attn.proj.weight"], params[b + "attn.proj.bias"],
+                              heads, qkv_bias=True))
+        out.update(_norm(params, o + "LayerNorm_0", b + "norm1.weight", b + "norm1.bias"))
+        out.update(_norm(params, o + "LayerNorm_2", b + "norm2.weight", b + "norm2.bias"))
+        out.update(_dense(params, o + "MlpBlock_3/Dense_0", b + "mlp.fc1.weight", b + "mlp.fc1.bias"))
+        out.update(_dense(params, o + "MlpBlock_3/Dense_1", b + "mlp.fc2.weight", b + "mlp.fc2.bias"))
+    out.update(_norm(params, "Transformer/encoder_norm", "norm.weight", "norm.bias"))
+    if "head.weight" in params and np.asarray(params["head.weight"]).size:
+        out.update(_dense(params, "head", "head.weight", "head.bias"))
+    return out
+
+
+def to_timm(official):
+    """An official-layout dict in timm's `VisionTransformer` layout (the inverse of
+    `from_timm`), for `timm.create_model(..., pretrained_cfg_overlay=dict(file=...))`."""
+    out = {"patch_embed.proj.weight": official["embedding/kernel"].transpose(3, 2, 0, 1),
+           "patch_embed.proj.bias": official["embedding/bias"],
+           "pos_embed": official[POSEMB_KEY]}
+    if "cls" in official:
+        out["cls_token"] = official["cls"]
+    blocks = sorted({int(m[1]) for k in official if (m := BLOCK_KEY.match(k))})
+    for i in blocks:
+        o, b = BLOCK.format(i), f"blocks.{i}."
+        attention = o + "MultiHeadDotProductAttention_1/"
+        kernels = [official[f"{attention}{n}/kernel"] for n in ("query", "key", "value")]
+        width = kernels[0].shape[0]
+        out[b + "attn.qkv.weight"] = np.concatenate([k.reshape(width, -1).T for k in kernels])
+        out[b + "attn.qkv.bias"] = np.concatenate(
+            [official[f"{attention}{n}/bias"].reshape(-1) for n in ("query", "key", "value")])
+        out[b + "attn.proj.weight"] = official[attention + "out/kernel"].reshape(-1, width).T
+        out[b + "attn.proj.bias"] = official[attention + "out/bias"]
+        for torch_name, name in (("norm1", "LayerNorm_0"), ("norm2", "LayerNorm_2")):
+            out[f"{b}{torch_name}.weight"] = official[f"{o}{name}/scale"]
+            out[f"{b}{torch_name}.bias"] = official[f"{o}{name}/bias"]
+        for torch_name, name in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
+            out[f"{b}mlp.{torch_name}.weight"] = official[f"{o}MlpBlock_3/{name}/kernel"].T
+            out[f"{b}mlp.{torch_name}.bias"] = official[f"{o}MlpBlock_3/{name}/bias"]
+    out["norm.weight"] = official["Transformer/encoder_norm/scale"]
+    out["norm.bias"] = official["Transformer/encoder_norm/bias"]
+    if "head/kernel" in official:
+        out["head.weight"] = official["head/kernel"].T
+        out["head.bias"] = official["head/bias"]
+    if "pre_logits/kernel" in official:
+        raise CheckpointError("timm's VisionTransformer has no pre_logits layer: a model with a "
+                              "representation layer cannot be written in timm's layout.")
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def from_transformers(params, num_heads=None):
+    """transformers' `ViTModel` / `ViTForImageClassification` state dict in the official
+    layout (the `vit.` prefix is optional; `pooler.dense` becomes `pre_logits`)."""
+    params = {k.removeprefix("vit."): v for k, v in params.items()}
+    if "embeddings.mask_token" in params:
+        params = {k: v for k, v in params.items() if k != "embeddings.mask_token"}
+    e = "embeddings."
+    width = _take(params, e + "patch_embeddings.projection.weight").shape[0]
+    heads = _heads_for_width(width, num_heads)
+    out = {"embedding/kernel": _conv(params[e + "patch_embeddings.projection.weight"]),
+           "embedding/bias": np.asarray(params[e + "patch_embeddings.projection.bias"]),
+           "cls": np.asarray(_take(params, e + "cls_token")),
+           POSEMB_KEY: np.asarray(_take(params, e + "position_embeddings"))}
+    blocks = sorted({int(m[1]) for k in params if (m := _HF_BLOCK.match(k))})
+    for i in blocks:
+        b, o = f"encoder.layer.{i}.", BLOCK.format(i)
+        a = b + "attention.attention."
+        projections = [(params[f"{a}{n}.weight"], params.get(f"{a}{n}.bias"))
+                       for n in ("query", "key", "value")]
+        out.update(_attention(o + "MultiHeadDotProductAttention_1/", *projections,
+                              params[b + "attention.output.dense.weight"],
+                              params[b + "attention.output.dense.bias"], heads, qkv_bias=True))
+        out.update(_norm(params, o + "LayerNorm_0", b + "layernorm_before.weight",
+                         b + "layernorm_before.bias"))
+        out.update(_norm(params, o + "LayerNorm_2", b + "layernorm_after.weight",
+                         b + "layernorm_after.bias"))
+        out.update(_dense(params, o + "MlpBlock_3/Dense_0", b + "intermediate.dense.weight",
+                          b + "intermediate.dense.bias"))
+        out.update(_dense(params, o + "MlpBlock_3/Dense_1", b + "output.dense.weight",
+                          b + "output.dense.bias"))
+    out.update(_norm(params, "Transformer/encoder_norm", "layernorm.weight", "layernorm.bias"))
+    if "pooler.dense.weight" in params:
+        out.update(_dense(params, "pre_logits", "pooler.dense.weight", "pooler.dense.bias"))
+    if "classifier.weight" in params:
+        out.update(_dense(params, "head", "classifier.weight", "classifier.bias"))
+    return out
+
+
+def to_official(params, layout=None, num_heads=None):
+    """`params` in the official layout, whichever of `LAYOUTS` it is in (detected if None)."""
+    layout = layout or detect_layout(params)
+    if layout == "timm":
+        return from_timm(params, num_heads)
+    if layout == "transformers":
+        return from_transformers(params, num_heads)
+    return params

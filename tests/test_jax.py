@@ -1,0 +1,115 @@
+"""The JAX backend as a first-class path: `training.fit` with a recipe, a crash and a resume,
+checkpoints that TensorFlow loads, and `keras-vit train --backend jax`. Each runs in its own
+process (a process has one Keras backend)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import weights
+
+TINY = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
+            num_classes=3, dropout_rate=0.1)
+
+FIT_ON_JAX = textwrap.dedent("""
+    import json, os, sys
+    import keras, numpy as np
+    import keras_vit
+    from keras_vit import data, training
+
+    assert keras.backend.backend() == "jax"
+    out, tiny = sys.argv[1], json.loads(sys.argv[2])
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (24, 16, 16, 3), dtype=np.uint8)
+    y = np.arange(24) % 3
+
+    class Crash(keras.callbacks.Callback):
+        def __init__(self, after):
+            super().__init__()
+            self.after = after
+
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch + 1 == self.after:
+                raise KeyboardInterrupt("simulated crash")
+
+    def run(folder, crash_after=None):
+        keras.utils.set_random_seed(0)
+        train = data.from_arrays(x, y, image_size=16, batch_size=6, training=True, seed=1)
+        model = keras_vit.ViT(**tiny)
+        try:
+            training.fit(model, train, output_dir=folder, epochs=4, recipe="pretrain",
+                         learning_rate=0.01, warmup_steps=2, verbose=0,
+                         callbacks=[Crash(crash_after)] if crash_after else [])
+        except KeyboardInterrupt:
+            return None
+        return model
+
+    run(os.path.join(out, "ref"))
+    assert run(os.path.join(out, "run"), crash_after=2) is None
+    assert not os.path.exists(os.path.join(out, "run", "final.npz"))
+    model = run(os.path.join(out, "run"))
+    images = np.random.default_rng(5).uniform(-1, 1, (4, 16, 16, 3)).astype("float32")
+    np.save(os.path.join(out, "images.npy"), images)
+    np.save(os.path.join(out, "jax_logits.npy"), np.asarray(model.predict(images, verbose=0)))
+    print(json.dumps(json.load(open(os.path.join(out, "run", "run.json")))))
+""")
+
+
+def run_jax(code, *args, cwd=None):
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                            text=True, env=env, cwd=cwd, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_fit_on_jax_resumes_to_the_same_weights_and_tensorflow_loads_them(tmp_path):
+    out = run_jax(FIT_ON_JAX, tmp_path, json.dumps(TINY))
+    assert json.loads(out.strip().splitlines()[-1])["finished"] is True
+    resumed = weights.read_npz(tmp_path / "run" / "final.npz")
+    uninterrupted = weights.read_npz(tmp_path / "ref" / "final.npz")
+    for key, value in uninterrupted.items():  # dropout's random state is restored too
+        np.testing.assert_allclose(resumed[key], value, atol=1e-6, err_msg=key)
+    assert np.abs(uninterrupted["head/kernel"]).max() > 1e-3  # trained
+    # The checkpoint written on JAX gives TensorFlow the logits JAX computed.
+    model = keras_vit.from_pretrained(tmp_path / "run" / "final.npz")
+    images = np.load(tmp_path / "images.npy")
+    np.testing.assert_allclose(model.predict(images, verbose=0),
+                               np.load(tmp_path / "jax_logits.npy"), atol=1e-4)
+
+
+def test_train_command_on_jax(tmp_path):
+    folder = tmp_path / "images"
+    rng = np.random.default_rng(2)
+    from PIL import Image
+
+    for i in range(12):
+        path = folder / f"c{i % 2}" / f"{i}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(path)
+    config = json.dumps({k: v for k, v in TINY.items() if k != "num_classes"})
+    code = ("import sys\nfrom keras_vit.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-c", code, "train", "--backend", "jax", "--folder", str(folder),
+         "--model-config", config, "--image-size", "16", "--batch-size", "4", "--epochs", "2",
+         "--validation-split", "none", "--verbose", "2", "--output", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert '"epochs": 2' in result.stdout
+    assert weights.read_npz(tmp_path / "run" / "final.npz")["head/kernel"].shape == (16, 2)
+
+
+@pytest.mark.parametrize("backend", ["jax"])
+def test_backend_flag_is_refused_once_keras_runs_on_another(backend):
+    from keras_vit.cli import common
+
+    with pytest.raises(ValueError, match="Keras is already running on tensorflow"):
+        common.select_backend(backend)
