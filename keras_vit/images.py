@@ -164,13 +164,18 @@ def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     unsupported format or an image above `max_pixels`."""
     data = tf.constant(data) if isinstance(data, bytes) else data
     fmt = int(image_format(data))
+    if fmt >= 0 and max_pixels is not None:
+        try:
+            height, width = (int(v) for v in declared_size(data, tf.constant(fmt)))
+        except tf.errors.OpError as e:  # a header too short or broken to read the size from
+            raise ValueError(f"{name} is not a readable {FORMATS[fmt]} image "
+                             f"({first_line(e.message)}).") from None
     if fmt < 0:
         head = bytes(tf.strings.substr(_header(data), 0, 8).numpy()).rstrip(b"\0")
         raise ValueError(f"{name} is not an image in a supported format ({len(data.numpy())} "
                          f"bytes starting with {head!r}). Expected one of "
                          f"{', '.join(FORMATS)}.")
     if max_pixels is not None:
-        height, width = (int(v) for v in declared_size(data, tf.constant(fmt)))
         if height * width > max_pixels:
             raise ValueError(f"{name} is a {FORMATS[fmt]} image of {height} x {width} pixels, "
                              f"above the limit of {max_pixels:,} pixels (max_pixels).")
@@ -232,12 +237,18 @@ def load_image(path, size, max_pixels=DEFAULT_MAX_PIXELS):
     check_encoded(data, max_pixels, name=path)
     try:
         image = decode_image(data, None, name=path)
-    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
-        raise ValueError(f"Cannot read {path}: {_first_line(e.message)}") from None
+    except tf.errors.OpError as e:
+        raise ValueError(f"Cannot read {path}: {first_line(e.message)}") from None
     return np.clip(resize(tf.cast(image, tf.float32), size).numpy(), 0, 255)
 
 
-def _first_line(message):
-    """The readable part of a TensorFlow op error (its first line, without the node name)."""
-    line = message.strip().splitlines()[0] if message.strip() else message
-    return line.split("} ", 1)[-1] if line.startswith("{{") else line
+def first_line(message):
+    """The readable part of a TensorFlow op error: its first line, without the node name, and
+    for a failed `tf.debugging.Assert` its message."""
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else message
+    if first.startswith("{{"):
+        first = first.split("} ", 1)[-1]
+    if "Summarized data:" in first:
+        first = " ".join([first.split("Summarized data:", 1)[1]] + lines[1:3])
+    return first.replace("[Op:", " [Op:").strip()

@@ -3,7 +3,7 @@
 Every layer is written with `keras.ops` only, so it runs on every Keras backend.
 Sublayers and weights carry the names of the official checkpoint format
 (google-research/vision_transformer, `vit_jax/models_vit.py`), so that loading a
-checkpoint is a plain key map (see `keras_vit.checkpoint`).
+checkpoint is a plain key map (see `keras_vit.weights.keymap`).
 """
 
 import math

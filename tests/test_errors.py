@@ -139,7 +139,7 @@ def huge_header_npy(ctx):
     return path
 
 
-def fit_tiny(ctx, output, lr=0.01, epochs=2, **kwargs):
+def fit_tiny(ctx, output, lr=0.01, epochs=2, **kwargs):  # noqa: ARG001
     rng = np.random.default_rng(1)
     x = rng.integers(0, 256, (12, 16, 16, 3), dtype=np.uint8)
     y = np.arange(12) % 3
@@ -179,6 +179,35 @@ def corrupt_backup(ctx):
     (backup / "epoch-000001" / "model.weights.h5").write_bytes(b"not hdf5")
     (backup / "latest.json").write_text('{"epoch": 1, "dir": "epoch-000001"}')
     fit_tiny(ctx, ctx.tmp / "run")
+
+
+def overwrite_with_bad_arguments(ctx):
+    fit_tiny(ctx, ctx.tmp / "run")
+    ctx.run_files = ctx.files(ctx.tmp / "run")
+    fit_tiny(ctx, ctx.tmp / "run", lr=-1.0, overwrite=True)
+
+
+def truncated_jpeg(ctx):
+    whole = ctx.write_image("whole.jpg", fmt="JPEG").read_bytes()
+    return ctx.write_image("cut.jpg", data=whole[:120])
+
+
+def timm_file(ctx, **changes):
+    """A timm-layout safetensors file of the context's model, with `changes` applied."""
+    from safetensors.numpy import save_file
+
+    from keras_vit.weights import torch_layouts
+
+    params = torch_layouts.to_timm(weights.model_params(ctx.model))
+    params.update({k: v for k, v in changes.items() if v is not None})
+    for key in [k for k, v in changes.items() if v is None]:
+        del params[key]
+    path = ctx.tmp / "timm.safetensors"
+    save_file(params, str(path))
+    (ctx.tmp / "config.json").write_text(json.dumps(  # as timm's save_for_hf writes it
+        {"architecture": "vit_tiny_patch16_224", "num_classes": 3,
+         "model_args": {"num_heads": 2, "embed_dim": 8}}))
+    return path
 
 
 def serve(ctx, payload, max_pixels=10_000):
@@ -327,6 +356,8 @@ CASES = [
     Case("image declares 20000 x 20000", lambda c: images.load_image(
         c.write_image("big.png", data=png_declaring(20000, 20000)), 8), ValueError,
         "PNG image of 20000 x 20000 pixels, above the limit", "none"),
+    Case("JPEG header truncated", lambda c: images.load_image(truncated_jpeg(c), 8), ValueError,
+         "cut.jpg is not a readable JPEG image", "none"),
     Case("image data truncated", lambda c: images.load_image(
         c.write_image("cut.png", data=c.write_image("whole.png").read_bytes()[:60]), 8),
         ValueError, "Cannot read", "none"),
@@ -363,6 +394,19 @@ CASES = [
          ValueError, "target_batch_size 100 is not a multiple of batch_size 64", "files"),
     Case("output folder is a file", lambda c: training.training_callbacks(
         c.write_image("f.png") / "run"), ValueError, "is not writable", "none"),
+    Case("overwrite with bad arguments", overwrite_with_bad_arguments, ValueError,
+         "`learning_rate` must be a number in (0, inf)", "none"),
+    # -- Weights in other layouts. -------------------------------------------------------------
+    Case("timm file with an array ViT has no place for", load(lambda c: timm_file(
+        c, **{"norm_pre.bias": np.zeros(8, np.float32)})), CheckpointError,
+        "has arrays keras_vit's ViT has no place for: norm_pre.bias", "none"),
+    Case("timm file without the patch bias", load(lambda c: timm_file(
+        c, **{"patch_embed.proj.bias": None})), CheckpointError,
+        "The timm checkpoint has no 'patch_embed.proj.bias'", "none"),
+    Case("a hybrid written in timm's layout", lambda c: weights.torch_layouts.to_timm(
+        weights.model_params(keras_vit.ViT(**dict(TINY, image_size=32, patch_size=1,
+                                                   backbone={"num_layers": (1,)})))),
+        CheckpointError, "cannot be written in timm's layout", "files"),
     # -- Export and serving. ------------------------------------------------------------------------
     Case("export a model without head", lambda c: export.export_saved_model(
         keras_vit.ViT(**dict(TINY, include_top=False)), c.tmp / "e"), ValueError,
@@ -412,6 +456,9 @@ CASES = [
         "--batch-size", "4", "--epochs", "2", "--lr", "1e30", "--no-xla",
         "--validation-split", "none", "--verbose", "0", "--output", c.tmp / "run", status=1),
         CommandFailed, "Training diverged", "none"),
+    Case("cli fewshot tested on its own shots", lambda c: c.cli(
+        "fewshot", "--folder", c.folder(), "--weights", c.good, "--split", "train"),
+        CommandFailed, "overlaps --train-split train", "none"),
     Case("cli convert to an unknown format", lambda c: c.cli("convert", c.good, c.tmp / "m.onnx"),
          CommandFailed, "OUT must end in .keras, .weights.h5, .npz", "files"),
     Case("cli export TFLite flags to a SavedModel", lambda c: c.cli(
@@ -500,6 +547,62 @@ def test_best_checkpoint_survives_a_resume(ctx, tmp_path):
     assert (tmp_path / "best.npz").read_bytes() == saved
     resumed.on_epoch_end(2, {"loss": 0.1})  # better: replaced
     assert (tmp_path / "best.npz").read_bytes() != saved
+
+
+def test_a_diverged_run_keeps_its_last_finite_backup(ctx, tmp_path):
+    class Poison(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 2:
+                head = self.model.get_layer("head")
+                head.kernel.assign(np.full(head.kernel.shape, np.nan, np.float32))
+
+    with pytest.raises(training.TrainingDiverged, match="--overwrite or a new --output"):
+        fit_tiny(ctx, tmp_path / "run", epochs=4, callbacks=[Poison()])
+    backup = pathlib.Path(training.backup_dir(tmp_path / "run"))
+    assert training.resume_epoch(backup) == 2  # the epochs before the NaN, not the NaN one
+    model = keras_vit.ViT(**TINY)
+    model.load_weights(backup / json.loads((backup / "latest.json").read_text())["dir"]
+                       / "model.weights.h5", skip_mismatch=True)
+    assert all(np.isfinite(v).all() for v in weights.model_params(model).values())
+
+
+def test_a_file_url_is_fetched_again_when_the_file_changes(ctx, tmp_path):
+    source = tmp_path / "mine.npz"
+    weights.save_npz(ctx.model, source)
+    keras_vit.register_checkpoint("mine/run", source.as_uri())
+    first = keras_vit.ViT(**TINY)
+    keras_vit.load_pretrained(first, "mine/run", progress=False)
+    retrained = keras_vit.ViT(**TINY)
+    retrained.get_layer("head").kernel.assign(np.ones((8, 3), np.float32))
+    weights.save_npz(retrained, source)
+    os.utime(source, (os.path.getatime(source), os.path.getmtime(source) + 10))
+    second = keras_vit.ViT(**TINY)
+    keras_vit.load_pretrained(second, "mine/run", progress=False)
+    np.testing.assert_array_equal(second.get_layer("head").kernel.numpy(), np.ones((8, 3)))
+
+
+def test_bfloat16_safetensors_load_as_their_float32_values(ctx):
+    import ml_dtypes
+
+    path = timm_file(ctx)
+    from safetensors.numpy import load_file, save_file
+
+    params = {k: v.astype(ml_dtypes.bfloat16) for k, v in load_file(path).items()}
+    save_file(params, str(path))
+    model = keras_vit.ViT(**TINY)
+    keras_vit.load_pretrained(model, str(path))
+    for key, value in weights.model_params(model).items():
+        want = weights.torch_layouts.from_timm(
+            {k: v.astype(np.float32) for k, v in params.items()}, num_heads=2)[key]
+        np.testing.assert_array_equal(value, want, err_msg=key)
+
+
+def test_timm_architecture_names_outside_the_paper_table_give_their_heads():
+    from keras_vit.weights import hub
+
+    assert hub._config_heads({"architecture": "vit_small_patch8_224"}, "timm") == 6
+    assert hub._config_heads({"architecture": "vit_huge_patch14_clip_224"}, "timm") == 16
+    assert hub._config_heads({"architecture": "deit_base"}, "timm") is None
 
 
 def test_corrupt_images_are_named_and_can_be_skipped(ctx, capsys):

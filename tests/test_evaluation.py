@@ -258,15 +258,15 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
     assert rows[1].startswith('0,"blue",6,')  # folder classes in sorted order
     assert (tmp_path / "report" / "confusion_matrix.png").exists()
 
-    assert cli.main(["fewshot", *common, "--split", "all", "--train-split", "all",
-                     "--shots", "1,3", "--l2", "1,100", "--verbose", "0"]) == 0
+    assert cli.main(["fewshot", *common, "--shots", "1,3", "--l2", "1,100",
+                     "--verbose", "0"]) == 0  # folder: train (90%) and validation (10%)
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-5] == "| l2 reg | 1-shot | 3-shot |" and lines[-1].startswith("| best |")
 
     # --cache is a folder: the train and test features of this model, weights and data are
     # written there, and a second run reads them instead of running the model.
-    cached = ["fewshot", *common, "--split", "all", "--train-split", "all", "--shots", "1,3",
-              "--l2", "1,100", "--verbose", "0", "--cache", str(tmp_path / "features")]
+    cached = ["fewshot", *common, "--shots", "1,3", "--l2", "1,100", "--verbose", "0",
+              "--cache", str(tmp_path / "features")]
     assert cli.main(cached) == 0
     assert capsys.readouterr().out.strip().splitlines()[-5:] == lines[-5:]
     assert len(list((tmp_path / "features").glob("*.features.npy"))) == 2  # train, test
@@ -286,8 +286,9 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
     assert err.startswith("keras-vit evaluate: error: ")
     assert "has a head of 7 classes, but the data has 3 classes" in err
 
-    assert cli.main(["fewshot", *common, "--shots", "7", "--split", "all",
-                     "--train-split", "all", "--verbose", "0"]) == 2
+    assert cli.main(["fewshot", *common, "--shots", "7", "--verbose", "0"]) == 2
     assert "7-shot needs 7 examples of every class" in capsys.readouterr().err
+    assert cli.main(["fewshot", *common, "--split", "all", "--verbose", "0"]) == 2
+    assert "overlaps --train-split train" in capsys.readouterr().err
     assert cli.main(["fewshot", *common, "--shots", "0"]) == 2
     assert "--shots must be positive integers" in capsys.readouterr().err

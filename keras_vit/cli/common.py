@@ -80,6 +80,14 @@ def add_model_arguments(parser, weights_help=""):
                        help="input resolution (default: the checkpoint's, else 224)")
 
 
+def check_images_exist(paths):
+    """Raises FileNotFoundError for the first of `paths` that is not a file: all are looked
+    for before any is read or a model is loaded."""
+    for path in paths:
+        if not os.path.isfile(os.path.expanduser(path)):
+            raise FileNotFoundError(f"Image file {path} does not exist.")
+
+
 def add_class_names_argument(parser):
     parser.add_argument("--class-names", metavar="FILE",
                         help="a UTF-8 text file with one class name a line, in label order "
@@ -106,8 +114,6 @@ def check_model_flags(args):
 
 
 def _load_keras_file(path, image_size, num_classes):
-    import os
-
     import keras
 
     import keras_vit  # noqa: F401  (registers keras_vit's layers for deserialisation)

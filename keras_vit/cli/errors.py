@@ -10,18 +10,6 @@ _TF_INPUT_ERRORS = ("InvalidArgumentError", "NotFoundError", "UnknownError",
                     "FailedPreconditionError", "OutOfRangeError", "DataLossError")
 
 
-def _tf_message(error):
-    """The readable part of a TensorFlow op error: no node names, no graph dumps."""
-    text = getattr(error, "message", str(error)).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    first = lines[0] if lines else type(error).__name__
-    if first.startswith("{{"):
-        first = first.split("} ", 1)[-1]
-    if "Summarized data:" in first:  # a tf.debugging.Assert: its message is the data
-        first = " ".join([first.split("Summarized data:", 1)[1]] + lines[1:3])
-    return first.replace("[Op:", " [Op:").strip()
-
-
 def describe(error):
     """`(message, exit status)` for an error the user can fix, or `(None, None)` for a bug
     (which the command line re-raises with its traceback)."""
@@ -37,5 +25,7 @@ def describe(error):
         return f"{error} (a package this command needs is not installed)", USAGE_ERROR
     if tf is not None and type(error).__name__ in _TF_INPUT_ERRORS \
             and isinstance(error, tf.errors.OpError):
-        return _tf_message(error), USAGE_ERROR
+        from keras_vit.images import first_line  # TensorFlow is loaded by now
+
+        return first_line(error.message), USAGE_ERROR
     return None, None

@@ -19,8 +19,8 @@ def _add_common(parser):
     add_model_arguments(parser)
     add_data_arguments(parser)
     parser.add_argument("--split", default="test",
-                        help="tfds split (test); for --folder: all (default), train or "
-                             "validation (the held-out 10%% of `train`)")
+                        help="tfds split (test); for --folder: all, train or validation (the "
+                             "held-out 10%%; fewshot's default there)")
 
 
 def configure_evaluate(parser):
@@ -82,17 +82,24 @@ def run_fewshot(args):
     except ValueError:
         raise ValueError(f"--l2 must be numbers separated by commas. Received: {args.l2}") from None
     data_num_classes(args)
+    split = args.split
+    if args.folder and split == "test":  # a folder's test images: its held-out 10%
+        split = "validation"
+    if split == args.train_split or (args.folder and "all" in (split, args.train_split)):
+        raise ValueError(f"--split {split} overlaps --train-split {args.train_split}: the "
+                         "few-shot examples would be tested on themselves. Expected two "
+                         "disjoint splits (for a folder: train and validation).")
     strategy = distribute.get_strategy(args.strategy)
     with strategy.scope():
         model, _ = model_from_args(args, include_top=False)
     size = tuple(model.inputs[0].shape[1:3])
     features = {}
-    for role, split in (("train", args.train_split), ("test", args.split)):
-        data = load_data(args, split, False, strategy, size)
+    for role, role_split in (("train", args.train_split), ("test", split)):
+        data = load_data(args, role_split, False, strategy, size)
         with undecodable_files_named(args):
             features[role] = evaluation.extract_features(
                 model, data.dataset, cache=args.cache, cache_key=dict(
-                    role=role, split=split, dataset=args.dataset, folder=args.folder,
+                    role=role, split=role_split, dataset=args.dataset, folder=args.folder,
                     weights=args.weights), progress=args.verbose > 0, strategy=strategy)
     table = evaluation.fewshot_table(*features["train"], *features["test"], shots=shots,
                                      l2_regs=l2_regs, seed=args.seed)

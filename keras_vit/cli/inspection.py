@@ -1,6 +1,11 @@
 """`keras-vit inspect IMAGE... --out DIR`: attention maps and the paper's Figure 7."""
 
-from keras_vit.cli.common import add_model_arguments, check_model_flags, model_from_args
+from keras_vit.cli.common import (
+    add_model_arguments,
+    check_images_exist,
+    check_model_flags,
+    model_from_args,
+)
 
 
 def configure(parser):
@@ -19,16 +24,12 @@ def configure(parser):
 
 
 def run(args):
-    import os
-
     import numpy as np
 
     from keras_vit import images, inspection
 
     check_model_flags(args)
-    for path in args.images:  # all of them, before loading a model
-        if not os.path.isfile(os.path.expanduser(path)):
-            raise FileNotFoundError(f"Image file {path} does not exist.")
+    check_images_exist(args.images)
     architecture = {"classifier": args.classifier} if args.classifier else None
     model, _ = model_from_args(args, include_top=False, architecture=architecture)
     if args.weights is None and not (args.model or "").endswith(".keras"):

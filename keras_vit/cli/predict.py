@@ -4,6 +4,7 @@ from keras_vit.cli.common import (
     add_class_names_argument,
     add_model_arguments,
     class_names_from_args,
+    check_images_exist,
     check_model_flags,
     model_from_args,
     positive_int_arg,
@@ -22,16 +23,12 @@ def configure(parser):
 
 
 def run(args):
-    import os
-
     import numpy as np
 
     from keras_vit import images, labels
 
     check_model_flags(args)
-    for path in args.images:  # all of them, before loading a model
-        if not os.path.isfile(os.path.expanduser(path)):
-            raise FileNotFoundError(f"Image file {path} does not exist.")
+    check_images_exist(args.images)
     model, checkpoint_names = model_from_args(args, default_weights=True)
     num_classes = model.outputs[0].shape[-1]
     names = class_names_from_args(args, num_classes, checkpoint_names)

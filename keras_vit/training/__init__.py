@@ -45,5 +45,6 @@ from keras_vit.training.recipes import (
     default_warmup_steps,
     finetune_optimizer,
     pretrain_optimizer,
+    recipe_defaults,
     set_precision,
 )

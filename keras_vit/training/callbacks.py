@@ -49,8 +49,8 @@ def _read_pointer(backup_dir):
             raise ValueError(f"epoch {epoch!r}, dir {folder!r}")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise BackupError(f"The backup pointer {pointer} is unreadable ({e}). Expected "
-                          f'{{"epoch": N, "dir": "epoch-..."}}; delete {backup_dir} to start the '
-                          "run over.") from None
+                          f'{{"epoch": N, "dir": "epoch-..."}}. Start the run over with '
+                          "overwrite=True (--overwrite).") from None
     return state
 
 
@@ -104,20 +104,21 @@ class BackupAndRestore(keras.callbacks.Callback):
             with np.load(os.path.join(folder, BACKUP_RANDOM_STATE), allow_pickle=False) as saved:
                 arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
         except (OSError, ValueError, KeyError) as e:
-            raise BackupError(f"The backup {folder} cannot be restored ({e}). Delete "
-                              f"{self.backup_dir} to start the run over.") from None
+            raise BackupError(f"The backup {folder} cannot be restored ({e}). Start the run "
+                              "over with overwrite=True (--overwrite).") from None
         variables = _random_state(self.model)
         if len(arrays) != len(variables):
             raise BackupError(f"The backup {folder} holds {len(arrays)} random states, the model "
-                              f"has {len(variables)}: it was made by another model. Delete "
-                              f"{self.backup_dir} to start the run over.")
+                              f"has {len(variables)}: it was made by another model. Start the "
+                              "run over with overwrite=True (--overwrite).")
         for variable, value in zip(variables, arrays):
             variable.assign(value)
 
     def on_epoch_end(self, epoch, logs=None):
         completed = epoch + 1
-        if completed % self.every:
-            return
+        loss = (logs or {}).get("loss", 0.0)
+        if completed % self.every or self.model.stop_training or not np.isfinite(loss):
+            return  # a stopped (e.g. diverged) epoch keeps the last good backup
         name = f"epoch-{completed:06d}"
         with staging_dir(os.path.join(self.backup_dir, name)) as staging:
             self.model.save_weights(os.path.join(staging, BACKUP_WEIGHTS))
@@ -201,8 +202,9 @@ def training_callbacks(output_dir, monitor="val_accuracy", backup=True, best=Tru
       `tensorboard=None` (the default) only if the `tensorboard` package is installed;
     - `TerminateOnNaN`: stops at the first NaN loss.
 
-    Under multi-worker training (TF_CONFIG) each worker backs up to `backup/worker-<i>` and
-    the workers other than the chief log to `logs/worker-<i>`.
+    Under multi-worker training (TF_CONFIG) each worker backs up to `backup/<task type>-<i>`
+    (e.g. `backup/worker-1`) and the workers other than the chief log to
+    `logs/<task type>-<i>`.
 
     Raises:
         ValueError: if `output_dir` is not writable, or `tensorboard=True` without the

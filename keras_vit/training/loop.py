@@ -46,12 +46,11 @@ from keras_vit.training.callbacks import (
     training_callbacks,
 )
 from keras_vit.training.recipes import (
-    DEFAULT_LEARNING_RATES,
     PRETRAIN_WEIGHT_DECAY,
     RECIPES,
     accumulation_steps,
     compile_recipe,
-    default_warmup_steps,
+    recipe_defaults,
 )
 from keras_vit.validation import check_choice, check_int, check_trainable_classes
 from keras_vit.weights import save_npz
@@ -106,6 +105,8 @@ def _check_resume(output_dir, settings, overwrite):
     """Refuses a finished run or a changed one; clears the folder with `overwrite`."""
     run_path = os.path.join(output_dir, RUN_FILE)
     if overwrite:
+        # Each worker clears its own backup; the chief the shared files.
+        shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
         if distribute.is_chief():
             for name in RUN_OUTPUTS:
                 path = os.path.join(output_dir, name)
@@ -211,22 +212,20 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         if target_batch_size else 1
     epochs, updates = plan(train.steps_per_epoch, epochs, steps, accumulation)
     if recipe is not None:
-        learning_rate = DEFAULT_LEARNING_RATES[recipe] if learning_rate is None else learning_rate
-        if warmup_steps is None:
-            warmup_steps = default_warmup_steps(recipe, updates)
+        learning_rate, warmup_steps = recipe_defaults(recipe, updates, learning_rate,
+                                                      warmup_steps)
     settings = dict(epochs=epochs, updates=updates, steps_per_epoch=train.steps_per_epoch,
                     batch_size=train.batch_size, accumulation=accumulation,
                     examples=train.num_examples, recipe=recipe, learning_rate=learning_rate,
                     warmup_steps=warmup_steps,
                     weight_decay=weight_decay if recipe == "pretrain" else None,
                     label_smoothing=label_smoothing)
-    _check_resume(output_dir, settings, overwrite)
-
-    start_epoch = resume_epoch(backup_dir(output_dir))
-    if recipe is not None:
+    if recipe is not None:  # before anything is cleared: it checks the recipe's arguments
         with distribute.strategy_scope(model):
             compile_recipe(model, recipe, updates, learning_rate, warmup_steps, weight_decay,
                            accumulation, label_smoothing, jit_compile)
+    _check_resume(output_dir, settings, overwrite)
+    start_epoch = resume_epoch(backup_dir(output_dir))
     if monitor is None and validation is not None:
         monitor = "val_accuracy"
     class_names = train.class_names
@@ -255,7 +254,8 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             f"Training diverged in {output_dir}: the loss or the weights became NaN or infinite "
             f"(losses per epoch: {[round(float(v), 4) for v in losses]}). No final checkpoint "
             f"was written; {os.path.join(output_dir, BEST_FILE)} keeps the best finite epoch, "
-            "if any. Try a lower learning rate (--lr) or more warm-up.")
+            "if any, and backup/ the last finite one. Start again with a lower learning rate "
+            "(--lr) or more warm-up, with --overwrite or a new --output.")
     final = os.path.join(output_dir, FINAL_FILE)
     if distribute.is_chief():
         save_npz(params, final)

@@ -354,15 +354,22 @@ def compile_pretrain(model, learning_rate=1e-3, total_steps=100_000,
     return compile_model(model, optimizer, label_smoothing, jit_compile)
 
 
-def compile_recipe(model, recipe, total_steps, learning_rate=None, warmup_steps=None,
-                   weight_decay=PRETRAIN_WEIGHT_DECAY, accumulation_steps=1, label_smoothing=0.0,
-                   jit_compile=None):
-    """`compile_finetune` or `compile_pretrain` by name, with the recipe's learning rate and
-    the one warm-up rule (`default_warmup_steps`) where they are not given."""
+def recipe_defaults(recipe, total_steps, learning_rate=None, warmup_steps=None):
+    """(learning rate, warm-up steps): the given ones, else the recipe's learning rate and the
+    one warm-up rule (`default_warmup_steps`)."""
     check_choice("recipe", recipe, RECIPES)
     learning_rate = DEFAULT_LEARNING_RATES[recipe] if learning_rate is None else learning_rate
     if warmup_steps is None:
         warmup_steps = default_warmup_steps(recipe, total_steps)
+    return learning_rate, warmup_steps
+
+
+def compile_recipe(model, recipe, total_steps, learning_rate=None, warmup_steps=None,
+                   weight_decay=PRETRAIN_WEIGHT_DECAY, accumulation_steps=1, label_smoothing=0.0,
+                   jit_compile=None):
+    """`compile_finetune` or `compile_pretrain` by name, with `recipe_defaults`."""
+    learning_rate, warmup_steps = recipe_defaults(recipe, total_steps, learning_rate,
+                                                  warmup_steps)
     common = dict(learning_rate=learning_rate, total_steps=total_steps, warmup_steps=warmup_steps,
                   accumulation_steps=accumulation_steps, label_smoothing=label_smoothing,
                   jit_compile=jit_compile)

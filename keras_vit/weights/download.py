@@ -120,10 +120,21 @@ def download(url, path, sha256=None, progress=True):
     return path
 
 
+def _stale(url, path):
+    """Whether the cached copy of a `file://` URL is older than the file (a local file, unlike
+    a published URL, may be rewritten: a training run's checkpoint registered by name)."""
+    if not url.startswith("file://") or not os.path.exists(path):
+        return False
+    source = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
+    return os.path.exists(source) and os.path.getmtime(source) > os.path.getmtime(path)
+
+
 def fetch_cached(url, path, sha256, read, progress=True):
-    """`read(path)` of the cached file at `path`, downloading it (again) when it is absent or
-    fails its SHA-256 or `read` (a CheckpointError)."""
+    """`read(path)` of the cached file at `path`, downloading it (again) when it is absent,
+    older than its `file://` source, or fails its SHA-256 or `read` (a CheckpointError)."""
     with _file_lock(path):
+        if _stale(url, path):
+            os.remove(path)
         for attempt in range(2):
             if not os.path.exists(path):
                 download(url, path, sha256=sha256, progress=progress)

@@ -56,6 +56,10 @@ def read_safetensors(path):
         raise FileNotFoundError(f"No checkpoint file at {path}.")
     try:
         return load_file(path)
+    except TypeError as e:  # NumPy has no bfloat16: safetensors' NumPy API refuses it
+        raise CheckpointError(f"{path} holds arrays NumPy cannot represent ({e}); keras_vit "
+                              "reads float16/float32/float64 safetensors. Expected a float32 "
+                              "file (e.g. save it again in float32).") from None
     except (SafetensorError, ValueError, OSError) as e:
         raise CheckpointError(f"{path} is not a readable .safetensors file ({e}).") from None
 
@@ -75,21 +79,26 @@ def hub_files(source):
 
     try:
         weights = fetch(WEIGHTS_FILE)
-    except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as e:
-        # (LocalEntryNotFoundError first: it is also an EntryNotFoundError.)
-        raise DownloadError(
-            f"Could not fetch {source} ({type(e).__name__}: {str(e).splitlines()[0]}). "
-            f"Offline, download it where there is internet (`hf download {repo} {CONFIG_FILE} "
-            f"{WEIGHTS_FILE}`), copy the Hugging Face cache here and set HF_HUB_OFFLINE=1, or "
-            "pass the local .safetensors path.") from None
-    except EntryNotFoundError:
+    except EntryNotFoundError as e:
+        if isinstance(e, LocalEntryNotFoundError):  # not in the cache, offline
+            raise DownloadError(_offline_advice(source, repo, e)) from None
         raise CheckpointError(f"{source} has no {WEIGHTS_FILE}. keras_vit reads safetensors "
                               "weights (no torch): expected a repository that has them.") from None
+    except (HfHubHTTPError, OSError, ValueError) as e:
+        raise DownloadError(_offline_advice(source, repo, e)) from None
     try:
         config = fetch(CONFIG_FILE)
     except (EntryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, OSError):
         config = None
     return config, weights
+
+
+def _offline_advice(source, repo, error):
+    first = str(error).splitlines()[0] if str(error) else ""
+    return (f"Could not fetch {source} ({type(error).__name__}: {first}). Offline, download it "
+            f"where there is internet (`hf download {repo} {CONFIG_FILE} {WEIGHTS_FILE}`), copy "
+            "the Hugging Face cache here and set HF_HUB_OFFLINE=1, or pass the local "
+            ".safetensors path.")
 
 
 def read_config(path):
@@ -104,11 +113,11 @@ def read_config(path):
     return config if isinstance(config, dict) else None
 
 
-def _timm_variant(architecture):
-    """The paper variant of a timm architecture name such as "vit_base_patch16_384"."""
+def _timm_size(architecture):
+    """The paper's model size ("Ti" ... "H") of a timm name such as "vit_small_patch8_224"."""
     sizes = {"tiny": "Ti", "small": "S", "base": "B", "large": "L", "huge": "H"}
-    match = re.fullmatch(r"vit_(tiny|small|base|large|huge)_patch(\d+)(?:_\w+)?", architecture or "")
-    return f"{sizes[match[1]]}/{match[2]}" if match else None
+    match = re.match(r"vit_(tiny|small|base|large|huge)_patch\d+", architecture or "")
+    return sizes[match[1]] if match else None
 
 
 def architecture_from_config(config, params, layout):
@@ -177,9 +186,9 @@ def _config_heads(config, layout):
     if layout == "transformers":
         return config.get("num_attention_heads")
     heads = (config.get("model_args") or {}).get("num_heads")
-    variant = _timm_variant(config.get("architecture"))
-    if heads is None and variant:
-        heads = configs.MODEL_SIZES[configs.get_variant(variant).size]["num_heads"]
+    size = _timm_size(config.get("architecture"))
+    if heads is None and size:
+        heads = configs.MODEL_SIZES[size]["num_heads"]
     return heads
 
 

@@ -58,6 +58,13 @@ def _adapt(key, value, shape, model, has_cls):
     return value
 
 
+def _as_numpy_float(value):
+    """bfloat16 and the other ml_dtypes floats (safetensors files) as float32."""
+    if value.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        return value.astype(np.float32)
+    return value
+
+
 def _array_problem(key, value):
     if not np.issubdtype(value.dtype, np.floating):
         return f"{key}: dtype {value.dtype}, expected a floating-point array"
@@ -101,7 +108,7 @@ def match_params(model, params, source=None):
         if key not in params:
             continue
         shape = tuple(variable.shape)
-        value = _adapt(key, np.asarray(params[key]), shape, model, has_cls)
+        value = _adapt(key, _as_numpy_float(np.asarray(params[key])), shape, model, has_cls)
         if value.shape != shape:
             problems.append(f"shape mismatch: {key}: file {value.shape}, model {shape}")
         elif problem := _array_problem(key, value):

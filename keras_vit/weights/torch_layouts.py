@@ -44,7 +44,35 @@ _UNSUPPORTED = {
     "blocks.0.attn.q_norm.weight": "query/key normalisation",
     "attn_pool.latent": "attention pooling (MAP head)",
     "blocks.0.attn.q_bias": "separate query and value biases (BEiT style)",
+    "norm_pre.weight": "a norm before the encoder (CLIP style)",
 }
+
+
+class _Source(dict):
+    """A state dict that records which keys were read, so that none is silently dropped."""
+
+    def __init__(self, params, layout):
+        super().__init__(params)
+        self.layout = layout
+        self.read = set()
+
+    def __getitem__(self, key):
+        if key not in self:
+            raise CheckpointError(f"The {self.layout} checkpoint has no {key!r}. Expected a "
+                                  "complete ViT.")
+        self.read.add(key)
+        return np.asarray(super().__getitem__(key))
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def check_all_read(self):
+        left = sorted(set(self) - self.read)
+        if left:
+            shown = ", ".join(left[:10]) + (f", ... ({len(left) - 10} more)" if len(left) > 10
+                                            else "")
+            raise CheckpointError(f"The {self.layout} checkpoint has arrays keras_vit's ViT has "
+                                  f"no place for: {shown}. It cannot be loaded exactly.")
 
 
 def detect_layout(keys):
@@ -101,36 +129,30 @@ def _attention(prefix, q, k, v, out_w, out_b, heads, qkv_bias):
 
 
 def _norm(params, official, weight, bias):
-    return {f"{official}/scale": np.asarray(params[weight]),
-            f"{official}/bias": np.asarray(params[bias])}
+    return {f"{official}/scale": params[weight], f"{official}/bias": params[bias]}
 
 
 def _dense(params, official, weight, bias):
-    return {f"{official}/kernel": _linear(params[weight]), f"{official}/bias": np.asarray(params[bias])}
-
-
-def _take(params, key):
-    if key not in params:
-        raise CheckpointError(f"The checkpoint has no {key!r}. Expected a complete ViT.")
-    return params[key]
+    return {f"{official}/kernel": _linear(params[weight]), f"{official}/bias": params[bias]}
 
 
 def from_timm(params, num_heads=None):
     """timm's `VisionTransformer` state dict (NumPy arrays) in the official layout."""
     _check_supported(params)
-    width = _take(params, "patch_embed.proj.weight").shape[0]
+    params = _Source(params, "timm")
+    width = params["patch_embed.proj.weight"].shape[0]
     heads = _heads_for_width(width, num_heads)
     out = {"embedding/kernel": _conv(params["patch_embed.proj.weight"]),
-           "embedding/bias": np.asarray(params["patch_embed.proj.bias"]),
-           POSEMB_KEY: np.asarray(_take(params, "pos_embed"))}
+           "embedding/bias": params["patch_embed.proj.bias"],
+           POSEMB_KEY: params["pos_embed"]}
     if "cls_token" in params:
         out["cls"] = np.asarray(params["cls_token"])
     blocks = sorted({int(m[1]) for k in params if (m := _TIMM_BLOCK.match(k))})
     for i in blocks:
         b, o = f"blocks.{i}.", BLOCK.format(i)
-        qkv_w = np.asarray(_take(params, b + "attn.qkv.weight"))
+        qkv_w = params[b + "attn.qkv.weight"]
         qkv_b = params.get(b + "attn.qkv.bias")
-        split_b = np.split(np.asarray(qkv_b), 3) if qkv_b is not None else [None] * 3
+        split_b = np.split(qkv_b, 3) if qkv_b is not None else [None] * 3
         out.update(_attention(o + "MultiHeadDotProductAttention_1/",
                               *zip(np.split(qkv_w, 3), split_b),
                               params[b + "attn.proj.weight"], params[b + "attn.proj.bias"],
@@ -140,14 +162,18 @@ def from_timm(params, num_heads=None):
         out.update(_dense(params, o + "MlpBlock_3/Dense_0", b + "mlp.fc1.weight", b + "mlp.fc1.bias"))
         out.update(_dense(params, o + "MlpBlock_3/Dense_1", b + "mlp.fc2.weight", b + "mlp.fc2.bias"))
     out.update(_norm(params, "Transformer/encoder_norm", "norm.weight", "norm.bias"))
-    if "head.weight" in params and np.asarray(params["head.weight"]).size:
+    if "head.weight" in params and params["head.weight"].size:
         out.update(_dense(params, "head", "head.weight", "head.bias"))
+    params.check_all_read()
     return out
 
 
 def to_timm(official):
     """An official-layout dict in timm's `VisionTransformer` layout (the inverse of
-    `from_timm`), for `timm.create_model(..., pretrained_cfg_overlay=dict(file=...))`."""
+    `from_timm`), for `timm.create_model(..., pretrained_cfg_overlay=dict(file=...))`.
+    A model timm's `VisionTransformer` cannot hold (a hybrid's ResNet, `pre_logits`) is
+    refused, naming the arrays."""
+    official = _Source(official, "official")
     out = {"patch_embed.proj.weight": official["embedding/kernel"].transpose(3, 2, 0, 1),
            "patch_embed.proj.bias": official["embedding/bias"],
            "pos_embed": official[POSEMB_KEY]}
@@ -175,25 +201,27 @@ def to_timm(official):
     if "head/kernel" in official:
         out["head.weight"] = official["head/kernel"].T
         out["head.bias"] = official["head/bias"]
-    if "pre_logits/kernel" in official:
-        raise CheckpointError("timm's VisionTransformer has no pre_logits layer: a model with a "
-                              "representation layer cannot be written in timm's layout.")
+    left = sorted(set(official) - official.read)
+    if left:
+        raise CheckpointError(f"timm's VisionTransformer has no place for {', '.join(left[:6])}"
+                              f"{', ...' if len(left) > 6 else ''} (a hybrid's ResNet or a "
+                              "pre_logits layer): this model cannot be written in timm's layout.")
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
 def from_transformers(params, num_heads=None):
     """transformers' `ViTModel` / `ViTForImageClassification` state dict in the official
     layout (the `vit.` prefix is optional; `pooler.dense` becomes `pre_logits`)."""
-    params = {k.removeprefix("vit."): v for k, v in params.items()}
-    if "embeddings.mask_token" in params:
-        params = {k: v for k, v in params.items() if k != "embeddings.mask_token"}
+    # The masked-image-modelling token is used in pre-training only (zero by default).
+    params = _Source({k.removeprefix("vit."): v for k, v in params.items()
+                      if k.removeprefix("vit.") != "embeddings.mask_token"}, "transformers")
     e = "embeddings."
-    width = _take(params, e + "patch_embeddings.projection.weight").shape[0]
+    width = params[e + "patch_embeddings.projection.weight"].shape[0]
     heads = _heads_for_width(width, num_heads)
     out = {"embedding/kernel": _conv(params[e + "patch_embeddings.projection.weight"]),
-           "embedding/bias": np.asarray(params[e + "patch_embeddings.projection.bias"]),
-           "cls": np.asarray(_take(params, e + "cls_token")),
-           POSEMB_KEY: np.asarray(_take(params, e + "position_embeddings"))}
+           "embedding/bias": params[e + "patch_embeddings.projection.bias"],
+           "cls": params[e + "cls_token"],
+           POSEMB_KEY: params[e + "position_embeddings"]}
     blocks = sorted({int(m[1]) for k in params if (m := _HF_BLOCK.match(k))})
     for i in blocks:
         b, o = f"encoder.layer.{i}.", BLOCK.format(i)
@@ -216,6 +244,7 @@ def from_transformers(params, num_heads=None):
         out.update(_dense(params, "pre_logits", "pooler.dense.weight", "pooler.dense.bias"))
     if "classifier.weight" in params:
         out.update(_dense(params, "head", "classifier.weight", "classifier.bias"))
+    params.check_all_read()
     return out
 
 
