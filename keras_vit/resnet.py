@@ -190,7 +190,9 @@ class ResNetStem(ConfigArgs, keras.layers.Layer):
         shape = self.conv_root.compute_output_shape(input_shape)
         self.gn_root.build(shape)
         shape = self.pool.compute_output_shape(shape)
-        self.units = []  # [(stage, unit, layer)], numbered from 1 as in the checkpoint
+        # Bottleneck units in order, named block{stage}_unit{unit} (from 1, as the checkpoint).
+        # A plain list of layers: Keras tracks (and saves) layers in lists on every release.
+        self.units = []
         for s, count in enumerate(self.num_layers, 1):
             for u in range(1, count + 1):
                 unit = BottleneckUnit(
@@ -202,13 +204,13 @@ class ResNetStem(ConfigArgs, keras.layers.Layer):
                 )
                 unit.build(shape)
                 shape = unit.compute_output_shape(shape)
-                self.units.append((s, u, unit))
+                self.units.append(unit)
 
     def call(self, images):
         # images = [B, H, W, 3]
         x = ops.relu(self.gn_root(self.conv_root(images)))  # x = [B, H/2, W/2, width]
         x = self.pool(x)  # x = [B, H/4, W/4, width]
-        for _, _, unit in self.units:
+        for unit in self.units:
             x = unit(x)  # stage s: [B, H/(4*2^(s-1)), W/(4*2^(s-1)), 4*width*2^(s-1)]
         return x
 
