@@ -1,14 +1,18 @@
 """Where the peak training memory goes: resident memory after each stage of a ViT-B/16
 AdamW training run (batch 8, 224 px), and the peak within each stage.
 
-    python -m benchmarks.memory keras_vit [--no-xla] [--keras-adamw]
+    python -m benchmarks.memory keras_vit [--no-xla] [--keras-adamw] [--remat]
     .venv-bench/bin/python -m benchmarks.memory timm      # peers' venv (benchmarks/setup_peers.sh)
+
+`--remat` builds the model with `remat=True` (each encoder block recomputed in the backward
+pass). Each step's wall time is printed after the table.
 
 Linux only: reads VmRSS / VmHWM from /proc/self/status and resets the peak between stages by
 writing 5 to /proc/self/clear_refs, so each stage's peak is its own.
 """
 
 import sys
+import time
 
 BATCH, SIZE, CLASSES = 8, 224, 1000
 
@@ -39,7 +43,7 @@ def keras_vit_stages(argv):
     import keras_vit
     from keras_vit import training
 
-    model = keras_vit.create_model("B/16", dropout_rate=0.0)
+    model = keras_vit.create_model("B/16", dropout_rate=0.0, remat="--remat" in argv)
     _stage("model built (parameters)")
     adamw = keras.optimizers.AdamW if "--keras-adamw" in argv else training.AdamW
     model.compile(optimizer=adamw(1e-4),
@@ -49,9 +53,13 @@ def keras_vit_stages(argv):
     _stage("compiled, optimizer state built")
     x = np.random.default_rng(0).uniform(-1, 1, (BATCH, SIZE, SIZE, 3)).astype("float32")
     y = np.arange(BATCH) % CLASSES
+    times = []
     for step in range(4):
+        start = time.perf_counter()
         model.train_on_batch(x, y)
+        times.append(time.perf_counter() - start)
         _stage("step 1 (trace, compile, run)" if step == 0 else f"step {step + 1}")
+    print("\nstep seconds: " + ", ".join(f"{t:.2f}" for t in times))
 
 
 def timm_stages(argv):
@@ -77,7 +85,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in ("keras_vit", "timm"):
         raise SystemExit("usage: python -m benchmarks.memory keras_vit|timm [--no-xla] "
-                         "[--keras-adamw]")
+                         "[--keras-adamw] [--remat]")
     print(f"{argv[0]} {' '.join(argv[1:])}: ViT-B/16, batch {BATCH}, AdamW\n")
     print("| stage | RSS after | peak during |\n|---|---|---|")
     _stage("interpreter start")

@@ -22,8 +22,9 @@ _EXPORTS = {
         "ViT_B16", "ViT_B32", "ViT_L16", "ViT_L32", "ViT_H14", "ViT_R50_B16", "ViT_R50_L32",
         "ViT_R26_B32", "ViT_R26_S32", "ViT_R_Ti16"), "keras_vit.builders"),
     **dict.fromkeys((
-        "AddPositionEmbs", "ClassToken", "MlpBlock", "MultiHeadDotProductAttention",
-        "PatchEmbedding", "TokenPooling", "TransformerBlock"), "keras_vit.layers"),
+        "AddPositionEmbs", "AddPositionEmbs2D", "AddSinCosPositionEmbs2D", "ClassToken",
+        "MlpBlock", "MultiHeadDotProductAttention", "NoPositionEmbs", "PatchEmbedding",
+        "TokenPooling", "TransformerBlock"), "keras_vit.layers"),
     **dict.fromkeys(("BottleneckUnit", "ResNetStem", "StdConv2D"), "keras_vit.resnet"),
     **dict.fromkeys(("MODEL_SIZES", "VARIANTS", "get_variant"), "keras_vit.configs"),
     **dict.fromkeys((
@@ -39,11 +40,12 @@ _EXPORTS = {
     **dict.fromkeys(("class_names", "decode_predictions"), "keras_vit.labels"),
     **dict.fromkeys(("preprocess_inputs", "load_image"), "keras_vit.images"),
     "get_strategy": "keras_vit.distribute",
+    **dict.fromkeys(("get_distribution", "layout_map"), "keras_vit.sharding"),
 }
 _SUBMODULES = (
     "builders", "configs", "data", "distribute", "evaluation", "export", "fileio", "framework",
-    "images", "inspection", "labels", "layers", "model", "resnet", "training", "validation",
-    "weights",
+    "images", "inspection", "labels", "layers", "model", "pretraining", "resnet", "sharding",
+    "training", "validation", "weights",
 )
 __all__ = sorted(_EXPORTS)
 

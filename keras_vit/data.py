@@ -15,6 +15,11 @@ split of at most `RANDOM_ACCESS_LIMIT` examples (held in memory still encoded); 
 (ImageNet) stream through a seeded shuffle buffer, deterministic from the start of a run but
 reshuffled differently after a resume.
 
+Data sets whose images have a *set* of correct labels (ImageNet-ReaL, see
+`DatasetSpec.label_set`) are for evaluation only. Their labels are a dict: `label` int32 `[B]`
+(the original single label) and `label_set` int32 `[B, num_classes]` (multi-hot: 1 at each
+correct class, all zeros for an image whose set is empty).
+
 Training pipelines repeat forever, one epoch after the other, with whole batches only (the
 examples that do not fill the last batch of an epoch are left out of that epoch); pass
 `steps_per_epoch=data.steps_per_epoch` to `model.fit`. Evaluation pipelines run once over
@@ -64,12 +69,18 @@ class DatasetSpec:
             "validation" is the held-out slice of the training set the paper selects
             hyper-parameters on (2% for CIFAR, as vit_jax's `train[:98%]`).
         manual: bool. Whether tfds needs the files downloaded by hand (`manual_dir`).
+        label: str. The tfds feature holding each image's class label. Defaults to "label".
+        label_set: str or None. A tfds `Sequence(ClassLabel)` feature holding each image's set
+            of correct labels (multi-label evaluation, as ImageNet-ReaL's `real_label`), or None.
+            Such a data set is for evaluation only. Defaults to None.
     """
 
     name: str
     num_classes: int
     splits: dict
     manual: bool = False
+    label: str = "label"
+    label_set: str = None
 
 
 DATASETS = {
@@ -84,6 +95,16 @@ DATASETS = {
             1000,
             dict(train="train[:99%]", validation="train[99%:]", test="validation"),
             manual=True,
+        ),
+        # ImageNet validation images with the "Reassessed Labels" (Beyer et al. 2020), the
+        # ImageNet-ReaL column of the paper's Table 2. Needs ILSVRC2012_img_val.tar by hand.
+        DatasetSpec(
+            "imagenet2012_real",
+            1000,
+            dict(test="validation"),
+            manual=True,
+            label="original_label",
+            label_set="real_label",
         ),
     )
 }
@@ -218,7 +239,7 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
             image = preprocess_train(image, image_size, example_seed, **augment)
         else:
             image = image_ops.eval_preprocess(image, image_size)
-        return image, tf.cast(label, tf.int32)
+        return image, _int32(label)
 
     if source.fetch is not None:
         epochs = tf.data.Dataset.range(start_epoch, np.iinfo(np.int64).max)
@@ -247,10 +268,15 @@ def _eval_dataset(source, image_size, batch_size):
     else:
         examples = source.stream
     examples = examples.map(
-        lambda raw, label: (image_ops.eval_preprocess(source.load(raw), image_size), tf.cast(label, tf.int32)),
+        lambda raw, label: (image_ops.eval_preprocess(source.load(raw), image_size), _int32(label)),
         num_parallel_calls=AUTOTUNE,
     )
     return examples.batch(batch_size)
+
+
+def _int32(labels):
+    """Labels as int32: a label tensor, or each tensor of a dict of them (label sets)."""
+    return tf.nest.map_structure(lambda t: tf.cast(t, tf.int32), labels)
 
 
 def _finish(dataset):
@@ -328,7 +354,7 @@ def _decode(encoded):
 
 def from_arrays(
     images,
-    labels,
+    labels=None,
     *,
     num_classes=None,
     image_size,
@@ -346,7 +372,8 @@ def from_arrays(
     Args:
         images: array `[N, H, W, 3]`, `[N, H, W, 1]` or `[N, H, W]`, RGB or grey values:
             integers in [0, 255], or floats in the range `value_range` says.
-        labels: int array `[N]`.
+        labels: int array `[N]`, or None for unlabelled images (self-supervised pre-training,
+            `keras_vit.pretraining`): every label is then 0, of one class.
         num_classes: int or None. Labels must lie in `[0, num_classes)`. Defaults to
             `max(labels) + 1`.
         image_size: int or (height, width). The model resolution.
@@ -372,7 +399,7 @@ def from_arrays(
             labels outside `[0, num_classes)`.
     """
     images = np.asarray(images)
-    labels = np.asarray(labels)
+    labels = np.zeros(images.shape[:1], np.int32) if labels is None else np.asarray(labels)
     if images.ndim == 3:
         images = images[..., None]
     if images.ndim != 4 or images.shape[-1] not in (1, 3):
@@ -578,25 +605,30 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
 
     Args:
         name: str. One of `DATASETS`: cifar10, cifar100, oxford_iiit_pet, oxford_flowers102,
-            imagenet2012.
+            imagenet2012, imagenet2012_real (evaluation only: its labels are a dict with the
+            `label_set` of each image, see the module docstring).
         split: str. "train", "validation" or "test" (mapped through `DatasetSpec.splits`), or
             any tfds split string such as "train[:10%]".
         training: bool or None. Defaults to `split == "train"`.
         data_dir: str or None. Where tfds keeps prepared datasets.
         manual_dir: str or None. Where the hand-downloaded files are (imagenet2012 needs the
-            ILSVRC2012 tars there).
+            ILSVRC2012 tars there, imagenet2012_real ILSVRC2012_img_val.tar).
         download: bool. Let tfds download and prepare the dataset if it is missing.
         Other arguments as in `from_arrays`.
 
     Raises:
-        ValueError: for an unknown dataset name, or imagenet2012 without `manual_dir` when it
-            still has to be prepared.
+        ValueError: for an unknown dataset name, imagenet2012 without `manual_dir` when it
+            still has to be prepared, or a data set with label sets and `training=True`.
     """
     import tensorflow_datasets as tfds  # slow to import, and only tfds data sets need it
 
     spec = get_dataset_spec(name)
     tfds_split = spec.splits.get(split, split)
     training = split == "train" if training is None else training
+    if training and spec.label_set:
+        raise ValueError(
+            f"{name} is an evaluation set (each image has a set of correct labels, "
+            f"{spec.label_set!r}); it cannot be a training pipeline. Expected training=False.")
     builder = tfds.builder(name, data_dir=data_dir)
     if download and not spec.manual and not _is_prepared(builder) \
             and _downloads_for_real(builder) and not _online():
@@ -619,12 +651,16 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
         split=tfds_split,
         data_dir=data_dir,
         download=download,
-        as_supervised=True,
+        as_supervised=spec.label_set is None,
         shuffle_files=False,
         decoders={"image": tfds.decode.SkipDecoding()},
         download_and_prepare_kwargs=prepare_kwargs or None,
     )
-    label_feature = builder.info.features["label"]
+    label_feature = builder.info.features[spec.label]
+    if spec.label_set:
+        dataset = dataset.map(lambda example: (example["image"], dict(
+            label=example[spec.label],
+            label_set=_multi_hot(example[spec.label_set], label_feature.num_classes))))
     num_examples = int(dataset.cardinality())
     if num_examples < 0:  # unknown cardinality: count once
         num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
@@ -632,14 +668,26 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
                      decode=_decode, class_names=label_feature.names)
     if num_examples <= RANDOM_ACCESS_LIMIT:
         # Hold the encoded images in memory: random access gives resumable epoch orders.
-        encoded, labels = zip(*dataset.as_numpy_iterator()) if num_examples else ((), ())
-        encoded_t = tf.constant(list(encoded), tf.string)
-        labels_t = tf.constant(list(labels), tf.int32)
-        source.fetch = lambda i: (tf.gather(encoded_t, i), tf.gather(labels_t, i))
+        encoded_t, labels_t = _in_memory(dataset, num_examples)
+        source.fetch = lambda i: (tf.gather(encoded_t, i),
+                                  tf.nest.map_structure(lambda t: tf.gather(t, i), labels_t))
     else:
         source.stream = dataset
     return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
                      _augment_args(augment) if training else None, strategy)
+
+
+def _multi_hot(class_ids, num_classes):
+    """A set of class ids `[L]` (possibly empty, repeats allowed) as a bool `[num_classes]`."""
+    return tf.reduce_sum(tf.one_hot(class_ids, num_classes, dtype=tf.int32), axis=0) > 0
+
+
+def _in_memory(dataset, num_examples):
+    """Every example of `dataset` as one batch of tensors (`[N, ...]` each, N may be 0)."""
+    if not num_examples:
+        return tf.nest.map_structure(lambda spec: tf.zeros([0, *spec.shape], spec.dtype),
+                                     dataset.element_spec)
+    return dataset.batch(num_examples).get_single_element()
 
 
 # tensorflow-datasets downloads through Google's servers (GCS) and the data sets' own hosts.

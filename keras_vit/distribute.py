@@ -15,6 +15,7 @@ import os
 
 import tensorflow as tf
 
+from keras_vit import sharding
 from keras_vit.validation import check_choice, check_positive_int, check_replica_batch
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multiworker", "cpu")
@@ -168,6 +169,9 @@ def strategy_scope(model):
 
 
 def num_replicas(model):
-    """How many replicas `model`'s strategy splits a global batch over (1 on other backends)."""
+    """How many replicas `model`'s strategy splits a global batch over; on other backends, the
+    current `keras.distribution`'s (1 without one)."""
     strategy = model_strategy(model)
-    return strategy.num_replicas_in_sync if strategy is not None else 1
+    if strategy is None:
+        return sharding.data_parallel_size()
+    return strategy.num_replicas_in_sync

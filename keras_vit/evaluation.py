@@ -1,7 +1,11 @@
 """Evaluation as the paper reports it (section 4.1, "Metrics"): fine-tuning accuracy and
 few-shot linear accuracy, plus a linear probe and batched feature extraction.
 
-- `evaluate(model, data)`: top-1, top-5, loss, per-class accuracy and the confusion matrix.
+- `evaluate(model, data)`: top-1, top-5, loss, per-class accuracy and the confusion matrix;
+  on data whose images have sets of correct labels (ImageNet-ReaL), ReaL accuracy as well.
+- `real_accuracy(predictions, label_sets, labels)`: the ReaL metric (Beyer et al. 2020, "Are we
+  done with ImageNet?", the ImageNet-ReaL column of the paper's Table 2): a prediction is correct
+  if it is in its image's set of labels; images whose set is empty are left out.
 - `extract_features(model, data)`: the frozen representation (`pre_logits` if the model has
   one, else the pooled token), batched, optionally cached to `.npy`.
 - `fewshot_accuracy(...)` / `fewshot_table(...)`: k images per class, a closed-form
@@ -11,7 +15,9 @@ few-shot linear accuracy, plus a linear probe and batched feature extraction.
 
 `data` is a `tf.data.Dataset` of `(images, labels)` batches with images already scaled to
 [-1, 1] (what `keras_vit.data` pipelines give), or a pair of arrays `(images, labels)` with
-RGB images in [0, 255] at the model's resolution.
+RGB images in [0, 255] at the model's resolution. `labels` are class ids `[N]`, or for
+multi-label evaluation a dict: `label` (class ids `[N]`) and `label_set` (multi-hot
+`[N, num_classes]`, see `multi_hot`), as `keras_vit.data` gives for ImageNet-ReaL.
 """
 
 import contextlib
@@ -39,17 +45,20 @@ MAX_CONFUSION_CLASSES = 100
 
 
 def _batches(data, batch_size):
-    """Yields (images in [-1, 1], labels) NumPy batches from a dataset or an arrays pair."""
+    """Yields (images in [-1, 1], labels, label sets or None) NumPy batches from a dataset or
+    an arrays pair."""
     if isinstance(data, tuple) and len(data) == 2:
         images, labels = data
         if labels is None:
             raise ValueError("The data has no labels: expected (images, labels).")
-        images, labels = np.asarray(images), np.asarray(labels)
+        images = np.asarray(images)
+        labels, label_sets = _split_labels(labels)
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels.")
         for start in range(0, len(images), batch_size):
-            chunk = images[start : start + batch_size]
-            yield np.asarray(preprocess_inputs(chunk)), labels[start : start + batch_size]
+            chunk = slice(start, start + batch_size)
+            yield (np.asarray(preprocess_inputs(images[chunk])), labels[chunk],
+                   None if label_sets is None else label_sets[chunk])
         return
     for element in data:
         if not isinstance(element, (tuple, list)) or len(element) != 2:
@@ -58,7 +67,17 @@ def _batches(data, batch_size):
                 f"{type(element).__name__} of {len(element) if hasattr(element, '__len__') else 1}."
             )
         images, labels = element
-        yield np.asarray(images), np.asarray(labels)
+        yield (np.asarray(images), *_split_labels(labels))
+
+
+def _split_labels(labels):
+    """(class ids, multi-hot label sets or None) from class ids or a dict of both."""
+    if not isinstance(labels, dict):
+        return np.asarray(labels), None
+    if set(labels) != {"label", "label_set"}:
+        raise ValueError(f"Labels given as a dict must have the keys 'label' and 'label_set'. "
+                         f"Received keys {sorted(labels)}.")
+    return np.asarray(labels["label"]), np.asarray(labels["label_set"])
 
 
 def representation_model(model):
@@ -122,7 +141,7 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
     total = _num_examples(data)
     bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
     features, labels, done = [], [], 0
-    for images, batch_labels in _batches(data, batch_size):
+    for images, batch_labels, _ in _batches(data, batch_size):
         features.append(np.asarray(features_model.predict_on_batch(images), np.float32))
         labels.append(batch_labels.astype(np.int64))
         done += len(batch_labels)
@@ -277,55 +296,161 @@ def linear_probe(train_features, train_labels, test_features, test_labels, epoch
 
 
 def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progress=True):
-    """Top-1, top-5 and loss of a classifier, with per-class accuracy and the confusion matrix.
+    """Top-1, top-5 and loss of a classifier, with per-class accuracy and the confusion matrix;
+    ReaL accuracy too where the data has label sets.
 
     Args:
         model: a keras_vit classifier (with head).
-        data: a dataset of (images, labels) batches or an (images, labels) arrays pair.
+        data: a dataset of (images, labels) batches or an (images, labels) arrays pair;
+            `labels` may be a dict with `label` and `label_set` (see the module docstring).
         batch_size: int. For arrays. Defaults to 64.
         class_names: list of str or None. For the CSV and the figure.
-        out_dir: str or None. If set, writes `per_class_accuracy.csv` and, for at most 100
-            classes, `confusion_matrix.png` there.
+        out_dir: str or None. If set, writes `per_class_accuracy.csv` (with label sets, also
+            `real_examples`, `real_correct` and `real_accuracy` of each original class) and, for
+            at most 100 classes, `confusion_matrix.png` there.
         progress: bool. Defaults to True.
 
     Returns:
         dict: `top1`, `top5`, `loss`, `num_examples`, `per_class_accuracy` [K] (NaN for
         classes absent from the data), `confusion_matrix` [K, K] (rows: true, columns:
-        predicted), and `files` written.
+        predicted), and `files` written; with label sets, `real` as `real_accuracy` returns
+        it (top-1, top-5, loss and the confusion matrix stay against `label`, on every image).
     """
     if "head" not in [layer.name for layer in model.layers]:
         raise ValueError(f"Model {model.name!r} has no classification head (include_top=False).")
     num_classes = int(model.output.shape[-1])
-    confusion = np.zeros((num_classes, num_classes), np.int64)
-    top1 = top5 = 0
-    loss_sum = 0.0
+    top5, loss_sum, done = 0, 0.0, 0
+    all_labels, predicted, in_set, has_set = [], [], [], []
     total = _num_examples(data)
     bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
-    for images, labels in _batches(data, batch_size):
-        labels = labels.astype(np.int64)
-        if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-            raise ValueError(f"Labels must be in [0, {num_classes}). Received values from "
-                             f"{labels.min()} to {labels.max()}.")
+    for images, labels, label_sets in _batches(data, batch_size):
+        labels = _check_labels(labels, num_classes)
         logits = np.asarray(model.predict_on_batch(images), np.float64)
         logits -= logits.max(axis=1, keepdims=True)
         log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
         loss_sum += float(-log_probs[np.arange(len(labels)), labels].sum())
         order = np.argsort(-logits, axis=1, kind="stable")
-        top1 += int((order[:, 0] == labels).sum())
         top5 += int((order[:, :5] == labels[:, None]).any(axis=1).sum())
-        np.add.at(confusion, (labels, order[:, 0]), 1)
+        all_labels.append(labels)
+        predicted.append(order[:, 0])
+        if label_sets is not None:
+            hits, scored = _label_set_hits(order[:, 0], label_sets, num_classes)
+            in_set.append(hits)
+            has_set.append(scored)
+        done += len(labels)
         if bar:
-            bar.update(int(confusion.sum()))
-    n = int(confusion.sum())
-    if n == 0:
+            bar.update(done)
+    if done == 0:
         raise ValueError("The data holds no images.")
+    labels, predicted = np.concatenate(all_labels), np.concatenate(predicted)
+    n = len(labels)
+    confusion = np.zeros((num_classes, num_classes), np.int64)
+    np.add.at(confusion, (labels, predicted), 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_class = np.diag(confusion) / confusion.sum(axis=1)
-    result = dict(top1=top1 / n, top5=top5 / n, loss=loss_sum / n, num_examples=n,
-                  per_class_accuracy=per_class, confusion_matrix=confusion, files=[])
+    result = dict(top1=float(np.mean(predicted == labels)), top5=top5 / n, loss=loss_sum / n,
+                  num_examples=n, per_class_accuracy=per_class, confusion_matrix=confusion,
+                  files=[])
+    if has_set:
+        result["real"] = _real_summary(labels, predicted, np.concatenate(in_set),
+                                       np.concatenate(has_set), num_classes)
     if out_dir:
         result["files"] = _write_reports(result, class_names, out_dir)
     return result
+
+
+def _check_labels(labels, num_classes, what="Labels"):
+    """Class ids as int64, checked to lie in [0, num_classes)."""
+    labels = np.asarray(labels).astype(np.int64)
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(f"{what} must be in [0, {num_classes}). Received values from "
+                         f"{labels.min()} to {labels.max()}.")
+    return labels
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-label (ReaL) accuracy.
+
+
+def multi_hot(label_sets, num_classes):
+    """Label sets as a multi-hot array: row i is True at the classes of `label_sets[i]`.
+
+    Args:
+        label_sets: a sequence of N sequences of class ids (each possibly empty).
+        num_classes: int.
+
+    Returns:
+        bool array [N, num_classes].
+
+    Example:
+
+    >>> multi_hot([[2], [0, 2], []], 3).astype(int).tolist()
+    [[0, 0, 1], [1, 0, 1], [0, 0, 0]]
+    """
+    rows = np.zeros((len(label_sets), num_classes), bool)
+    for i, ids in enumerate(label_sets):
+        rows[i, _check_labels(ids, num_classes, f"Class ids of label set {i}")] = True
+    return rows
+
+
+def _label_set_hits(predictions, label_sets, num_classes):
+    """Per image: whether its prediction is in its label set, and whether the set is
+    non-empty (scored). `label_sets`: multi-hot [N, num_classes]."""
+    label_sets = np.asarray(label_sets)
+    if label_sets.shape != (len(predictions), num_classes):
+        raise ValueError(f"Label sets must be multi-hot [{len(predictions)}, {num_classes}] "
+                         f"(images, classes). Received shape {label_sets.shape}.")
+    label_sets = label_sets.astype(bool)
+    return label_sets[np.arange(len(predictions)), predictions], label_sets.any(axis=1)
+
+
+def _real_summary(labels, predicted, hits, scored, num_classes):
+    """`real_accuracy`'s dict from per-image hits and scored flags."""
+    n = int(scored.sum())
+
+    def mean(correct):
+        return float(correct[scored].mean()) if n else float("nan")
+
+    return dict(accuracy=mean(hits), original_accuracy=mean(predicted == labels),
+                num_examples=n, num_left_out=len(scored) - n,
+                per_class_examples=np.bincount(labels[scored], minlength=num_classes),
+                per_class_correct=np.bincount(labels[scored & hits], minlength=num_classes))
+
+
+def real_accuracy(predictions, label_sets, labels):
+    """ReaL accuracy: the fraction of images whose prediction is in their set of correct
+    labels, over the images whose set is not empty (the others are left out), beside the
+    plain accuracy against `labels` on the same images.
+
+    Args:
+        predictions: int array [N]. The predicted class of each image.
+        label_sets: multi-hot [N, K] (bool or 0/1): the correct classes of each image (see
+            `multi_hot` for lists of class ids).
+        labels: int array [N]. The original single label of each image.
+
+    Returns:
+        dict: `accuracy` (ReaL), `original_accuracy` (against `labels`, on the same images;
+        both NaN if every set is empty), `num_examples` (images scored), `num_left_out`
+        (images with an empty set), `per_class_examples` and `per_class_correct` [K] (the
+        scored images of each original class, and how many of them are ReaL-correct).
+
+    Example:
+
+    >>> result = real_accuracy([2, 1, 0], multi_hot([[2], [0, 2], []], 3), labels=[2, 0, 1])
+    >>> result["accuracy"], result["original_accuracy"], result["num_left_out"]
+    (0.5, 0.5, 1)
+    """
+    label_sets = np.asarray(label_sets)
+    if label_sets.ndim != 2:
+        raise ValueError(f"Label sets must be multi-hot [N, num_classes] (see `multi_hot`). "
+                         f"Received shape {label_sets.shape}.")
+    num_classes = label_sets.shape[1]
+    predictions = _check_labels(predictions, num_classes, "Predictions")
+    labels = _check_labels(labels, num_classes)
+    if len(labels) != len(predictions):
+        raise ValueError(f"{len(predictions)} predictions but {len(labels)} labels.")
+    hits, scored = _label_set_hits(predictions, label_sets, num_classes)
+    return _real_summary(labels, predictions, hits, scored, num_classes)
 
 
 def _write_reports(result, class_names, out_dir):
@@ -336,17 +461,27 @@ def _write_reports(result, class_names, out_dir):
         raise ValueError(f"{len(names)} class names given for {k} classes.")
     os.makedirs(out_dir, exist_ok=True)
     csv_path = os.path.join(out_dir, "per_class_accuracy.csv")
-    rows = ["class_index,class_name,examples,correct,accuracy"]
+    real = result.get("real")
+    rows = ["class_index,class_name,examples,correct,accuracy"
+            + (",real_examples,real_correct,real_accuracy" if real else "")]
     for i, name in enumerate(names):
-        examples, correct = int(confusion[i].sum()), int(confusion[i, i])
-        accuracy = "" if examples == 0 else f"{correct / examples:.6f}"
-        rows.append(f'{i},"{name.replace(chr(34), chr(39))}",{examples},{correct},{accuracy}')
+        row = f'{i},"{name.replace(chr(34), chr(39))}",' + _count_cells(
+            confusion[i].sum(), confusion[i, i])
+        if real:  # the scored images of original class i, and how many are ReaL-correct
+            row += "," + _count_cells(real["per_class_examples"][i], real["per_class_correct"][i])
+        rows.append(row)
     atomic_write(csv_path, lambda f: f.write(("\n".join(rows) + "\n").encode()))
     files = [csv_path]
     if k <= MAX_CONFUSION_CLASSES:
         files.append(plot_confusion_matrix(confusion, names,
                                            os.path.join(out_dir, "confusion_matrix.png")))
     return files
+
+
+def _count_cells(examples, correct):
+    """CSV cells `examples,correct,accuracy` (accuracy empty without examples)."""
+    examples, correct = int(examples), int(correct)
+    return f"{examples},{correct}," + ("" if examples == 0 else f"{correct / examples:.6f}")
 
 
 def plot_confusion_matrix(confusion, class_names, path):

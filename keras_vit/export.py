@@ -12,6 +12,10 @@ TF Serving watches for, with two signatures:
   graph, on the CPU and outside any XLA cluster.
 - `predict_images`: input `images`, `[B, H, W, 3]` float32 (or uint8, see `image_dtype`) RGB in
   [0, 255] at the model resolution.
+- `serving_native_size`, for a model built with `dynamic_image_size=True` only: input
+  `image_bytes` as `serving_default`, but each image is classified at its own size rounded to
+  the patch grid (scaled down, keeping its aspect ratio, to at most `max_patches` patches)
+  instead of being resized to the model resolution.
 
 Both return the same float32 (and int32, string) outputs, whatever the model's dtype policy:
 
@@ -38,10 +42,14 @@ from keras_vit import images as image_ops
 from keras_vit import labels as label_sets
 from keras_vit.fileio import atomic_write, staging_dir
 from keras_vit.layers import TokenPooling
+from keras_vit.model import model_image_size
 from keras_vit.validation import check_choice, check_int
 
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
+NATIVE_SIZE_SIGNATURE = "serving_native_size"
+# `serving_native_size` scales images down to at most this many times the model's patches.
+MAX_PATCHES_FACTOR = 4
 BYTES_INPUT = "image_bytes"
 IMAGES_INPUT = "images"
 LABELS_ASSET = "labels.txt"
@@ -85,11 +93,18 @@ def check_model(model):
             f"{len(model.inputs)} inputs and {len(model.outputs)} outputs."
         )
     input_shape = tuple(model.inputs[0].shape)
-    if len(input_shape) != 4 or input_shape[-1] != IMAGE_CHANNELS or None in input_shape[1:]:
+    if len(input_shape) != 4 or input_shape[-1] != IMAGE_CHANNELS:
         raise ValueError(
-            f"Expected a model input [batch, height, width, 3] with a known height and width. "
-            f"Received input shape {input_shape}"
+            f"Expected a model input [batch, height, width, 3]. Received input shape "
+            f"{input_shape}"
         )
+    if None in input_shape[1:3] and not _native_grid(model):
+        raise ValueError(
+            f"Expected a model input [batch, height, width, 3] with a known height and width, "
+            "or a keras_vit model built with dynamic_image_size=True. Received input shape "
+            f"{input_shape}"
+        )
+    height, width = model_image_size(model)
     output_shape = tuple(model.outputs[0].shape)
     if len(output_shape) != 2 or output_shape[-1] is None:
         raise ValueError(
@@ -103,7 +118,20 @@ def check_model(model):
             f"representation {output_shape} (include_top=False), not class logits. Expected a "
             "model with a classification head."
         )
-    return input_shape[1], input_shape[2], output_shape[1]
+    return height, width, output_shape[1]
+
+
+def _native_grid(model):
+    """For a keras_vit model of any input size: (pixels per patch as (rows, cols), the base
+    number of patches); else None."""
+    names = {layer.name for layer in model.layers}
+    if model.inputs[0].shape[1] is not None or "posembed_input" not in names:
+        return None
+    grid = model.get_layer("posembed_input").grid_size
+    if grid is None:
+        return None
+    height, width = model_image_size(model)
+    return (height // grid[0], width // grid[1]), grid[0] * grid[1]
 
 
 def check_class_names(class_names, num_classes):
@@ -143,16 +171,23 @@ def _check_tensorflow_backend(what):
 # The serving graph.
 
 
-def _classify(model, images, labels, top_k, jit_compile):
-    """The outputs of both signatures from float images `[B, H, W, 3]` in [0, 255]."""
+def _forward(model, jit_compile):
+    """images `[B, H, W, 3]` in [0, 255] -> logits `[B, K]`, float32 whatever the policy."""
 
     def forward(images):
-        # images = [B, H, W, 3] in [0, 255]; logits = [B, K], float32 whatever the policy.
         return tf.cast(model(image_ops.scale(images), training=False), tf.float32)
 
-    if jit_compile:
-        forward = tf.function(forward, jit_compile=True)
-    probabilities = tf.nn.softmax(forward(images), axis=-1)  # [B, K]
+    return tf.function(forward, jit_compile=True) if jit_compile else forward
+
+
+def _classify(model, images, labels, top_k, jit_compile):
+    """The outputs of the signatures from float images `[B, H, W, 3]` in [0, 255]."""
+    return _outputs(_forward(model, jit_compile)(images), labels, top_k)
+
+
+def _outputs(logits, labels, top_k):
+    """The signatures' outputs from logits `[B, K]`."""
+    probabilities = tf.nn.softmax(logits, axis=-1)  # [B, K]
     scores, indices = tf.math.top_k(probabilities, k=top_k)  # [B, k] each
     return {
         "probabilities": probabilities,
@@ -183,6 +218,38 @@ def _decode_images(image_bytes, size, max_pixels):
         )
 
 
+def native_size(height, width, patch_pixels, max_patches):
+    """The size an image of height x width is classified at by `serving_native_size`: each
+    side rounded to the nearest multiple of the patch (halves up; at least one patch), then,
+    above `max_patches` patches, scaled down keeping the aspect ratio. Scalar tensors or
+    ints."""
+    rows = tf.maximum(tf.floor(tf.cast(height, tf.float64) / patch_pixels[0] + 0.5), 1.0)
+    cols = tf.maximum(tf.floor(tf.cast(width, tf.float64) / patch_pixels[1] + 0.5), 1.0)
+    shrink = tf.minimum(tf.constant(1.0, tf.float64),
+                        tf.sqrt(tf.constant(max_patches, tf.float64) / (rows * cols)))
+    rows = tf.maximum(tf.floor(rows * shrink), 1.0)
+    cols = tf.maximum(tf.floor(cols * shrink), 1.0)
+    return (tf.cast(rows, tf.int32) * patch_pixels[0], tf.cast(cols, tf.int32) * patch_pixels[1])
+
+
+def _classify_native(model, image_bytes, labels, top_k, max_pixels, max_patches):
+    """`serving_native_size`: each image decoded and classified at its own size (on the CPU:
+    one forward pass per image, as the sizes differ)."""
+    patch_pixels, _ = _native_grid(model)
+    forward = _forward(model, jit_compile=False)
+    num_classes = model.outputs[0].shape[-1]
+
+    def classify(data):
+        image = image_ops.decode_image(data, max_pixels, name=BYTES_INPUT)  # [h, w, 3]
+        shape = tf.shape(image)
+        size = native_size(shape[0], shape[1], patch_pixels, max_patches)
+        return forward(image_ops.resize(image, size)[None])[0]  # [K]
+
+    logits = tf.map_fn(classify, image_bytes,
+                       fn_output_signature=tf.TensorSpec((num_classes,), tf.float32))
+    return _outputs(logits, labels, top_k)
+
+
 def _labels_table(labels_path, num_classes):
     initializer = tf.lookup.TextFileInitializer(
         labels_path,
@@ -195,7 +262,8 @@ def _labels_table(labels_path, num_classes):
     return tf.lookup.StaticHashTable(initializer, default_value="")
 
 
-def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile, max_pixels):
+def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile, max_pixels,
+                       max_patches):
     height, width, num_classes = check_model(model)
     labels = _labels_table(labels_path, num_classes)
     archive = keras.export.ExportArchive()
@@ -219,6 +287,13 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
         serve_images,
         [tf.TensorSpec([None, height, width, IMAGE_CHANNELS], image_dtype, name=IMAGES_INPUT)],
     )
+    if max_patches:
+
+        def serve_native(image_bytes):
+            return _classify_native(model, image_bytes, labels, top_k, max_pixels, max_patches)
+
+        archive.add_endpoint(NATIVE_SIZE_SIGNATURE, serve_native,
+                             [tf.TensorSpec([None], tf.string, name=BYTES_INPUT)])
     archive.write_out(path, verbose=False)
 
 
@@ -322,6 +397,7 @@ def export_saved_model(
     warmup="auto",
     jit_compile=False,
     max_pixels=image_ops.DEFAULT_MAX_PIXELS,
+    max_patches="auto",
 ):
     """Exports a classifier as a SavedModel that TF Serving serves as is.
 
@@ -350,6 +426,10 @@ def export_saved_model(
         max_pixels: int or None. `serving_default` refuses images whose header declares more
             pixels, before decoding them (recorded in `assets.extra/keras_vit.json`). Defaults
             to `keras_vit.images.DEFAULT_MAX_PIXELS`.
+        max_patches: "auto" or int. For a model built with `dynamic_image_size=True`: the
+            most patches `serving_native_size` classifies an image with (larger images are
+            scaled down); "auto" is 4 times the model's own. Refused for other models.
+            Defaults to "auto".
 
     Returns:
         str: the version folder.
@@ -374,12 +454,22 @@ def export_saved_model(
     if not (warmup == "auto" or warmup is True or warmup is False):
         raise ValueError(f"`warmup` must be 'auto', True or False. Received: warmup={warmup!r}")
     max_pixels = check_int("max_pixels", max_pixels, 1, allow_none=True)
+    native = _native_grid(model)
+    if max_patches == "auto":
+        max_patches = MAX_PATCHES_FACTOR * native[1] if native else None
+    elif not native:
+        raise ValueError("`max_patches` applies to models of any input size "
+                         "(dynamic_image_size=True) only. Received: max_patches="
+                         f"{max_patches!r} for a model of input {tuple(model.inputs[0].shape)}.")
+    else:
+        max_patches = check_int("max_patches", max_patches, 1)
     path = _version_dir(export_dir, version, overwrite)
     if warmup == "auto":
         warmup = _serving_protos_available()
     records = _warmup_requests(model.name, height, width, image_dtype) if warmup else []
     metadata = dict(image_size=[height, width], num_classes=num_classes, top_k=top_k,
-                    image_dtype=image_dtype, max_pixels=max_pixels, warmup=bool(records),
+                    image_dtype=image_dtype, max_pixels=max_pixels, max_patches=max_patches,
+                    warmup=bool(records),
                     formats=list(image_ops.FORMATS))
 
     with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:
@@ -387,7 +477,7 @@ def export_saved_model(
         with open(labels_path, "w", encoding="utf-8") as f:
             f.write("".join(name + "\n" for name in class_names))
         _write_saved_model(model, staging, labels_path, top_k, image_dtype, jit_compile,
-                           max_pixels)
+                           max_pixels, max_patches)
         if records:
             _write_warmup(os.path.join(staging, WARMUP_FILE), records)
         atomic_write(os.path.join(staging, METADATA_FILE),

@@ -41,6 +41,7 @@ import keras
 import numpy as np
 
 from keras_vit.fileio import atomic_write
+from keras_vit.model import model_image_size
 from keras_vit.validation import check_index, check_positive_int
 
 # Figure layout, in pixels (PNGs are written at `DPI` dots per inch).
@@ -111,9 +112,13 @@ def geometry(model):
     """Returns the `Geometry` of a keras_vit model (input size, patch grid, class token, ...)."""
     blocks = _blocks(model)
     rows, cols = _embedding(model).grid_size
-    height, width = model.input.shape[1:3]
-    length = blocks[0].output[1].shape[-1]  # tokens: patches plus the class token, if any
-    num_prefix = length - rows * cols
+    height, width = model_image_size(model)
+    if rows is None:  # a model of any input size: inspected at the size it was built for
+        posembed = model.get_layer("posembed_input")
+        (rows, cols), num_prefix = posembed.grid_size, posembed.num_prefix_tokens
+    else:
+        length = blocks[0].output[1].shape[-1]  # tokens: patches plus the class token, if any
+        num_prefix = length - rows * cols
     if num_prefix not in (0, 1):
         raise ValueError(
             f"Model {model.name!r} has {length} tokens for a {rows}x{cols} patch grid; expected "
@@ -141,7 +146,7 @@ def attention_probe(model):
 
 def _check_images(model, images):
     images = np.asarray(images, dtype=np.float32)
-    expected = tuple(model.input.shape[1:])
+    expected = (*model_image_size(model), model.input.shape[-1])
     if images.ndim == 3:
         images = images[None]
     if images.ndim != 4 or images.shape[1:] != expected or not len(images):
@@ -361,13 +366,21 @@ def _weight(variable):
 def position_embedding_similarity(model):
     """Cosine similarity between the position embeddings of every two patches.
 
+    The embedding each patch gets, whatever the model's `position_embedding`: the learned
+    vectors, the concatenated row and column vectors ("learned_2d"), or the computed
+    sine-cosine ones ("sincos_2d"); at `image_size` for a model of any input size.
+
     Returns:
         float64 array `[rows, cols, rows, cols]`: `[r, c]` is the tile of patch (r, c), its
         similarity with every patch laid out by row and column. The class-token position,
         if any, is left out.
+
+    Raises:
+        ValueError: for a model built with `position_embedding="none"`: it has none.
     """
     geo = geometry(model)
-    posemb = _weight(model.get_layer("posembed_input").pos_embedding)[0, geo.num_prefix:]
+    embedding = model.get_layer("posembed_input").embedding(*geo.grid)  # [1, prefix + P, D]
+    posemb = _weight(embedding)[0, geo.num_prefix:]
     norms = np.linalg.norm(posemb, axis=-1, keepdims=True)
     unit = posemb / np.maximum(norms, np.finfo(np.float64).tiny)
     similarity = unit @ unit.T  # [P, P]

@@ -15,6 +15,7 @@ from keras_vit.validation import (
     check_bool,
     check_choice,
     check_heads,
+    check_int,
     check_positive_int,
     check_positive_number,
     check_rank,
@@ -30,6 +31,8 @@ GELU_APPROXIMATE = True
 POSITION_EMBEDDING_STDDEV = 0.02
 # MLP biases are initialised normal(stddev=1e-6) (`MlpBlock` in vit_jax).
 MLP_BIAS_STDDEV = 1e-6
+# Temperature of the fixed 2-D sine-cosine position embedding (big_vision `posemb_sincos_2d`).
+SINCOS_TEMPERATURE = 10_000.0
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 CLASSIFIERS = ("token", "gap")
@@ -67,10 +70,13 @@ class PatchEmbedding(ConfigArgs, keras.layers.Layer):
     Args:
         patch_size: int or (height, width). Patch size in pixels.
         hidden_size: int. Width D of the Transformer.
+        flatten: bool. Return the patches as a sequence `[B, N, D]` (True) or as their grid
+            `[B, H / ph, W / pw, D]` (False, for models that read the grid's size at call
+            time). Defaults to True.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input: `[B, H, W, C]` with H and W divisible by the patch size.
-    Output: `[B, (H / ph) * (W / pw), D]`.
+    Output: `[B, (H / ph) * (W / pw), D]` (or the grid, see `flatten`).
 
     Example:
     >>> layer = PatchEmbedding(patch_size=16, hidden_size=64)
@@ -78,12 +84,13 @@ class PatchEmbedding(ConfigArgs, keras.layers.Layer):
     (2, 6, 64)
     """
 
-    CONFIG_ARGS = ("patch_size", "hidden_size")
+    CONFIG_ARGS = ("patch_size", "hidden_size", "flatten")
 
-    def __init__(self, patch_size, hidden_size, **kwargs):
+    def __init__(self, patch_size, hidden_size, flatten=True, **kwargs):
         super().__init__(**kwargs)
         self.patch_size = to_pair("patch_size", patch_size)
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.flatten = check_bool("flatten", flatten)
 
     def _grid(self, input_shape):
         check_rank("PatchEmbedding", input_shape, ("batch", "height", "width", "channels"))
@@ -110,14 +117,19 @@ class PatchEmbedding(ConfigArgs, keras.layers.Layer):
 
     def call(self, images):
         # images = [B, H, W, C]
+        self._grid(images.shape)  # sizes known when the layer is called: checked here too
         kernel = ops.cast(self.kernel, images.dtype)
         x = ops.conv(images, kernel, strides=self.patch_size, padding="valid")
         x = x + ops.cast(self.bias, x.dtype)  # x = [B, gh, gw, D]
+        if not self.flatten:
+            return x
         batch = ops.shape(x)[0]
         return ops.reshape(x, (batch, -1, self.hidden_size))  # x = [B, gh * gw, D]
 
     def compute_output_shape(self, input_shape):
         gh, gw = self._grid(input_shape)
+        if not self.flatten:
+            return (input_shape[0], gh, gw, self.hidden_size)
         n = None if gh is None or gw is None else gh * gw
         return (input_shape[0], n, self.hidden_size)
 
@@ -148,33 +160,256 @@ class ClassToken(keras.layers.Layer):
 
 
 @_register
-class AddPositionEmbs(keras.layers.Layer):
+class AddPositionEmbs(ConfigArgs, keras.layers.Layer):
     """Adds a learned position embedding (checkpoint key `pos_embedding`, shape (1, N, D)).
 
-    N is the sequence length the layer is built with (patches plus the class token, if any).
     Initialised normal(stddev=0.02), as in the official code.
 
-    Input and output: `[B, N, D]`.
+    Args:
+        grid_size: None, or (rows, cols): the patch grid the embedding is learned at. None
+            (the default) sizes the embedding from the input's sequence length, which must then
+            be known. With a grid, the layer also takes the patch grid `grid` at call time and
+            resizes the patch positions to that grid's size in the graph, with the linear
+            interpolation of `keras_vit.weights.resize_pos_embedding` (the official load-time
+            resize): a model of any input size.
+        num_prefix_tokens: int. Leading positions that belong to tokens other than patches
+            (1 for the class token), kept as they are by the resize. Used with `grid_size`.
+            Defaults to 0.
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input and output: `[B, N, D]`, N the patches (plus the prefix tokens). `grid` (with
+    `grid_size` only): a tensor `[B, rows, cols, ...]` whose rows and cols are the patch grid
+    of the input, such as the output of `PatchEmbedding(flatten=False)`.
     """
 
-    def build(self, input_shape):
-        if input_shape[1] is None:
+    CONFIG_ARGS = ("grid_size", "num_prefix_tokens")
+
+    def __init__(self, grid_size=None, num_prefix_tokens=0, **kwargs):
+        super().__init__(**kwargs)
+        self.grid_size = None if grid_size is None else to_pair("grid_size", grid_size)
+        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
+
+    def build(self, inputs_shape, grid_shape=None):
+        if self.grid_size is not None:
+            length = self.grid_size[0] * self.grid_size[1] + self.num_prefix_tokens
+        elif inputs_shape[1] is None:
             raise ValueError(
-                "AddPositionEmbs needs a known sequence length; build the model with a fixed "
-                f"image size. Received shape {tuple(input_shape)}"
+                "AddPositionEmbs needs a known sequence length, or a `grid_size` to resize "
+                "from; build the model with a fixed image size or with dynamic_image_size=True. "
+                f"Received shape {tuple(inputs_shape)}"
             )
+        else:
+            length = inputs_shape[1]
         self.pos_embedding = self.add_weight(
-            shape=(1, input_shape[1], input_shape[2]),
+            shape=(1, length, inputs_shape[2]),
             initializer=keras.initializers.RandomNormal(stddev=POSITION_EMBEDDING_STDDEV),
             name="pos_embedding",
         )
 
-    def call(self, inputs):
-        # inputs = [B, N, D], pos_embedding = [1, N, D]
-        return inputs + ops.cast(self.pos_embedding, inputs.dtype)
+    def call(self, inputs, grid=None):
+        # inputs = [B, N, D], pos_embedding = [1, N0, D]
+        pos = self.pos_embedding
+        if grid is not None:
+            pos = self.embedding(ops.shape(grid)[1], ops.shape(grid)[2])
+        return inputs + ops.cast(pos, inputs.dtype)
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def resized(self, rows, cols):
+        """The embedding `[1, prefix + rows * cols, D]` for a patch grid of rows x cols (ints
+        or scalar tensors), in float32: the patch positions resized linearly with the corners
+        aligned (`scipy.ndimage.zoom(order=1)`), the prefix positions as they are."""
+        pos = ops.cast(self.pos_embedding, "float32")
+        old_rows, old_cols = self.grid_size
+        prefix, patches = pos[:, :self.num_prefix_tokens], pos[0, self.num_prefix_tokens:]
+        patches = ops.reshape(patches, (old_rows, old_cols, -1))  # [r0, c0, D]
+        patches = ops.einsum("ri,cj,ijd->rcd", _linear_resize_matrix(rows, old_rows),
+                             _linear_resize_matrix(cols, old_cols), patches)  # [r, c, D]
+        patches = ops.reshape(patches, (1, -1, ops.shape(pos)[-1]))
+        return ops.concatenate([prefix, patches], axis=1)
+
+    def embedding(self, rows, cols):
+        """The embedding `[1, prefix + rows * cols, D]` added for a rows x cols patch grid: the
+        learned one at its own grid (or, without `grid_size`, whatever its length), else
+        `resized`."""
+        static = isinstance(rows, int) and isinstance(cols, int)
+        if self.grid_size is None or (static and (rows, cols) == self.grid_size):
+            return self.pos_embedding
+        return self.resized(rows, cols)
+
+    def compute_output_shape(self, inputs_shape, grid_shape=None):
+        return inputs_shape
+
+
+def _linear_resize_matrix(new, old):
+    """`[new, old]` float32 weights of linear interpolation from `old` to `new` points with the
+    end points aligned: output o samples input coordinate o * (old - 1) / (new - 1) (0 when
+    new = 1), and the weight of input i is max(0, 1 - |coordinate - i|). `new` may be a scalar
+    tensor."""
+    new_f = ops.cast(new, "float32")
+    step = (old - 1) / ops.maximum(new_f - 1.0, 1.0)
+    coords = ops.arange(new, dtype="float32") * step  # [new]
+    points = ops.arange(old, dtype="float32")  # [old]
+    return ops.relu(1.0 - ops.abs(coords[:, None] - points[None, :]))
+
+
+def _resize_positions(table, new):
+    """A table `[old, C]` of 1-D positions resized linearly to `new` positions (an int or a
+    scalar tensor), end points aligned (`_linear_resize_matrix`)."""
+    old = table.shape[0]
+    if isinstance(new, int) and new == old:
+        return table
+    return ops.matmul(_linear_resize_matrix(new, old), table)  # [new, C]
+
+
+def _grid_concat(first, second, rows, cols, first_is_row):
+    """`[1, rows * cols, C1 + C2]`, row-major: patch (r, c) gets the concatenation of a row
+    table's entry r and a column table's entry c (`first`: the row table if `first_is_row`,
+    else the column table)."""
+    row, col = (first, second) if first_is_row else (second, first)
+    row = ops.repeat(row[:, None, :], cols, axis=1)  # [rows, cols, C_row]
+    col = ops.repeat(col[None, :, :], rows, axis=0)  # [rows, cols, C_col]
+    grid = ops.concatenate([row, col] if first_is_row else [col, row], axis=-1)
+    return ops.reshape(grid, (1, -1, ops.shape(grid)[-1]))
+
+
+class _GridPositionEmbs(ConfigArgs, keras.layers.Layer):
+    """Position information computed for the patch grid of each input (the 2-D variants).
+
+    Args:
+        grid_size: (rows, cols). The patch grid of the model's `image_size`, used when no
+            `grid` is passed at call time.
+        num_prefix_tokens: int. Leading tokens that are not patches (1 for the class token).
+            Defaults to 0.
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input and output: `[B, prefix + rows * cols, D]`. `grid` (optional): a tensor
+    `[B, rows, cols, ...]` whose rows and cols are the patch grid of the input, such as the
+    output of `PatchEmbedding(flatten=False)`; without it the grid is `grid_size`.
+    """
+
+    CONFIG_ARGS = ("grid_size", "num_prefix_tokens")
+
+    def __init__(self, grid_size, num_prefix_tokens=0, **kwargs):
+        super().__init__(**kwargs)
+        self.grid_size = to_pair("grid_size", grid_size)
+        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
+
+    def _check_width(self, width, multiple, minimum, variant):
+        if width % multiple or width < minimum:
+            raise ValueError(
+                f"position_embedding={variant!r} needs a width (hidden_size) that is a "
+                f"multiple of {multiple}, at least {minimum}. Received width {width}.")
+        return width
+
+    def patch_grid(self, grid=None):
+        """(rows, cols) of the patch grid: of `grid` `[B, rows, cols, ...]`, else `grid_size`."""
+        if grid is None:
+            return self.grid_size
+        return ops.shape(grid)[1], ops.shape(grid)[2]
+
+    def call(self, inputs, grid=None):
+        # inputs = [B, prefix + rows * cols, D]
+        pos = self.embedding(*self.patch_grid(grid))  # pos = [1, prefix + rows * cols, D]
+        return inputs + ops.cast(pos, inputs.dtype)
+
+    def embedding(self, rows, cols):
+        """The embedding `[1, prefix + rows * cols, D]` (float32) added for a rows x cols
+        patch grid (ints or scalar tensors): the prefix positions, then the patches'."""
+        patches = self.patch_embedding(rows, cols)  # [1, rows * cols, D]
+        if not self.num_prefix_tokens:
+            return patches
+        return ops.concatenate([self.prefix_embedding(), patches], axis=1)
+
+    def compute_output_shape(self, inputs_shape, grid_shape=None):
+        return inputs_shape
+
+
+@_register
+class AddPositionEmbs2D(_GridPositionEmbs):
+    """Adds a learned 2-D position embedding (paper appendix D.4, "2-dimensional embedding").
+
+    Two learned tables of D/2 each, one for the patch rows (checkpoint key
+    `pos_embedding_row`, shape (1, rows, D/2)) and one for the columns (`pos_embedding_col`,
+    (1, cols, D/2)): the patch at (r, c) gets `concat(row[r], col[c])`. Each prefix token (the
+    class token) gets its own learned D-vector (`pos_embedding_cls`, (1, prefix, D)).
+    Initialised normal(stddev=0.02), as the 1-D embedding. For another grid (`grid` at call
+    time), each table is resized linearly with its end points aligned, as the 1-D embedding.
+
+    Args: as `_GridPositionEmbs` (`grid_size`, `num_prefix_tokens`); the width D must be even.
+    """
+
+    def build(self, inputs_shape, grid_shape=None):
+        width = self._check_width(inputs_shape[-1], 2, 2, "learned_2d")
+        init = keras.initializers.RandomNormal(stddev=POSITION_EMBEDDING_STDDEV)
+        rows, cols = self.grid_size
+        self.pos_embedding_row = self.add_weight(shape=(1, rows, width // 2), initializer=init,
+                                                 name="pos_embedding_row")
+        self.pos_embedding_col = self.add_weight(shape=(1, cols, width // 2), initializer=init,
+                                                 name="pos_embedding_col")
+        if self.num_prefix_tokens:
+            self.pos_embedding_cls = self.add_weight(
+                shape=(1, self.num_prefix_tokens, width), initializer=init,
+                name="pos_embedding_cls")
+
+    def patch_embedding(self, rows, cols):
+        row = _resize_positions(ops.cast(self.pos_embedding_row[0], "float32"), rows)  # [r, D/2]
+        col = _resize_positions(ops.cast(self.pos_embedding_col[0], "float32"), cols)  # [c, D/2]
+        return _grid_concat(row, col, rows, cols, first_is_row=True)  # [1, r * c, D]
+
+    def prefix_embedding(self):
+        return ops.cast(self.pos_embedding_cls, "float32")  # [1, prefix, D]
+
+
+@_register
+class AddSinCosPositionEmbs2D(_GridPositionEmbs):
+    """Adds the fixed 2-D sine-cosine position embedding of big_vision (`posemb_sincos_2d`,
+    after MoCo v3): no weights, computed for each input's patch grid.
+
+    With q = D/4 frequencies omega_k = 1 / 10000^(k / (q - 1)), k = 0 .. q-1, the patch at
+    row r and column c gets
+
+        [sin(c * omega), cos(c * omega), sin(r * omega), cos(r * omega)]   (D values)
+
+    and each prefix token (the class token) gets zeros, as in big_vision, which adds the
+    embedding before it prepends the class token. The width D must be a multiple of 4, at
+    least 8.
+
+    Args: as `_GridPositionEmbs` (`grid_size`, `num_prefix_tokens`).
+    """
+
+    def build(self, inputs_shape, grid_shape=None):
+        self.width = self._check_width(inputs_shape[-1], 4, 8, "sincos_2d")
+
+    def patch_embedding(self, rows, cols):
+        quarter = self.width // 4
+        exponent = ops.arange(quarter, dtype="float32") / (quarter - 1)
+        omega = 1.0 / ops.power(SINCOS_TEMPERATURE, exponent)  # [D/4]
+        x = ops.arange(cols, dtype="float32")[:, None] * omega[None, :]  # [c, D/4]
+        y = ops.arange(rows, dtype="float32")[:, None] * omega[None, :]  # [r, D/4]
+        x = ops.concatenate([ops.sin(x), ops.cos(x)], axis=-1)  # [c, D/2]
+        y = ops.concatenate([ops.sin(y), ops.cos(y)], axis=-1)  # [r, D/2]
+        return _grid_concat(x, y, rows, cols, first_is_row=False)  # [1, r * c, D]
+
+    def prefix_embedding(self):
+        return ops.zeros((1, self.num_prefix_tokens, self.width), "float32")
+
+
+@_register
+class NoPositionEmbs(_GridPositionEmbs):
+    """Adds no position information (paper appendix D.4, "no positional information"): the
+    model sees its patches as a bag. Keeps `grid_size` and `num_prefix_tokens`, the
+    geometry a model of any input size is described by.
+
+    Args: as `_GridPositionEmbs` (`grid_size`, `num_prefix_tokens`).
+    """
+
+    def call(self, inputs, grid=None):
+        return inputs  # [B, N, D]
+
+    def embedding(self, rows, cols):
+        raise ValueError(
+            "The model adds no position information (position_embedding='none'), so it has no "
+            "position embedding to read. Expected a model built with position_embedding "
+            "'learned', 'learned_2d' or 'sincos_2d'.")
 
 
 class _ReturnsAttention:
@@ -204,6 +439,8 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
     Args:
         num_heads: int. Number of attention heads; must divide the input width D.
         attention_dropout_rate: float. Dropout on the attention probabilities. Defaults to 0.
+        qkv_bias: bool. Whether query, key and value have biases (False: timm's and
+            transformers' `qkv_bias=False` models). Defaults to True.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` a tuple
@@ -211,12 +448,13 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
     (before dropout).
     """
 
-    CONFIG_ARGS = ("num_heads", "attention_dropout_rate")
+    CONFIG_ARGS = ("num_heads", "attention_dropout_rate", "qkv_bias")
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
+    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
+        self.qkv_bias = check_bool("qkv_bias", qkv_bias)
 
     def build(self, input_shape):
         width = check_heads(input_shape[-1], self.num_heads)
@@ -227,7 +465,7 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
             layer = keras.layers.EinsumDense(
                 "bnd,dhk->bnhk",
                 output_shape=(None, self.num_heads, self.head_dim),
-                bias_axes="hk",
+                bias_axes="hk" if self.qkv_bias else None,
                 name=name,
                 **common,
             )
@@ -330,6 +568,10 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         layer_norm_epsilon: float. Defaults to 1e-6, as in the official code.
         gelu_approximate: bool. Tanh-approximate GELU if True (official), exact if False.
             Defaults to True.
+        qkv_bias: bool. Whether query, key and value have biases. Defaults to True.
+        remat: bool. In training, keep only the block's input for the backward pass and
+            recompute the rest there (`keras.remat`): less memory, more compute (measured in
+            BENCHMARKS.md). Defaults to False.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` the tuple
@@ -344,7 +586,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
 
     CONFIG_ARGS = (
         "num_heads", "mlp_dim", "dropout_rate",
-        "attention_dropout_rate", "layer_norm_epsilon", "gelu_approximate",
+        "attention_dropout_rate", "layer_norm_epsilon", "gelu_approximate", "qkv_bias", "remat",
     )
 
     def __init__(
@@ -355,9 +597,13 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         attention_dropout_rate=0.0,
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         gelu_approximate=GELU_APPROXIMATE,
+        qkv_bias=True,
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.qkv_bias = check_bool("qkv_bias", qkv_bias)
+        self.remat = check_bool("remat", remat)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)
@@ -373,6 +619,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         self.attention = MultiHeadDotProductAttention(
             self.num_heads,
             attention_dropout_rate=self.attention_dropout_rate,
+            qkv_bias=self.qkv_bias,
             name="MultiHeadDotProductAttention_1",
             dtype=self.dtype_policy,
         )
@@ -389,16 +636,43 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        if self.remat and training:
+            # The probabilities are an output of the recomputed function, not saved for the
+            # backward pass: compiled graphs drop them when nothing reads them.
+            outputs, probs = keras.remat(self._replayable_forward(training))(inputs)
+        else:
+            outputs, probs = self._forward(inputs, training)
+        return (outputs, probs) if return_attention_scores else outputs
+
+    def _replayable_forward(self, training):
+        """`_forward` for `keras.remat`, drawing the same dropout masks when recomputed.
+
+        JAX's checkpoint replays the seeds by itself; TensorFlow's recompute_grad re-runs the
+        function after the seed generators have advanced, which would draw new masks (and give
+        wrong gradients), so each recomputation first restores the seeds of the forward pass.
+        """
+        generators = [layer.seed_generator
+                      for layer in (self.dropout, self.attention.dropout, self.mlp.dropout)
+                      if layer.rate > 0]
+        if keras.backend.backend() != "tensorflow" or not generators:
+            return lambda x: self._forward(x, training)
+        seeds = [ops.copy(g.state.value) for g in generators]  # the values, not the variables
+
+        def forward(x):
+            for generator, seed in zip(generators, seeds):
+                generator.state.assign(seed)
+            return self._forward(x, training)
+
+        return forward
+
+    def _forward(self, inputs, training):
         # inputs = [B, N, D]
         x = self.norm_0(inputs)
         x, probs = self.attention(x, training=training, return_attention_scores=True)
         x = self.dropout(x, training=training)
         x = x + inputs  # x = [B, N, D]
         y = self.mlp(self.norm_2(x), training=training)  # y = [B, N, D]
-        outputs = x + y
-        if return_attention_scores:
-            return outputs, probs  # probs = [B, heads, N, N]
-        return outputs
+        return x + y, probs  # probs = [B, heads, N, N]
 
 
 
@@ -407,25 +681,28 @@ class TokenPooling(ConfigArgs, keras.layers.Layer):
     """Pools the encoder output to one vector per image.
 
     Args:
-        classifier: str. "token": take the class token (position 0); "gap": mean over all
-            tokens (the "gap" models have no class token).
+        classifier: str. "token": take the class token (position 0); "gap": mean over the
+            patch tokens.
+        num_prefix_tokens: int. Leading tokens that are not patches (the class token), left
+            out of the "gap" mean. Defaults to 0.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input: `[B, N, D]`. Output: `[B, D]`.
     """
 
-    CONFIG_ARGS = ("classifier",)
+    CONFIG_ARGS = ("classifier", "num_prefix_tokens")
 
-    def __init__(self, classifier="token", **kwargs):
+    def __init__(self, classifier="token", num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
         check_choice("classifier", classifier, CLASSIFIERS)
         self.classifier = classifier
+        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
 
     def call(self, inputs):
         # inputs = [B, N, D]
         if self.classifier == "token":
             return inputs[:, 0]  # [B, D]
-        return ops.mean(inputs, axis=1)  # [B, D]
+        return ops.mean(inputs[:, self.num_prefix_tokens:], axis=1)  # [B, D]
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[2])

@@ -15,7 +15,10 @@ from keras_vit.layers import (
     GELU_APPROXIMATE,
     LAYER_NORM_EPSILON,
     AddPositionEmbs,
+    AddPositionEmbs2D,
+    AddSinCosPositionEmbs2D,
     ClassToken,
+    NoPositionEmbs,
     PatchEmbedding,
     TokenPooling,
     TransformerBlock,
@@ -24,6 +27,14 @@ from keras_vit.resnet import ResNetStem
 from keras_vit.validation import check_bool, check_choice, check_heads, check_positive_int, to_pair
 
 IMAGE_CHANNELS = 3
+# `position_embedding` -> the layer `posembed_input` that adds it (paper appendix D.4, Table 8;
+# "sincos_2d" from big_vision).
+POSITION_EMBEDDINGS = {
+    "learned": AddPositionEmbs,
+    "learned_2d": AddPositionEmbs2D,
+    "sincos_2d": AddSinCosPositionEmbs2D,
+    "none": NoPositionEmbs,
+}
 
 
 def ViT(
@@ -42,6 +53,12 @@ def ViT(
     gelu_approximate=GELU_APPROXIMATE,
     backbone=None,
     layer_norm_epsilon=LAYER_NORM_EPSILON,
+    dynamic_image_size=False,
+    qkv_bias=True,
+    class_token=None,
+    fc_norm=False,
+    remat=False,
+    position_embedding="learned",
     name=None,
 ):
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -72,6 +89,30 @@ def ViT(
             cells. Defaults to None (patches of pixels).
         layer_norm_epsilon: float. Epsilon of every LayerNorm. Defaults to 1e-6, as the
             official Flax code (transformers' ViT checkpoints use 1e-12).
+        dynamic_image_size: bool. If True, the model takes images of any size whose sides are
+            multiples of the patch size (for a hybrid: whose ResNet feature map's are), and
+            resizes the position embedding, learned at `image_size`, to each input's patch
+            grid in the graph, with the interpolation of the official load-time resize (as
+            timm's `dynamic_img_size`). One compiled function per input size under XLA.
+            Defaults to False (inputs of `image_size` only).
+        qkv_bias: bool. Whether the attention's query, key and value have biases. Defaults to
+            True (False: timm's and transformers' `qkv_bias=False` models).
+        class_token: bool or None. Whether the sequence has a class token. None (the
+            default) means `classifier == "token"`; True with `classifier="gap"` keeps a class
+            token beside the average of the patch tokens (timm's `global_pool="avg"` with a
+            class token, as MAE's fine-tuned models).
+        fc_norm: bool. If True, the final LayerNorm (`fc_norm`) normalises the pooled
+            features instead of the token sequence (timm's `fc_norm`, for "gap" models).
+            Defaults to False.
+        remat: bool. Recompute each encoder block in the backward pass instead of keeping
+            its activations (`keras.remat`): trades training speed for memory, for batches
+            that do not fit otherwise (BENCHMARKS.md measures both). Defaults to False.
+        position_embedding: str. How the patches are told where they are (paper appendix
+            D.4, Table 8): "learned" (one learned vector per position, `AddPositionEmbs`),
+            "learned_2d" (learned row and column embeddings of D/2 each, concatenated:
+            `AddPositionEmbs2D`), "sincos_2d" (big_vision's fixed 2-D sine-cosine embedding,
+            no weights: `AddSinCosPositionEmbs2D`) or "none" (no position information:
+            `NoPositionEmbs`). Defaults to "learned".
         name: str or None. Model name. Defaults to "vit".
 
     Returns:
@@ -94,9 +135,16 @@ def ViT(
     representation_size = check_positive_int("representation_size", representation_size,
                                              allow_none=True)
     include_top = check_bool("include_top", include_top)
+    dynamic_image_size = check_bool("dynamic_image_size", dynamic_image_size)
+    qkv_bias = check_bool("qkv_bias", qkv_bias)
+    fc_norm = check_bool("fc_norm", fc_norm)
+    remat = check_bool("remat", remat)
+    class_token = check_bool("class_token", classifier == "token" if class_token is None
+                             else class_token)
     if include_top:
         num_classes = check_positive_int("num_classes", num_classes)
     check_choice("classifier", classifier, CLASSIFIERS)
+    check_choice("position_embedding", position_embedding, tuple(POSITION_EMBEDDINGS))
     stem = _backbone(backbone)
     stride = stem.stride if stem else 1
     for size, patch, dim in ((height, patch_h, "height"), (width, patch_w, "width")):
@@ -112,15 +160,34 @@ def ViT(
                 f"{size // (patch * stride) * patch * stride or patch * stride})."
             )
     check_heads(hidden_size, num_heads)
+    if classifier == "token" and not class_token:
+        raise ValueError('classifier="token" reads the class token, but class_token=False. '
+                         'Expected class_token=True (or None), or classifier="gap".')
+    if fc_norm and classifier == "token":
+        raise ValueError('fc_norm=True normalises the average of the patch tokens. Expected '
+                         'classifier="gap" with it.')
 
-    images = keras.Input((height, width, IMAGE_CHANNELS), name="image")
+    input_size = (None, None) if dynamic_image_size else (height, width)
+    images = keras.Input((*input_size, IMAGE_CHANNELS), name="image")
     x = images
     if stem:
         x = stem(x)  # x = [B, H / stride, W / stride, C]
-    x = PatchEmbedding((patch_h, patch_w), hidden_size, name="embedding")(x)  # x = [B, N, D]
-    if classifier == "token":
+    if dynamic_image_size:
+        grid = PatchEmbedding((patch_h, patch_w), hidden_size, flatten=False,
+                              name="embedding")(x)  # grid = [B, gh, gw, D]
+        x = keras.layers.Reshape((-1, hidden_size), name="patches")(grid)  # x = [B, N, D]
+    else:
+        x = PatchEmbedding((patch_h, patch_w), hidden_size, name="embedding")(x)  # [B, N, D]
+    num_prefix = int(class_token)
+    if class_token:
         x = ClassToken(name="cls")(x)  # x = [B, N + 1, D]
-    x = AddPositionEmbs(name="posembed_input")(x)
+    if position_embedding == "learned" and not dynamic_image_size:
+        posembed = AddPositionEmbs(name="posembed_input")  # sized from the sequence
+    else:
+        base_grid = (height // (patch_h * stride), width // (patch_w * stride))
+        posembed = POSITION_EMBEDDINGS[position_embedding](
+            base_grid, num_prefix_tokens=num_prefix, name="posembed_input")
+    x = posembed(x, grid=grid) if dynamic_image_size else posembed(x)  # x = [B, N(+1), D]
     x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
     for i in range(num_layers):
         # Each block also returns its attention probabilities [B, heads, N+1, N+1]: they stay
@@ -132,10 +199,15 @@ def ViT(
             attention_dropout_rate=attention_dropout_rate,
             gelu_approximate=gelu_approximate,
             layer_norm_epsilon=layer_norm_epsilon,
+            qkv_bias=qkv_bias,
+            remat=remat,
             name=f"encoderblock_{i}",
         )(x, return_attention_scores=True)
-    x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
-    x = TokenPooling(classifier, name="pool")(x)  # x = [B, D]
+    if not fc_norm:
+        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
+    x = TokenPooling(classifier, num_prefix_tokens=num_prefix, name="pool")(x)  # x = [B, D]
+    if fc_norm:
+        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm")(x)
     if representation_size:
         x = keras.layers.Dense(
             representation_size,
@@ -190,7 +262,7 @@ def vit_config(model):
                          "'embedding', 'encoderblock_0' and 'pool' layers.")
     embedding, block = model.get_layer("embedding"), model.get_layer("encoderblock_0")
     config = dict(
-        image_size=list(model.inputs[0].shape[1:3]),
+        image_size=list(model_image_size(model)),
         patch_size=list(embedding.patch_size),
         hidden_size=embedding.hidden_size,
         num_layers=sum(name.startswith("encoderblock_") for name in names),
@@ -206,6 +278,12 @@ def vit_config(model):
         gelu_approximate=block.gelu_approximate,
         backbone=None,
         layer_norm_epsilon=block.layer_norm_epsilon,
+        dynamic_image_size=model.inputs[0].shape[1] is None,
+        qkv_bias=block.qkv_bias,
+        class_token="cls" in names,
+        fc_norm="fc_norm" in names,
+        remat=block.remat,
+        position_embedding=_position_embedding(model.get_layer("posembed_input")),
         name=model.name,
     )
     if "resnet" in names:
@@ -214,3 +292,28 @@ def vit_config(model):
                                   width_factor=stem.width_factor,
                                   std_conv_epsilon=stem.std_conv_epsilon)
     return config
+
+
+def _position_embedding(layer):
+    """The `position_embedding` argument that builds `layer` (`posembed_input`)."""
+    for variant, cls in POSITION_EMBEDDINGS.items():
+        if type(layer) is cls:
+            return variant
+    raise ValueError(f"Layer {layer.name!r} ({type(layer).__name__}) is none of the position "
+                     f"embeddings keras_vit.ViT builds ({', '.join(POSITION_EMBEDDINGS)}).")
+
+
+def model_image_size(model):
+    """The `(height, width)` a keras_vit model is built for: its input size, or for a model
+    built with `dynamic_image_size=True` the size its position embedding is learned at."""
+    size = tuple(model.inputs[0].shape[1:3])
+    if None not in size:
+        return size
+    names = {layer.name for layer in model.layers}
+    grid = model.get_layer("posembed_input").grid_size if "posembed_input" in names else None
+    if grid is None:
+        raise ValueError(f"Model {model.name!r} has no fixed input size and no position "
+                         "embedding grid ('posembed_input' with a grid_size) to read one from.")
+    patch = model.get_layer("embedding").patch_size
+    stride = model.get_layer("resnet").stride if "resnet" in names else 1
+    return (grid[0] * patch[0] * stride, grid[1] * patch[1] * stride)

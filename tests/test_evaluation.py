@@ -292,3 +292,128 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
     assert "overlaps --train-split train" in capsys.readouterr().err
     assert cli.main(["fewshot", *common, "--shots", "0"]) == 2
     assert "--shots must be positive integers" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------
+# ReaL accuracy: label sets, some empty (paper Table 2, ImageNet-ReaL).
+
+
+def plain_real(predictions, label_sets, labels):
+    """ReaL and original accuracy on the images with a non-empty set, counted in plain Python."""
+    scored = [i for i, labels_i in enumerate(label_sets) if labels_i]
+    real = sum(predictions[i] in label_sets[i] for i in scored)
+    original = sum(predictions[i] == labels[i] for i in scored)
+    return real / len(scored), original / len(scored), len(scored), len(label_sets) - len(scored)
+
+
+def test_real_accuracy_matches_a_plain_python_count():
+    predictions = [3, 1, 0, 2, 2, 4, 1, 0]
+    label_sets = [[3], [0, 1, 4], [], [1, 3], [2, 2], [], [0, 4], [0, 1, 2, 3]]
+    labels = [3, 0, 0, 2, 2, 4, 4, 1]
+    sets = evaluation.multi_hot(label_sets, 5)
+    assert sets.dtype == bool and sets.sum() == 13  # the repeated 2 counts once
+    assert sets[2].sum() == 0 and sets[7, :4].all() and not sets[7, 4]
+    result = evaluation.real_accuracy(predictions, sets, labels)
+    accuracy, original, scored, left_out = plain_real(predictions, label_sets, labels)
+    assert (accuracy, original, scored, left_out) == (4 / 6, 3 / 6, 6, 2)  # by hand, too
+    assert result["accuracy"] == pytest.approx(accuracy)
+    assert result["original_accuracy"] == pytest.approx(original)
+    assert (result["num_examples"], result["num_left_out"]) == (scored, left_out)
+    # Per original class: the scored images of that class and how many are ReaL-correct.
+    np.testing.assert_array_equal(result["per_class_examples"], [1, 1, 2, 1, 1])
+    np.testing.assert_array_equal(result["per_class_correct"], [1, 1, 1, 1, 0])
+    # 0/1 integer sets (what keras_vit.data yields) score the same as booleans.
+    again = evaluation.real_accuracy(predictions, sets.astype(np.int32), labels)
+    assert again["accuracy"] == result["accuracy"]
+
+    everything_empty = evaluation.real_accuracy([0, 1], evaluation.multi_hot([[], []], 3), [0, 1])
+    assert np.isnan(everything_empty["accuracy"]) and everything_empty["num_left_out"] == 2
+
+    with pytest.raises(ValueError, match=r"Class ids of label set 1 must be in \[0, 5\). "
+                                         r"Received values from 2 to 7"):
+        evaluation.multi_hot([[1], [2, 7]], 5)
+    with pytest.raises(ValueError, match=r"Predictions must be in \[0, 5\)"):
+        evaluation.real_accuracy([5, 0], sets[:2], labels[:2])
+    with pytest.raises(ValueError, match=r"Label sets must be multi-hot \[3, 5\]"):
+        evaluation.real_accuracy([0, 1, 2], sets[:2], [0, 1, 2])
+    with pytest.raises(ValueError, match=r"Label sets must be multi-hot \[N, num_classes\]"):
+        evaluation.real_accuracy([0, 1], [1, 3], [0, 1])
+
+
+def test_evaluate_reports_real_accuracy_beside_the_original_top1(tmp_path):
+    rng = np.random.default_rng(8)
+    model, params = tiny_classifier(rng)
+    images = rng.integers(0, 256, (40, 32, 32, 3)).astype(np.uint8)
+    logits, _, _ = reference.forward(params, images.astype(np.float64) / 127.5 - 1)
+    predictions = np.argmax(logits, axis=1).tolist()
+    labels = [(p + 1) % 7 if i % 4 == 0 else p for i, p in enumerate(predictions)]
+    # Sets with and without the prediction, several labels, and empty ones (left out).
+    label_sets = [[] if i % 5 == 0 else [p] if i % 3 else [(p + 2) % 7, (p + 3) % 7]
+                  for i, p in enumerate(predictions)]
+    data = (images, {"label": np.array(labels), "label_set": evaluation.multi_hot(label_sets, 7)})
+    result = keras_vit.evaluate(model, data, batch_size=16, out_dir=str(tmp_path), progress=False)
+    accuracy, original, scored, left_out = plain_real(predictions, label_sets, labels)
+    assert (scored, left_out) == (32, 8) and 0 < accuracy < 1 and 0 < original < 1
+    real = result["real"]
+    assert real["accuracy"] == pytest.approx(accuracy)
+    assert real["original_accuracy"] == pytest.approx(original)
+    assert (real["num_examples"], real["num_left_out"]) == (scored, left_out)
+    # top-1 is against the original labels, on every image.
+    assert result["top1"] == pytest.approx(np.mean(np.array(predictions) == labels))
+    assert result["num_examples"] == 40
+    with open(tmp_path / "per_class_accuracy.csv") as f:
+        rows = list(csv.DictReader(f))
+    for i, row in enumerate(rows):
+        mine = [k for k in range(40) if labels[k] == i and label_sets[k]]
+        assert int(row["real_examples"]) == len(mine)
+        assert int(row["real_correct"]) == sum(predictions[k] in label_sets[k] for k in mine)
+    # Plain labels: no ReaL entry, and no ReaL columns.
+    plain = keras_vit.evaluate(model, (images, np.array(labels)), out_dir=str(tmp_path / "plain"),
+                               progress=False)
+    assert "real" not in plain
+    header = (tmp_path / "plain" / "per_class_accuracy.csv").read_text().splitlines()[0]
+    assert header == "class_index,class_name,examples,correct,accuracy"
+    with pytest.raises(ValueError, match="must have the keys 'label' and 'label_set'"):
+        keras_vit.evaluate(model, (images, {"label": np.array(labels)}), progress=False)
+
+
+def test_evaluate_command_on_imagenet2012_real(tmp_path, capsys):
+    """The command on mock ImageNet-ReaL (tfds mock data: random images, random label sets)."""
+    import json
+
+    import tensorflow_datasets as tfds
+
+    from keras_vit import cli, data
+
+    rng = np.random.default_rng(9)
+    model, _ = tiny_classifier(rng, num_classes=1000)
+    weights.save_npz(model, tmp_path / "tiny.npz")
+    command = ["evaluate", "--dataset", "imagenet2012_real", "--manual-dir", str(tmp_path),
+               "--model-config", json.dumps(dict(patch_size=8, **TINY)), "--image-size", "32",
+               "--weights", str(tmp_path / "tiny.npz"), "--batch-size", "4"]
+    with tfds.testing.mock_data(num_examples=10):
+        assert cli.main(command) == 0
+        pipeline = data.from_tfds("imagenet2012_real", "test", image_size=32, batch_size=4,
+                                  manual_dir=str(tmp_path))
+        raw = list(tfds.load("imagenet2012_real", split="validation",
+                             decoders={"image": tfds.decode.SkipDecoding()}).as_numpy_iterator())
+        with pytest.raises(ValueError, match="imagenet2012_real is an evaluation set"):
+            data.from_tfds("imagenet2012_real", "test", image_size=32, batch_size=4,
+                           manual_dir=str(tmp_path), training=True)
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["examples"] == 10
+    assert set(printed["real"]) == {"accuracy", "original_accuracy", "examples", "left_out"}
+    # The pipeline's labels are tfds' own, and the command's numbers are those of its images.
+    batches = list(pipeline.dataset.as_numpy_iterator())
+    labels = np.concatenate([b[1]["label"] for b in batches])
+    label_sets = np.concatenate([b[1]["label_set"] for b in batches])
+    np.testing.assert_array_equal(labels, [ex["original_label"] for ex in raw])
+    np.testing.assert_array_equal(
+        label_sets, evaluation.multi_hot([ex["real_label"] for ex in raw], 1000))
+    predictions = np.concatenate([np.argmax(model.predict_on_batch(b[0]), axis=1)
+                                  for b in batches])
+    expected = evaluation.real_accuracy(predictions, label_sets, labels)
+    assert printed["real"]["accuracy"] == pytest.approx(expected["accuracy"])
+    assert printed["real"]["original_accuracy"] == pytest.approx(expected["original_accuracy"])
+    assert printed["real"]["left_out"] == expected["num_left_out"]
+    assert printed["accuracy"] == pytest.approx(np.mean(predictions == labels))

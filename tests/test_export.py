@@ -171,7 +171,8 @@ def test_export_layout_stores_each_weight_once(exported):
         "keras_vit.json", "tf_serving_warmup_requests"]
     metadata = json.loads((pathlib.Path(path) / "assets.extra" / "keras_vit.json").read_text())
     assert metadata == dict(image_size=[32, 32], num_classes=NUM_CLASSES, top_k=TOP_K,
-                            image_dtype="float32", max_pixels=64_000_000, warmup=True,
+                            image_dtype="float32", max_pixels=64_000_000, max_patches=None,
+                            warmup=True,
                             formats=["JPEG", "PNG", "GIF", "BMP", "WebP"])
 
 

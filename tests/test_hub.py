@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
@@ -21,7 +22,19 @@ from keras_vit import cli, weights
 from keras_vit.weights import torch_layouts
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "hub"
-HEADED = ["timm_vit", "timm_vit_gap", "transformers_vit", "transformers_vit_tanh_gelu"]
+HEADED = ["timm_vit", "timm_vit_gap", "timm_vit_fc_norm", "timm_vit_avg_cls",
+          "timm_vit_avg_cls_fc_norm", "timm_vit_no_qkv_bias", "transformers_vit",
+          "transformers_vit_tanh_gelu", "transformers_vit_no_qkv_bias"]
+# The keras_vit.ViT options each fixture needs, read from its file and config.json.
+OPTIONS = {
+    "timm_vit": dict(classifier="token", class_token=True, fc_norm=False, qkv_bias=True),
+    "timm_vit_gap": dict(classifier="gap", class_token=False, fc_norm=False),
+    "timm_vit_fc_norm": dict(classifier="gap", class_token=False, fc_norm=True),
+    "timm_vit_avg_cls": dict(classifier="gap", class_token=True, fc_norm=False),
+    "timm_vit_avg_cls_fc_norm": dict(classifier="gap", class_token=True, fc_norm=True),
+    "timm_vit_no_qkv_bias": dict(classifier="token", qkv_bias=False),
+    "transformers_vit_no_qkv_bias": dict(classifier="token", qkv_bias=False),
+}
 HEADLESS = ["timm_vit_no_head", "transformers_vit_pooler"]
 
 
@@ -50,6 +63,32 @@ def test_the_gelu_and_epsilon_of_each_library_are_read_from_the_config():
     assert tanh["gelu_approximate"] is True
     assert timm["classifier"] == "token" and keras_vit.vit_config(keras_vit.from_pretrained(
         FIXTURES / "timm_vit_gap" / "model.safetensors"))["classifier"] == "gap"
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_the_architecture_options_are_read_and_round_trip(tmp_path, name):
+    model = keras_vit.from_pretrained(FIXTURES / name / "model.safetensors")
+    config = keras_vit.vit_config(model)
+    assert {k: config[k] for k in OPTIONS[name]} == OPTIONS[name]
+    rebuilt = keras_vit.ViT(**config)  # get_config of every layer, and vit_config
+    assert [v.path for v in rebuilt.weights] == [v.path for v in model.weights]
+    model.save(tmp_path / "m.keras")
+    images, outputs = expected(name)
+    again = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(again.predict(images, verbose=0), outputs, atol=1e-5)
+    if name.startswith("timm"):  # written back in timm's layout, exactly what timm saved
+        written = torch_layouts.to_timm(weights.model_params(model))
+        timm = load_file(FIXTURES / name / "model.safetensors")
+        assert sorted(written) == sorted(timm)
+        for key, value in timm.items():
+            np.testing.assert_array_equal(written[key], value, err_msg=key)
+
+
+def test_option_conflicts_are_refused():
+    with pytest.raises(ValueError, match="class_token=False"):
+        keras_vit.ViT(classifier="token", class_token=False)
+    with pytest.raises(ValueError, match='classifier="gap"'):
+        keras_vit.ViT(classifier="token", fc_norm=True)
 
 
 def test_the_layout_is_detected_and_every_array_is_used():
@@ -88,7 +127,6 @@ def test_convert_command_writes_timm_safetensors(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("key, feature", [
-    ("fc_norm.weight", "a norm on the pooled features"),
     ("dist_token", "a distillation token"),
     ("blocks.0.ls1.gamma", "layer scale"),
 ])

@@ -100,11 +100,21 @@ def test_train_command_on_jax(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", code, "train", "--backend", "jax", "--folder", str(folder),
          "--model-config", config, "--image-size", "16", "--batch-size", "4", "--epochs", "2",
-         "--validation-split", "none", "--verbose", "2", "--output", str(tmp_path / "run")],
+         "--validation-split", "none", "--verbose", "2", "--output", str(tmp_path / "run"),
+         "--compile-cache", str(tmp_path / "xla_cache")],
         capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert '"epochs": 2' in result.stdout
     assert weights.read_npz(tmp_path / "run" / "final.npz")["head/kernel"].shape == (16, 2)
+    # JAX's persistent cache holds the compiled steps for the next run.
+    assert any(path.is_file() for path in (tmp_path / "xla_cache").rglob("*"))
+
+
+def test_the_compilation_cache_needs_jax(tmp_path):
+    from keras_vit import training
+
+    with pytest.raises(ValueError, match="needs the JAX backend"):
+        training.enable_compilation_cache(tmp_path / "cache")
 
 
 @pytest.mark.parametrize("backend", ["jax"])

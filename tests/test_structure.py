@@ -15,7 +15,7 @@ PACKAGE = ROOT / "keras_vit"
 # Function-level imports allowed outside the command line, each an optional dependency (or a
 # platform-specific one), imported where it is needed with a comment saying why.
 LAZY_IMPORTS = ("matplotlib", "tensorflow_serving", "tensorflow_datasets", "fcntl", "huggingface_hub",
-                "safetensors")
+                "safetensors", "jax")
 
 
 def module_name(path):

@@ -27,6 +27,8 @@ COMMANDS = {
                 "turn a checkpoint into a .keras model, .weights.h5 or .npz file"),
     "train": ("keras_vit.cli.train",
               "train or fine-tune a ViT with the paper's recipe (resumes after a crash)"),
+    "pretrain": ("keras_vit.cli.pretrain",
+                 "self-supervised pre-training of a ViT encoder by masked patch prediction"),
     "evaluate": ("keras_vit.cli.evaluate",
                  "top-1/top-5 accuracy, loss, per-class accuracy and confusion matrix"),
     "fewshot": ("keras_vit.cli.evaluate",

@@ -125,7 +125,7 @@ def _load_keras_file(path, image_size, num_classes):
     except (ValueError, OSError, TypeError, KeyError) as e:
         raise ValueError(f"--model {path} is not a readable .keras model ({e}).") from None
     size = tuple(model.inputs[0].shape[1:3])
-    if image_size and tuple(image_size) != size:
+    if image_size and None not in size and tuple(image_size) != size:
         raise ValueError(f"--model {path} takes {size[0]}x{size[1]} images; --image-size "
                          f"{image_size[0]}x{image_size[1]} cannot change a saved model. Expected "
                          "no --image-size, or a variant --model with --weights.")
@@ -134,6 +134,15 @@ def _load_keras_file(path, image_size, num_classes):
         raise ValueError(f"--model {path} has {classes} outputs but the data has {num_classes} "
                          "classes.")
     return model
+
+
+def input_size(model, args):
+    """The image size a command feeds `model`: its own, or `--image-size` for a model of any
+    size (`dynamic_image_size`)."""
+    from keras_vit.model import model_image_size
+
+    dynamic = model.inputs[0].shape[1] is None
+    return tuple(args.image_size) if dynamic and args.image_size else model_image_size(model)
 
 
 def model_from_args(args, *, num_classes=None, include_top=True, default_weights=False,
@@ -223,10 +232,10 @@ def add_data_arguments(parser):
     group = parser.add_argument_group("data")
     source = group.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="tensorflow-datasets name: cifar10, cifar100, "
-                        "oxford_iiit_pet, oxford_flowers102, imagenet2012")
+                        "oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet2012_real")
     source.add_argument("--folder", help="image folder with one subfolder per class")
     group.add_argument("--data-dir", help="tensorflow-datasets data directory")
-    group.add_argument("--manual-dir", help="hand-downloaded files (imagenet2012)")
+    group.add_argument("--manual-dir", help="hand-downloaded files (imagenet2012, imagenet2012_real)")
     group.add_argument("--batch-size", type=positive_int_arg, default=64,
                        help="global batch size (64)")
     group.add_argument("--strategy", default="auto",
@@ -239,6 +248,84 @@ def add_data_arguments(parser):
 
 # Image folders: this fraction of the images (seeded) is the validation split of `train`.
 FOLDER_VALIDATION_FRACTION = 0.1
+
+
+def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split):
+    """The flags of a training run that `train` and `pretrain` share (the `run` group, which
+    is returned for the command's own flags). The other arguments fill in the help texts."""
+    run = parser.add_argument_group("run")
+    run.add_argument("--output", required=True, help=f"run folder: {outputs}")
+    length = run.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=positive_int_arg,
+                        help=f"optimizer updates, rounded up to whole epochs (default {steps})")
+    length.add_argument("--epochs", type=positive_int_arg, help="whole passes over the data")
+    run.add_argument("--lr", type=float, default=None,
+                     help=f"peak learning rate ({learning_rate})")
+    run.add_argument("--warmup-steps", type=int, default=None,
+                     help="linear warm-up updates (default: 500 finetune, 10000 pre-training, "
+                          "at most 10%% of the updates)")
+    run.add_argument("--target-batch-size", type=positive_int_arg, default=None,
+                     help="reach this batch by gradient accumulation, e.g. 512")
+    run.add_argument("--precision", default="float32", help="float32, bfloat16 or float16")
+    run.add_argument("--no-xla", action="store_true", help="do not compile with XLA")
+    run.add_argument("--backend", choices=("tensorflow", "jax"), default=None,
+                     help="Keras backend (default: KERAS_BACKEND, else tensorflow); the data "
+                          "pipelines are tf.data either way")
+    run.add_argument("--compile-cache", metavar="DIR", default=None,
+                     help="keep compiled XLA programs in DIR for the next run (JAX backend)")
+    run.add_argument("--validation-split", default=validation_split,
+                     help=f"tfds split to validate on ({validation_split}; 'none' to skip); "
+                          "with --folder, 'validation' holds out a seeded 10%% of the images")
+    run.add_argument("--overwrite", action="store_true",
+                     help="start over in an --output folder that holds a run")
+    run.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
+                     help="Keras' progress output: 0, 1 or 2")
+    return run
+
+
+def start_run(args):
+    """What a training command sets up before it builds its model, failing early on bad
+    flags: the output folder, the precision policy, the seed, the strategy.
+
+    Returns:
+        The `tf.distribute` strategy to build the model under.
+    """
+    import keras
+
+    from keras_vit import distribute, training
+    from keras_vit.fileio import check_writable_dir
+
+    if args.folder and args.validation_split not in ("validation", "none"):
+        raise ValueError(f"--validation-split {args.validation_split!r} with --folder: expected "
+                         "'validation' (a held-out 10%) or 'none'.")
+    check_writable_dir(args.output)
+    if args.compile_cache:
+        training.enable_compilation_cache(args.compile_cache)
+    training.set_precision(args.precision)
+    keras.utils.set_random_seed(args.seed)
+    strategy = distribute.get_strategy(args.strategy)
+    distribute.global_batch_size(args.batch_size, strategy)
+    return strategy
+
+
+def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, **kwargs):
+    """`keras_vit.training.fit` on the data flags' pipelines with the run flags; `kwargs` go
+    to `fit` as they are. Returns its summary."""
+    from keras_vit import training
+
+    validate = args.validation_split != "none"
+    train = load_data(args, "train" if validate or not args.folder else "all", True, strategy,
+                      image_size)
+    validation = load_data(args, args.validation_split, False, strategy, image_size) \
+        if validate else None
+    with undecodable_files_named(args):
+        return training.fit(  # prints its summary
+            model, train, validation, output_dir=args.output, recipe=recipe,
+            steps=args.steps or (None if args.epochs else default_steps), epochs=args.epochs,
+            learning_rate=args.lr, warmup_steps=args.warmup_steps,
+            target_batch_size=args.target_batch_size,
+            jit_compile=False if args.no_xla else None, verbose=args.verbose,
+            overwrite=args.overwrite, **kwargs)
 
 
 def load_data(args, split, training, strategy, image_size):

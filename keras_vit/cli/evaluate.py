@@ -1,4 +1,5 @@
-"""`keras-vit evaluate` and `keras-vit fewshot`: the paper's two metrics (section 4.1)."""
+"""`keras-vit evaluate` and `keras-vit fewshot`: the paper's two metrics (section 4.1), and
+ReaL accuracy (`--dataset imagenet2012_real`, Table 2)."""
 
 import json
 
@@ -8,6 +9,7 @@ from keras_vit.cli.common import (
     add_model_arguments,
     class_names_from_args,
     data_num_classes,
+    input_size,
     load_data,
     model_from_args,
     positive_int_arg,
@@ -38,15 +40,25 @@ def run_evaluate(args):
     distribute.global_batch_size(args.batch_size, strategy)
     with strategy.scope():
         model, names = model_from_args(args, num_classes=num_classes, need_head=True)
-    data = load_data(args, args.split, False, strategy, tuple(model.inputs[0].shape[1:3]))
+    data = load_data(args, args.split, False, strategy, input_size(model, args))
     names = class_names_from_args(args, num_classes, data.class_names or names)
     with undecodable_files_named(args):
         report = evaluation.evaluate(model, data.dataset, class_names=names, out_dir=args.out,
                                      progress=False)
-    print(json.dumps({"split": args.split, "examples": report["num_examples"],
-                      "loss": report["loss"], "accuracy": report["top1"], "top5": report["top5"],
-                      "files": report["files"]}))
+    summary = {"split": args.split, "examples": report["num_examples"], "loss": report["loss"],
+               "accuracy": report["top1"], "top5": report["top5"], "files": report["files"]}
+    if "real" in report:  # label sets (ImageNet-ReaL): scored on the images with a set
+        real = report["real"]
+        summary["real"] = {"accuracy": _json_number(real["accuracy"]),
+                           "original_accuracy": _json_number(real["original_accuracy"]),
+                           "examples": real["num_examples"], "left_out": real["num_left_out"]}
+    print(json.dumps(summary))
     return 0
+
+
+def _json_number(value):
+    """NaN (no image scored) as JSON's null: strict JSON has no NaN."""
+    return None if value != value else value
 
 
 def _int_list(flag, text):
@@ -92,7 +104,7 @@ def run_fewshot(args):
     strategy = distribute.get_strategy(args.strategy)
     with strategy.scope():
         model, _ = model_from_args(args, include_top=False)
-    size = tuple(model.inputs[0].shape[1:3])
+    size = input_size(model, args)
     features = {}
     for role, role_split in (("train", args.train_split), ("test", split)):
         data = load_data(args, role_split, False, strategy, size)

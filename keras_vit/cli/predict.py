@@ -3,9 +3,10 @@
 from keras_vit.cli.common import (
     add_class_names_argument,
     add_model_arguments,
-    class_names_from_args,
     check_images_exist,
     check_model_flags,
+    class_names_from_args,
+    input_size,
     model_from_args,
     positive_int_arg,
 )
@@ -32,7 +33,7 @@ def run(args):
     model, checkpoint_names = model_from_args(args, default_weights=True)
     num_classes = model.outputs[0].shape[-1]
     names = class_names_from_args(args, num_classes, checkpoint_names)
-    size = tuple(model.inputs[0].shape[1:3])
+    size = input_size(model, args)
     max_pixels = args.max_pixels or images.DEFAULT_MAX_PIXELS
     batch = np.stack([images.load_image(path, size, max_pixels) for path in args.images])
     logits = model.predict(images.preprocess_inputs(batch), verbose=0)

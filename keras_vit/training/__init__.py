@@ -2,7 +2,9 @@
 
 - `fit(model, train, validation, output_dir=...)`: the whole run (see `keras_vit.training.loop`).
 - Recipes (`keras_vit.training.recipes`): `compile_finetune`, `compile_pretrain`,
-  `compile_recipe`, `compile_model`, the optimizers, `WarmupDecay`, the loss, `set_precision`.
+  `compile_masked_patches`, `compile_recipe`, `compile_model`, the optimizers, `WarmupDecay`,
+  the loss, `set_precision`.
+- `enable_compilation_cache(directory)`: JAX's persistent compilation cache.
 - Callbacks (`keras_vit.training.callbacks`): `BackupAndRestore`, `BestCheckpoint`,
   `training_callbacks`, for your own `model.fit`.
 """
@@ -16,6 +18,7 @@ from keras_vit.training.callbacks import (
     resume_epoch,
     training_callbacks,
 )
+from keras_vit.training.compilation import enable_compilation_cache
 from keras_vit.training.loop import RunFinished, TrainingDiverged, fit, plan
 from keras_vit.training.recipes import (
     DECAYS,
@@ -27,6 +30,9 @@ from keras_vit.training.recipes import (
     FINETUNE_WARMUP_STEPS,
     LINEAR_DECAY_END,
     MAX_WARMUP_FRACTION,
+    MPP_BATCH_SIZE,
+    MPP_LEARNING_RATE,
+    MPP_STEPS,
     PRECISIONS,
     PRETRAIN_BETA_1,
     PRETRAIN_BETA_2,
@@ -38,6 +44,7 @@ from keras_vit.training.recipes import (
     accumulation_steps,
     build_training_state,
     compile_finetune,
+    compile_masked_patches,
     compile_model,
     compile_pretrain,
     compile_recipe,

@@ -10,6 +10,10 @@ summary = keras_vit.training.fit(model, train, val, output_dir="runs/cifar10", s
                                  target_batch_size=512)
 ```
 
+On JAX, a `keras.distribution` (`keras_vit.get_distribution`: data parallel, or the encoder blocks
+sharded over devices) takes the strategy's place: set it before building the model and keep it
+set while `fit` runs.
+
 `fit` owns the whole sequence: the epochs/updates arithmetic, gradient accumulation, the
 recipe's compile in the model's strategy scope, resuming from `output_dir` (weights, optimizer
 and random state of the last finished epoch, and the data pipeline replayed from that epoch),
@@ -24,7 +28,11 @@ Files under `output_dir`:
 - `config.json`: the `keras_vit.ViT` configuration and the class names, so that
   `keras_vit.from_pretrained("output_dir/final.npz")` rebuilds the model with its names;
 - `run.json`: the run's settings and whether it finished; `backup/`: the resume state while
-  the run is unfinished; `logs/`: TensorBoard.
+  the run is unfinished; `logs/`: TensorBoard;
+- for a self-supervised model wrapping a ViT (`keras_vit.pretraining.masked_patch_model`):
+  `encoder.npz`, the ViT encoder alone (no pre-training head, official layout), which
+  `config.json` describes (`model.encoder_config`); `final.npz` and `best.npz` hold the whole
+  pre-training model.
 """
 
 import json
@@ -35,7 +43,7 @@ import time
 
 import numpy as np
 
-from keras_vit import distribute
+from keras_vit import distribute, sharding
 from keras_vit.data import InputData
 from keras_vit.fileio import atomic_write_text, check_writable_dir
 from keras_vit.model import vit_config
@@ -59,8 +67,9 @@ RUN_FILE = "run.json"
 CONFIG_FILE = "config.json"
 FINAL_FILE = "final.npz"
 BEST_FILE = "best.npz"
+ENCODER_FILE = "encoder.npz"
 # What `overwrite=True` removes from an output folder before starting over.
-RUN_OUTPUTS = (RUN_FILE, CONFIG_FILE, FINAL_FILE, BEST_FILE, "best.json", "backup")
+RUN_OUTPUTS = (RUN_FILE, CONFIG_FILE, FINAL_FILE, BEST_FILE, "best.json", ENCODER_FILE, "backup")
 
 
 class TrainingDiverged(RuntimeError):
@@ -139,8 +148,9 @@ def _write_run(output_dir, settings, finished, model, class_names):
         return
     atomic_write_text(os.path.join(output_dir, RUN_FILE),
                       json.dumps({"settings": settings, "finished": finished}, indent=1))
+    config = getattr(model, "encoder_config", None)  # a ViT inside a pre-training model
     try:
-        config = vit_config(model)
+        config = config or vit_config(model)
     except ValueError:
         config = None  # not a keras_vit.ViT model: the .npz alone describes it
     atomic_write_text(os.path.join(output_dir, CONFIG_FILE), json.dumps(
@@ -156,16 +166,19 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     """Trains `model` with one of the paper's recipes, resumably, and writes its checkpoints.
 
     Args:
-        model: a `keras.Model` (built under `strategy.scope()` to train distributed).
+        model: a `keras.Model` (built under `strategy.scope()` to train distributed; on JAX,
+            under a `keras.distribution` that stays set, e.g. `keras_vit.get_distribution`).
         train: `keras_vit.data.InputData` of a training pipeline (`training=True`).
         validation: `InputData` of an evaluation pipeline, or None.
         output_dir: str. The run's folder (see the module docstring).
         epochs: int. Whole passes over `train`; or give `steps`.
         steps: int. Optimizer updates, rounded up to whole epochs; or give `epochs`.
         recipe: "finetune" (SGD momentum 0.9, clipping at 1, warm-up then cosine decay),
-            "pretrain" (AdamW, weight decay, warm-up then linear decay), or None to keep the
-            compile you gave the model. Defaults to "finetune".
-        learning_rate: float. Peak learning rate. Defaults to the recipe's (0.003, 1e-3).
+            "pretrain" (AdamW, weight decay, warm-up then linear decay), "pretrain_mpp" (Adam,
+            warm-up then cosine decay, for `keras_vit.pretraining.masked_patch_model`), or
+            None to keep the compile you gave the model. Defaults to "finetune".
+        learning_rate: float. Peak learning rate. Defaults to the recipe's (0.003, 1e-3,
+            2e-4).
         warmup_steps: int. Linear warm-up updates. Defaults to the one rule of
             `keras_vit.training.default_warmup_steps`: the paper's (500 fine-tuning, 10k
             pre-training), at most 10% of the run's updates.
@@ -175,7 +188,8 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         label_smoothing: float in [0, 1). Defaults to 0.
         jit_compile: bool or None. XLA; None picks what works under the model's strategy.
         monitor: str or None. The log `best.npz` follows. Defaults to "val_accuracy" with
-            validation data; without validation data and `monitor`, no `best.npz` is kept.
+            validation data ("val_loss" for a self-supervised model); without validation data
+            and `monitor`, no `best.npz` is kept.
         callbacks: more Keras callbacks.
         verbose: 0, 1 or 2: Keras' progress output. Defaults to 1.
         overwrite: bool. Start over in an `output_dir` that holds a run (removing its
@@ -185,15 +199,16 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
 
     Returns:
         dict: the summary also printed at the end (with `verbose`): `output_dir`, `epochs`,
-        `updates`, `resumed_at_epoch`, `final_weights`, `best_weights` (with `monitor`,
-        `best_value`, `best_epoch`), validation metrics, `seconds`.
+        `updates`, `resumed_at_epoch`, `final_weights`, `encoder_weights` (self-supervised
+        models), `best_weights` (with `monitor`, `best_value`, `best_epoch`), validation
+        metrics, `seconds`.
 
     Raises:
         RunFinished: if `output_dir` holds a finished run and not `overwrite`.
         TrainingDiverged: if the loss or weights became NaN or infinite (no final
             checkpoint is written; `best.npz` keeps the best finite epoch).
-        ValueError: for bad arguments, an unwritable folder, or a backup made with other
-            settings.
+        ValueError: for bad arguments, an unwritable folder, a backup made with other
+            settings, or batches that do not split across the distribution's replicas.
     """
     start_time = time.perf_counter()
     if not isinstance(train, InputData) or not train.training:
@@ -202,7 +217,13 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     if validation is not None and (not isinstance(validation, InputData) or validation.training):
         raise TypeError("`validation` must be an evaluation pipeline from keras_vit.data "
                         f"(training=False) or None. Received: {type(validation).__name__}")
-    check_trainable_classes(train.num_classes)
+    sharding.check_batches(train.batch_size)  # under a keras.distribution (JAX)
+    if validation is not None:
+        sharding.check_batches(validation.batch_size, validation.num_examples)
+    # A self-supervised model (keras_vit.pretraining) learns from the images alone.
+    self_supervised = getattr(model, "self_supervised", False)
+    if not self_supervised:
+        check_trainable_classes(train.num_classes)
     if recipe is not None:
         check_choice("recipe", recipe, RECIPES)
     elif getattr(model, "optimizer", None) is None:
@@ -227,12 +248,14 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     _check_resume(output_dir, settings, overwrite)
     start_epoch = resume_epoch(backup_dir(output_dir))
     if monitor is None and validation is not None:
-        monitor = "val_accuracy"
-    class_names = train.class_names
+        monitor = "val_loss" if self_supervised else "val_accuracy"
+    class_names = () if self_supervised else train.class_names
     _write_run(output_dir, settings, False, model, class_names)
     if verbose:
         print(f"Training {model.name} ({model.count_params():,} parameters) on "
-              f"{train.num_examples} examples, {train.num_classes} classes: {epochs} epochs of "
+              f"{train.num_examples} examples, "
+              + ("labels unused" if self_supervised else f"{train.num_classes} classes")
+              + f": {epochs} epochs of "
               f"{train.steps_per_epoch} batches of {train.batch_size} x {accumulation} "
               f"accumulation = {updates} updates; "
               f"{distribute.num_replicas(model)} replica(s), XLA "
@@ -257,13 +280,19 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             "if any, and backup/ the last finite one. Start again with a lower learning rate "
             "(--lr) or more warm-up, with --overwrite or a new --output.")
     final = os.path.join(output_dir, FINAL_FILE)
+    encoder = os.path.join(output_dir, ENCODER_FILE) if hasattr(model, "encoder_params") \
+        else None
     if distribute.is_chief():
         save_npz(params, final)
+        if encoder:
+            save_npz(model.encoder_params(), encoder)
     _write_run(output_dir, settings, True, model, class_names)
     shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
 
     summary = dict(output_dir=output_dir, epochs=epochs, updates=updates,
                    resumed_at_epoch=start_epoch, final_weights=final)
+    if encoder:
+        summary["encoder_weights"] = encoder
     best_record = os.path.join(output_dir, "best.json")
     if os.path.exists(best_record):
         record = _read_json(best_record)

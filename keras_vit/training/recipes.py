@@ -10,6 +10,10 @@ the same way for your own `model.fit`.
   (Keras `AdamW`: `w -= lr * wd * w`, as the Flax optimizer the paper used), linear warmup
   (10k steps) then linear decay to 1e-5, batch 4096, dropout per variant (the variant
   table's `dropout_rate`).
+- Self-supervised pre-training by masked patch prediction (paper appendix B.1.2, "pretrain_mpp",
+  for `keras_vit.pretraining.masked_patch_model`): Adam with b1 0.9, b2 0.999 (no weight
+  decay is named there), base learning rate 2e-4, linear warmup (10k steps) then cosine
+  decay, batch 4096, 1M steps.
 
 Schedules count optimizer updates: under gradient accumulation (Keras evaluates the schedule
 at every micro-batch) `WarmupDecay(steps_per_update=k)` divides the counter by k, so that
@@ -55,8 +59,12 @@ PRETRAIN_WEIGHT_DECAY = 0.1
 PRETRAIN_WARMUP_STEPS = 10_000
 # The one warm-up rule for runs shorter than the paper's: at most this fraction of the updates.
 MAX_WARMUP_FRACTION = 0.1
-RECIPES = ("finetune", "pretrain")
-DEFAULT_LEARNING_RATES = {"finetune": 0.003, "pretrain": 1e-3}
+# Masked patch prediction, paper appendix B.1.2.
+MPP_LEARNING_RATE = 2e-4
+MPP_BATCH_SIZE = 4096
+MPP_STEPS = 1_000_000
+RECIPES = ("finetune", "pretrain", "pretrain_mpp")
+DEFAULT_LEARNING_RATES = {"finetune": 0.003, "pretrain": 1e-3, "pretrain_mpp": MPP_LEARNING_RATE}
 # vit_jax `create_learning_rate_schedule(linear_end=1e-5)`: the linear decay's final value.
 LINEAR_DECAY_END = 1e-5
 DECAYS = ("cosine", "linear")
@@ -138,8 +146,8 @@ def accumulation_steps(target_batch_size, batch_size):
 
 
 def default_warmup_steps(recipe, total_updates):
-    """The one warm-up rule: the recipe's warm-up (500 updates fine-tuning, 10k pre-training,
-    as in the paper), capped at `MAX_WARMUP_FRACTION` (10%) of the run's updates so that short
+    """The one warm-up rule: the recipe's warm-up (500 updates fine-tuning, 10k for both
+    pre-training recipes, as in the paper), capped at `MAX_WARMUP_FRACTION` (10%) of the run's updates so that short
     runs spend most of their updates after it."""
     check_choice("recipe", recipe, RECIPES)
     paper = FINETUNE_WARMUP_STEPS if recipe == "finetune" else PRETRAIN_WARMUP_STEPS
@@ -177,9 +185,10 @@ def finetune_optimizer(learning_rate=0.003, total_steps=10_000, warmup_steps=FIN
 
 def pretrain_optimizer(learning_rate=1e-3, total_steps=100_000, warmup_steps=PRETRAIN_WARMUP_STEPS,
                        weight_decay=PRETRAIN_WEIGHT_DECAY, accumulation_steps=1,
-                       beta_1=PRETRAIN_BETA_1, beta_2=PRETRAIN_BETA_2, global_clipnorm=None):
+                       beta_1=PRETRAIN_BETA_1, beta_2=PRETRAIN_BETA_2, global_clipnorm=None,
+                       decay="linear"):
     """The paper's pre-training optimizer: Adam (0.9, 0.999), decoupled weight decay 0.1,
-    linear warmup then linear decay.
+    linear warmup then linear decay (masked patch prediction: no weight decay, cosine decay).
 
     Args:
         learning_rate: float. Peak learning rate. Defaults to 1e-3.
@@ -189,13 +198,14 @@ def pretrain_optimizer(learning_rate=1e-3, total_steps=100_000, warmup_steps=PRE
         accumulation_steps: int. Defaults to 1.
         beta_1, beta_2: floats. Defaults to 0.9 and 0.999.
         global_clipnorm: float or None. Defaults to None (the paper clips when fine-tuning).
+        decay: str. "linear" or "cosine" after the warmup. Defaults to "linear".
 
     Returns:
-        A `keras_vit.training.AdamW`.
+        A `keras_vit.training.AdamW` (plain Adam with `weight_decay=0`).
     """
     check_int("accumulation_steps", accumulation_steps, 1)
     return AdamW(
-        learning_rate=WarmupDecay(learning_rate, total_steps, warmup_steps, "linear",
+        learning_rate=WarmupDecay(learning_rate, total_steps, warmup_steps, decay,
                                   steps_per_update=accumulation_steps),
         weight_decay=weight_decay,
         beta_1=beta_1,
@@ -262,7 +272,9 @@ def default_jit_compile(strategy=None):
 
 def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metrics=("accuracy",),
                   steps_per_execution=1):
-    """Compiles `model` for classification with integer labels.
+    """Compiles `model` for classification with integer labels, or a self-supervised model
+    (one with `self_supervised = True`, as `keras_vit.pretraining.MaskedPatchModel`, whose
+    `compute_loss` is its objective) with no loss or metric of its own.
 
     Call it under the strategy's scope when training distributed. Under mixed float16
     Keras wraps the optimizer in a `LossScaleOptimizer` (dynamic loss scaling). It applies
@@ -284,10 +296,11 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
     """
     if jit_compile is None:
         jit_compile = default_jit_compile(distribute.model_strategy(model))
+    classifier = not getattr(model, "self_supervised", False)
     model.compile(
         optimizer=optimizer,
-        loss=SparseCategoricalCrossentropy(label_smoothing),
-        metrics=list(metrics),
+        loss=SparseCategoricalCrossentropy(label_smoothing) if classifier else None,
+        metrics=list(metrics) if classifier else None,
         jit_compile=jit_compile,
         steps_per_execution=steps_per_execution,
     )
@@ -354,6 +367,27 @@ def compile_pretrain(model, learning_rate=1e-3, total_steps=100_000,
     return compile_model(model, optimizer, label_smoothing, jit_compile)
 
 
+def compile_masked_patches(model, learning_rate=MPP_LEARNING_RATE, total_steps=MPP_STEPS,
+                           warmup_steps=PRETRAIN_WARMUP_STEPS, accumulation_steps=1,
+                           jit_compile=None):
+    """`compile_model` with Adam (0.9, 0.999), warmup then cosine decay: the paper's masked
+    patch prediction recipe (appendix B.1.2) for a `keras_vit.pretraining.masked_patch_model`.
+
+    Raises:
+        ValueError: for a model that is not self-supervised (a classifier has labels to learn
+            from: use "finetune" or "pretrain").
+    """
+    if not getattr(model, "self_supervised", False):
+        raise ValueError(
+            f"The 'pretrain_mpp' recipe trains a masked patch prediction model "
+            f"(keras_vit.pretraining.masked_patch_model); received {type(model).__name__} "
+            f"{model.name!r}. Expected masked_patch_model(vit), or the 'finetune' or "
+            "'pretrain' recipe for a classifier.")
+    optimizer = pretrain_optimizer(learning_rate, total_steps, warmup_steps, weight_decay=0.0,
+                                   accumulation_steps=accumulation_steps, decay="cosine")
+    return compile_model(model, optimizer, jit_compile=jit_compile)
+
+
 def recipe_defaults(recipe, total_steps, learning_rate=None, warmup_steps=None):
     """(learning rate, warm-up steps): the given ones, else the recipe's learning rate and the
     one warm-up rule (`default_warmup_steps`)."""
@@ -367,12 +401,16 @@ def recipe_defaults(recipe, total_steps, learning_rate=None, warmup_steps=None):
 def compile_recipe(model, recipe, total_steps, learning_rate=None, warmup_steps=None,
                    weight_decay=PRETRAIN_WEIGHT_DECAY, accumulation_steps=1, label_smoothing=0.0,
                    jit_compile=None):
-    """`compile_finetune` or `compile_pretrain` by name, with `recipe_defaults`."""
+    """`compile_finetune`, `compile_pretrain` or `compile_masked_patches` ("pretrain_mpp") by
+    name, with `recipe_defaults`. `weight_decay` is for "pretrain", `label_smoothing` for the
+    classification recipes."""
     learning_rate, warmup_steps = recipe_defaults(recipe, total_steps, learning_rate,
                                                   warmup_steps)
     common = dict(learning_rate=learning_rate, total_steps=total_steps, warmup_steps=warmup_steps,
-                  accumulation_steps=accumulation_steps, label_smoothing=label_smoothing,
-                  jit_compile=jit_compile)
+                  accumulation_steps=accumulation_steps, jit_compile=jit_compile)
+    if recipe == "pretrain_mpp":
+        return compile_masked_patches(model, **common)
     if recipe == "finetune":
-        return compile_finetune(model, **common)
-    return compile_pretrain(model, weight_decay=weight_decay, **common)
+        return compile_finetune(model, label_smoothing=label_smoothing, **common)
+    return compile_pretrain(model, weight_decay=weight_decay, label_smoothing=label_smoothing,
+                            **common)

@@ -11,7 +11,7 @@
 from keras_vit.weights.download import cache_dir
 from keras_vit.weights.errors import CheckpointError, DownloadError
 from keras_vit.weights.keymap import checkpoint_key, checkpoint_variables, model_params
-from keras_vit.weights.layouts import config_from_params, resize_pos_embedding
+from keras_vit.weights.layouts import config_from_params, resize_pos_embedding, resize_pos_table
 from keras_vit.weights.loading import load_params
 from keras_vit.weights.npz import read_npz, save_npz
 from keras_vit.weights.registry import (
@@ -39,5 +39,6 @@ __all__ = [
     "read_npz",
     "register_checkpoint",
     "resize_pos_embedding",
+    "resize_pos_table",
     "save_npz",
 ]

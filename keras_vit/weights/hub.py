@@ -132,22 +132,14 @@ def architecture_from_config(config, params, layout):
     if layout == "timm":
         arch.update(gelu_approximate=False, layer_norm_epsilon=TIMM_LAYER_NORM_EPSILON)
         args = dict((config or {}).get("model_args") or {})
-        if args.get("global_pool", (config or {}).get("global_pool", "token")) == "avg" \
-                and shapes["classifier"] == "token":
-            raise CheckpointError("The checkpoint averages the patch tokens beside a class token "
-                                  "(timm global_pool='avg'), which keras_vit's ViT does not "
-                                  "express.")
-        if args.get("qkv_bias") is False:
-            raise CheckpointError("The checkpoint has no query/key/value biases "
-                                  "(qkv_bias=False), which keras_vit's ViT does not express.")
+        if args.get("global_pool", (config or {}).get("global_pool", "token")) == "avg":
+            # The average of the patch tokens, beside a class token where the file has one.
+            arch.update(classifier="gap", class_token="cls" in params)
     elif layout == "transformers" and config:
         act = config.get("hidden_act", "gelu")
         if act not in TRANSFORMERS_GELU:
             raise CheckpointError(f"The checkpoint's activation {act!r} is not a GELU keras_vit "
                                   f"expresses (expected one of {sorted(TRANSFORMERS_GELU)}).")
-        if config.get("qkv_bias") is False:
-            raise CheckpointError("The checkpoint has no query/key/value biases "
-                                  "(qkv_bias=False), which keras_vit's ViT does not express.")
         arch.update(gelu_approximate=TRANSFORMERS_GELU[act],
                     layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)))
     return arch

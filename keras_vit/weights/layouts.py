@@ -17,6 +17,14 @@ import numpy as np
 from keras_vit.weights.errors import CheckpointError
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+# The learned 2-D embedding (`position_embedding="learned_2d"`): row and column tables
+# (1, rows or cols, D/2), resized one by one; the class token's own `pos_embedding_cls`.
+POSEMB_2D_KEYS = ("Transformer/posembed_input/pos_embedding_row",
+                  "Transformer/posembed_input/pos_embedding_col")
+# What a file without position-embedding arrays is read as: the resolution is not in it, and
+# a fixed embedding ("sincos_2d", big_vision's plain ViTs) is more common than none. A
+# `config.json` beside the file (`keras_vit.training.fit`), or overrides, say otherwise.
+FIXED_POSEMB_DEFAULTS = dict(image_size=224, position_embedding="sincos_2d")
 BLOCK_KEY = re.compile(r"Transformer/encoderblock_(\d+)/")
 UNIT_KEY = re.compile(r"^block(\d+)/unit(\d+)/")
 
@@ -91,6 +99,16 @@ def resize_pos_embedding(posemb, grid, has_class_token):
     return patches if token is None else np.concatenate([token, patches], axis=1)
 
 
+def resize_pos_table(table, length):
+    """Resizes a row or column table of a learned 2-D position embedding (1, n, D/2) to
+    `length` positions, with the interpolation of `resize_pos_embedding` along its one axis.
+
+    Returns:
+        Array (1, length, D/2).
+    """
+    return _linear_resize(np.asarray(table, np.float64), length, axis=1).astype(table.dtype)
+
+
 def _linear_resize(x, new, axis):
     old = x.shape[axis]
     if new == old:
@@ -136,9 +154,15 @@ def config_from_params(params, image_size=None):
 
     Everything is in the shapes: patch size and width (embedding kernel), depth (number of
     blocks), heads (query kernel), MLP width, class token, representation size, number of
-    classes, the hybrid's ResNet stages (`block{s}/unit{u}` keys) and the resolution (the
-    position embedding, assumed a square grid unless `image_size` is given). What the shapes
-    cannot tell (the GELU form, dropout) keeps `keras_vit.ViT`'s defaults.
+    classes, the hybrid's ResNet stages (`block{s}/unit{u}` keys), query/key/value biases, a
+    norm on the pooled features (`fc_norm`) and the resolution (the position embedding,
+    assumed a square grid unless `image_size` is given). The position embedding's variant is
+    in the keys: `pos_embedding` is "learned", `pos_embedding_row` and `pos_embedding_col`
+    are "learned_2d"; a file with neither is read as "sincos_2d" at 224 pixels unless
+    `image_size` is given (`FIXED_POSEMB_DEFAULTS`: "none" has no arrays either, and neither
+    records a resolution; pass `position_embedding="none"` to `from_pretrained` for it). What
+    the shapes cannot tell (the GELU form, dropout, an average of the patches beside a class
+    token without `fc_norm`) keeps `keras_vit.ViT`'s defaults.
 
     Raises:
         CheckpointError: if the arrays are not a ViT checkpoint, or the grid is not square
@@ -149,29 +173,25 @@ def config_from_params(params, image_size=None):
         kernel = params["embedding/kernel"]
         query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
         mlp = params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"]
-        posemb = params[POSEMB_KEY]
     except KeyError as e:
         raise CheckpointError(f"Not a ViT checkpoint: no {e.args[0]!r} array.") from None
-    if np.ndim(kernel) != 4 or np.ndim(query) != 3 or np.ndim(posemb) != 3:
+    if np.ndim(kernel) != 4 or np.ndim(query) != 3:
         raise CheckpointError(
             f"Not a ViT checkpoint: embedding/kernel {np.shape(kernel)}, query kernel "
-            f"{np.shape(query)}, position embedding {np.shape(posemb)}. Expected 4, 3 and 3 axes.")
+            f"{np.shape(query)}. Expected 4 and 3 axes.")
     has_cls = "cls" in params
     backbone = _backbone(params)
     stride = 1
     if backbone is not None:
         stride = 4 * 2 ** max(len(backbone["num_layers"]) - 1, 0)
-    patches = posemb.shape[1] - (has_cls and not big_vision)
-    grid = int(round(np.sqrt(patches)))
-    if image_size is None and grid * grid != patches:
-        raise CheckpointError(
-            f"The position embedding covers {patches} patches, not a square grid; pass the "
-            "image size explicitly.")
+    image_size, position_embedding = _resolution(
+        params, image_size, (kernel.shape[0] * stride, kernel.shape[1] * stride),
+        has_cls and not big_vision)
     blocks = {BLOCK_KEY.match(k)[1] for k in params if BLOCK_KEY.match(k)}
     head = params.get("head/kernel")
     representation = params.get("pre_logits/kernel")
     config = dict(
-        image_size=image_size or int(grid * kernel.shape[0] * stride),
+        image_size=image_size,
         patch_size=(int(kernel.shape[0]), int(kernel.shape[1])),
         hidden_size=int(kernel.shape[-1]),
         num_layers=len(blocks),
@@ -182,6 +202,36 @@ def config_from_params(params, image_size=None):
         classifier="token" if has_cls else "gap",
         representation_size=None if representation is None else int(representation.shape[-1]),
     )
+    if "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/bias" not in params:
+        config["qkv_bias"] = False
+    if "fc_norm/scale" in params:  # the norm is on the average of the patch tokens
+        config.update(classifier="gap", fc_norm=True, class_token=has_cls)
+    if position_embedding != "learned":
+        config["position_embedding"] = position_embedding
     if backbone is not None:
         config["backbone"] = backbone
     return config
+
+
+def _resolution(params, image_size, cell, posemb_has_cls):
+    """(image_size, position_embedding) read off the position-embedding arrays: a learned
+    1-D embedding (a square grid unless `image_size` is given), learned row and column tables,
+    or none (`FIXED_POSEMB_DEFAULTS`). `cell`: (height, width) in input pixels of one patch."""
+    posemb, row, col = (params.get(k) for k in (POSEMB_KEY, *POSEMB_2D_KEYS))
+    for key, value in zip((POSEMB_KEY, *POSEMB_2D_KEYS), (posemb, row, col)):
+        if value is not None and np.ndim(value) != 3:
+            raise CheckpointError(f"Not a ViT checkpoint: {key} has shape {np.shape(value)}. "
+                                  "Expected 3 axes.")
+    if posemb is not None:
+        patches = posemb.shape[1] - posemb_has_cls
+        grid = int(round(np.sqrt(patches)))
+        if image_size is None and grid * grid != patches:
+            raise CheckpointError(
+                f"The position embedding covers {patches} patches, not a square grid; pass the "
+                "image size explicitly.")
+        return image_size or int(grid * cell[0]), "learned"
+    if row is not None and col is not None:
+        height, width = int(row.shape[1] * cell[0]), int(col.shape[1] * cell[1])
+        return image_size or (height if height == width else (height, width)), "learned_2d"
+    return image_size or FIXED_POSEMB_DEFAULTS["image_size"], \
+        FIXED_POSEMB_DEFAULTS["position_embedding"]

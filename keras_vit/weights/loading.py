@@ -11,7 +11,14 @@ import numpy as np
 
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import checkpoint_variables
-from keras_vit.weights.layouts import POSEMB_KEY, canonicalize, describe, resize_pos_embedding
+from keras_vit.weights.layouts import (
+    POSEMB_2D_KEYS,
+    POSEMB_KEY,
+    canonicalize,
+    describe,
+    resize_pos_embedding,
+    resize_pos_table,
+)
 
 # Layers that load only where model and file agree. The head follows pre_logits: a head is only
 # meaningful on the features it was trained on.
@@ -22,7 +29,10 @@ MAX_LISTED = 20  # keys listed per kind of problem in an error message
 
 
 def _patch_grid(model):
-    return model.get_layer("embedding").grid_size
+    """The grid the model's position embedding is for (a dynamic-size model's base grid)."""
+    names = {layer.name for layer in model.layers}
+    grid = model.get_layer("posembed_input").grid_size if "posembed_input" in names else None
+    return grid or model.get_layer("embedding").grid_size
 
 
 def _split_optional(variables, params):
@@ -55,6 +65,9 @@ def _adapt(key, value, shape, model, has_cls):
     if key == POSEMB_KEY and value.ndim == 3 and value.shape != shape \
             and value.shape[-1] == shape[-1]:
         return resize_pos_embedding(value, _patch_grid(model), has_cls)
+    if key in POSEMB_2D_KEYS and value.ndim == 3 and value.shape != shape \
+            and value.shape[::2] == shape[::2]:
+        return resize_pos_table(value, shape[1])  # a row or column table of learned_2d
     return value
 
 

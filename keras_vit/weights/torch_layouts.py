@@ -39,7 +39,6 @@ _HF_BLOCK = re.compile(r"^(?:vit\.)?encoder\.layer\.(\d+)\.")
 _UNSUPPORTED = {
     "dist_token": "a distillation token (distilled DeiT)",
     "reg_token": "register tokens",
-    "fc_norm.weight": "a norm on the pooled features (timm's fc_norm)",
     "blocks.0.ls1.gamma": "layer scale",
     "blocks.0.attn.q_norm.weight": "query/key normalisation",
     "attn_pool.latent": "attention pooling (MAP head)",
@@ -112,8 +111,8 @@ def _check_supported(params):
                                   "does not express; it cannot be loaded exactly.")
 
 
-def _attention(prefix, q, k, v, out_w, out_b, heads, qkv_bias):
-    """Official attention arrays from torch-style (out, in) projections."""
+def _attention(prefix, q, k, v, out_w, out_b, heads):
+    """Official attention arrays from torch-style (out, in) projections (biases None: none)."""
     width = q[0].shape[1]
     head_dim = width // heads
     params = {}
@@ -121,8 +120,6 @@ def _attention(prefix, q, k, v, out_w, out_b, heads, qkv_bias):
         params[f"{prefix}{name}/kernel"] = _linear(weight).reshape(width, heads, head_dim)
         if bias is not None:
             params[f"{prefix}{name}/bias"] = np.asarray(bias).reshape(heads, head_dim)
-        elif qkv_bias:
-            params[f"{prefix}{name}/bias"] = np.zeros((heads, head_dim), np.asarray(weight).dtype)
     params[f"{prefix}out/kernel"] = _linear(out_w).reshape(heads, head_dim, width)
     params[f"{prefix}out/bias"] = np.asarray(out_b)
     return params
@@ -156,12 +153,15 @@ def from_timm(params, num_heads=None):
         out.update(_attention(o + "MultiHeadDotProductAttention_1/",
                               *zip(np.split(qkv_w, 3), split_b),
                               params[b + "attn.proj.weight"], params[b + "attn.proj.bias"],
-                              heads, qkv_bias=True))
+                              heads))
         out.update(_norm(params, o + "LayerNorm_0", b + "norm1.weight", b + "norm1.bias"))
         out.update(_norm(params, o + "LayerNorm_2", b + "norm2.weight", b + "norm2.bias"))
         out.update(_dense(params, o + "MlpBlock_3/Dense_0", b + "mlp.fc1.weight", b + "mlp.fc1.bias"))
         out.update(_dense(params, o + "MlpBlock_3/Dense_1", b + "mlp.fc2.weight", b + "mlp.fc2.bias"))
-    out.update(_norm(params, "Transformer/encoder_norm", "norm.weight", "norm.bias"))
+    if "fc_norm.weight" in params:  # the norm is on the pooled features (timm's norm: none)
+        out.update(_norm(params, "fc_norm", "fc_norm.weight", "fc_norm.bias"))
+    else:
+        out.update(_norm(params, "Transformer/encoder_norm", "norm.weight", "norm.bias"))
     if "head.weight" in params and params["head.weight"].size:
         out.update(_dense(params, "head", "head.weight", "head.bias"))
     params.check_all_read()
@@ -186,8 +186,9 @@ def to_timm(official):
         kernels = [official[f"{attention}{n}/kernel"] for n in ("query", "key", "value")]
         width = kernels[0].shape[0]
         out[b + "attn.qkv.weight"] = np.concatenate([k.reshape(width, -1).T for k in kernels])
-        out[b + "attn.qkv.bias"] = np.concatenate(
-            [official[f"{attention}{n}/bias"].reshape(-1) for n in ("query", "key", "value")])
+        if f"{attention}query/bias" in official:
+            out[b + "attn.qkv.bias"] = np.concatenate(
+                [official[f"{attention}{n}/bias"].reshape(-1) for n in ("query", "key", "value")])
         out[b + "attn.proj.weight"] = official[attention + "out/kernel"].reshape(-1, width).T
         out[b + "attn.proj.bias"] = official[attention + "out/bias"]
         for torch_name, name in (("norm1", "LayerNorm_0"), ("norm2", "LayerNorm_2")):
@@ -196,8 +197,10 @@ def to_timm(official):
         for torch_name, name in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
             out[f"{b}mlp.{torch_name}.weight"] = official[f"{o}MlpBlock_3/{name}/kernel"].T
             out[f"{b}mlp.{torch_name}.bias"] = official[f"{o}MlpBlock_3/{name}/bias"]
-    out["norm.weight"] = official["Transformer/encoder_norm/scale"]
-    out["norm.bias"] = official["Transformer/encoder_norm/bias"]
+    official_norm, timm_norm = (("fc_norm", "fc_norm") if "fc_norm/scale" in official
+                                else ("Transformer/encoder_norm", "norm"))
+    out[f"{timm_norm}.weight"] = official[f"{official_norm}/scale"]
+    out[f"{timm_norm}.bias"] = official[f"{official_norm}/bias"]
     if "head/kernel" in official:
         out["head.weight"] = official["head/kernel"].T
         out["head.bias"] = official["head/bias"]
@@ -230,7 +233,7 @@ def from_transformers(params, num_heads=None):
                        for n in ("query", "key", "value")]
         out.update(_attention(o + "MultiHeadDotProductAttention_1/", *projections,
                               params[b + "attention.output.dense.weight"],
-                              params[b + "attention.output.dense.bias"], heads, qkv_bias=True))
+                              params[b + "attention.output.dense.bias"], heads))
         out.update(_norm(params, o + "LayerNorm_0", b + "layernorm_before.weight",
                          b + "layernorm_before.bias"))
         out.update(_norm(params, o + "LayerNorm_2", b + "layernorm_after.weight",

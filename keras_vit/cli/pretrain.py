@@ -1,0 +1,63 @@
+"""`keras-vit pretrain`: self-supervised pre-training of a ViT encoder on unlabelled images
+(paper section 4.6, appendix B.1.2), with `keras_vit.training.fit`.
+
+    keras-vit pretrain --objective masked-patches --model B/16 --dataset imagenet2012 \\
+        --manual-dir ~/imagenet --batch-size 64 --target-batch-size 4096 --output runs/mpp
+    keras-vit train --weights runs/mpp/encoder.npz --dataset cifar10 --output runs/cifar10
+
+The labels of the data are not used. The run folder gets `encoder.npz` (the ViT encoder in
+the official layout, without the pre-training head) and the `config.json` that describes it,
+so that `keras-vit train --weights OUT/encoder.npz` fine-tunes it with a new head. Running
+the same command again after an interruption resumes from the last finished epoch.
+"""
+
+from keras_vit.cli.common import (
+    add_data_arguments,
+    add_model_arguments,
+    add_run_arguments,
+    fit_from_args,
+    input_size,
+    model_from_args,
+    start_run,
+)
+
+OBJECTIVES = ("masked-patches",)
+# --target -> keras_vit.pretraining.masked_patch_model(objective=...)
+TARGETS = {"mean-color": "mean_color", "downsized-color": "downsized_color",
+           "pixels": "pixels"}
+
+
+def configure(parser):
+    add_model_arguments(parser, " to start from; without it, random initialisation")
+    add_data_arguments(parser)
+    run = add_run_arguments(
+        parser, outputs="encoder.npz, config.json, final.npz (with the pre-training head), "
+                        "run.json, backup/, logs/",
+        steps="1000000, the paper's", learning_rate="0.0002, the paper's",
+        validation_split="none")
+    run.add_argument("--objective", choices=OBJECTIVES, default="masked-patches",
+                     help="masked-patches: corrupt half the patch embeddings (80%% [mask], "
+                          "10%% another patch, 10%% kept) and predict each one's target "
+                          "(default)")
+    run.add_argument("--target", choices=tuple(TARGETS), default="mean-color",
+                     help="mean-color: the patch's 3-bit mean colour, 512 classes (the "
+                          "paper's); downsized-color: 4x4 sub-patches' 3-bit colours; pixels: "
+                          "L2 regression of the pixels (default mean-color)")
+    run.add_argument("--mask-rate", type=float, default=0.5,
+                     help="fraction of each image's patches corrupted and predicted (0.5)")
+
+
+def run(args):  # the dispatcher has applied --backend
+    from keras_vit import pretraining, training
+
+    strategy = start_run(args)
+    with strategy.scope():
+        vit, _ = model_from_args(args, include_top=False)
+        model = pretraining.masked_patch_model(vit, objective=TARGETS[args.target],
+                                               mask_rate=args.mask_rate, seed=args.seed)
+    fit_from_args(args, model, strategy, input_size(vit, args), recipe="pretrain_mpp",
+                  default_steps=training.MPP_STEPS)
+    return 0
+
+
+COMMANDS = {"pretrain": (configure, run)}

@@ -1,0 +1,227 @@
+"""`keras.distribution` on the JAX backend: `training.fit` under DataParallel on 8 virtual CPU
+devices and under ModelParallel (2 replicas x 4 shards of the heads and MLP units, crashed and
+resumed) ends with the losses and weights of one device; the layout map; the refusals.
+
+The distributed runs share one subprocess: JAX reads its device count once, before it is
+imported, and a process has one Keras backend."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import data, sharding, training, weights
+
+DEVICES = 8
+FAKE_DEVICES = [f"cpu:{i}" for i in range(DEVICES)]  # device names; never placed on
+TINY = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=2, num_heads=8, mlp_dim=64,
+            num_classes=3, dropout_rate=0.1)
+RTOL = 1e-5
+
+FIT_DISTRIBUTED = textwrap.dedent("""
+    import contextlib, json, os, sys
+    import keras, numpy as np
+    import keras_vit
+    from keras_vit import data, training
+
+    assert keras.backend.backend() == "jax" and len(keras.distribution.list_devices()) == 8
+    out, tiny = sys.argv[1], json.loads(sys.argv[2])
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (32, 16, 16, 3), dtype=np.uint8)
+    y = np.arange(32) % 3
+
+    class Record(keras.callbacks.Callback):
+        def __init__(self, crash_after=None):
+            super().__init__()
+            self.crash_after, self.losses = crash_after, []
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.losses.append(float(logs["loss"]))
+            if epoch + 1 == self.crash_after:
+                raise KeyboardInterrupt("simulated crash")
+
+    def run(name, distribution, validation=False, crash_after=None):
+        keras.utils.set_random_seed(0)
+        train = data.from_arrays(x, y, image_size=16, batch_size=16, training=True, seed=1)
+        val = data.from_arrays(x[:16], y[:16], image_size=16, batch_size=8, training=False)
+        record = Record(crash_after)
+        with distribution.scope() if distribution else contextlib.nullcontext():
+            model = keras_vit.ViT(**tiny)
+            try:
+                training.fit(model, train, val if validation else None, epochs=2,
+                             output_dir=os.path.join(out, name), learning_rate=0.1,
+                             warmup_steps=1, verbose=0, callbacks=[record])
+            except KeyboardInterrupt:
+                return record.losses, None
+        return record.losses, model
+
+    def specs(model, block, *names):
+        # name in the block -> [partition spec, shape of one device's shard, device count]
+        arrays = {v.path: v.value for v in model.variables}
+        return {name: [list(arrays[block + name].sharding.spec),
+                       list(arrays[block + name].addressable_shards[0].data.shape),
+                       len(arrays[block + name].sharding.device_set)] for name in names}
+
+    results = {"one": run("one", None)[0]}
+    results["dp"], model = run("dp", keras_vit.get_distribution(), validation=True)
+    results["dp_specs"] = specs(model, "encoderblock_0/MlpBlock_3/", "Dense_0/kernel")
+    mp = keras_vit.get_distribution(tiny, model_parallel=4)
+    results["mp_crashed"] = run("mp", mp, crash_after=1)[0]
+    results["mp"], model = run("mp", mp)
+    results["mp_specs"] = specs(model, "encoderblock_1/", *(
+        "MultiHeadDotProductAttention_1/" + name for name in ("query/kernel", "key/bias",
+                                                               "out/kernel")), *(
+        "MlpBlock_3/" + name for name in ("Dense_0/kernel", "Dense_1/kernel", "Dense_1/bias")),
+        "LayerNorm_0/gamma")
+    momentum = [v for v in model.optimizer.variables
+                if "query_kernel" in v.path and "encoderblock_1" in v.path]
+    results["momentum_spec"] = list(momentum[0].value.sharding.spec)
+    print(json.dumps(results))
+""")
+
+
+def run_on_8_devices(code, *args):
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}"
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3", XLA_FLAGS=flags)
+    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                            text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def assert_same_weights(got_path, want_path):
+    got, want = weights.read_npz(got_path), weights.read_npz(want_path)
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+        # Relative to each tensor's scale: the attention's key bias gets no gradient (softmax
+        # ignores it) and holds only rounding noise.
+        scale = max(np.abs(value).max(), 1e-3)
+        np.testing.assert_allclose(got[key], value, rtol=0, atol=RTOL * scale, err_msg=key)
+
+
+def test_data_and_model_parallel_fit_match_one_device(tmp_path):
+    results = run_on_8_devices(FIT_DISTRIBUTED, tmp_path, json.dumps(TINY))
+    one = results["one"]
+    assert len(one) == 2 and one[0] != one[1]
+    np.testing.assert_allclose(results["dp"], one, rtol=RTOL)
+    np.testing.assert_allclose(results["mp_crashed"] + results["mp"], one, rtol=RTOL)
+    # DataParallel replicates; ModelParallel splits 8 heads and 64 units in 4 and replicates the
+    # rest, the optimizer's state like its weight.
+    assert results["dp_specs"] == {"Dense_0/kernel": [[None, None], [32, 64], 8]}
+    attention, mlp = "MultiHeadDotProductAttention_1/", "MlpBlock_3/"
+    assert results["mp_specs"] == {
+        attention + "query/kernel": [[None, "model", None], [32, 2, 4], 8],  # [D, N, H]
+        attention + "key/bias": [["model", None], [2, 4], 8],
+        attention + "out/kernel": [["model", None, None], [2, 4, 32], 8],  # [N, H, D]
+        mlp + "Dense_0/kernel": [[None, "model"], [32, 16], 8],  # [D, M]
+        mlp + "Dense_1/kernel": [["model", None], [16, 32], 8],  # [M, D]
+        mlp + "Dense_1/bias": [[None], [32], 8],
+        "LayerNorm_0/gamma": [[None], [32], 8],
+    }
+    assert results["momentum_spec"] == [None, "model", None]
+    # Official-layout checkpoints, with the weights of one device: DataParallel, and a
+    # ModelParallel run crashed after its first epoch and resumed from its backup.
+    reference = tmp_path / "one" / "final.npz"
+    assert np.abs(weights.read_npz(reference)["head/kernel"]).max() > 1e-3  # trained
+    assert_same_weights(tmp_path / "dp" / "final.npz", reference)
+    assert_same_weights(tmp_path / "mp" / "final.npz", reference)
+    assert (tmp_path / "dp" / "best.npz").exists()  # evaluated under the distribution
+    assert json.loads((tmp_path / "mp" / "run.json").read_text())["finished"] is True
+
+
+# What each encoder-block weight is split on, by its name in the block; everything else is
+# replicated (written out here, independently of keras_vit.sharding's table).
+EXPECTED_AXES = {
+    "query/kernel": (None, "model", None), "key/kernel": (None, "model", None),
+    "value/kernel": (None, "model", None), "query/bias": ("model", None),
+    "key/bias": ("model", None), "value/bias": ("model", None),
+    "out/kernel": ("model", None, None), "Dense_0/kernel": (None, "model"),
+    "Dense_0/bias": ("model",), "Dense_1/kernel": ("model", None),
+}
+
+
+def mesh(shape=(2, 4), axes=("batch", "model")):
+    return keras.distribution.DeviceMesh(shape, axes, FAKE_DEVICES)
+
+
+@pytest.mark.parametrize("config", ["token", "hybrid"])
+def test_layout_map_shards_the_blocks_heads_and_mlp_units_only(config):
+    arguments = dict(TINY, representation_size=8)
+    if config == "hybrid":
+        arguments.update(patch_size=1, backbone={"num_layers": ()})
+    model = keras_vit.ViT(**arguments)
+    layouts = keras_vit.layout_map(model, mesh())
+    sharded = 0
+    for variable in model.weights:
+        name = "/".join(variable.path.split("/")[-2:])
+        expected = EXPECTED_AXES.get(name) if "encoderblock_" in variable.path else None
+        layout = layouts[variable.path]
+        assert (layout and layout.axes) == expected, variable.path
+        sharded += expected is not None
+    assert sharded == len(EXPECTED_AXES) * TINY["num_layers"]
+    # A variant by name, a custom axis name.
+    custom = keras_vit.layout_map("L/16", mesh(axes=("data", "heads")), model_axis="heads")
+    assert custom["encoderblock_23/MlpBlock_3/Dense_1/kernel"].axes == ("heads", None)
+
+
+def test_get_distribution_builds_the_meshes():
+    data_parallel = keras_vit.get_distribution(devices=FAKE_DEVICES)
+    assert isinstance(data_parallel, keras.distribution.DataParallel)
+    assert sharding.data_parallel_size(data_parallel) == 8
+    model_parallel = keras_vit.get_distribution("B/16", model_parallel=4, devices=FAKE_DEVICES)
+    assert isinstance(model_parallel, keras.distribution.ModelParallel)
+    assert model_parallel.device_mesh.shape == (2, 4)
+    assert model_parallel.device_mesh.axis_names == ("batch", "model")
+    assert sharding.data_parallel_size(model_parallel) == 2
+    assert sharding.data_parallel_size() == 1  # no distribution set
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: keras_vit.get_distribution(TINY, model_parallel=3, devices=FAKE_DEVICES),
+     "model_parallel 3 does not divide the 8 devices. Expected one of 1, 2, 4, 8."),
+    (lambda: keras_vit.get_distribution(TINY, model_parallel=0, devices=FAKE_DEVICES),
+     "`model_parallel` must be a positive integer. Received: model_parallel=0"),
+    (lambda: keras_vit.get_distribution(model_parallel=4, devices=FAKE_DEVICES),
+     "model_parallel 4 shards the model, so `config` must name it."),
+    (lambda: keras_vit.get_distribution("S/16", model_parallel=4, devices=FAKE_DEVICES),
+     "num_heads 6 is not divisible by the 'model' axis size 4. Expected a multiple of 4 "
+     "(e.g. 4)."),
+    (lambda: keras_vit.layout_map(dict(num_heads=8, mlp_dim=90), mesh()),
+     "mlp_dim 90 is not divisible by the 'model' axis size 4. Expected a multiple of 4 "
+     "(e.g. 88)."),
+    (lambda: keras_vit.layout_map(TINY, mesh(), model_axis="heads"),
+     "`model_axis` must be one of 'batch', 'model'. Received: model_axis='heads'"),
+])
+def test_refusals_name_the_value_and_what_was_expected(call, message):
+    with pytest.raises(ValueError) as error:
+        call()
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("batch_size, validation_examples, message", [
+    (12, None, "batch_size 12 is not divisible across 8 replicas. Expected a multiple of 8 "
+               "(e.g. 8)."),
+    (16, 20, "20 evaluation examples in batches of 16 end with a batch of 4, which does not "
+             "split across 8 replicas. Expected a multiple of 8 examples (e.g. 16)."),
+], ids=["batch", "last-batch"])
+def test_fit_refuses_batches_that_do_not_split_before_it_writes(batch_size, validation_examples,
+                                                                message, tmp_path):
+    x = np.zeros((24, 16, 16, 3), np.uint8)
+    y = np.arange(24) % 3
+    train = data.from_arrays(x, y, image_size=16, batch_size=batch_size, training=True)
+    validation = None if validation_examples is None else data.from_arrays(
+        x[:validation_examples], y[:validation_examples], image_size=16, batch_size=batch_size,
+        training=False)
+    model = keras_vit.ViT(**TINY)
+    with keras_vit.get_distribution(devices=FAKE_DEVICES).scope():
+        with pytest.raises(ValueError, match=re.escape(message)):
+            training.fit(model, train, validation, output_dir=tmp_path / "run", epochs=1)
+    assert not (tmp_path / "run").exists()
