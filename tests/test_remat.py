@@ -67,7 +67,7 @@ def test_remat_model_trains_like_the_plain_model_and_round_trips(tmp_path):
     x, y = rng.uniform(-1, 1, (4, 16, 16, 3)).astype("float32"), np.arange(4)
     losses = []
     for model in (plain, remat):
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=True,
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False,  # XLA: above
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         losses.append([float(model.train_on_batch(x, y)) for _ in range(3)])
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
