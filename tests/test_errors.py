@@ -443,6 +443,12 @@ CASES = [
     Case("cli evaluate weights of other classes", lambda c: c.cli(
         "evaluate", "--folder", c.folder(classes=2), "--weights", c.good, "--batch-size", "2"),
         CommandFailed, "has a head of 3 classes, but the data has 2 classes", "none"),
+    Case("cli pretrain a missing folder", lambda c: c.cli(
+        "pretrain", "--folder", c.tmp / "nothing", "--model-config", TINY_JSON,
+        "--output", c.tmp / "run"), CommandFailed, "does not exist", "files"),
+    Case("cli pretrain without an architecture", lambda c: c.cli(
+        "pretrain", "--folder", c.tmp / "nothing", "--output", c.tmp / "run"), CommandFailed,
+        "Give --model", "files"),
     Case("cli train one class", lambda c: c.cli(
         "train", "--folder", c.folder(classes=1), "--model-config", TINY_JSON,
         "--output", c.tmp / "run"), CommandFailed, "a classifier needs at least 2", "none"),

@@ -145,6 +145,13 @@ def input_size(model, args):
     return tuple(args.image_size) if dynamic and args.image_size else model_image_size(model)
 
 
+def require_architecture(args, weights=None):
+    """Refuses flags that name no architecture (no --model, --model-config or weights)."""
+    if not (args.model or args.model_config is not None or weights or args.weights):
+        raise ValueError("Give --model (a variant or a .keras file), --model-config, or "
+                         "--weights to read the architecture from.")
+
+
 def model_from_args(args, *, num_classes=None, include_top=True, default_weights=False,
                     need_head=False, architecture=None):
     """The model a command asks for, and the class names that come with it.
@@ -195,11 +202,9 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
     elif args.model:
         spec = configs.get_variant(args.model)
         base = dict(spec.config(), name=spec.builder_name.lower())
-    elif weights:
-        base = {}
     else:
-        raise ValueError("Give --model (a variant or a .keras file), --model-config, or "
-                         "--weights to read the architecture from.")
+        require_architecture(args, weights)
+        base = {}
     base.update(architecture or {})
     declared = base.get("num_classes")
     if num_classes is not None and declared is not None and declared != num_classes:

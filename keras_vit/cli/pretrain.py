@@ -15,9 +15,11 @@ from keras_vit.cli.common import (
     add_data_arguments,
     add_model_arguments,
     add_run_arguments,
+    data_num_classes,
     fit_from_args,
     input_size,
     model_from_args,
+    require_architecture,
     start_run,
 )
 
@@ -50,6 +52,8 @@ def configure(parser):
 def run(args):  # the dispatcher has applied --backend
     from keras_vit import pretraining, training
 
+    require_architecture(args)
+    data_num_classes(args)  # bad data flags fail before the output folder is made
     strategy = start_run(args)
     with strategy.scope():
         vit, _ = model_from_args(args, include_top=False)
