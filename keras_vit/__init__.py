@@ -45,7 +45,7 @@ _EXPORTS = {
 _SUBMODULES = (
     "builders", "configs", "data", "distribute", "evaluation", "export", "fileio", "framework",
     "images", "inspection", "labels", "layers", "model", "pretraining", "resnet", "sharding",
-    "training", "validation", "weights",
+    "training", "validation", "vtab", "weights",
 )
 __all__ = sorted(_EXPORTS)
 

@@ -154,7 +154,8 @@ class InputData:
 # Preprocessing.
 
 
-def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, flip=True):
+def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, flip=True,
+                     crop=True):
     """Official training preprocessing, stateless: inception crop, resize, flip, scale.
 
     Args:
@@ -164,22 +165,25 @@ def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, f
         area_range: (min, max) fraction of the image the crop covers. Defaults to the
             official (0.05, 1.0).
         flip: bool. Random horizontal flip. Defaults to True.
+        crop: bool. The inception crop; False resizes the whole image (for labels that depend
+            on where things are, e.g. VTAB's structured tasks). Defaults to True.
 
     Returns:
         float32 `[height, width, 3]` in [-1, 1].
     """
     image = image_ops.to_rgb(image)
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.shape(image),
-        bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
-        seed=crop_seed,
-        min_object_covered=0.0,
-        aspect_ratio_range=INCEPTION_ASPECT_RATIO_RANGE,
-        area_range=area_range,
-        use_image_if_no_bounding_boxes=True,
-    )
-    image = tf.slice(image, begin, size)  # image = [h, w, 3], a random box
+    if crop:
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.shape(image),
+            bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
+            seed=crop_seed,
+            min_object_covered=0.0,
+            aspect_ratio_range=INCEPTION_ASPECT_RATIO_RANGE,
+            area_range=area_range,
+            use_image_if_no_bounding_boxes=True,
+        )
+        image = tf.slice(image, begin, size)  # image = [h, w, 3], a random box
     image = image_ops.resize(image, image_size)  # image = [height, width, 3]
     if flip:
         image = tf.image.stateless_random_flip_left_right(image, flip_seed)
@@ -332,15 +336,16 @@ def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augme
 
 def _augment_args(augment):
     """`augment`: True (official), False (eval preprocessing), or a dict of overrides."""
+    official = dict(area_range=INCEPTION_AREA_RANGE, flip=True, crop=True)
     if augment is True:
-        return dict(area_range=INCEPTION_AREA_RANGE, flip=True)
+        return official
     if augment is False or augment is None:
         return None
-    if isinstance(augment, dict) and set(augment) <= {"area_range", "flip"}:
-        return dict(dict(area_range=INCEPTION_AREA_RANGE, flip=True), **augment)
+    if isinstance(augment, dict) and set(augment) <= set(official):
+        return dict(official, **augment)
     raise ValueError(
-        f"`augment` must be True, False or a dict with keys 'area_range' and/or 'flip'. "
-        f"Received: augment={augment!r}"
+        f"`augment` must be True, False or a dict with keys 'area_range', 'flip' and/or "
+        f"'crop'. Received: augment={augment!r}"
     )
 
 
@@ -383,7 +388,8 @@ def from_arrays(
         seed: int. Seed of the shuffle and augmentation. Defaults to 0.
         start_epoch: int. First epoch of a training pipeline (to resume a run). Defaults to 0.
         augment: True for the official inception crop and flip, False for none, or a dict
-            overriding `area_range` / `flip`. Defaults to True.
+            overriding `area_range`, `flip` or `crop` (False: resize the whole image).
+            Defaults to True.
         strategy: `tf.distribute.Strategy` or None. See the module docstring.
         class_names: sequence of str. Label names. Defaults to none.
         value_range: (0, 255) or (0, 1): the range of the image values. Required for float
@@ -629,23 +635,9 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
         raise ValueError(
             f"{name} is an evaluation set (each image has a set of correct labels, "
             f"{spec.label_set!r}); it cannot be a training pipeline. Expected training=False.")
-    builder = tfds.builder(name, data_dir=data_dir)
-    if download and not spec.manual and not _is_prepared(builder) \
-            and _downloads_for_real(builder) and not _online():
-        raise ValueError(
-            f"{name} is not prepared in {builder.data_dir}, and this machine cannot reach the "
-            f"internet to download it. Prepare it where there is internet access "
-            f"(`tfds build {name} --data_dir DIR`) and pass that folder as data_dir "
-            "(--data-dir).")
-    prepare_kwargs = {}
-    if spec.manual:
-        if manual_dir is None and download and not _is_prepared(builder):
-            raise ValueError(
-                f"{name} must be downloaded by hand: pass manual_dir=<folder with the "
-                f"ILSVRC2012 tar files> (received manual_dir=None), or a data_dir where it is "
-                "already prepared."
-            )
-        prepare_kwargs["download_config"] = tfds.download.DownloadConfig(manual_dir=manual_dir)
+    builder, prepare_kwargs = tfds_builder(
+        name, data_dir, download, manual_dir=manual_dir,
+        manual_files="the ILSVRC2012 tar files" if spec.manual else None)
     dataset = tfds.load(
         name,
         split=tfds_split,
@@ -654,27 +646,100 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
         as_supervised=spec.label_set is None,
         shuffle_files=False,
         decoders={"image": tfds.decode.SkipDecoding()},
-        download_and_prepare_kwargs=prepare_kwargs or None,
+        download_and_prepare_kwargs=prepare_kwargs,
     )
     label_feature = builder.info.features[spec.label]
     if spec.label_set:
         dataset = dataset.map(lambda example: (example["image"], dict(
             label=example[spec.label],
             label_set=_multi_hot(example[spec.label_set], label_feature.num_classes))))
+    return from_tf_dataset(dataset, num_classes=label_feature.num_classes,
+                           image_size=image_size, batch_size=batch_size, training=training,
+                           class_names=label_feature.names, seed=seed,
+                           start_epoch=start_epoch, augment=augment, strategy=strategy)
+
+
+def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, decode=None,
+                    class_names=(), seed=0, start_epoch=0, augment=True, strategy=None):
+    """A pipeline over an unbatched `tf.data.Dataset` of `(image, label)` examples.
+
+    The images are encoded files (scalar strings: JPEG, PNG, GIF, BMP, WebP) or uint8
+    `[H, W, C]` tensors; labels are int scalars (or a dict of label tensors, see the module
+    docstring). A training split of at most `RANDOM_ACCESS_LIMIT` examples is held in memory
+    (still encoded) and gets epoch-deterministic, resumable orders; larger ones (and decoded
+    images of varying sizes) stream, as does every evaluation split.
+
+    Args:
+        dataset: `tf.data.Dataset` of `(image, label)`.
+        num_classes: int. Labels lie in `[0, num_classes)`.
+        decode: a function from one raw image to a uint8 `[H, W, C]` tensor, or None: decode
+            encoded images, pass decoded ones through.
+        Other arguments as in `from_arrays`.
+
+    Returns:
+        `InputData`.
+    """
+    image_spec = dataset.element_spec[0]
+    if decode is None and image_spec.dtype == tf.string:
+        decode = _decode
     num_examples = int(dataset.cardinality())
     if num_examples < 0:  # unknown cardinality: count once
         num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
-    source = _Source(num_examples=num_examples, num_classes=label_feature.num_classes,
-                     decode=_decode, class_names=label_feature.names)
-    if num_examples <= RANDOM_ACCESS_LIMIT:
+    source = _Source(num_examples=num_examples, num_classes=num_classes, decode=decode,
+                     class_names=tuple(class_names))
+    batchable = image_spec.dtype == tf.string or image_spec.shape.is_fully_defined()
+    if training and batchable and num_examples <= RANDOM_ACCESS_LIMIT:
         # Hold the encoded images in memory: random access gives resumable epoch orders.
-        encoded_t, labels_t = _in_memory(dataset, num_examples)
-        source.fetch = lambda i: (tf.gather(encoded_t, i),
+        images_t, labels_t = _in_memory(dataset, num_examples)
+        source.fetch = lambda i: (tf.gather(images_t, i),
                                   tf.nest.map_structure(lambda t: tf.gather(t, i), labels_t))
     else:
         source.stream = dataset
     return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
                      _augment_args(augment) if training else None, strategy)
+
+
+def tfds_builder(name, data_dir, download, manual_dir=None, manual_files=None):
+    """The tfds builder of `name`, checked before tfds would retry downloads for minutes.
+
+    Args:
+        name: str. A tfds name, with config and version if any ("kitti:3.1.0").
+        data_dir, download, manual_dir: as `from_tfds`.
+        manual_files: str or None. For a data set downloaded by hand, what the user must put
+            in `manual_dir` (named in the error).
+
+    Returns:
+        (builder, the `download_and_prepare_kwargs` for `tfds.load`, or None).
+
+    Raises:
+        ValueError: if the data set is not prepared and cannot be: offline, or a hand-made
+            download without `manual_dir`.
+    """
+    import tensorflow_datasets as tfds  # slow to import, and only tfds data sets need it
+
+    builder = tfds.builder(name, data_dir=data_dir)
+    if not download or _is_prepared(builder):
+        return builder, None
+    if manual_files is None:
+        if _downloads_for_real(builder) and not _online():
+            raise ValueError(
+                f"{name} is not prepared in {builder.data_dir}, and this machine cannot reach "
+                f"the internet to download it. Prepare it where there is internet access "
+                f"(`tfds build {_build_name(builder)} --data_dir DIR`) and pass that folder as "
+                "data_dir "
+                "(--data-dir).")
+        return builder, None
+    if manual_dir is None:
+        raise ValueError(
+            f"{name} must be downloaded by hand: pass manual_dir=<folder with {manual_files}> "
+            "(received manual_dir=None), or a data_dir where it is already prepared.")
+    return builder, dict(download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+
+
+def _build_name(builder):
+    """The `tfds build` argument of a builder: name, config and exact version."""
+    config = f"/{builder.builder_config.name}" if builder.builder_config else ""
+    return f"{builder.name}{config}:{builder.version}"
 
 
 def _multi_hot(class_ids, num_classes):

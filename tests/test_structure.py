@@ -130,7 +130,8 @@ def test_import_keras_vit_loads_neither_the_command_line_nor_tensorflow():
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["models"], ["train", "--help"],
-                                  ["predict", "--help"], ["export", "--help"]])
+                                  ["predict", "--help"], ["export", "--help"],
+                                  ["vtab", "--help"]])
 def test_help_and_models_start_without_tensorflow(argv):
     code = ("import contextlib, io, json, sys\n"
             "from keras_vit.cli import main\n"

@@ -29,6 +29,8 @@ COMMANDS = {
               "train or fine-tune a ViT with the paper's recipe (resumes after a crash)"),
     "pretrain": ("keras_vit.cli.pretrain",
                  "self-supervised pre-training of a ViT encoder by masked patch prediction"),
+    "vtab": ("keras_vit.cli.vtab",
+             "VTAB-1k: fine-tune on each of 19 tasks' 1,000 examples, the paper's table"),
     "evaluate": ("keras_vit.cli.evaluate",
                  "top-1/top-5 accuracy, loss, per-class accuracy and confusion matrix"),
     "fewshot": ("keras_vit.cli.evaluate",

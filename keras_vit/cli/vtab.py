@@ -1,0 +1,149 @@
+"""`keras-vit vtab`: VTAB-1k (the paper's Table 2 column), with the paper's protocol.
+
+    keras-vit vtab --model B/16 --weights imagenet21k/ViT-B_16 --output runs/vtab \\
+        --batch-size 64 --target-batch-size 512
+    keras-vit vtab --model B/16 --weights imagenet21k/ViT-B_16 --tasks natural,kitti_distance \\
+        --sweep --output runs/vtab-sweep
+
+Each task: a fresh copy of the model with a new head, fine-tuned on the task's 1,000 examples
+(SGD momentum 0.9, batch 512, 2,500 steps, learning rate 0.01, 384x384), scored on its test
+split. Writes results.csv (a row per task), summary.md and summary.json (the
+natural/specialized/structured/mean table) under --output. Running the same command again
+skips the finished tasks and resumes the interrupted one; more --tasks are added to the table.
+"""
+
+from keras_vit.cli.common import (
+    add_model_arguments,
+    model_from_args,
+    positive_int_arg,
+    require_architecture,
+)
+
+
+def _float_list(text):
+    import argparse
+
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers. Received: "
+                                         f"{text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers. Received: {text!r}")
+    return values
+
+
+def _int_list(text):
+    import argparse
+
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers. Received: "
+                                         f"{text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers. Received: {text!r}")
+    return values
+
+
+# The paper's protocol (keras_vit.vtab holds the same numbers; it imports TensorFlow, which
+# `keras-vit vtab --help` does not load).
+STEPS, LEARNING_RATE, BATCH_SIZE, IMAGE_SIZE = 2500, 0.01, 512, 384
+SWEEP_LEARNING_RATES, SWEEP_STEPS = (0.001, 0.01), (500, 2500)
+
+
+def configure(parser):
+    add_model_arguments(parser, " (pre-trained; each task gets a fresh head)")
+    parser.set_defaults(image_size=(IMAGE_SIZE, IMAGE_SIZE))
+    group = parser.add_argument_group("VTAB-1k")
+    group.add_argument("--tasks", default="all",
+                       help="comma-separated tasks and groups: natural, specialized, "
+                            "structured, all, or task names (caltech101, cifar100, dtd, "
+                            "oxford_flowers102, oxford_iiit_pet, sun397, svhn, patch_camelyon, "
+                            "eurosat, resisc45, diabetic_retinopathy, clevr_count, "
+                            "clevr_distance, dmlab, dsprites_location, dsprites_orientation, "
+                            "smallnorb_azimuth, smallnorb_elevation, kitti_distance); "
+                            "default all")
+    group.add_argument("--output", required=True,
+                       help="suite folder: results.csv, summary.md, summary.json, vtab.json, "
+                            "sweep.csv, runs/")
+    group.add_argument("--steps", type=positive_int_arg, default=STEPS,
+                       help=f"updates per task ({STEPS}, the paper's)")
+    group.add_argument("--lr", type=float, default=LEARNING_RATE,
+                       help=f"learning rate ({LEARNING_RATE}, the paper's)")
+    group.add_argument("--batch-size", type=positive_int_arg, default=BATCH_SIZE,
+                       help=f"global batch size ({BATCH_SIZE}, the paper's)")
+    group.add_argument("--target-batch-size", type=positive_int_arg, default=None,
+                       help="reach this batch by gradient accumulation (e.g. --batch-size 64 "
+                            "--target-batch-size 512)")
+    group.add_argument("--sweep", action="store_true",
+                       help="choose the learning rate and steps on the 200 validation "
+                            "examples first (the paper's sweep), then train on all 1,000")
+    group.add_argument("--sweep-lr", type=_float_list,
+                       default=list(SWEEP_LEARNING_RATES), metavar="LR,LR",
+                       help="learning rates of the sweep (0.001,0.01)")
+    group.add_argument("--sweep-steps", type=_int_list, default=list(SWEEP_STEPS),
+                       metavar="N,N", help="run lengths of the sweep (500,2500)")
+    group.add_argument("--select", choices=("suite", "task"), default="suite",
+                       help="suite: one setting for every task, as the paper; task: each "
+                            "task's best (default suite)")
+    group.add_argument("--data-dir", help="tensorflow-datasets data directory")
+    group.add_argument("--manual-dir",
+                       help="hand-downloaded files (diabetic_retinopathy, resisc45)")
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--no-augment", action="store_true",
+                       help="no random flips (by default: natural and specialized tasks)")
+    group.add_argument("--keep-weights", action="store_true",
+                       help="keep each task's fine-tuned weights under runs/")
+    group.add_argument("--strategy", default="auto",
+                       help="auto, tpu, mirrored, multiworker or cpu (default auto)")
+    group.add_argument("--precision", default="float32", help="float32, bfloat16 or float16")
+    group.add_argument("--no-xla", action="store_true", help="do not compile with XLA")
+    group.add_argument("--backend", choices=("tensorflow", "jax"), default=None,
+                       help="Keras backend (default: KERAS_BACKEND, else tensorflow)")
+    group.add_argument("--overwrite", action="store_true",
+                       help="start over in an --output folder that holds a VTAB run")
+    group.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+
+
+def run(args):  # the dispatcher has applied --backend
+    import os
+
+    from keras_vit import distribute, training, vtab
+    from keras_vit.fileio import check_writable_dir
+
+    require_architecture(args)
+    tasks = vtab.get_tasks(args.tasks)  # bad flags fail before the folder is made
+    if args.target_batch_size and args.target_batch_size % args.batch_size:
+        raise ValueError(f"--target-batch-size {args.target_batch_size} is not a multiple of "
+                         f"--batch-size {args.batch_size}.")
+    training.set_precision(args.precision)
+    strategy = distribute.get_strategy(args.strategy)
+    distribute.global_batch_size(args.batch_size, strategy)
+    # The architecture and weights are checked once, before any task starts.
+    with strategy.scope():
+        model_from_args(args, num_classes=tasks[0].num_classes)
+    check_writable_dir(args.output)
+
+    def model_fn(num_classes):
+        model, _ = model_from_args(args, num_classes=num_classes)
+        return model
+
+    description = dict(model=args.model, model_config=args.model_config,
+                       weights=os.path.abspath(os.path.expanduser(args.weights))
+                       if args.weights and os.path.exists(os.path.expanduser(args.weights))
+                       else args.weights, precision=args.precision)
+    sweep = [(lr, n) for lr in args.sweep_lr for n in args.sweep_steps] if args.sweep else None
+    vtab.run(model_fn, args.output, tasks=[t.name for t in tasks], learning_rate=args.lr,
+             steps=args.steps, batch_size=args.batch_size,
+             target_batch_size=args.target_batch_size, image_size=tuple(args.image_size),
+             sweep=sweep, select=args.select, data_dir=args.data_dir,
+             manual_dir=args.manual_dir, seed=args.seed, augment=not args.no_augment,
+             keep_weights=args.keep_weights, overwrite=args.overwrite,
+             jit_compile=False if args.no_xla else None,
+             strategy=strategy,
+             description=description, verbose=args.verbose)
+    return 0
+
+
+COMMANDS = {"vtab": (configure, run)}

@@ -1,0 +1,653 @@
+"""VTAB-1k (Zhai et al. 2019, "A Large-scale Study of Representation Learning with the Visual
+Task Adaptation Benchmark"): the paper's Table 2 column and Figure 2.
+
+19 tasks in three groups, each fine-tuned from the same pre-trained model on 1,000 labelled
+examples and scored on its full test split:
+
+- natural: caltech101, cifar100, dtd, oxford_flowers102, oxford_iiit_pet, sun397, svhn;
+- specialized: patch_camelyon, eurosat, resisc45, diabetic_retinopathy;
+- structured: clevr_count, clevr_distance, dmlab, dsprites_location, dsprites_orientation,
+  smallnorb_azimuth, smallnorb_elevation, kitti_distance.
+
+The splits, label functions and image conversions are those of the benchmark's reference code
+(google-research/task_adaptation): `train800` is the first 800 examples of the tfds training
+split, `val200` 200 held-out examples (from the validation split where the data set has one,
+else from the part of the training split the benchmark holds out), `train800val200` both, and
+`test` the benchmark's test split. Nothing is shuffled before slicing, so every user gets the
+same 1,000 examples.
+
+The protocol is the ViT paper's (appendix B.1.1): SGD with momentum 0.9, batch 512, gradient
+clipping at global norm 1, a linear warm-up then cosine decay (the "finetune" recipe of
+`keras_vit.training`), learning rate 0.01 and 2,500 steps for every task, at 384x384. The paper
+chose that one setting by a small sweep (two learning rates, two schedules) scored on the
+200-example validation sets, then trained on all 1,000 examples; `run(sweep=...)` does the same.
+Training images are resized whole to the resolution (no crop: the structured labels depend on
+positions), with a random horizontal flip on the natural and specialized tasks only; test
+images are resized.
+
+```python
+import keras_vit
+from keras_vit import vtab
+
+def model_fn(num_classes):
+    return keras_vit.ViT_B16(num_classes=num_classes, image_size=384, pretrained=True)
+
+table = vtab.run(model_fn, "runs/vtab", tasks=["natural"], batch_size=64)
+```
+
+`run` writes, under `output_dir`: `results.csv` (one row per finished task), `sweep.csv` (one row
+per task and swept setting), `summary.json` and `summary.md` (each task, the group means and the
+mean over tasks), `vtab.json` (the settings, and the setting the sweep chose), and `runs/` (the
+fine-tuning runs while they are unfinished; kept with `keep_weights=True`). Calling it again with
+the same settings skips the finished tasks and resumes an interrupted one from its last backup,
+so a suite that crashed loses at most a tenth of one task; calling it with more tasks adds them.
+"""
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import shutil
+import time
+
+import keras
+import tensorflow as tf
+
+from keras_vit import data, training
+from keras_vit import images as image_ops
+from keras_vit.fileio import atomic_write_text, check_writable_dir
+from keras_vit.model import model_image_size
+from keras_vit.validation import check_choice, check_int
+from keras_vit.weights import load_pretrained
+
+NATURAL, SPECIALIZED, STRUCTURED = "natural", "specialized", "structured"
+GROUPS = (NATURAL, SPECIALIZED, STRUCTURED)
+SPLITS = ("train800", "val200", "train800val200", "test")
+
+# The ViT paper's VTAB-1k protocol (appendix B.1.1, Table 4).
+LEARNING_RATE = 0.01
+STEPS = 2500
+BATCH_SIZE = 512
+IMAGE_SIZE = 384
+# The paper's sweep: two learning rates and two schedules (run lengths), scored on val200.
+SWEEP_LEARNING_RATES = (0.001, 0.01)
+SWEEP_STEPS = (500, 2500)
+SELECTIONS = ("suite", "task")
+# Backups per fine-tuning run: an interruption loses at most 1/BACKUPS_PER_RUN of a task.
+BACKUPS_PER_RUN = 10
+
+RESULTS_FILE = "results.csv"
+SWEEP_FILE = "sweep.csv"
+SETTINGS_FILE = "vtab.json"
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+RUNS_DIR = "runs"
+RESULT_FIELDS = ("task", "group", "accuracy", "test_examples", "learning_rate", "steps",
+                 "train_examples", "seconds")
+SWEEP_FIELDS = ("task", "learning_rate", "steps", "val_accuracy", "val_examples", "seconds")
+
+
+# --------------------------------------------------------------------------------------------
+# Label functions of the structured tasks (task_adaptation's, in TensorFlow).
+
+
+def _bin_index(value, thresholds, num_classes):
+    """The index of the bin `(thresholds[i], thresholds[i + 1]]` holding `value`: the number of
+    thresholds strictly below it, minus one (a value equal to a threshold falls in the lower
+    bin). Values outside the outer thresholds, which the real data do not have, go to the end
+    bins."""
+    below = tf.reduce_sum(tf.cast(tf.constant(thresholds, tf.float32) < value, tf.int64))
+    return tf.clip_by_value(below - 1, 0, num_classes - 1)
+
+
+# CLEVR: the distance to the closest object (the depth coordinate of `pixel_coords`), in 6 bins.
+CLEVR_DISTANCE_THRESHOLDS = (0.0, 8.0, 8.5, 9.0, 9.5, 10.0, 100.0)
+# CLEVR scenes hold 3 to 10 objects: count classes 0..7.
+CLEVR_MIN_OBJECTS = 3
+# KITTI: the depth (metres) of the closest vehicle (Car, Van, Truck: object types 0, 1, 2):
+# up to 8 m, 8 to 20 m, beyond 20 m, and no vehicle at all (depth NO_VEHICLE_DEPTH).
+KITTI_DISTANCE_THRESHOLDS = (-100.0, 8.0, 20.0, 999.0)
+KITTI_VEHICLE_TYPES = 3
+KITTI_NO_VEHICLE_DEPTH = 1000.0
+
+
+def clevr_count(example):
+    """Number of objects minus 3 (8 classes)."""
+    return tf.cast(tf.size(example["objects"]["size"]), tf.int64) - CLEVR_MIN_OBJECTS
+
+
+def clevr_distance(example):
+    """The closest object's distance in 6 bins (`CLEVR_DISTANCE_THRESHOLDS`)."""
+    distance = tf.reduce_min(example["objects"]["pixel_coords"][:, 2])
+    return _bin_index(distance, CLEVR_DISTANCE_THRESHOLDS, 6)
+
+
+def kitti_distance(example):
+    """The closest vehicle's depth in 4 classes (`KITTI_DISTANCE_THRESHOLDS`)."""
+    objects = example["objects"]
+    vehicles = objects["type"] < KITTI_VEHICLE_TYPES
+    depths = tf.boolean_mask(objects["location"][:, 2], vehicles)
+    distance = tf.reduce_min(tf.concat([depths, [KITTI_NO_VEHICLE_DEPTH]], axis=0))
+    return _bin_index(distance, KITTI_DISTANCE_THRESHOLDS, 4)
+
+
+def _coarsened(feature, num_original, num_classes):
+    """A class label of `num_original` values coarsened to `num_classes` equal bins
+    (`floor(label / (num_original / num_classes))`, as task_adaptation's dSprites)."""
+    factor = num_original / num_classes
+
+    def label(example):
+        return tf.cast(tf.math.floordiv(tf.cast(example[feature], tf.float32), factor),
+                       tf.int64)
+
+    label.__name__ = f"{feature}_in_{num_classes}"
+    return label
+
+
+def _dsprites_image(image):
+    """dSprites images are 0/1 masks: white shapes on black (the grey channel is tiled to RGB
+    by the pipeline)."""
+    return tf.minimum(image, 1) * 255
+
+
+# --------------------------------------------------------------------------------------------
+# The tasks.
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One VTAB-1k task.
+
+    Attributes:
+        name: str. The task's name here ("clevr_count").
+        group: str. "natural", "specialized" or "structured".
+        tfds_name: str. The tfds data set, with config and version where the benchmark fixes
+            them ("kitti:3.1.0").
+        num_classes: int.
+        train: str. The tfds split of the 800 training examples.
+        val: str. The tfds split of the 200 validation examples.
+        test: str. The tfds split of the test examples.
+        label: str or callable. The tfds feature holding the label, or a function from a tfds
+            example (dict) to the label.
+        image: callable or None. A function applied to each decoded uint8 image.
+        flip: bool. Whether a horizontal flip keeps the label (augmentation).
+        manual: str or None. For a data set tfds cannot download: what must be put in
+            `manual_dir`.
+    """
+
+    name: str
+    group: str
+    tfds_name: str
+    num_classes: int
+    train: str
+    val: str
+    test: str
+    label: object = "label"
+    image: object = None
+    flip: bool = True
+    manual: str = None
+
+    def split(self, name):
+        """The tfds split string of "train800", "val200", "train800val200" or "test"."""
+        check_choice("split", name, SPLITS)
+        return {"train800": self.train, "val200": self.val,
+                "train800val200": f"{self.train}+{self.val}", "test": self.test}[name]
+
+
+def _tasks():
+    natural = [
+        # Data sets without a validation split: val200 is the start of the tail of the
+        # training split the benchmark holds out (90%, 80% or 60% of it is kept for training).
+        Task("caltech101", NATURAL, "caltech101:3.*.*", 102, "train[:800]", "train[2754:2954]",
+             "test"),
+        Task("cifar100", NATURAL, "cifar100:3.*.*", 100, "train[:800]", "train[45000:45200]",
+             "test"),
+        Task("dtd", NATURAL, "dtd:3.*.*", 47, "train[:800]", "validation[:200]", "test"),
+        Task("oxford_flowers102", NATURAL, "oxford_flowers102:2.*.*", 102, "train[:800]",
+             "validation[:200]", "test"),
+        # task_adaptation reads version 3; tfds 4.9 offers only 4.0.0 (same images and splits).
+        Task("oxford_iiit_pet", NATURAL, "oxford_iiit_pet:4.*.*", 37, "train[:800]",
+             "train[2944:3144]", "test"),
+        Task("sun397", NATURAL, "sun397/tfds:4.*.*", 397, "train[:800]", "validation[:200]",
+             "test"),
+        Task("svhn", NATURAL, "svhn_cropped:3.*.*", 10, "train[:800]", "train[65931:66131]",
+             "test"),
+    ]
+    specialized = [
+        Task("patch_camelyon", SPECIALIZED, "patch_camelyon:2.*.*", 2, "train[:800]",
+             "validation[:200]", "test"),
+        # EuroSAT and RESISC45 have one split: 60% train, 20% validation, 20% test.
+        Task("eurosat", SPECIALIZED, "eurosat/rgb:2.*.*", 10, "train[:800]",
+             "train[16200:16400]", "train[21600:]"),
+        Task("resisc45", SPECIALIZED, "resisc45:3.*.*", 45, "train[:800]",
+             "train[18900:19100]", "train[25200:]", manual="NWPU-RESISC45.rar"),
+        Task("diabetic_retinopathy", SPECIALIZED,
+             "diabetic_retinopathy_detection/btgraham-300:3.*.*", 5, "train[:800]",
+             "validation[:200]", "test",
+             manual="the Kaggle competition's train/test zip files and trainLabels.csv"),
+    ]
+    structured = [
+        # CLEVR's test split is tfds' validation split (its test split has no labels).
+        Task("clevr_count", STRUCTURED, "clevr:3.*.*", 8, "train[:800]", "train[63000:63200]",
+             "validation", label=clevr_count, flip=False),
+        Task("clevr_distance", STRUCTURED, "clevr:3.*.*", 6, "train[:800]",
+             "train[63000:63200]", "validation", label=clevr_distance, flip=False),
+        Task("dmlab", STRUCTURED, "dmlab:2.0.1", 6, "train[:800]", "validation[:200]", "test",
+             flip=False),
+        # dSprites has one split: 80% train, 10% validation, 10% test.
+        Task("dsprites_location", STRUCTURED, "dsprites:2.*.*", 16, "train[:800]",
+             "train[589824:590024]", "train[663552:]",
+             label=_coarsened("label_x_position", 32, 16), image=_dsprites_image, flip=False),
+        Task("dsprites_orientation", STRUCTURED, "dsprites:2.*.*", 16, "train[:800]",
+             "train[589824:590024]", "train[663552:]",
+             label=_coarsened("label_orientation", 40, 16), image=_dsprites_image,
+             flip=False),
+        # smallNORB: the first half of tfds' test split validates, the second tests.
+        Task("smallnorb_azimuth", STRUCTURED, "smallnorb:2.*.*", 18, "train[:800]",
+             "test[:200]", "test[50%:]", label="label_azimuth", flip=False),
+        Task("smallnorb_elevation", STRUCTURED, "smallnorb:2.*.*", 9, "train[:800]",
+             "test[:200]", "test[50%:]", label="label_elevation", flip=False),
+        Task("kitti_distance", STRUCTURED, "kitti:3.1.0", 4, "train[:800]", "validation[:200]",
+             "test", label=kitti_distance, flip=False),
+    ]
+    return {task.name: task for task in natural + specialized + structured}
+
+
+TASKS = _tasks()
+
+
+def get_tasks(names=None):
+    """The tasks named, in the benchmark's order: task names and group names ("natural",
+    "specialized", "structured", "all"), as a list or a comma-separated string. None: all.
+
+    Raises:
+        ValueError: for an unknown name (listing the known ones) or an empty selection.
+    """
+    if names is None:
+        return list(TASKS.values())
+    if isinstance(names, str):
+        names = [name.strip() for name in names.split(",") if name.strip()]
+    chosen = set()
+    for name in names:
+        if name == "all":
+            chosen.update(TASKS)
+        elif name in GROUPS:
+            chosen.update(t.name for t in TASKS.values() if t.group == name)
+        elif name in TASKS:
+            chosen.add(name)
+        else:
+            raise ValueError(f"Unknown VTAB task {name!r}. Expected task names ("
+                             f"{', '.join(TASKS)}) or groups ({', '.join(GROUPS)}, all).")
+    if not chosen:
+        raise ValueError("No VTAB task chosen. Expected task or group names.")
+    return [task for name, task in TASKS.items() if name in chosen]
+
+
+# --------------------------------------------------------------------------------------------
+# Data.
+
+
+def task_data(task, split, *, image_size, batch_size, training, data_dir=None, manual_dir=None,
+              download=True, seed=0, start_epoch=0, augment=True, strategy=None):
+    """An input pipeline (`keras_vit.data.InputData`) over one split of a VTAB-1k task.
+
+    Args:
+        task: a `Task` or a task name.
+        split: "train800", "val200", "train800val200" or "test".
+        training: bool. A training pipeline (shuffled, repeated, augmented) or one pass.
+        augment: bool. With training: flip horizontally where the task allows it (no crop).
+        Other arguments as in `keras_vit.data.from_tfds`.
+    """
+    import tensorflow_datasets as tfds  # slow to import, and only the data need it
+
+
+    task = TASKS[task] if isinstance(task, str) and task in TASKS else task
+    if not isinstance(task, Task):
+        get_tasks([task])  # raises, naming the known tasks
+    _, prepare_kwargs = data.tfds_builder(task.tfds_name, data_dir, download,
+                                                manual_dir=manual_dir, manual_files=task.manual)
+    dataset = tfds.load(task.tfds_name, split=task.split(split), data_dir=data_dir,
+                        download=download, shuffle_files=False,
+                        decoders={"image": tfds.decode.SkipDecoding()},
+                        download_and_prepare_kwargs=prepare_kwargs)
+    label = task.label
+    if isinstance(label, str):
+        feature = label
+        label = lambda example: example[feature]  # noqa: E731
+    dataset = dataset.map(lambda example: (example["image"], tf.cast(label(example), tf.int64)),
+                          num_parallel_calls=tf.data.AUTOTUNE)
+
+    def decode(raw):
+        image = image_ops.decode_image(raw)
+        return task.image(image) if task.image is not None else image
+
+    flip = bool(augment) and task.flip
+    return data.from_tf_dataset(
+        dataset, num_classes=task.num_classes, image_size=image_size, batch_size=batch_size,
+        training=training, decode=decode, seed=seed, start_epoch=start_epoch,
+        augment=dict(crop=False, flip=flip) if augment else False, strategy=strategy)
+
+
+def check_data(tasks, data_dir=None, manual_dir=None, download=True):
+    """Checks that every task's data set is prepared or can be (online, or downloaded by hand
+    into `manual_dir`), without downloading anything.
+
+    Raises:
+        ValueError: naming the first data set that cannot be had, and what to do.
+    """
+    seen = set()
+    for task in get_tasks([t.name if isinstance(t, Task) else t for t in tasks]):
+        if task.tfds_name not in seen:
+            seen.add(task.tfds_name)
+            data.tfds_builder(task.tfds_name, data_dir, download, manual_dir=manual_dir,
+                              manual_files=task.manual)
+
+
+# --------------------------------------------------------------------------------------------
+# Records.
+
+
+def _read_rows(path):
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return list(csv.DictReader(f))
+    except (OSError, csv.Error, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is unreadable ({e}). Expected the CSV file keras_vit wrote; "
+                         "pass overwrite=True (--overwrite) to start the suite over.") from None
+
+
+def _write_rows(path, fields, rows):
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buffer.getvalue())
+
+
+def summarize(results):
+    """The VTAB table from result rows (dicts with `task`, `group`, `accuracy`): each task's
+    accuracy, each group's mean over its tasks, and the mean over all tasks (the VTAB score),
+    with how many of the benchmark's tasks each mean covers.
+
+    Returns:
+        dict: `tasks` {name: accuracy}, `groups` {group: {"mean", "tasks", "of"}}, `mean`
+        {"mean", "tasks", "of"}, `complete` (all 19 tasks done).
+    """
+    accuracies = {row["task"]: float(row["accuracy"]) for row in results}
+    groups = {}
+    for group in GROUPS:
+        names = [name for name, task in TASKS.items() if task.group == group]
+        done = [accuracies[name] for name in names if name in accuracies]
+        groups[group] = dict(mean=sum(done) / len(done) if done else None, tasks=len(done),
+                             of=len(names))
+    ordered = {name: accuracies[name] for name in TASKS if name in accuracies}
+    mean = dict(mean=sum(ordered.values()) / len(ordered) if ordered else None,
+                tasks=len(ordered), of=len(TASKS))
+    return dict(tasks=ordered, groups=groups, mean=mean, complete=len(ordered) == len(TASKS))
+
+
+def _percent(value):
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def summary_markdown(summary):
+    """The summary as Markdown: the group table, then one row per task."""
+    def covered(entry):
+        return "" if entry["tasks"] == entry["of"] else f" ({entry['tasks']} of {entry['of']})"
+
+    lines = ["| natural | specialized | structured | mean |", "|---|---|---|---|",
+             "| " + " | ".join(_percent(summary["groups"][g]["mean"]) + covered(summary["groups"][g])
+                             for g in GROUPS)
+             + f" | {_percent(summary['mean']['mean'])}{covered(summary['mean'])} |",
+             "", "| task | group | accuracy (%) |", "|---|---|---|"]
+    lines += [f"| {name} | {TASKS[name].group} | {_percent(accuracy)} |"
+              for name, accuracy in summary["tasks"].items()]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# The suite.
+
+
+def _check_settings(output_dir, settings, overwrite):
+    """Refuses a folder holding a suite run with other settings; clears it with `overwrite`."""
+    path = os.path.join(output_dir, SETTINGS_FILE)
+    if overwrite:
+        for name in (RESULTS_FILE, SWEEP_FILE, SETTINGS_FILE, SUMMARY_JSON, SUMMARY_MD):
+            if os.path.exists(os.path.join(output_dir, name)):
+                os.remove(os.path.join(output_dir, name))
+        shutil.rmtree(os.path.join(output_dir, RUNS_DIR), ignore_errors=True)
+        return {}
+    if not os.path.exists(path):
+        if os.path.exists(os.path.join(output_dir, RESULTS_FILE)):
+            raise ValueError(f"{output_dir} holds {RESULTS_FILE} but not {SETTINGS_FILE}: it "
+                             "cannot tell which settings made them. Pass overwrite=True "
+                             "(--overwrite) to start over, or another folder.")
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        previous = record["settings"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is unreadable ({e}). Expected the JSON file keras_vit wrote; "
+                         "pass overwrite=True (--overwrite) to start the suite over.") from None
+    changed = {k: (previous.get(k), v) for k, v in settings.items() if previous.get(k) != v}
+    if changed:
+        details = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        raise ValueError(f"The VTAB run in {output_dir} was made with other settings "
+                         f"({details}). Use the same settings to resume or extend it, another "
+                         "folder, or overwrite=True (--overwrite) to start over.")
+    return record
+
+
+def _jsonable(value):
+    return json.loads(json.dumps(value, default=str))
+
+
+def _finetune(model_fn, task, train_split, eval_split, run_dir, *, learning_rate, steps,
+              batch_size, target_batch_size, image_size, data_kwargs, jit_compile, verbose,
+              callbacks, strategy):
+    """Fine-tunes a fresh model on `train_split` of `task` (resuming from `run_dir`) and
+    returns (accuracy on `eval_split`, examples evaluated, examples trained on)."""
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(data_kwargs["seed"])
+    if strategy is not None:
+        with strategy.scope():
+            model = model_fn(task.num_classes)
+    else:
+        model = model_fn(task.num_classes)
+    outputs = model.outputs[0].shape[-1]
+    if outputs != task.num_classes:
+        raise ValueError(f"model_fn({task.num_classes}) returned a model with {outputs} "
+                         f"outputs. Expected {task.num_classes} (the classes of {task.name}).")
+    size = image_size or model_image_size(model)
+    train = task_data(task, train_split, image_size=size, batch_size=batch_size, training=True,
+                      strategy=strategy, **data_kwargs)
+    evaluation = task_data(task, eval_split, image_size=size, batch_size=batch_size,
+                           training=False, **{k: v for k, v in data_kwargs.items()
+                                              if k not in ("seed", "augment")})
+    accumulation = (target_batch_size or batch_size) // batch_size
+    epochs, _ = training.plan(train.steps_per_epoch, steps=steps, accumulation=accumulation)
+    try:
+        training.fit(model, train, output_dir=run_dir, steps=steps, recipe="finetune",
+                     learning_rate=learning_rate, target_batch_size=target_batch_size,
+                     jit_compile=jit_compile, verbose=max(0, verbose - 1), callbacks=callbacks,
+                     backup_every=max(1, epochs // BACKUPS_PER_RUN))
+    except training.RunFinished:  # finished, but its result was not recorded: evaluate it
+        load_pretrained(model, os.path.join(run_dir, "final.npz"), progress=False)
+    results = model.evaluate(evaluation.dataset, verbose=0, return_dict=True)
+    return float(results["accuracy"]), evaluation.num_examples, train.num_examples
+
+
+def _setting_key(learning_rate, steps):
+    return f"lr{learning_rate:g}_steps{steps}"
+
+
+def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=STEPS,
+        batch_size=BATCH_SIZE, target_batch_size=None, image_size=None, sweep=None,
+        select="suite", data_dir=None, manual_dir=None, download=True, seed=0, augment=True,
+        keep_weights=False, overwrite=False, jit_compile=None, strategy=None, callbacks=(),
+        description=None, verbose=1):
+    """Runs VTAB-1k (or some of its tasks) and writes the per-task results and the table.
+
+    Args:
+        model_fn: a function `num_classes -> keras.Model`: the pre-trained model with a fresh
+            head of `num_classes`, e.g. `lambda n: keras_vit.ViT_B16(num_classes=n,
+            image_size=384, pretrained=True)`. Called once per fine-tuning run (under
+            `strategy.scope()` when a strategy is given).
+        output_dir: str. The suite's folder (see the module docstring).
+        tasks: task and group names, a list or a comma-separated string. Defaults to all 19.
+        learning_rate: float. Defaults to the paper's 0.01.
+        steps: int. Optimizer updates per task. Defaults to the paper's 2,500.
+        batch_size: int. Examples per batch (global). Defaults to the paper's 512.
+        target_batch_size: int or None. Reach this batch size per update by gradient
+            accumulation (e.g. batch_size=64, target_batch_size=512 on a small accelerator).
+        image_size: int, (height, width) or None. The resolution fed to the model. Defaults
+            to the model's (build it at the paper's 384).
+        sweep: None, True (the paper's grid: learning rates 0.001 and 0.01, 500 and 2,500
+            steps) or a list of `(learning_rate, steps)`: train each task on train800 with each
+            setting, score on val200, then train on train800val200 with the best setting
+            (`learning_rate` and `steps` are then not used).
+        select: "suite" (one setting for every task, the best mean validation accuracy, as the
+            paper) or "task" (each task's best). Defaults to "suite".
+        data_dir, manual_dir, download: as `keras_vit.data.from_tfds` (diabetic_retinopathy
+            and resisc45 need their files downloaded by hand into `manual_dir`).
+        seed: int. Data order and augmentation seed. Defaults to 0.
+        augment: bool. Random horizontal flips where they keep the label. Defaults to True.
+        keep_weights: bool. Keep each task's fine-tuned weights under `runs/` (350 MB per task
+            for B/16). Defaults to False.
+        overwrite: bool. Start over in a folder that holds a suite run. Defaults to False.
+        jit_compile: bool or None. XLA; None picks what works (see `keras_vit.training.fit`).
+        strategy: a `tf.distribute.Strategy` or None.
+        callbacks: more Keras callbacks for every fine-tuning run.
+        description: JSON-serialisable description of the model (e.g. its variant and weights),
+            recorded in `vtab.json`: a run is resumed only with the same description.
+        verbose: 0 (silent), 1 (a line per run) or 2 (also Keras' progress). Defaults to 1.
+
+    Returns:
+        dict: the summary (see `summarize`), with `output_dir` and, after a sweep, `chosen`.
+
+    Raises:
+        ValueError: for unknown tasks, bad settings, a folder holding a run with other
+            settings, or a data set that is not prepared and cannot be downloaded.
+    """
+    chosen_tasks = get_tasks(tasks)
+    check_choice("select", select, SELECTIONS)
+    steps = check_int("steps", steps, 1)
+    batch_size = check_int("batch_size", batch_size, 1)
+    if target_batch_size is not None:
+        target_batch_size = check_int("target_batch_size", target_batch_size, batch_size)
+        if target_batch_size % batch_size:
+            raise ValueError(f"target_batch_size {target_batch_size} is not a multiple of "
+                             f"batch_size {batch_size}.")
+    if not (isinstance(learning_rate, (int, float)) and learning_rate > 0):
+        raise ValueError(f"learning_rate must be a positive number. Received: {learning_rate!r}")
+    grid = None
+    if sweep is not None and sweep is not False:
+        grid = [(lr, s) for lr in SWEEP_LEARNING_RATES for s in SWEEP_STEPS] if sweep is True \
+            else [(float(lr), check_int("sweep steps", s, 1)) for lr, s in sweep]
+        if not grid:
+            raise ValueError("sweep is empty. Expected (learning_rate, steps) pairs, or True.")
+    check_data(chosen_tasks, data_dir, manual_dir, download)  # before hours of training
+    output_dir = check_writable_dir(output_dir)
+    settings = _jsonable(dict(
+        model=description, image_size=image_size, batch_size=batch_size,
+        target_batch_size=target_batch_size, seed=seed, augment=bool(augment),
+        learning_rate=None if grid else learning_rate, steps=None if grid else steps,
+        sweep=grid, select=select if grid else None))
+    record = _check_settings(output_dir, settings, overwrite)
+    record["settings"] = settings
+    atomic_write_text(os.path.join(output_dir, SETTINGS_FILE), json.dumps(record, indent=1))
+
+    data_kwargs = dict(data_dir=data_dir, manual_dir=manual_dir, download=download, seed=seed,
+                       augment=augment)
+    common = dict(batch_size=batch_size, target_batch_size=target_batch_size,
+                  image_size=image_size, data_kwargs=data_kwargs, jit_compile=jit_compile,
+                  verbose=verbose, callbacks=list(callbacks), strategy=strategy)
+    runs = os.path.join(output_dir, RUNS_DIR)
+
+    def say(text):
+        if verbose:
+            print(text, flush=True)
+
+    def finish_run(run_dir):
+        if not keep_weights:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    # 1. The sweep: every setting on every task, train800 -> val200.
+    chosen = {}
+    if grid:
+        sweep_path = os.path.join(output_dir, SWEEP_FILE)
+        sweep_rows = _read_rows(sweep_path)
+        done = {(r["task"], float(r["learning_rate"]), int(r["steps"])) for r in sweep_rows}
+        for lr, n in grid:
+            for task in chosen_tasks:
+                if (task.name, lr, n) in done:
+                    continue
+                say(f"vtab sweep {task.name}: learning rate {lr:g}, {n} steps, train800 -> "
+                    "val200")
+                start = time.perf_counter()
+                run_dir = os.path.join(runs, "sweep", _setting_key(lr, n), task.name)
+                accuracy, examples, _ = _finetune(model_fn, task, "train800", "val200", run_dir,
+                                                  learning_rate=lr, steps=n, **common)
+                sweep_rows.append(dict(task=task.name, learning_rate=lr, steps=n,
+                                       val_accuracy=accuracy, val_examples=examples,
+                                       seconds=round(time.perf_counter() - start, 1)))
+                _write_rows(sweep_path, SWEEP_FIELDS, sweep_rows)
+                finish_run(run_dir)
+                say(f"vtab sweep {task.name}: val200 accuracy {100 * accuracy:.2f}%")
+        chosen = _choose(sweep_rows, chosen_tasks, grid, select)
+        record["chosen"] = {name: dict(learning_rate=lr, steps=n)
+                            for name, (lr, n) in chosen.items()}
+        atomic_write_text(os.path.join(output_dir, SETTINGS_FILE), json.dumps(record, indent=1))
+
+    # 2. Each task: train800val200 -> test, with the protocol's (or the chosen) setting.
+    results_path = os.path.join(output_dir, RESULTS_FILE)
+    results = _read_rows(results_path)
+    for index, task in enumerate(chosen_tasks, 1):
+        lr, n = chosen.get(task.name, (learning_rate, steps))
+        if any(row["task"] == task.name for row in results):
+            say(f"vtab [{index}/{len(chosen_tasks)}] {task.name}: already done")
+            continue
+        say(f"vtab [{index}/{len(chosen_tasks)}] {task.name}: learning rate {lr:g}, {n} steps, "
+            "train800val200 -> test")
+        start = time.perf_counter()
+        run_dir = os.path.join(runs, task.name)
+        accuracy, examples, trained = _finetune(model_fn, task, "train800val200", "test",
+                                                run_dir, learning_rate=lr, steps=n, **common)
+        results.append(dict(task=task.name, group=task.group, accuracy=accuracy,
+                            test_examples=examples, learning_rate=lr, steps=n,
+                            train_examples=trained,
+                            seconds=round(time.perf_counter() - start, 1)))
+        _write_rows(results_path, RESULT_FIELDS, results)
+        summary = summarize(results)
+        atomic_write_text(os.path.join(output_dir, SUMMARY_JSON), json.dumps(summary, indent=1))
+        atomic_write_text(os.path.join(output_dir, SUMMARY_MD), summary_markdown(summary))
+        finish_run(run_dir)
+        say(f"vtab [{index}/{len(chosen_tasks)}] {task.name}: test accuracy "
+            f"{100 * accuracy:.2f}% on {examples} images")
+    if not keep_weights and os.path.isdir(runs) and not os.listdir(runs):
+        os.rmdir(runs)
+    summary = summarize(results)
+    if verbose:
+        print(summary_markdown(summary), end="", flush=True)
+    summary["output_dir"] = output_dir
+    if chosen:
+        summary["chosen"] = record["chosen"]
+    return summary
+
+
+def _choose(rows, tasks, grid, select):
+    """The setting(s) the sweep selects: {task name: (learning_rate, steps)}."""
+    scores = {(r["task"], float(r["learning_rate"]), int(r["steps"])): float(r["val_accuracy"])
+              for r in rows}
+    if select == "task":
+        # Ties go to the earlier setting of the grid.
+        return {t.name: max(grid, key=lambda s: (scores[(t.name, *s)], -grid.index(s)))
+                for t in tasks}
+    means = {s: sum(scores[(t.name, *s)] for t in tasks) / len(tasks) for s in grid}
+    best = max(grid, key=lambda s: (means[s], -grid.index(s)))
+    return {t.name: best for t in tasks}
