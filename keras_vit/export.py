@@ -42,7 +42,7 @@ from keras_vit import images as image_ops
 from keras_vit import labels as label_sets
 from keras_vit.fileio import atomic_write, staging_dir
 from keras_vit.layers import TokenPooling
-from keras_vit.model import model_image_size
+from keras_vit.model import model_image_size, patch_grid
 from keras_vit.validation import check_choice, check_int
 
 SERVING_SIGNATURE = "serving_default"
@@ -125,9 +125,9 @@ def _native_grid(model):
     """For a keras_vit model of any input size: (pixels per patch as (rows, cols), the base
     number of patches); else None."""
     names = {layer.name for layer in model.layers}
-    if model.inputs[0].shape[1] is not None or "posembed_input" not in names:
-        return None
-    grid = model.get_layer("posembed_input").grid_size
+    if model.inputs[0].shape[1] is not None or "embedding" not in names:
+        return None  # a fixed size, or not a keras_vit model
+    grid = patch_grid(model)
     if grid is None:
         return None
     height, width = model_image_size(model)

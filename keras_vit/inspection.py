@@ -41,7 +41,7 @@ import keras
 import numpy as np
 
 from keras_vit.fileio import atomic_write
-from keras_vit.model import model_image_size
+from keras_vit.model import model_image_size, patch_grid
 from keras_vit.validation import check_index, check_positive_int
 
 # Figure layout, in pixels (PNGs are written at `DPI` dots per inch).
@@ -111,11 +111,11 @@ def _embedding(model):
 def geometry(model):
     """Returns the `Geometry` of a keras_vit model (input size, patch grid, class token, ...)."""
     blocks = _blocks(model)
-    rows, cols = _embedding(model).grid_size
+    _embedding(model)  # a keras_vit model
     height, width = model_image_size(model)
-    if rows is None:  # a model of any input size: inspected at the size it was built for
-        posembed = model.get_layer("posembed_input")
-        (rows, cols), num_prefix = posembed.grid_size, posembed.num_prefix_tokens
+    rows, cols = patch_grid(model)  # a model of any input size: at the size it was built for
+    if model.inputs[0].shape[1] is None:
+        num_prefix = model.get_layer("posembed_input").num_prefix_tokens
     else:
         length = blocks[0].output[1].shape[-1]  # tokens: patches plus the class token, if any
         num_prefix = length - rows * cols

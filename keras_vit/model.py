@@ -303,6 +303,19 @@ def _position_embedding(layer):
                      f"embeddings keras_vit.ViT builds ({', '.join(POSITION_EMBEDDINGS)}).")
 
 
+def patch_grid(model):
+    """The `(rows, cols)` patch grid of a keras_vit model: the one its position embedding is
+    learned for (for a model built with `dynamic_image_size=True`, the base grid), else its
+    patch embedding's; None for a model of any input size with no position-embedding grid.
+    The one place that reads it (weights loading, image size, export and inspection ask here).
+    """
+    names = {layer.name for layer in model.layers}
+    if "posembed_input" in names and model.get_layer("posembed_input").grid_size is not None:
+        return tuple(model.get_layer("posembed_input").grid_size)
+    grid = model.get_layer("embedding").grid_size
+    return None if grid is None or None in tuple(grid) else tuple(grid)
+
+
 def model_image_size(model):
     """The `(height, width)` a keras_vit model is built for: its input size, or for a model
     built with `dynamic_image_size=True` the size its position embedding is learned at."""
@@ -310,7 +323,7 @@ def model_image_size(model):
     if None not in size:
         return size
     names = {layer.name for layer in model.layers}
-    grid = model.get_layer("posembed_input").grid_size if "posembed_input" in names else None
+    grid = patch_grid(model)
     if grid is None:
         raise ValueError(f"Model {model.name!r} has no fixed input size and no position "
                          "embedding grid ('posembed_input' with a grid_size) to read one from.")

@@ -407,6 +407,16 @@ CASES = [
         weights.model_params(keras_vit.ViT(**dict(TINY, image_size=32, patch_size=1,
                                                    backbone={"num_layers": (1,)})))),
         CheckpointError, "cannot be written in timm's layout", "files"),
+    Case("a 2-D position embedding written in timm's layout",
+         lambda c: weights.torch_layouts.to_timm(weights.model_params(keras_vit.ViT(
+             **dict(TINY, position_embedding="learned_2d")))),
+         CheckpointError, "learned 2-D position embedding (position_embedding='learned_2d'); "
+         "timm's VisionTransformer holds a learned 1-D table", "files"),
+    Case("a fixed position embedding written in timm's layout",
+         lambda c: weights.torch_layouts.to_timm(weights.model_params(keras_vit.ViT(
+             **dict(TINY, position_embedding="sincos_2d")))),
+         CheckpointError, "no learned position embedding (position_embedding='sincos_2d' or "
+         "'none')", "files"),
     # -- Export and serving. ------------------------------------------------------------------------
     Case("export a model without head", lambda c: export.export_saved_model(
         keras_vit.ViT(**dict(TINY, include_top=False)), c.tmp / "e"), ValueError,

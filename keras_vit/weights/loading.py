@@ -9,6 +9,7 @@ assigned, and one `CheckpointError` lists every problem; on any error the model 
 import keras
 import numpy as np
 
+from keras_vit.model import patch_grid
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import checkpoint_variables
 from keras_vit.weights.layouts import (
@@ -26,13 +27,6 @@ OPTIONAL_LAYERS = ("pre_logits", "head")
 # Some hybrid files store GroupNorm parameters as (1, 1, 1, C).
 GROUP_NORM_SUFFIXES = ("/scale", "/bias")
 MAX_LISTED = 20  # keys listed per kind of problem in an error message
-
-
-def _patch_grid(model):
-    """The grid the model's position embedding is for (a dynamic-size model's base grid)."""
-    names = {layer.name for layer in model.layers}
-    grid = model.get_layer("posembed_input").grid_size if "posembed_input" in names else None
-    return grid or model.get_layer("embedding").grid_size
 
 
 def _split_optional(variables, params):
@@ -64,7 +58,7 @@ def _adapt(key, value, shape, model, has_cls):
         return value.reshape(shape)
     if key == POSEMB_KEY and value.ndim == 3 and value.shape != shape \
             and value.shape[-1] == shape[-1]:
-        return resize_pos_embedding(value, _patch_grid(model), has_cls)
+        return resize_pos_embedding(value, patch_grid(model), has_cls)
     if key in POSEMB_2D_KEYS and value.ndim == 3 and value.shape != shape \
             and value.shape[::2] == shape[::2]:
         return resize_pos_table(value, shape[1])  # a row or column table of learned_2d

@@ -174,6 +174,13 @@ def to_timm(official):
     A model timm's `VisionTransformer` cannot hold (a hybrid's ResNet, `pre_logits`) is
     refused, naming the arrays."""
     official = _Source(official, "official")
+    if POSEMB_KEY not in official:
+        kind = ("the learned 2-D position embedding (position_embedding='learned_2d')"
+                if any(k.endswith("pos_embedding_row") for k in official)
+                else "no learned position embedding (position_embedding='sincos_2d' or 'none')")
+        raise CheckpointError(f"This model has {kind}; timm's VisionTransformer holds a learned "
+                              f"1-D table ('pos_embed', from {POSEMB_KEY}) only: it cannot be "
+                              "written in timm's layout.")
     out = {"patch_embed.proj.weight": official["embedding/kernel"].transpose(3, 2, 0, 1),
            "patch_embed.proj.bias": official["embedding/bias"],
            "pos_embed": official[POSEMB_KEY]}
