@@ -492,20 +492,38 @@ def find_corrupt_images(paths, max_pixels=image_ops.DEFAULT_MAX_PIXELS):
     return bad
 
 
-def list_image_folder(directory):
+def list_image_folder(directory, labels="inferred"):
     """The images of a folder with one subfolder per class, like Keras' `image_dataset_from_directory`.
+
+    Args:
+        directory: str. The folder.
+        labels: "inferred" (one subfolder per class) or None (unlabelled images, for
+            self-supervised pre-training: every image anywhere under the folder, label 0).
+            Defaults to "inferred".
 
     Returns:
         (paths, labels, class_names): the file paths, their class indices, and the sorted
-        subfolder names.
+        subfolder names (none for unlabelled images).
 
     Raises:
         FileNotFoundError: if `directory` does not exist.
-        ValueError: if it holds no class subfolder with images.
+        ValueError: if it holds no class subfolder with images (no image at all, unlabelled).
     """
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"Image folder {directory!r} does not exist or is not a directory.")
+    if labels is None:
+        paths = []
+        for root, dirs, names in os.walk(directory):
+            dirs.sort()
+            paths += [os.path.join(root, f) for f in sorted(names)
+                      if f.lower().endswith(IMAGE_EXTENSIONS)]
+        if not paths:
+            raise ValueError(f"Image folder {directory!r} has no images. Expected "
+                             f"{', '.join(IMAGE_EXTENSIONS)} files in it or its subfolders.")
+        return paths, [0] * len(paths), []
+    if labels != "inferred":
+        raise ValueError(f"`labels` must be 'inferred' or None. Received: labels={labels!r}")
     classes = sorted(
         d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))
     )
@@ -529,8 +547,10 @@ def list_image_folder(directory):
 
 def from_folder(directory, *, image_size, batch_size, training, seed=0, start_epoch=0,
                 augment=True, strategy=None, validation_split=0.0, subset=None, split_seed=0,
-                skip_corrupt=False, max_pixels=image_ops.DEFAULT_MAX_PIXELS):
-    """A pipeline over an image folder: `directory/<class name>/**/<image>`.
+                skip_corrupt=False, max_pixels=image_ops.DEFAULT_MAX_PIXELS,
+                labels="inferred"):
+    """A pipeline over an image folder: `directory/<class name>/**/<image>`, or with
+    `labels=None` any unlabelled images under `directory` (self-supervised pre-training).
 
     Classes are the subfolders that hold images, in sorted order (label i is the i-th name).
     JPEG, PNG, GIF, BMP and WebP files are read (`keras_vit.images.decode_image`); grey images
@@ -545,13 +565,17 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
         split_seed: int. Seed of the held-out choice. Defaults to 0.
         skip_corrupt: bool. Leave out files that cannot be decoded. Defaults to False.
         max_pixels: int or None. Images whose header declares more pixels cannot be decoded.
+        labels: "inferred" (from the subfolders) or None (unlabelled: every image under
+            `directory`, all of class 0, as `from_arrays(images, None)`). Defaults to
+            "inferred".
         Other arguments as in `from_arrays`.
 
     Raises:
         FileNotFoundError: if `directory` does not exist.
         ValueError: if it holds no images, or for a bad `validation_split` / `subset`.
     """
-    paths, labels, class_names = list_image_folder(directory)
+    unlabelled = labels is None
+    paths, labels, class_names = list_image_folder(directory, labels)
     if not 0 <= validation_split < 1:
         raise ValueError(f"`validation_split` must be in [0, 1). Received: {validation_split!r}")
     if validation_split:
@@ -580,7 +604,7 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
     labels_t = tf.constant(labels, tf.int32)
     source = _Source(
         num_examples=len(paths),
-        num_classes=len(class_names),
+        num_classes=1 if unlabelled else len(class_names),
         fetch=lambda i: (tf.io.read_file(tf.gather(paths_t, i)), tf.gather(labels_t, i)),
         decode=lambda encoded: image_ops.decode_image(encoded, max_pixels),
         class_names=class_names,

@@ -123,3 +123,44 @@ def test_backend_flag_is_refused_once_keras_runs_on_another(backend):
 
     with pytest.raises(ValueError, match="Keras is already running on tensorflow"):
         common.select_backend(backend)
+
+
+VTAB_ON_JAX = textwrap.dedent("""
+    import json, sys
+    import keras, tensorflow_datasets as tfds
+    from keras_vit.cli import main
+
+    out, config = sys.argv[1], sys.argv[2]
+    with tfds.testing.mock_data(num_examples=8):
+        status = main(["vtab", "--backend", "jax", "--model-config", config, "--image-size",
+                       "16", "--tasks", "dtd,dmlab", "--steps", "4", "--batch-size", "4",
+                       "--keep-weights", "--verbose", "0", "--output", out])
+    assert keras.backend.backend() == "jax"
+    print(json.dumps(status))
+""")
+
+
+def test_vtab_on_jax(tmp_path):
+    """`keras-vit vtab --backend jax` runs the suite; its recorded accuracy is what the saved
+    weights score in TensorFlow."""
+    import csv
+
+    import tensorflow_datasets as tfds
+
+    from keras_vit import vtab
+
+    config = json.dumps({k: v for k, v in TINY.items()
+                         if k not in ("num_classes", "image_size", "dropout_rate")})
+    assert run_jax(VTAB_ON_JAX, tmp_path / "vtab", config).strip().splitlines()[-1] == "0"
+    with open(tmp_path / "vtab" / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["task"] for r in rows] == ["dtd", "dmlab"]
+    for row in rows:
+        model = keras_vit.from_pretrained(str(tmp_path / "vtab" / "runs" / row["task"] /
+                                              "final.npz"))
+        with tfds.testing.mock_data(num_examples=8):
+            test = vtab.task_data(row["task"], "test", image_size=16, batch_size=8,
+                                  training=False)
+        images, labels = next(iter(test.dataset))
+        predicted = np.argmax(model.predict(images.numpy(), verbose=0), axis=-1)
+        assert float(row["accuracy"]) == pytest.approx(np.mean(predicted == labels.numpy()))

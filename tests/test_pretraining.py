@@ -3,6 +3,7 @@ against NumPy, learning, the shared encoder, `training.fit` with a crash and a r
 `keras-vit pretrain` command followed by `keras-vit train` from its encoder."""
 
 import json
+import os
 
 import keras
 import numpy as np
@@ -336,3 +337,37 @@ def test_pretrain_command_writes_an_encoder_that_train_fine_tunes(tmp_path, caps
     tuned = weights.read_npz(tmp_path / "ft" / "final.npz")
     assert tuned["head/kernel"].shape == (16, 2)  # a new head for the folder's 2 classes
     assert set(tuned) == set(encoder) | {"head/kernel", "head/bias"}
+
+
+def test_pretrain_reads_a_flat_folder_of_unlabelled_images(tmp_path, capsys):
+    """Unlabelled images need no class subfolders: every image under --folder is read."""
+    folder = tmp_path / "flat"
+    folder.mkdir()
+    images = uint8_images(10)
+    for i, image in enumerate(images[:8]):
+        (folder / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
+    (folder / "nested").mkdir()
+    for i, image in enumerate(images[8:]):
+        (folder / "nested" / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
+    (folder / "notes.txt").write_text("not an image")
+    paths, labels, names = data.list_image_folder(folder, labels=None)
+    assert [os.path.relpath(p, folder) for p in paths] == \
+        [f"{i}.png" for i in range(8)] + ["nested/0.png", "nested/1.png"]
+    assert labels == [0] * 10 and names == []
+    pipe = data.from_folder(folder, labels=None, image_size=8, batch_size=10, training=False)
+    got, got_labels = next(iter(pipe.dataset))
+    order = [int(os.path.basename(p)[:-4]) + (8 if "nested" in p else 0) for p in paths]
+    np.testing.assert_allclose(got.numpy(), images[order] / 127.5 - 1, atol=1e-6)
+    assert pipe.num_classes == 1 and not got_labels.numpy().any()
+    # Labelled reading still wants class subfolders: here it sees one class, "nested".
+    assert data.list_image_folder(folder)[2] == ["nested"]
+    with pytest.raises(ValueError, match="`labels` must be 'inferred' or None"):
+        data.list_image_folder(folder, labels="folders")
+
+    tiny = json.dumps({k: v for k, v in TINY.items() if k not in ("image_size", "num_classes")})
+    code = cli.main(["pretrain", "--model-config", tiny, "--image-size", "8", "--steps", "2",
+                     "--folder", str(folder), "--batch-size", "4", "--no-xla", "--verbose",
+                     "0", "--output", str(tmp_path / "mpp")])
+    assert code == 0, capsys.readouterr().err
+    run = json.loads((tmp_path / "mpp" / "run.json").read_text())
+    assert run["finished"] and run["settings"]["examples"] == 10

@@ -346,7 +346,8 @@ def load_data(args, split, training, strategy, image_size):
         if split != "all":
             common.update(validation_split=FOLDER_VALIDATION_FRACTION,
                           subset="validation" if split == "validation" else "training")
-        return data.from_folder(args.folder, skip_corrupt=args.skip_corrupt, **common)
+        return data.from_folder(args.folder, skip_corrupt=args.skip_corrupt,
+                                labels=getattr(args, "folder_labels", "inferred"), **common)
     return data.from_tfds(args.dataset, split, data_dir=args.data_dir,
                           manual_dir=args.manual_dir, **common)
 
@@ -377,4 +378,6 @@ def data_num_classes(args):
 
     if args.dataset:
         return data.get_dataset_spec(args.dataset).num_classes
-    return len(data.list_image_folder(args.folder)[2])
+    paths, _, class_names = data.list_image_folder(args.folder,
+                                                   getattr(args, "folder_labels", "inferred"))
+    return len(class_names) if class_names else 1

@@ -5,7 +5,8 @@
         --manual-dir ~/imagenet --batch-size 64 --target-batch-size 4096 --output runs/mpp
     keras-vit train --weights runs/mpp/encoder.npz --dataset cifar10 --output runs/cifar10
 
-The labels of the data are not used. The run folder gets `encoder.npz` (the ViT encoder in
+The labels of the data are not used: `--folder` reads every image under the folder, in
+class subfolders or not (`keras_vit.data.from_folder(labels=None)`). The run folder gets `encoder.npz` (the ViT encoder in
 the official layout, without the pre-training head) and the `config.json` that describes it,
 so that `keras-vit train --weights OUT/encoder.npz` fine-tunes it with a new head. Running
 the same command again after an interruption resumes from the last finished epoch.
@@ -53,6 +54,7 @@ def run(args):  # the dispatcher has applied --backend
     from keras_vit import pretraining, training
 
     require_architecture(args)
+    args.folder_labels = None  # the labels are not used: any images under --folder
     data_num_classes(args)  # bad data flags fail before the output folder is made
     strategy = start_run(args)
     with strategy.scope():
