@@ -27,9 +27,10 @@ times are the median of `--rounds` interleaved rounds, each the best of 5 calls.
 import argparse
 import math
 import statistics
-import time
 
 import numpy as np
+
+from benchmarks.block_profile import _best
 
 BATCH, TOKENS, HEADS, HEAD_DIM = 8, 197, 12, 64
 
@@ -76,16 +77,6 @@ def variants():
 
     return dict(einsum=einsum, heads_first=heads_first, custom_grad=custom_grad,
                 dot_product_attention=dot_product_attention)
-
-
-def _best(fn, reps=5):
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def torch_core(rounds):

@@ -348,15 +348,19 @@ def check_data(tasks, data_dir=None, manual_dir=None, download=True):
 # Records.
 
 
-def _read_rows(path):
+def _read_rows(path, fields):
     if not os.path.exists(path):
         return []
     try:
         with open(path, encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            rows = list(reader)
+        if tuple(reader.fieldnames or ()) != fields:
+            raise csv.Error(f"columns {reader.fieldnames}, expected {list(fields)}")
     except (OSError, csv.Error, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is unreadable ({e}). Expected the CSV file keras_vit wrote; "
                          "pass overwrite=True (--overwrite) to start the suite over.") from None
+    return rows
 
 
 def _write_rows(path, fields, rows):
@@ -581,7 +585,7 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
     chosen = {}
     if grid:
         sweep_path = os.path.join(output_dir, SWEEP_FILE)
-        sweep_rows = _read_rows(sweep_path)
+        sweep_rows = _read_rows(sweep_path, SWEEP_FIELDS)
         done = {(r["task"], float(r["learning_rate"]), int(r["steps"])) for r in sweep_rows}
         for lr, n in grid:
             for task in chosen_tasks:
@@ -606,7 +610,7 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
 
     # 2. Each task: train800val200 -> test, with the protocol's (or the chosen) setting.
     results_path = os.path.join(output_dir, RESULTS_FILE)
-    results = _read_rows(results_path)
+    results = _read_rows(results_path, RESULT_FIELDS)
     for index, task in enumerate(chosen_tasks, 1):
         lr, n = chosen.get(task.name, (learning_rate, steps))
         if any(row["task"] == task.name for row in results):

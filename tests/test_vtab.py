@@ -381,9 +381,28 @@ def test_command_line(tmp_path, capsys):
         status = cli_main(["vtab", "--model-config", TINY_JSON, "--tasks", "dtd,mnist",
                            "--output", str(bad)])
     assert status == 2 and not bad.exists()
+    with redirect_stderr(io.StringIO()):  # a data set that cannot be had: nothing written
+        status = cli_main(["vtab", "--model-config", TINY_JSON, "--tasks",
+                           "diabetic_retinopathy", "--data-dir", str(tmp_path / "d"),
+                           "--output", str(bad)])
+    assert status == 2 and not bad.exists()
     assert stderr.getvalue().strip() == (
         "keras-vit vtab: error: Unknown VTAB task 'mnist'. Expected task names (" +
         ", ".join(vtab.TASKS) + ") or groups (natural, specialized, structured, all).")
+
+
+def test_corrupt_records_are_named_and_left_as_they_are(tmp_path):
+    with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES):
+        vtab.run(model_fn, tmp_path, tasks="dtd", **SMALL)
+        for name, garbage in (("results.csv", "not,a\nresults file\n"),
+                              ("vtab.json", "{not json")):
+            path = tmp_path / name
+            good = path.read_bytes()
+            path.write_text(garbage)
+            with pytest.raises(ValueError, match=f"{name} is unreadable .* pass overwrite=True"):
+                vtab.run(model_fn, tmp_path, tasks="dtd,eurosat", **SMALL)
+            assert path.read_text() == garbage
+            path.write_bytes(good)
 
 
 def test_missing_data_is_named_before_anything_is_written(tmp_path):

@@ -20,30 +20,25 @@ from keras_vit.cli.common import (
 )
 
 
-def _float_list(text):
-    import argparse
+def _positive_list(cast, kind):
+    """An argparse type: comma-separated positive values of `cast` (float or int)."""
+    def parse(text):
+        import argparse
 
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers. Received: "
-                                         f"{text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive numbers. Received: {text!r}")
-    return values
+        try:
+            values = [cast(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind}. Received: "
+                                             f"{text!r}") from None
+        if not values or any(v <= 0 for v in values):
+            raise argparse.ArgumentTypeError(f"expected positive {kind}. Received: {text!r}")
+        return values
+
+    return parse
 
 
-def _int_list(text):
-    import argparse
-
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers. Received: "
-                                         f"{text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers. Received: {text!r}")
-    return values
+_float_list = _positive_list(float, "numbers")
+_int_list = _positive_list(int, "integers")
 
 
 # The paper's protocol (keras_vit.vtab holds the same numbers; it imports TensorFlow, which
@@ -110,7 +105,6 @@ def run(args):  # the dispatcher has applied --backend
     import os
 
     from keras_vit import distribute, training, vtab
-    from keras_vit.fileio import check_writable_dir
 
     require_architecture(args)
     tasks = vtab.get_tasks(args.tasks)  # bad flags fail before the folder is made
@@ -123,7 +117,6 @@ def run(args):  # the dispatcher has applied --backend
     # The architecture and weights are checked once, before any task starts.
     with strategy.scope():
         model_from_args(args, num_classes=tasks[0].num_classes)
-    check_writable_dir(args.output)
 
     def model_fn(num_classes):
         model, _ = model_from_args(args, num_classes=num_classes)
