@@ -1,10 +1,11 @@
 """Time to the first ViT-B/16 training step (batch 8, AdamW) and where it goes.
 
     python -m benchmarks.first_step [xla|noxla] [--keras-adamw] [--no-prebuild]
-        [--no-grappler] [--profile]
+        [--no-grappler] [--profile] [--model B/16]
     python -m benchmarks.first_step --count-ops
 
-Prints import, build, compile-plus-first-step times and the steady step. By default the model
+Prints import, build, compile-plus-first-step times and the steady step of a variant
+(`--model`, default ViT-B/16). By default the model
 is compiled as `keras_vit.training.compile_model` does it: `keras_vit.training.AdamW` and
 `training.build_training_state` (optimizer state built before the first step). The flags
 undo each: `--keras-adamw` uses `keras.optimizers.AdamW`, `--no-prebuild` leaves the
@@ -36,7 +37,8 @@ def main(argv=None):
     xla = "noxla" not in argv
     adamw = keras.optimizers.AdamW if "--keras-adamw" in argv else training.AdamW
     t_import = time.perf_counter()
-    model = keras_vit.create_model("B/16", dropout_rate=0.0)
+    name = argv[argv.index("--model") + 1] if "--model" in argv else "B/16"
+    model = keras_vit.create_model(name, dropout_rate=0.0)
     t_build = time.perf_counter()
     model.compile(optimizer=adamw(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -52,7 +54,8 @@ def main(argv=None):
         profile = cProfile.Profile()
         profile.runcall(model.train_on_batch, x, y)
         stats = pstats.Stats(profile).sort_stats("cumulative")
-        stats.print_stats("func_graph_from_py_func|TFE_Py_Execute|apply_gradients")
+        stats.print_stats("func_graph_from_py_func|TFE_Py_Execute|apply_gradients|"
+                          "backprop.py.*gradient")
     else:
         model.train_on_batch(x, y)
     t_first = time.perf_counter()
@@ -64,7 +67,7 @@ def main(argv=None):
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"{'XLA' if xla else 'no XLA'}, {adamw.__module__}.{adamw.__name__}, "
+    print(f"{name}, {'XLA' if xla else 'no XLA'}, {adamw.__module__}.{adamw.__name__}, "
           f"{'no ' if '--no-prebuild' in argv else ''}prebuild: import {t_import - t0:.1f} s, "
           f"build {t_build - t_import:.1f} s, compile + first step {t_first - t_build:.1f} s, "
           f"steady step {min(steps):.2f} s ({8 / min(steps):.2f} img/s), peak RSS {peak:.2f} GB")

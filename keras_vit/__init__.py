@@ -16,7 +16,7 @@ __version__ = "0.2.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    **dict.fromkeys(("ViT", "vit_config"), "keras_vit.model"),
+    **dict.fromkeys(("ViT", "vit_config", "unscanned"), "keras_vit.model"),
     **dict.fromkeys((
         "create_model", "from_pretrained", "ViT_Ti16", "ViT_S16", "ViT_S32", "ViT_B8",
         "ViT_B16", "ViT_B32", "ViT_L16", "ViT_L32", "ViT_H14", "ViT_R50_B16", "ViT_R50_L32",
@@ -24,7 +24,7 @@ _EXPORTS = {
     **dict.fromkeys((
         "AddPositionEmbs", "AddPositionEmbs2D", "AddSinCosPositionEmbs2D", "ClassToken",
         "MlpBlock", "MultiHeadDotProductAttention", "NoPositionEmbs", "PatchEmbedding",
-        "TokenPooling", "TransformerBlock"), "keras_vit.layers"),
+        "ScannedEncoder", "TokenPooling", "TransformerBlock"), "keras_vit.layers"),
     **dict.fromkeys(("BottleneckUnit", "ResNetStem", "StdConv2D"), "keras_vit.resnet"),
     **dict.fromkeys(("MODEL_SIZES", "VARIANTS", "get_variant"), "keras_vit.configs"),
     **dict.fromkeys((

@@ -41,7 +41,8 @@ import keras
 import numpy as np
 
 from keras_vit.fileio import atomic_write
-from keras_vit.model import model_image_size, patch_grid
+from keras_vit.model import (SCANNED_ENCODER, encoder_blocks, model_image_size, patch_grid,
+                             unscanned)
 from keras_vit.validation import check_index, check_positive_int
 
 # Figure layout, in pixels (PNGs are written at `DPI` dots per inch).
@@ -86,10 +87,7 @@ Attributes:
 
 
 def _blocks(model):
-    names = {layer.name for layer in model.layers}
-    blocks = []
-    while f"encoderblock_{len(blocks)}" in names:
-        blocks.append(model.get_layer(f"encoderblock_{len(blocks)}"))
+    blocks = encoder_blocks(model)
     if not blocks:
         raise ValueError(
             f"Model {model.name!r} has no encoder blocks named 'encoderblock_0', ...; expected "
@@ -116,6 +114,8 @@ def geometry(model):
     rows, cols = patch_grid(model)  # a model of any input size: at the size it was built for
     if model.inputs[0].shape[1] is None:
         num_prefix = model.get_layer("posembed_input").num_prefix_tokens
+    elif SCANNED_ENCODER in {layer.name for layer in model.layers}:  # no block outputs
+        num_prefix = int("cls" in {layer.name for layer in model.layers})
     else:
         length = blocks[0].output[1].shape[-1]  # tokens: patches plus the class token, if any
         num_prefix = length - rows * cols
@@ -130,7 +130,7 @@ def geometry(model):
         patch_pixels=(height / rows, width / cols),
         num_prefix=num_prefix,
         num_layers=len(blocks),
-        num_heads=blocks[0].output[1].shape[1],
+        num_heads=blocks[0].num_heads,
     )
 
 
@@ -138,8 +138,10 @@ def attention_probe(model):
     """A `keras.Model` from the model's input to every block's attention probabilities.
 
     The outputs are the blocks' own second outputs, so one call runs one forward pass of the
-    model and returns `[layers] x [B, heads, N, N]` (N counts the class token, if any).
+    model and returns `[layers] x [B, heads, N, N]` (N counts the class token, if any). A
+    `scan=True` model is probed through its per-block twin (`keras_vit.unscanned`).
     """
+    model = unscanned(model)
     outputs = [block.output[1] for block in _blocks(model)]
     return keras.Model(model.input, outputs, name=f"{model.name}_attention")
 

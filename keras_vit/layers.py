@@ -84,6 +84,13 @@ def attention_core(query, key, value, scale):
     return core(query, key, value)
 
 
+def random_states(layer):
+    """The layer's variables that are not weights: its dropout layers' seed-generator states
+    (which `save_weights` leaves out)."""
+    weights = {id(v) for v in layer.weights}
+    return [v for v in layer.variables if id(v) not in weights]
+
+
 def _dense_general_glorot(fan_in, fan_out):
     """Glorot-uniform for a kernel whose axes split `fan_in` or `fan_out` (Flax `DenseGeneral`).
 
@@ -717,6 +724,82 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         y = self.mlp(self.norm_2(x), training=training)  # y = [B, N, D]
         return x + y, probs  # probs = [B, heads, N, N]
 
+
+
+@_register
+class ScannedEncoder(ConfigArgs, keras.layers.Layer):
+    """The encoder's `num_layers` blocks as one layer that scans one block over their weights.
+
+    It holds the same `TransformerBlock`s `encoderblock_{i}` as the per-block model, with
+    their own weights and names (the layer is named `Transformer` in a `keras_vit.ViT`, so its
+    variables' paths are the checkpoint keys `Transformer/encoderblock_{i}/...`). Its call
+    stacks each weight over the blocks and applies block 0's computation to each block's
+    slice with `keras.ops.scan` (big_vision's scanned layout): the traced and compiled
+    function holds one block instead of `num_layers`. Dropout masks come from block 0's seed
+    generators, advanced from block to block.
+
+    On TensorFlow the blocks are applied one after the other, as in the per-block model:
+    `keras.ops.scan` there cannot be differentiated under XLA, and a TensorFlow while loop
+    was measured slower to compile, slower per step and larger (BENCHMARKS.md).
+
+    Args:
+        num_layers: int. Number of blocks.
+        num_heads, mlp_dim, dropout_rate, attention_dropout_rate, layer_norm_epsilon,
+            gelu_approximate, qkv_bias, remat: each block's `TransformerBlock` arguments.
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input: `[B, N, D]`. Output: `[B, N, D]` (no attention probabilities: the per-block model,
+    `keras_vit.model.unscanned`, has them).
+    """
+
+    BLOCK_ARGS = TransformerBlock.CONFIG_ARGS
+    CONFIG_ARGS = ("num_layers", *BLOCK_ARGS)
+
+    def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0,
+                 attention_dropout_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON,
+                 gelu_approximate=GELU_APPROXIMATE, qkv_bias=True, remat=False, **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        block = TransformerBlock(num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
+                                 layer_norm_epsilon, gelu_approximate, qkv_bias, remat)
+        for name in self.BLOCK_ARGS:  # validated by the block
+            setattr(self, name, getattr(block, name))
+
+    def build(self, input_shape):
+        block_args = {name: getattr(self, name) for name in self.BLOCK_ARGS}
+        self.blocks = [TransformerBlock(**block_args, name=f"encoderblock_{i}",
+                                        dtype=self.dtype_policy)
+                       for i in range(self.num_layers)]
+        for block in self.blocks:
+            block.build(input_shape)
+
+    def call(self, inputs, training=None):
+        # inputs = [B, N, D]
+        if keras.backend.backend() == "tensorflow" or self.num_layers == 1:
+            x = inputs
+            for block in self.blocks:
+                x = block(x, training=training)
+            return x
+        template = self.blocks[0]
+        # Each weight stacked over the blocks: [num_layers, *shape].
+        stacked = [ops.stack([block.weights[j].value for block in self.blocks])
+                   for j in range(len(template.weights))]
+        seeds = random_states(template)
+
+        def body(carry, layer_weights):
+            x, seed_values = carry
+            mapping = list(zip(template.weights, layer_weights)) + list(zip(seeds, seed_values))
+            with keras.StatelessScope(state_mapping=mapping) as scope:
+                y = template(x, training=training)  # y = [B, N, D]
+            return (y, [scope.get_current_value(v) for v in seeds]), None
+
+        (x, seed_values), _ = ops.scan(body, (inputs, [v.value for v in seeds]), stacked)
+        for variable, value in zip(seeds, seed_values):
+            variable.assign(value)
+        return x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
 
 @_register

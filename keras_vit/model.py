@@ -6,6 +6,9 @@ with `model.get_layer(name)`:
 
 - `model.get_layer("encoder_norm").output`: the full token sequence `[B, N(+1), D]`;
 - `model.get_layer("encoderblock_3").output[1]`: block 3's attention probabilities.
+
+With `scan=True` the blocks are sublayers of one `Transformer` layer (`encoder_blocks` finds
+them in either layout, `unscanned` gives the per-block model).
 """
 
 import keras
@@ -20,6 +23,7 @@ from keras_vit.layers import (
     ClassToken,
     NoPositionEmbs,
     PatchEmbedding,
+    ScannedEncoder,
     TokenPooling,
     TransformerBlock,
 )
@@ -27,6 +31,9 @@ from keras_vit.resnet import ResNetStem
 from keras_vit.validation import check_bool, check_choice, check_heads, check_positive_int, to_pair
 
 IMAGE_CHANNELS = 3
+# The name of the `ScannedEncoder` layer of a `scan=True` model: its variables' paths are then
+# the checkpoint keys (`Transformer/encoderblock_{i}/...`).
+SCANNED_ENCODER = "Transformer"
 # `position_embedding` -> the layer `posembed_input` that adds it (paper appendix D.4, Table 8;
 # "sincos_2d" from big_vision).
 POSITION_EMBEDDINGS = {
@@ -59,6 +66,7 @@ def ViT(
     fc_norm=False,
     remat=False,
     position_embedding="learned",
+    scan=False,
     name=None,
 ):
     """Builds a Vision Transformer as a functional `keras.Model`.
@@ -113,6 +121,13 @@ def ViT(
             `AddPositionEmbs2D`), "sincos_2d" (big_vision's fixed 2-D sine-cosine embedding,
             no weights: `AddSinCosPositionEmbs2D`) or "none" (no position information:
             `NoPositionEmbs`). Defaults to "learned".
+        scan: bool. If True, the blocks live in one `ScannedEncoder` layer named
+            `Transformer`, which runs one traced block over their stacked weights on JAX
+            (big_vision's scanned layout: one block to trace and compile instead of
+            `num_layers`). The blocks keep their names and weights, so loading, saving,
+            conversion and export are unchanged; the attention probabilities are not in the
+            graph (`keras_vit.unscanned(model)` has them; the inspection tools use it).
+            Defaults to False (one `TransformerBlock` layer per block).
         name: str or None. Model name. Defaults to "vit".
 
     Returns:
@@ -139,6 +154,7 @@ def ViT(
     qkv_bias = check_bool("qkv_bias", qkv_bias)
     fc_norm = check_bool("fc_norm", fc_norm)
     remat = check_bool("remat", remat)
+    scan = check_bool("scan", scan)
     class_token = check_bool("class_token", classifier == "token" if class_token is None
                              else class_token)
     if include_top:
@@ -189,20 +205,17 @@ def ViT(
             base_grid, num_prefix_tokens=num_prefix, name="posembed_input")
     x = posembed(x, grid=grid) if dynamic_image_size else posembed(x)  # x = [B, N(+1), D]
     x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
-    for i in range(num_layers):
+    block_args = dict(dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+                      gelu_approximate=gelu_approximate, layer_norm_epsilon=layer_norm_epsilon,
+                      qkv_bias=qkv_bias, remat=remat)
+    if scan:
+        x = ScannedEncoder(num_layers, num_heads, mlp_dim, name=SCANNED_ENCODER,
+                           **block_args)(x)  # x = [B, N(+1), D]
+    for i in range(0 if scan else num_layers):
         # Each block also returns its attention probabilities [B, heads, N+1, N+1]: they stay
         # in the graph, reachable as `model.get_layer(f"encoderblock_{i}").output[1]`.
-        x, _ = TransformerBlock(
-            num_heads,
-            mlp_dim,
-            dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate,
-            gelu_approximate=gelu_approximate,
-            layer_norm_epsilon=layer_norm_epsilon,
-            qkv_bias=qkv_bias,
-            remat=remat,
-            name=f"encoderblock_{i}",
-        )(x, return_attention_scores=True)
+        x, _ = TransformerBlock(num_heads, mlp_dim, name=f"encoderblock_{i}", **block_args)(
+            x, return_attention_scores=True)
     if not fc_norm:
         x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
     x = TokenPooling(classifier, num_prefix_tokens=num_prefix, name="pool")(x)  # x = [B, D]
@@ -257,15 +270,16 @@ def vit_config(model):
         dict of `keras_vit.ViT` keyword arguments (JSON-serialisable).
     """
     names = {layer.name for layer in model.layers}
-    if "embedding" not in names or "encoderblock_0" not in names or "pool" not in names:
+    blocks = encoder_blocks(model) if "embedding" in names and "pool" in names else []
+    if not blocks:
         raise ValueError(f"Model {model.name!r} was not built by keras_vit.ViT: it has no "
                          "'embedding', 'encoderblock_0' and 'pool' layers.")
-    embedding, block = model.get_layer("embedding"), model.get_layer("encoderblock_0")
+    embedding, block = model.get_layer("embedding"), blocks[0]
     config = dict(
         image_size=list(model_image_size(model)),
         patch_size=list(embedding.patch_size),
         hidden_size=embedding.hidden_size,
-        num_layers=sum(name.startswith("encoderblock_") for name in names),
+        num_layers=len(blocks),
         num_heads=block.num_heads,
         mlp_dim=block.mlp_dim,
         num_classes=model.get_layer("head").units if "head" in names else None,
@@ -284,6 +298,7 @@ def vit_config(model):
         fc_norm="fc_norm" in names,
         remat=block.remat,
         position_embedding=_position_embedding(model.get_layer("posembed_input")),
+        scan=SCANNED_ENCODER in names,
         name=model.name,
     )
     if "resnet" in names:
@@ -292,6 +307,43 @@ def vit_config(model):
                                   width_factor=stem.width_factor,
                                   std_conv_epsilon=stem.std_conv_epsilon)
     return config
+
+
+def encoder_blocks(model):
+    """The model's `TransformerBlock`s in order: the layers `encoderblock_{i}`, or the
+    sublayers of its `Transformer` layer (`scan=True`). Empty for a model without them."""
+    names = {layer.name for layer in model.layers}
+    if SCANNED_ENCODER in names and isinstance(model.get_layer(SCANNED_ENCODER), ScannedEncoder):
+        return list(model.get_layer(SCANNED_ENCODER).blocks)
+    blocks = []
+    while f"encoderblock_{len(blocks)}" in names:
+        blocks.append(model.get_layer(f"encoderblock_{len(blocks)}"))
+    return blocks
+
+
+def unscanned(model):
+    """The per-block model of a `scan=True` model, with a copy of its weights.
+
+    Its layers `encoderblock_{i}` return their attention probabilities in the graph (for
+    `keras_vit.inspection`); its outputs equal the scanned model's. A model that is not
+    scanned is returned as it is.
+
+    Args:
+        model: a model built by `keras_vit.ViT` (or a named builder).
+
+    Returns:
+        A `keras.Model`.
+    """
+    config = vit_config(model)
+    if not config["scan"]:
+        return model
+    twin = ViT(**dict(config, scan=False))
+    blocks = dict(zip((f"encoderblock_{i}" for i in range(config["num_layers"])),
+                      encoder_blocks(model)))
+    for layer in twin.layers:
+        source = blocks[layer.name] if layer.name in blocks else model.get_layer(layer.name)
+        layer.set_weights(source.get_weights())
+    return twin
 
 
 def _position_embedding(layer):

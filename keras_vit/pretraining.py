@@ -54,7 +54,7 @@ that encoder (`include_top=False`).
 import keras
 from keras import ops
 
-from keras_vit.model import IMAGE_CHANNELS, ViT, vit_config
+from keras_vit.model import IMAGE_CHANNELS, SCANNED_ENCODER, ViT, encoder_blocks, vit_config
 from keras_vit.validation import (
     check_choice,
     check_int,
@@ -251,7 +251,9 @@ class MaskedPatchModel(keras.Model):
         self.stem, self.cls, self.posembed = (_layer(vit, name) for name in _OPTIONAL)
         self.embedding = vit.get_layer("embedding")
         self.dropout = vit.get_layer("dropout")
-        self.blocks = [vit.get_layer(f"encoderblock_{i}") for i in range(config["num_layers"])]
+        # The encoder blocks, or the one layer that holds them all (`scan=True`).
+        self.blocks = ([vit.get_layer(SCANNED_ENCODER)] if config["scan"]
+                       else encoder_blocks(vit))
         # The final norm of the token sequence; `fc_norm` models normalise each token with it.
         self.norm = _layer(vit, "encoder_norm") or vit.get_layer("fc_norm")
         self.num_prefix = int(self.cls is not None)

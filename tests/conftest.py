@@ -15,3 +15,18 @@ def _clean_keras_state():
     yield
     keras.config.set_dtype_policy("float32")
     keras.backend.clear_session()
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    """A class-per-subfolder image folder: 12 random 16x16 PNGs in classes c0 and c1."""
+    import numpy as np
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    rng = np.random.default_rng(2)
+    for i in range(12):
+        path = folder / f"c{i % 2}" / f"{i}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(path)
+    return folder

@@ -84,21 +84,15 @@ def test_fit_on_jax_resumes_to_the_same_weights_and_tensorflow_loads_them(tmp_pa
                                np.load(tmp_path / "jax_logits.npy"), atol=1e-4)
 
 
-def test_train_command_on_jax(tmp_path):
-    folder = tmp_path / "images"
-    rng = np.random.default_rng(2)
-    from PIL import Image
-
-    for i in range(12):
-        path = folder / f"c{i % 2}" / f"{i}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(path)
+def test_train_command_on_jax(tmp_path, image_folder):
+    folder = image_folder
     config = json.dumps({k: v for k, v in TINY.items() if k != "num_classes"})
     code = ("import sys\nfrom keras_vit.cli import main\n"
             "sys.exit(main(sys.argv[1:]))")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
-        [sys.executable, "-c", code, "train", "--backend", "jax", "--folder", str(folder),
+        [sys.executable, "-c", code, "train", "--backend", "jax", "--scan", "--folder",
+         str(folder),
          "--model-config", config, "--image-size", "16", "--batch-size", "4", "--epochs", "2",
          "--validation-split", "none", "--verbose", "2", "--output", str(tmp_path / "run"),
          "--compile-cache", str(tmp_path / "xla_cache")],
@@ -106,6 +100,8 @@ def test_train_command_on_jax(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert '"epochs": 2' in result.stdout
     assert weights.read_npz(tmp_path / "run" / "final.npz")["head/kernel"].shape == (16, 2)
+    written = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert written["model"]["scan"] is True  # the scanned encoder trained on JAX
     # JAX's persistent cache holds the compiled steps for the next run.
     assert any(path.is_file() for path in (tmp_path / "xla_cache").rglob("*"))
 
@@ -164,3 +160,75 @@ def test_vtab_on_jax(tmp_path):
         images, labels = next(iter(test.dataset))
         predicted = np.argmax(model.predict(images.numpy(), verbose=0), axis=-1)
         assert float(row["accuracy"]) == pytest.approx(np.mean(predicted == labels.numpy()))
+
+
+SCAN_ON_JAX = textwrap.dedent("""
+    import keras, numpy as np
+    import keras_vit
+
+    assert keras.backend.backend() == "jax"
+    config = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=3, num_heads=2,
+                  mlp_dim=16, num_classes=3)
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 16, 16, 3)).astype("float32")
+    y = np.arange(4) % 3
+
+    def twins(**overrides):
+        plain = keras_vit.ViT(**config, **overrides)
+        scanned = keras_vit.ViT(scan=True, **config, **overrides)
+        scanned.set_weights(plain.get_weights())
+        return plain, scanned
+
+    def difference(a, b):
+        return max(np.abs(u - v).max() for u, v in zip(a.get_weights(), b.get_weights()))
+
+    # Training through the scan gives the per-block model's weights (remat included).
+    for overrides in ({}, {"remat": True}):
+        plain, scanned = twins(**overrides)
+        for model in (plain, scanned):
+            model.compile(optimizer=keras.optimizers.AdamW(0.01), jit_compile=True,
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            model.fit(x, y, epochs=3, batch_size=2, shuffle=False, verbose=0)
+        assert np.abs(plain.get_layer("head").get_weights()[0]).max() > 1e-3  # trained
+        assert difference(plain, scanned) < 2e-4, (overrides, difference(plain, scanned))
+
+    # Dropout: block 0's seed generators, advanced from block to block. Reference: each block
+    # applied in turn with the state the previous one left.
+    plain, scanned = twins(dropout_rate=0.3, attention_dropout_rate=0.2)
+    encoder = scanned.get_layer("Transformer")
+
+    def seeds(block):
+        kept = {id(v) for v in block.weights}
+        return [v for v in block.variables if id(v) not in kept]
+
+    tokens = np.random.default_rng(1).normal(size=(4, 5, 16)).astype("float32")
+    start = [np.asarray(v.value) for v in seeds(encoder.blocks[0])]
+    got = np.asarray(encoder(tokens, training=True))
+    end = [np.asarray(v.value) for v in seeds(encoder.blocks[0])]
+    state, expected = start, tokens
+    for block in encoder.blocks:
+        for variable, value in zip(seeds(block), state):
+            variable.assign(value)
+        expected = block(expected, training=True)
+        state = [np.asarray(v.value) for v in seeds(block)]
+    np.testing.assert_allclose(got, np.asarray(expected), atol=1e-5)
+    assert not np.allclose(got, np.asarray(encoder(tokens)))  # dropout was on
+    for after, value in zip(end, state):  # block 0's state moved on as the blocks' did
+        assert (after == value).all()
+
+    # A frozen block stays as it is; the others train.
+    plain, scanned = twins()
+    frozen, free = scanned.get_layer("Transformer").blocks[1:3]
+    frozen.trainable = False
+    before = [[w.copy() for w in block.get_weights()] for block in (frozen, free)]
+    scanned.compile(optimizer=keras.optimizers.AdamW(0.01),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    scanned.fit(x, y, epochs=2, batch_size=2, verbose=0)
+    changes = [max(np.abs(a - b).max() for a, b in zip(old, block.get_weights()))
+               for old, block in zip(before, (frozen, free))]
+    assert changes[0] == 0 and changes[1] > 1e-4, changes
+    print("ok")
+""")
+
+
+def test_scanned_encoder_trains_like_the_per_block_model_on_jax():
+    assert run_jax(SCAN_ON_JAX).strip().splitlines()[-1] == "ok"

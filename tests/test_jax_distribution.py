@@ -47,13 +47,13 @@ FIT_DISTRIBUTED = textwrap.dedent("""
             if epoch + 1 == self.crash_after:
                 raise KeyboardInterrupt("simulated crash")
 
-    def run(name, distribution, validation=False, crash_after=None):
+    def run(name, distribution, validation=False, crash_after=None, scan=False):
         keras.utils.set_random_seed(0)
         train = data.from_arrays(x, y, image_size=16, batch_size=16, training=True, seed=1)
         val = data.from_arrays(x[:16], y[:16], image_size=16, batch_size=8, training=False)
         record = Record(crash_after)
         with distribution.scope() if distribution else contextlib.nullcontext():
-            model = keras_vit.ViT(**tiny)
+            model = keras_vit.ViT(**tiny, scan=scan)
             try:
                 training.fit(model, train, val if validation else None, epochs=2,
                              output_dir=os.path.join(out, name), learning_rate=0.1,
@@ -83,6 +83,11 @@ FIT_DISTRIBUTED = textwrap.dedent("""
     momentum = [v for v in model.optimizer.variables
                 if "query_kernel" in v.path and "encoderblock_1" in v.path]
     results["momentum_spec"] = list(momentum[0].value.sharding.spec)
+    # The scanned encoder under ModelParallel: its blocks' weights sharded the same way.
+    results["one_scan"] = run("one_scan", None, scan=True)[0]
+    results["mp_scan"], model = run("mp_scan", mp, scan=True)
+    results["mp_scan_specs"] = specs(model, "Transformer/encoderblock_1/",
+                                     "MlpBlock_3/Dense_0/kernel")
     print(json.dumps(results))
 """)
 
@@ -133,6 +138,12 @@ def test_data_and_model_parallel_fit_match_one_device(tmp_path):
     assert_same_weights(tmp_path / "dp" / "final.npz", reference)
     assert_same_weights(tmp_path / "mp" / "final.npz", reference)
     assert (tmp_path / "dp" / "best.npz").exists()  # evaluated under the distribution
+    # The scanned encoder (its own dropout masks: compared with itself on one device).
+    assert len(results["one_scan"]) == 2
+    np.testing.assert_allclose(results["mp_scan"], results["one_scan"], rtol=RTOL)
+    assert results["mp_scan_specs"] == {
+        "MlpBlock_3/Dense_0/kernel": [[None, "model"], [32, 16], 8]}
+    assert_same_weights(tmp_path / "mp_scan" / "final.npz", tmp_path / "one_scan" / "final.npz")
     assert json.loads((tmp_path / "mp" / "run.json").read_text())["finished"] is True
 
 

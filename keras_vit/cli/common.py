@@ -276,6 +276,9 @@ def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split
     run.add_argument("--backend", choices=("tensorflow", "jax"), default=None,
                      help="Keras backend (default: KERAS_BACKEND, else tensorflow); the data "
                           "pipelines are tf.data either way")
+    run.add_argument("--scan", action="store_true",
+                     help="build the encoder as one scanned layer (keras_vit.ViT scan=True: "
+                          "one block traced and compiled, on the JAX backend)")
     run.add_argument("--compile-cache", metavar="DIR", default=None,
                      help="keep compiled XLA programs in DIR for the next run (JAX backend)")
     run.add_argument("--validation-split", default=validation_split,
@@ -311,6 +314,11 @@ def start_run(args):
     strategy = distribute.get_strategy(args.strategy)
     distribute.global_batch_size(args.batch_size, strategy)
     return strategy
+
+
+def run_architecture(args):
+    """The `keras_vit.ViT` arguments the run flags add to the model flags' (`--scan`)."""
+    return {"scan": True} if args.scan else None
 
 
 def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, **kwargs):

@@ -20,6 +20,7 @@ from keras_vit.cli.common import (
     fit_from_args,
     input_size,
     model_from_args,
+    run_architecture,
     require_architecture,
     start_run,
 )
@@ -58,7 +59,7 @@ def run(args):  # the dispatcher has applied --backend
     data_num_classes(args)  # bad data flags fail before the output folder is made
     strategy = start_run(args)
     with strategy.scope():
-        vit, _ = model_from_args(args, include_top=False)
+        vit, _ = model_from_args(args, include_top=False, architecture=run_architecture(args))
         model = pretraining.masked_patch_model(vit, objective=TARGETS[args.target],
                                                mask_rate=args.mask_rate, seed=args.seed)
     fit_from_args(args, model, strategy, input_size(vit, args), recipe="pretrain_mpp",

@@ -16,6 +16,7 @@ from keras_vit.cli.common import (
     fit_from_args,
     input_size,
     model_from_args,
+    run_architecture,
     start_run,
 )
 
@@ -43,7 +44,8 @@ def run(args):  # the dispatcher has applied --backend
     num_classes = check_trainable_classes(data_num_classes(args))
     strategy = start_run(args)
     with strategy.scope():
-        model, _ = model_from_args(args, num_classes=num_classes)
+        model, _ = model_from_args(args, num_classes=num_classes,
+                                   architecture=run_architecture(args))
     fit_from_args(args, model, strategy, input_size(model, args), recipe=args.recipe,
                   default_steps=DEFAULT_STEPS, weight_decay=args.weight_decay,
                   label_smoothing=args.label_smoothing)

@@ -14,6 +14,7 @@ import numpy as np
 
 from keras_vit import distribute
 from keras_vit.fileio import atomic_write_text, check_writable_dir, staging_dir
+from keras_vit.layers import random_states
 from keras_vit.validation import check_positive_int
 from keras_vit.weights import model_params, save_npz
 
@@ -62,12 +63,6 @@ def resume_epoch(backup_dir):
     return 0 if state is None else state["epoch"]
 
 
-def _random_state(model):
-    """The variables `save_weights` leaves out: the dropout layers' seed-generator states."""
-    saved = {id(v) for v in model.weights}
-    return [v for v in model.variables if id(v) not in saved]
-
-
 class BackupAndRestore(keras.callbacks.Callback):
     """Backs up the model, its optimizer state and its random-number state at every epoch end,
     crash-safe, and restores them when training begins.
@@ -106,7 +101,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         except (OSError, ValueError, KeyError) as e:
             raise BackupError(f"The backup {folder} cannot be restored ({e}). Start the run "
                               "over with overwrite=True (--overwrite).") from None
-        variables = _random_state(self.model)
+        variables = random_states(self.model)
         if len(arrays) != len(variables):
             raise BackupError(f"The backup {folder} holds {len(arrays)} random states, the model "
                               f"has {len(variables)}: it was made by another model. Start the "
@@ -123,7 +118,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         with staging_dir(os.path.join(self.backup_dir, name)) as staging:
             self.model.save_weights(os.path.join(staging, BACKUP_WEIGHTS))
             np.savez(os.path.join(staging, BACKUP_RANDOM_STATE),
-                     *[keras.ops.convert_to_numpy(v) for v in _random_state(self.model)])
+                     *[keras.ops.convert_to_numpy(v) for v in random_states(self.model)])
         atomic_write_text(os.path.join(self.backup_dir, BACKUP_POINTER),
                           json.dumps({"epoch": completed, "dir": name}))
         for entry in os.listdir(self.backup_dir):

@@ -65,6 +65,8 @@ from keras_vit.weights import save_npz
 
 RUN_FILE = "run.json"
 CONFIG_FILE = "config.json"
+# Settings a run.json written before they existed holds implicitly.
+SETTING_DEFAULTS = {"scan": False}
 FINAL_FILE = "final.npz"
 BEST_FILE = "best.npz"
 ENCODER_FILE = "encoder.npz"
@@ -133,8 +135,8 @@ def _check_resume(output_dir, settings, overwrite):
             f"weights are in {os.path.join(output_dir, FINAL_FILE)}. To train further, start a "
             f"new run from them (--weights {os.path.join(output_dir, FINAL_FILE)} --output "
             "NEW_FOLDER); to start this one over, pass overwrite=True (--overwrite).")
-    changed = {k: (previous["settings"].get(k), v) for k, v in settings.items()
-               if previous["settings"].get(k) != v}
+    recorded = dict(SETTING_DEFAULTS, **previous["settings"])
+    changed = {k: (recorded.get(k), v) for k, v in settings.items() if recorded.get(k) != v}
     if changed and os.path.exists(backup_dir(output_dir)):
         details = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
         raise ValueError(
@@ -143,18 +145,22 @@ def _check_resume(output_dir, settings, overwrite):
             "over.")
 
 
+def _model_config(model):
+    """The model's `keras_vit.ViT` configuration, or None for a model it did not build."""
+    config = getattr(model, "encoder_config", None)  # a ViT inside a pre-training model
+    try:
+        return config or vit_config(model)
+    except ValueError:
+        return None  # not a keras_vit.ViT model: the .npz alone describes it
+
+
 def _write_run(output_dir, settings, finished, model, class_names):
     if not distribute.is_chief():
         return
     atomic_write_text(os.path.join(output_dir, RUN_FILE),
                       json.dumps({"settings": settings, "finished": finished}, indent=1))
-    config = getattr(model, "encoder_config", None)  # a ViT inside a pre-training model
-    try:
-        config = config or vit_config(model)
-    except ValueError:
-        config = None  # not a keras_vit.ViT model: the .npz alone describes it
     atomic_write_text(os.path.join(output_dir, CONFIG_FILE), json.dumps(
-        {"format": "keras_vit", "model": config, "class_names": list(class_names) or None},
+        {"format": "keras_vit", "model": _model_config(model), "class_names": list(class_names) or None},
         indent=1))
 
 
@@ -240,7 +246,9 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
                     examples=train.num_examples, recipe=recipe, learning_rate=learning_rate,
                     warmup_steps=warmup_steps,
                     weight_decay=weight_decay if recipe == "pretrain" else None,
-                    label_smoothing=label_smoothing)
+                    label_smoothing=label_smoothing,
+                    # The encoder's layout: its backup holds the layers of one layout only.
+                    scan=bool((_model_config(model) or {}).get("scan")))
     if recipe is not None:  # before anything is cleared: it checks the recipe's arguments
         with distribute.strategy_scope(model):
             compile_recipe(model, recipe, updates, learning_rate, warmup_steps, weight_decay,
