@@ -37,7 +37,7 @@ def main(argv=None):
     xla = "noxla" not in argv
     adamw = keras.optimizers.AdamW if "--keras-adamw" in argv else training.AdamW
     t_import = time.perf_counter()
-    name = argv[argv.index("--model") + 1] if "--model" in argv else "B/16"
+    name = argv[argv.index("--model") + 1] if "--model" in argv[:-1] else "B/16"
     model = keras_vit.create_model(name, dropout_rate=0.0)
     t_build = time.perf_counter()
     model.compile(optimizer=adamw(1e-4),

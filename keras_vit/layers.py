@@ -775,7 +775,7 @@ class ScannedEncoder(ConfigArgs, keras.layers.Layer):
 
     def call(self, inputs, training=None):
         # inputs = [B, N, D]
-        if keras.backend.backend() == "tensorflow" or self.num_layers == 1:
+        if keras.backend.backend() == "tensorflow" or not self._uniform():
             x = inputs
             for block in self.blocks:
                 x = block(x, training=training)
@@ -797,6 +797,13 @@ class ScannedEncoder(ConfigArgs, keras.layers.Layer):
         for variable, value in zip(seeds, seed_values):
             variable.assign(value)
         return x
+
+    def _uniform(self):
+        """Whether the blocks' weights stack: more than one block, and the same shapes and
+        dtypes in each (LoRA or quantization of some blocks only breaks that)."""
+        layouts = {tuple((tuple(v.shape), v.dtype) for v in block.weights)
+                   for block in self.blocks}
+        return self.num_layers > 1 and len(layouts) == 1
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -337,7 +337,12 @@ def unscanned(model):
     config = vit_config(model)
     if not config["scan"]:
         return model
-    twin = ViT(**dict(config, scan=False))
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(model.get_layer("embedding").dtype_policy)  # the model's
+    try:
+        twin = ViT(**dict(config, scan=False))
+    finally:
+        keras.config.set_dtype_policy(policy)
     blocks = dict(zip((f"encoderblock_{i}" for i in range(config["num_layers"])),
                       encoder_blocks(model)))
     for layer in twin.layers:

@@ -232,3 +232,26 @@ SCAN_ON_JAX = textwrap.dedent("""
 
 def test_scanned_encoder_trains_like_the_per_block_model_on_jax():
     assert run_jax(SCAN_ON_JAX).strip().splitlines()[-1] == "ok"
+
+
+LORA_ON_JAX = textwrap.dedent("""
+    import keras, numpy as np
+    import keras_vit
+
+    config = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=3, num_heads=2,
+                  mlp_dim=16, num_classes=3)
+    plain = keras_vit.ViT(**config)
+    scanned = keras_vit.ViT(scan=True, **config)
+    scanned.set_weights(plain.get_weights())
+    # LoRA on one block only: the blocks' weights no longer stack, the blocks run in turn.
+    plain.get_layer("encoderblock_1").mlp.dense_0.enable_lora(2)
+    scanned.get_layer("Transformer").blocks[1].mlp.dense_0.enable_lora(2)
+    scanned.set_weights(plain.get_weights())
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    assert np.abs(scanned.predict(x, verbose=0) - plain.predict(x, verbose=0)).max() < 1e-5
+    print("ok")
+""")
+
+
+def test_scanned_encoder_with_blocks_that_differ_runs_them_in_turn_on_jax():
+    assert run_jax(LORA_ON_JAX).strip().splitlines()[-1] == "ok"

@@ -165,3 +165,12 @@ def test_a_run_resumes_only_in_the_layout_it_was_started_in(tmp_path):
     summary = training.fit(keras_vit.ViT(**CONFIG), train, output_dir=tmp_path, epochs=2,
                            verbose=0)
     assert summary["resumed_at_epoch"] == 1
+
+
+def test_unscanned_keeps_the_models_precision_policy():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    scanned = keras_vit.ViT(scan=True, **CONFIG)
+    keras.config.set_dtype_policy("float32")
+    twin = keras_vit.unscanned(scanned)
+    assert twin.get_layer("encoderblock_0").dtype_policy.name == "mixed_bfloat16"
+    assert keras.config.dtype_policy().name == "float32"
