@@ -2,7 +2,7 @@
 first training step, the steady step and peak memory, on TensorFlow and on JAX.
 
     python -m benchmarks.scan_encoder [--model B/16] [--batch 8] [--rounds 2]
-        [--modes tensorflow:blocks,tensorflow:while,jax:blocks,jax:scan]
+        [--modes tensorflow:blocks,tensorflow:while,jax:blocks,jax:scan,jax:blocks-nobarrier]
 
 Each mode runs in a fresh process (one process at a time), rounds interleaved: it builds the
 model, compiles it with `keras_vit.training.compile_model` (keras_vit's AdamW, XLA), times the
@@ -14,7 +14,11 @@ peak RSS. Modes are `BACKEND:ENCODER`:
   layer applies its blocks one after the other, so it measures as `blocks`);
 - `while` (TensorFlow only): the same layer scanned by a TensorFlow while loop over
   TensorArrays of the stacked weights, the route `ScannedEncoder` does not take on TensorFlow
-  (`keras.ops.scan` there is not differentiable under XLA: its TensorLists have no size bound).
+  (`keras.ops.scan` there is not differentiable under XLA: its TensorLists have no size bound);
+- `blocks-nobarrier`, `scan-nobarrier` (JAX): `blocks` or `scan` with
+  `keras_vit.layers.GRADIENT_BARRIER` off, as before the barrier was added (each block's
+  backward then recomputes the residual gradient of the blocks above it, see
+  `keras_vit.layers.gradient_barrier`).
 """
 
 import argparse
@@ -32,6 +36,10 @@ from keras_vit import training
 from keras_vit.layers import ScannedEncoder
 
 model_name, batch, encoder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if encoder.endswith("-nobarrier"):
+    import keras_vit.layers
+    keras_vit.layers.GRADIENT_BARRIER = False
+    encoder = encoder[:-len("-nobarrier")]
 
 if encoder == "while":
     import tensorflow as tf
@@ -74,17 +82,20 @@ print(json.dumps(dict(to_first_step_s=first - start, first_step_s=first - built,
 """
 
 MODES = ("tensorflow:blocks", "tensorflow:while", "jax:blocks", "jax:scan")
+ENCODERS = ("blocks", "scan", "while", "blocks-nobarrier", "scan-nobarrier")
 
 
 def parse_modes(text):
     modes = [m.strip() for m in text.split(",") if m.strip()]
     for mode in modes:
         backend, _, encoder = mode.partition(":")
-        if backend not in ("tensorflow", "jax") or encoder not in ("blocks", "scan", "while") \
-                or (encoder == "while" and backend != "tensorflow"):
+        if backend not in ("tensorflow", "jax") or encoder not in ENCODERS \
+                or (encoder == "while" and backend != "tensorflow") \
+                or (encoder.endswith("-nobarrier") and backend != "jax"):
             raise argparse.ArgumentTypeError(
                 f"mode {mode!r}: expected BACKEND:ENCODER with BACKEND tensorflow or jax and "
-                "ENCODER blocks, scan or while (while on tensorflow only)")
+                f"ENCODER one of {', '.join(ENCODERS)} (while on tensorflow only, -nobarrier on "
+                "jax only)")
     return modes
 
 

@@ -34,6 +34,10 @@ MLP_BIAS_STDDEV = 1e-6
 # Temperature of the fixed 2-D sine-cosine position embedding (big_vision `posemb_sincos_2d`).
 SINCOS_TEMPERATURE = 10_000.0
 
+# On JAX, each block's input gradient passes through `gradient_barrier` (see there); the
+# switch exists for `benchmarks/scan_encoder.py`, which measures the difference.
+GRADIENT_BARRIER = True
+
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 CLASSIFIERS = ("token", "gap")
 
@@ -82,6 +86,29 @@ def attention_core(query, key, value, scale):
         return out, grad
 
     return core(query, key, value)
+
+
+def gradient_barrier(x):
+    """The identity, whose backward pass computes the incoming gradient once, into memory.
+
+    Why: XLA on CPU (measured with jaxlib 0.10) fuses the chain of elementwise additions that
+    carries the residual stream's gradient back through the encoder into every one of its
+    consumers, so each block's backward recomputes the LayerNorm-backward contributions of
+    all the blocks above it: work quadratic in depth, 45% of a ViT-Ti/16 training step on JAX
+    (BENCHMARKS.md). XLA does not duplicate a floating-point division into several
+    consumers (an "expensive" operation), so the gradient `g / (1 + 0 * g)` is materialised
+    once per block. It equals `g` exactly for every finite `g` (a non-finite one becomes NaN).
+    """
+
+    @ops.custom_gradient
+    def barrier(x):
+        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
+            g = args[0] if upstream is None else upstream
+            return g / (1 + 0 * g)
+
+        return x, grad
+
+    return barrier(x)
 
 
 def random_states(layer):
@@ -717,6 +744,8 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
 
     def _forward(self, inputs, training):
         # inputs = [B, N, D]
+        if GRADIENT_BARRIER and keras.backend.backend() == "jax":
+            inputs = gradient_barrier(inputs)
         x = self.norm_0(inputs)
         x, probs = self.attention(x, training=training, return_attention_scores=True)
         x = self.dropout(x, training=training)

@@ -255,3 +255,46 @@ LORA_ON_JAX = textwrap.dedent("""
 
 def test_scanned_encoder_with_blocks_that_differ_runs_them_in_turn_on_jax():
     assert run_jax(LORA_ON_JAX).strip().splitlines()[-1] == "ok"
+
+
+BARRIER_ON_JAX = textwrap.dedent("""
+    import jax, jax.numpy as jnp, keras, numpy as np
+    import keras_vit
+    from keras_vit import layers
+
+    # The barrier is the identity forward and backward, for finite values.
+    g = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32"))
+    out, vjp = jax.vjp(layers.gradient_barrier, g)
+    assert (np.asarray(out) == np.asarray(g)).all() and (np.asarray(vjp(g)[0]) == g).all()
+
+    config = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=4, num_heads=2,
+                  mlp_dim=16, num_classes=3)
+    model = keras_vit.ViT(**config)
+    x = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (4, 16, 16, 3)).astype("float32"))
+    y = jnp.arange(4) % 3
+    trainable = [v.value for v in model.trainable_variables]
+    others = [v.value for v in model.non_trainable_variables]
+
+    def loss(trainable):
+        logits, _ = model.stateless_call(trainable, others, x, training=True)
+        return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[jnp.arange(4), y])
+
+    def gradients(barrier):
+        layers.GRADIENT_BARRIER = barrier
+        step = jax.jit(jax.grad(loss))
+        hlo = step.lower(trainable).as_text()
+        return [np.asarray(a) for a in step(trainable)], hlo.count("stablehlo.divide")
+
+    with_barrier, divisions = gradients(True)
+    without, divisions_without = gradients(False)
+    # One division per block in the backward pass, and the same gradients to the last bit.
+    assert divisions - divisions_without == config["num_layers"], (divisions, divisions_without)
+    for a, b in zip(with_barrier, without):
+        assert (a == b).all(), np.abs(a - b).max()
+    assert max(np.abs(a).max() for a in with_barrier) > 0
+    print("ok")
+""")
+
+
+def test_gradient_barrier_changes_no_gradient_on_jax():
+    assert run_jax(BARRIER_ON_JAX).strip().splitlines()[-1] == "ok"
