@@ -716,31 +716,50 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         if self.remat and training:
             # The probabilities are an output of the recomputed function, not saved for the
             # backward pass: compiled graphs drop them when nothing reads them.
-            outputs, probs = keras.remat(self._replayable_forward(training))(inputs)
+            outputs, probs = self._remat_forward(inputs, training)
         else:
             outputs, probs = self._forward(inputs, training)
         return (outputs, probs) if return_attention_scores else outputs
 
-    def _replayable_forward(self, training):
-        """`_forward` for `keras.remat`, drawing the same dropout masks when recomputed.
+    def _remat_forward(self, inputs, training):
+        """`_forward` under `keras.remat`, drawing the same dropout masks when recomputed.
 
-        JAX's checkpoint replays the seeds by itself; TensorFlow's recompute_grad re-runs the
-        function after the seed generators have advanced, which would draw new masks (and give
-        wrong gradients), so each recomputation first restores the seeds of the forward pass.
+        TensorFlow's recompute_grad re-runs the function after the seed generators have
+        advanced, which would draw new masks (and give wrong gradients), so each recomputation
+        first restores the seeds of the forward pass. JAX's checkpoint traces a pure function:
+        the seeds go in and the advanced seeds come out (assigning them inside would leak its
+        tracers), and the recomputation replays the same seeds by construction.
         """
-        generators = [layer.seed_generator
-                      for layer in (self.dropout, self.attention.dropout, self.mlp.dropout)
-                      if layer.rate > 0]
-        if keras.backend.backend() != "tensorflow" or not generators:
-            return lambda x: self._forward(x, training)
-        seeds = [ops.copy(g.state.value) for g in generators]  # the values, not the variables
+        states = [layer.seed_generator.state
+                  for layer in (self.dropout, self.attention.dropout, self.mlp.dropout)
+                  if layer.rate > 0]
+        if not states:
+            return keras.remat(lambda x: self._forward(x, training))(inputs)
+        if keras.backend.backend() == "tensorflow":
+            seeds = [ops.copy(state.value) for state in states]  # the values, not the variables
 
-        def forward(x):
-            for generator, seed in zip(generators, seeds):
-                generator.state.assign(seed)
-            return self._forward(x, training)
+            def forward(x):
+                for state, seed in zip(states, seeds):
+                    state.assign(seed)
+                return self._forward(x, training)
 
-        return forward
+            return keras.remat(forward)(inputs)
+
+        # A variable that a StatelessScope does not map reads as its stored value, not as the
+        # value of an enclosing scope (Keras' JAX trainer runs the step in one): the weights
+        # are mapped to their current values as well.
+        weights = [(w, w.value) for w in self.weights]
+
+        def pure_forward(x, seeds):
+            with keras.StatelessScope(state_mapping=weights + list(zip(states, seeds))) as scope:
+                outputs, probs = self._forward(x, training)
+            return outputs, probs, [scope.get_current_value(state) for state in states]
+
+        outputs, probs, advanced = keras.remat(pure_forward)(
+            inputs, [state.value for state in states])
+        for state, value in zip(states, advanced):
+            state.assign(value)
+        return outputs, probs
 
     def _forward(self, inputs, training):
         # inputs = [B, N, D]

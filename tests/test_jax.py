@@ -298,3 +298,58 @@ BARRIER_ON_JAX = textwrap.dedent("""
 
 def test_gradient_barrier_changes_no_gradient_on_jax():
     assert run_jax(BARRIER_ON_JAX).strip().splitlines()[-1] == "ok"
+
+
+REMAT_DROPOUT_ON_JAX = textwrap.dedent("""
+    import jax, jax.numpy as jnp, keras, numpy as np
+    import keras_vit
+    from keras_vit.layers import TransformerBlock
+
+    def seeds(layer):
+        return [v for v in layer.variables if "seed_generator_state" in v.path]
+
+    # One block: the same outputs, gradients and advanced seeds as without remat.
+    plain = TransformerBlock(4, 64, dropout_rate=0.2, attention_dropout_rate=0.3)
+    remat = TransformerBlock(4, 64, dropout_rate=0.2, attention_dropout_rate=0.3, remat=True)
+    for block in (plain, remat):
+        block.build((2, 5, 32))
+    remat.set_weights(plain.get_weights())
+    for a, b in zip(seeds(plain), seeds(remat)):
+        b.assign(a.value)  # the same dropout masks
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 5, 32)).astype("float32"))
+
+    def run(block):
+        trainable = [v.value for v in block.trainable_variables]
+        others = [v.value for v in block.non_trainable_variables]
+
+        def loss(trainable, x):
+            y, others_after = block.stateless_call(trainable, others, x, training=True)
+            return jnp.sum(y * y), (y, others_after)
+
+        step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+        (value, (y, others_after)), grads = step(trainable, x)
+        return [np.asarray(a) for a in [y, *grads[0], grads[1], *others_after]]
+
+    want, got = run(plain), run(remat)
+    assert not np.allclose(want[0], np.asarray(plain(x)))  # dropout was on
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+    # A model: fit with remat and dropout gives the plain model's losses.
+    config = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
+                  mlp_dim=64, num_classes=5, dropout_rate=0.1, attention_dropout_rate=0.1)
+    images = np.random.default_rng(1).uniform(-1, 1, (4, 16, 16, 3)).astype("float32")
+    losses = []
+    for flag in (False, True):
+        keras.utils.set_random_seed(0)
+        model = keras_vit.ViT(remat=flag, **config)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=True,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        losses.append([float(model.train_on_batch(images, np.arange(4))) for _ in range(3)])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    print("ok")
+""")
+
+
+def test_remat_with_dropout_matches_the_plain_block_on_jax():
+    assert run_jax(REMAT_DROPOUT_ON_JAX).strip().splitlines()[-1] == "ok"
