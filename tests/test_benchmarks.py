@@ -355,3 +355,15 @@ def test_run_measures_keras_vit_and_reports_a_failing_contender(tmp_path):
     assert document["models"]["Ti/16"]["forward_macs"] == macs
     assert ours["summary"]["infer_tflops"] == pytest.approx(rate * 2 * macs / 1e12)
     assert document["plan"]["contenders"] == ["timm-fp32", "keras_vit-fp32"]
+
+
+def test_scan_encoder_modes_parse():
+    import argparse
+
+    from benchmarks import scan_encoder
+
+    assert scan_encoder.parse_modes("jax:blocks-nobarrier, tensorflow:while,jax:scan") == [
+        "jax:blocks-nobarrier", "tensorflow:while", "jax:scan"]
+    for bad in ("tensorflow:blocks-nobarrier", "jax:while", "torch:blocks", "jax:scan-barrier"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected BACKEND:ENCODER"):
+            scan_encoder.parse_modes(bad)
