@@ -34,8 +34,8 @@ MLP_BIAS_STDDEV = 1e-6
 # Temperature of the fixed 2-D sine-cosine position embedding (big_vision `posemb_sincos_2d`).
 SINCOS_TEMPERATURE = 10_000.0
 
-# On JAX, each block's input gradient passes through `gradient_barrier` (see there); the
-# switch exists for `benchmarks/scan_encoder.py`, which measures the difference.
+# On JAX on CPU, each block's input gradient passes through `gradient_barrier` (see there);
+# the switch exists for `benchmarks/scan_encoder.py`, which measures the difference.
 GRADIENT_BARRIER = True
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
@@ -98,6 +98,8 @@ def gradient_barrier(x):
     (BENCHMARKS.md). XLA does not duplicate a floating-point division into several
     consumers (an "expensive" operation), so the gradient `g / (1 + 0 * g)` is materialised
     once per block. It equals `g` exactly for every finite `g` (a non-finite one becomes NaN).
+    `TransformerBlock` applies it on JAX when the devices are CPUs: on accelerators, whose XLA
+    fuses by a cost model, it has not been measured.
     """
 
     @ops.custom_gradient
@@ -109,6 +111,12 @@ def gradient_barrier(x):
         return x, grad
 
     return barrier(x)
+
+
+def _jax_on_cpu():
+    """Whether Keras runs on JAX with CPU devices only."""
+    return keras.backend.backend() == "jax" and all(
+        device.startswith("cpu") for device in keras.distribution.list_devices())
 
 
 def random_states(layer):
@@ -763,7 +771,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
 
     def _forward(self, inputs, training):
         # inputs = [B, N, D]
-        if GRADIENT_BARRIER and keras.backend.backend() == "jax":
+        if GRADIENT_BARRIER and _jax_on_cpu():
             inputs = gradient_barrier(inputs)
         x = self.norm_0(inputs)
         x, probs = self.attention(x, training=training, return_attention_scores=True)
