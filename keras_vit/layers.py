@@ -34,8 +34,9 @@ MLP_BIAS_STDDEV = 1e-6
 # Temperature of the fixed 2-D sine-cosine position embedding (big_vision `posemb_sincos_2d`).
 SINCOS_TEMPERATURE = 10_000.0
 
-# On JAX on CPU, each block's input gradient passes through `gradient_barrier` (see there);
-# the switch exists for `benchmarks/scan_encoder.py`, which measures the difference.
+# In training on JAX on CPU, each block's input gradient passes through `gradient_barrier`
+# (see there: the same gradients, a non-finite one becomes NaN); the switch exists for
+# `benchmarks/scan_encoder.py`, which measures the difference.
 GRADIENT_BARRIER = True
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
@@ -98,8 +99,10 @@ def gradient_barrier(x):
     (BENCHMARKS.md). XLA does not duplicate a floating-point division into several
     consumers (an "expensive" operation), so the gradient `g / (1 + 0 * g)` is materialised
     once per block. It equals `g` exactly for every finite `g` (a non-finite one becomes NaN).
-    `TransformerBlock` applies it on JAX when the devices are CPUs: on accelerators, whose XLA
-    fuses by a cost model, it has not been measured.
+    `TransformerBlock` applies it in training on JAX when the devices are CPUs: on
+    accelerators, whose XLA fuses by a cost model, it has not been measured. Being a custom
+    reverse-mode gradient, it has no forward-mode derivative (`jax.jvp` of a block called with
+    `training=True` raises); the inference path (`training=False`) does not use it.
     """
 
     @ops.custom_gradient
@@ -771,7 +774,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
 
     def _forward(self, inputs, training):
         # inputs = [B, N, D]
-        if GRADIENT_BARRIER and _jax_on_cpu():
+        if GRADIENT_BARRIER and training and _jax_on_cpu():
             inputs = gradient_barrier(inputs)
         x = self.norm_0(inputs)
         x, probs = self.attention(x, training=training, return_attention_scores=True)

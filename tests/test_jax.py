@@ -258,6 +258,8 @@ def test_scanned_encoder_with_blocks_that_differ_runs_them_in_turn_on_jax():
 
 
 BARRIER_ON_JAX = textwrap.dedent("""
+    import os
+    os.environ["JAX_PLATFORMS"] = "cpu"  # the barrier is applied on CPUs
     import jax, jax.numpy as jnp, keras, numpy as np
     import keras_vit
     from keras_vit import layers
@@ -292,6 +294,12 @@ BARRIER_ON_JAX = textwrap.dedent("""
     for a, b in zip(with_barrier, without):
         assert (a == b).all(), np.abs(a - b).max()
     assert max(np.abs(a).max() for a in with_barrier) > 0
+
+    # Inference does not go through it: forward-mode derivatives work there.
+    layers.GRADIENT_BARRIER = True
+    infer = lambda x: model.stateless_call(trainable, others, x, training=False)[0]
+    _, tangent = jax.jvp(infer, (x,), (jnp.ones_like(x),))
+    assert np.isfinite(np.asarray(tangent)).all()
     print("ok")
 """)
 
