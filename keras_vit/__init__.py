@@ -69,10 +69,25 @@ def __dir__():
 _LAYER_MODULES = ("keras_vit.layers", "keras_vit.resnet")
 
 
+# The layer modules whose import has finished (each says so on its last line).
+_LOADED_LAYER_MODULES = set()
+
+
 def _import_layer_modules():
+    # While one of them is being imported (`import keras_vit.layers` in a fresh process: its
+    # `import keras` lands here), importing the others now would import it half-made
+    # (`keras_vit.resnet` takes its base class from it): it imports them on its last line.
+    if any(name in sys.modules and name not in _LOADED_LAYER_MODULES for name in _LAYER_MODULES):
+        return
     for name in _LAYER_MODULES:
-        if name not in sys.modules:  # a module still being imported registers itself
+        if name not in sys.modules:
             importlib.import_module(name)
+
+
+def _layer_module_loaded(name):
+    """Called on the last line of each layer module: it is complete, and the others can follow."""
+    _LOADED_LAYER_MODULES.add(name)
+    _import_layer_modules()
 
 
 class _AfterKerasImport(importlib.abc.MetaPathFinder):

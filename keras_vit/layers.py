@@ -900,3 +900,7 @@ class TokenPooling(ConfigArgs, keras.layers.Layer):
         return (input_shape[0], input_shape[2])
 
 
+# Registered for `.keras` files: the other layer modules may be imported now (keras_vit/__init__).
+from keras_vit import _layer_module_loaded  # noqa: E402
+
+_layer_module_loaded(__name__)

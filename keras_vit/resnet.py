@@ -222,3 +222,8 @@ class ResNetStem(ConfigArgs, keras.layers.Layer):
         channels = 4 * width * 2 ** (len(self.num_layers) - 1) if self.num_layers else width
         return (input_shape[0], out(input_shape[1]), out(input_shape[2]), channels)
 
+
+# Registered for `.keras` files: the other layer modules may be imported now (keras_vit/__init__).
+from keras_vit import _layer_module_loaded  # noqa: E402
+
+_layer_module_loaded(__name__)

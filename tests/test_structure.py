@@ -161,6 +161,8 @@ print(model.predict(np.zeros((1, 16, 16, 3), np.float32), verbose=0).shape)
     "import keras_vit\nimport keras\nload = keras.saving.load_model",
     "import keras\nimport keras_vit\nload = keras.saving.load_model",
     "import keras_vit\nimport tensorflow as tf\nload = tf.keras.models.load_model",
+    "from keras_vit.layers import TransformerBlock\nimport keras\nload = keras.saving.load_model",
+    "import keras_vit.resnet\nimport keras\nload = keras.saving.load_model",
 ])
 def test_layers_are_registered_for_keras_files_whatever_the_import_order(tmp_path, imports):
     path = tmp_path / "vit.keras"
@@ -171,3 +173,17 @@ def test_layers_are_registered_for_keras_files_whatever_the_import_order(tmp_pat
                              str(path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("(1, 3)")
+
+
+@pytest.mark.parametrize("first", [
+    "from keras_vit.layers import TransformerBlock", "import keras_vit.layers",
+    "from keras_vit import resnet", "import keras_vit; keras_vit.layers", "import keras, keras_vit",
+])
+def test_a_layer_module_imports_first_in_a_fresh_process_and_every_layer_registers(first):
+    # `import keras_vit.layers` first once failed: its `import keras` imported
+    # keras_vit.resnet, which took its base class from the half-made keras_vit.layers.
+    out = run_python(f"{first}\nimport keras\n"
+                     "print([keras.saving.get_registered_object(f'keras_vit>{name}') is not None"
+                     "       for name in ('TransformerBlock', 'ScannedEncoder', 'ResNetStem',"
+                     "                    'StdConv2D')])")
+    assert out.strip().splitlines()[-1] == "[True, True, True, True]"
