@@ -741,9 +741,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         the seeds go in and the advanced seeds come out (assigning them inside would leak its
         tracers), and the recomputation replays the same seeds by construction.
         """
-        states = [layer.seed_generator.state
-                  for layer in (self.dropout, self.attention.dropout, self.mlp.dropout)
-                  if layer.rate > 0]
+        states = random_states(self)  # the seed states of its dropouts with a rate > 0
         if not states:
             return keras.remat(lambda x: self._forward(x, training))(inputs)
         if keras.backend.backend() == "tensorflow":
