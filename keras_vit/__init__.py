@@ -16,7 +16,7 @@ __version__ = "0.2.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    **dict.fromkeys(("ViT", "vit_config", "unscanned"), "keras_vit.model"),
+    **dict.fromkeys(("ViT", "ViTModel", "vit_config", "unscanned"), "keras_vit.model"),
     **dict.fromkeys((
         "create_model", "from_pretrained", "ViT_Ti16", "ViT_S16", "ViT_S32", "ViT_B8",
         "ViT_B16", "ViT_B32", "ViT_L16", "ViT_L32", "ViT_H14", "ViT_R50_B16", "ViT_R50_L32",
@@ -64,9 +64,10 @@ def __dir__():
     return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES))
 
 
-# Modules whose classes `.keras` files name (`keras_vit>PatchEmbedding`, ...). Both import only
-# Keras and `keras_vit.validation`, so importing them right after Keras is always safe.
-_LAYER_MODULES = ("keras_vit.layers", "keras_vit.resnet")
+# Modules whose classes `.keras` files name (`keras_vit>PatchEmbedding`, `keras_vit>ViTModel`,
+# ...). They import only Keras, `keras_vit.validation` and each other, so importing them right
+# after Keras is always safe.
+_LAYER_MODULES = ("keras_vit.layers", "keras_vit.resnet", "keras_vit.model")
 
 
 # The layer modules whose import has finished (each says so on its last line).

@@ -7,15 +7,16 @@ installed Keras and TensorFlow lack, and `tests/test_framework.py` fails loudly 
 a framework release that changes them is noticed at once instead of making training silently
 slower or wrong.
 
-- `symbolic_build`: builds the optimizer, loss and metric state before the first training
-  step (Keras otherwise creates them inside the first traced step, and TensorFlow traces a
-  function that created variables twice). Fallback: build the optimizer state only.
+- `symbolic_build`, `build_from_first_batch`: build the optimizer, loss and metric state
+  before the first training step (Keras otherwise creates them inside the first traced step,
+  and TensorFlow traces a function that created variables twice). Fallback: build the
+  optimizer state only, or leave it to Keras.
 - `op_determinism_enabled`: whether `tf.config.experimental.enable_op_determinism()` is on,
   under which Keras turns XLA off. Fallback: False.
 - `reduce_gradients_before_clipping`, `enable_multiworker_fit`: Keras 3 bugs under
   tf.distribute (see each). Fallback: Keras' own behaviour, with a warning.
-- `AdamW`: Keras' AdamW update with shared scalars and TensorFlow's fused `ResourceApplyAdam`
-  kernel. Fallback: Keras' own update.
+- `AdamW`, `fuse_adam`: Keras' Adam(W) update with shared scalars and TensorFlow's fused
+  `ResourceApplyAdam` kernel. Fallback: Keras' own update.
 """
 
 import importlib
@@ -90,6 +91,31 @@ def symbolic_build(model, inputs, labels):
     _warn_fallback("build_training_state")
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
+
+
+def build_from_first_batch(model, iterator=None, data_batch=None):
+    """Builds a compiled TensorFlow `model`'s loss, metric and optimizer state before its first
+    training step, from the spec of the data `fit` or `train_on_batch` was given.
+
+    Keras' TensorFlow trainer does this (`_maybe_symbolic_build`) only under a strategy;
+    without one it creates the state inside the first traced step, and TensorFlow traces the
+    step twice (BENCHMARKS.md: the first ViT-B/16 step 31.6 against 22.4 s). `fit`'s data
+    gives its spec without reading a batch (`element_spec`, so no shuffle buffer fills twice);
+    data whose spec is not plain tensors is left to Keras.
+    """
+    if getattr(model, "_distribute_strategy", None) is not None:
+        return  # Keras' `_maybe_symbolic_build` has built it in the strategy's scope
+    if iterator is not None:
+        dataset = getattr(iterator, "_distributed_dataset", None)
+        data_batch = getattr(dataset, "element_spec", None)
+        if data_batch is None or not all(isinstance(spec, tf.TensorSpec)
+                                         for spec in tf.nest.flatten(data_batch)):
+            return
+        data_batch = tf.nest.map_structure(
+            lambda spec: keras.KerasTensor(spec.shape.as_list(), spec.dtype.name), data_batch)
+    if data_batch is None or not hasattr(model, "_symbolic_build"):
+        return
+    model._symbolic_build(data_batch=data_batch)
 
 
 def op_determinism_enabled():
@@ -240,61 +266,114 @@ class AdamW(keras.optimizers.AdamW):
     """
 
     def _fused(self):
-        if keras.backend.backend() != "tensorflow" or self.amsgrad:
-            return False
-        if not _fused_adamw_available() or not all(hasattr(self, n) for n in ADAMW_STATE):
-            return False
-        # Variables created under a strategy (even when applied outside it) are distributed:
-        # Keras' path updates every copy, the fused kernel would update one.
-        default = tf.distribute.get_strategy()
-        return not tf.distribute.has_strategy() and getattr(
-            self, "_distribution_strategy", default) is default
+        return _fusable(self)
 
     def _apply_weight_decay(self, variables):
-        if not self._fused():
+        if not _fusable(self):
             super()._apply_weight_decay(variables)
         # else: applied per variable in `_backend_update_step`, before its Adam step
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        if not self._fused():
+        if not _fusable(self):
             return super()._backend_update_step(grads, trainable_variables, learning_rate)
-        scalars = {}
-        for grad, variable in zip(grads, trainable_variables):
-            dtype = variable.dtype
-            if dtype not in scalars:
-                lr = ops.cast(learning_rate, dtype)
-                step = ops.cast(self.iterations + 1, dtype)
-                beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
-                alpha = lr * ops.sqrt(1 - ops.power(beta_2, step)) / (1 - ops.power(beta_1, step))
-                decay = lr * ops.cast(self.weight_decay or 0.0, dtype)
-                scalars[dtype] = (alpha, decay, beta_1, beta_2, ops.cast(self.epsilon, dtype),
-                                  ops.zeros((), dtype))
-            alpha, decay, beta_1, beta_2, epsilon, zero = scalars[dtype]
-            # Keras' TensorFlow path matches exclusions against the tf.Variable's full name.
-            if self.weight_decay and self._use_weight_decay(getattr(variable, "value", variable)):
-                self.assign_sub(variable, variable * decay)  # decoupled: w -= lr wd w
-            distributed = isinstance(getattr(variable, "value", variable),
-                                     tf.distribute.DistributedValues)
-            if isinstance(grad, tf.IndexedSlices) or dtype not in ("float32", "float64") \
-                    or distributed:
-                # Keras' own update: sparse rows; in 16-bit dtypes 1 - b2 would round off;
-                # a distributed variable has one copy per replica.
-                self.update_step(grad, variable, learning_rate)
-                continue
-            index = self._get_variable_index(variable)
-            # With beta powers 0 the kernel's own bias correction is 1: its step is `alpha`.
-            tf.raw_ops.ResourceApplyAdam(
-                var=_handle(variable),
-                m=_handle(self._momentums[index]),
-                v=_handle(self._velocities[index]),
-                beta1_power=zero,
-                beta2_power=zero,
-                lr=alpha,
-                beta1=beta_1,
-                beta2=beta_2,
-                epsilon=epsilon,
-                grad=ops.cast(grad, dtype),
-            )
+        return _fused_update_step(self, grads, trainable_variables, learning_rate)
+
+
+# Keras classes whose update `fuse_adam` may replace: exactly these (a subclass may change
+# the update).
+FUSABLE_OPTIMIZERS = (keras.optimizers.Adam, keras.optimizers.AdamW)
+
+
+def fuse_adam(optimizer):
+    """Gives a `keras.optimizers.Adam` or `keras.optimizers.AdamW` instance the update of
+    `keras_vit.training.AdamW` (shared scalars, one fused `ResourceApplyAdam` per variable).
+
+    `keras_vit.ViTModel.compile` calls it, so that a plain
+    `model.compile(optimizer=keras.optimizers.AdamW(...))` starts as fast as the recipes
+    (BENCHMARKS.md). The instance keeps its class and its config (a saved model names Keras'
+    optimizer), and the fused update applies only where `keras_vit.training.AdamW`'s does
+    (TensorFlow outside any strategy, no `amsgrad`); elsewhere it is Keras' own. The inner
+    optimizer of a `LossScaleOptimizer` is patched; any other optimizer is returned as it is.
+
+    Returns:
+        The optimizer.
+    """
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if type(inner) not in FUSABLE_OPTIMIZERS or not _fused_adamw_available():
+        return optimizer
+    if getattr(inner, "_keras_vit_fused", False):
+        return optimizer
+    # Bound methods (not closures), so that a deep copy of the optimizer updates its own state.
+    inner._apply_weight_decay = types.MethodType(_fused_apply_weight_decay, inner)
+    inner._backend_update_step = types.MethodType(_fused_backend_update_step, inner)
+    inner._keras_vit_fused = True
+    return optimizer
+
+
+def _fused_apply_weight_decay(self, variables):
+    if not _fusable(self):
+        type(self)._apply_weight_decay(self, variables)
+
+
+def _fused_backend_update_step(self, grads, trainable_variables, learning_rate):
+    if not _fusable(self):
+        return type(self)._backend_update_step(self, grads, trainable_variables, learning_rate)
+    return _fused_update_step(self, grads, trainable_variables, learning_rate)
+
+
+def _fusable(optimizer):
+    """Whether `optimizer` (an Adam or AdamW) can take the fused update now."""
+    if keras.backend.backend() != "tensorflow" or optimizer.amsgrad:
+        return False
+    if not _fused_adamw_available() or not all(hasattr(optimizer, n) for n in ADAMW_STATE):
+        return False
+    # Variables created under a strategy (even when applied outside it) are distributed:
+    # Keras' path updates every copy, the fused kernel would update one.
+    default = tf.distribute.get_strategy()
+    return not tf.distribute.has_strategy() and getattr(
+        optimizer, "_distribution_strategy", default) is default
+
+
+def _fused_update_step(self, grads, trainable_variables, learning_rate):
+    """Keras' Adam(W) step with the scalars computed once per dtype and `ResourceApplyAdam`
+    per float32/float64 variable; the decoupled weight decay first."""
+    scalars = {}
+    for grad, variable in zip(grads, trainable_variables):
+        dtype = variable.dtype
+        if dtype not in scalars:
+            lr = ops.cast(learning_rate, dtype)
+            step = ops.cast(self.iterations + 1, dtype)
+            beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
+            alpha = lr * ops.sqrt(1 - ops.power(beta_2, step)) / (1 - ops.power(beta_1, step))
+            decay = lr * ops.cast(self.weight_decay or 0.0, dtype)
+            scalars[dtype] = (alpha, decay, beta_1, beta_2, ops.cast(self.epsilon, dtype),
+                              ops.zeros((), dtype))
+        alpha, decay, beta_1, beta_2, epsilon, zero = scalars[dtype]
+        # Keras' TensorFlow path matches exclusions against the tf.Variable's full name.
+        if self.weight_decay and self._use_weight_decay(getattr(variable, "value", variable)):
+            self.assign_sub(variable, variable * decay)  # decoupled: w -= lr wd w
+        distributed = isinstance(getattr(variable, "value", variable),
+                                 tf.distribute.DistributedValues)
+        if isinstance(grad, tf.IndexedSlices) or dtype not in ("float32", "float64") \
+                or distributed:
+            # Keras' own update: sparse rows; in 16-bit dtypes 1 - b2 would round off;
+            # a distributed variable has one copy per replica.
+            self.update_step(grad, variable, learning_rate)
+            continue
+        index = self._get_variable_index(variable)
+        # With beta powers 0 the kernel's own bias correction is 1: its step is `alpha`.
+        tf.raw_ops.ResourceApplyAdam(
+            var=_handle(variable),
+            m=_handle(self._momentums[index]),
+            v=_handle(self._velocities[index]),
+            beta1_power=zero,
+            beta2_power=zero,
+            lr=alpha,
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=epsilon,
+            grad=ops.cast(grad, dtype),
+        )
 
 
 def _handle(variable):

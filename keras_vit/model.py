@@ -238,7 +238,77 @@ def ViT(
             dtype="float32",
             name="head",
         )(x)
-    return keras.Model(images, x, name=name or "vit")
+    return ViTModel(images, x, name=name or "vit")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ViTModel(keras.Model):
+    """The functional `keras.Model` that `keras_vit.ViT` and every builder return.
+
+    It is Keras' functional Model (same config, layers, `fit`, `.keras` files), made to start
+    training on TensorFlow as fast as `keras_vit.training`'s recipes when compiled by hand,
+    as in `model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=..., jit_compile=True)`
+    (BENCHMARKS.md: the first ViT-B/16 step 48.5 s with `keras.Model`, 25.8 s with this):
+
+    - `compile` gives a `keras.optimizers.Adam` or `AdamW` (or `"adam"`, `"adamw"`) the
+      update of `keras_vit.training.AdamW`, a fused kernel per variable
+      (`keras_vit.framework.fuse_adam`; steps then differ from Keras' in the sixth significant
+      digit). Pass `fuse_optimizer=False` to keep Keras' update.
+    - `fit` and `train_on_batch` build the optimizer, loss and metric state from the data's
+      spec before the first step, so TensorFlow traces it once (Keras does so only under a
+      tf.distribute strategy). `evaluate` and `predict` create no optimizer state.
+
+    On JAX (which builds its state before the first step anyway) it is Keras' Model.
+    """
+
+    def compile(self, optimizer="rmsprop", *args, fuse_optimizer=True, **kwargs):
+        super().compile(optimizer, *args, **kwargs)
+        if fuse_optimizer and keras.backend.backend() == "tensorflow":
+            _framework().fuse_adam(self.optimizer)
+
+    def compile_from_config(self, config):
+        # Keras' own, which skips a subclass's `compile` (`.keras` files reload compiled).
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def fit(self, *args, **kwargs):
+        with _TrainingCall(self):
+            return super().fit(*args, **kwargs)
+
+    def train_on_batch(self, *args, **kwargs):
+        with _TrainingCall(self):
+            return super().train_on_batch(*args, **kwargs)
+
+    # Keras' TensorFlow trainer calls this hook (private: `keras_vit.framework` lists it, and
+    # without it Keras builds the state in the first step) before it traces a step.
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        if getattr(self, "_keras_vit_training_calls", 0) and \
+                keras.backend.backend() == "tensorflow":
+            _framework().build_from_first_batch(self, iterator, data_batch)
+
+
+def _framework():
+    # Imported on first use: this module loads inside Keras' own import (keras_vit/__init__),
+    # and `keras_vit.framework` imports TensorFlow, which the JAX backend does not need.
+    from keras_vit import framework
+
+    return framework
+
+
+class _TrainingCall:
+    """Marks `model` as inside `fit` or `train_on_batch` (re-entrant)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.model._keras_vit_training_calls = getattr(
+            self.model, "_keras_vit_training_calls", 0) + 1
+
+    def __exit__(self, *exc):
+        self.model._keras_vit_training_calls -= 1
 
 
 def _backbone(backbone):
@@ -387,3 +457,9 @@ def model_image_size(model):
     patch = model.get_layer("embedding").patch_size
     stride = model.get_layer("resnet").stride if "resnet" in names else 1
     return (grid[0] * patch[0] * stride, grid[1] * patch[1] * stride)
+
+
+# Registered for `.keras` files: the other layer modules may be imported now (keras_vit/__init__).
+from keras_vit import _layer_module_loaded  # noqa: E402
+
+_layer_module_loaded(__name__)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -283,7 +284,8 @@ def test_compile_model_traces_the_training_step_once(monkeypatch):
     model.train_on_batch(x, y)
     assert calls == ["encoderblock_0"]
 
-    plain = tiny_model()
+    vit = tiny_model()
+    plain = keras.Model(vit.input, vit.output)  # Keras' functional Model, not keras_vit's
     plain.compile(optimizer=keras.optimizers.AdamW(), loss="sparse_categorical_crossentropy",
                   metrics=["accuracy"], jit_compile=False)
     del calls[:]
@@ -291,6 +293,133 @@ def test_compile_model_traces_the_training_step_once(monkeypatch):
     assert calls == ["encoderblock_0"] * 2  # what build_training_state saves
     with pytest.raises(ValueError, match="is not compiled"):
         training.build_training_state(tiny_model())
+
+
+def counting_train_steps(model):
+    """Wraps `model.train_step` to count its traces (each trace calls it once)."""
+    calls = []
+    train_step = model.train_step
+
+    def counted(data):
+        calls.append(1)
+        return train_step(data)
+
+    model.train_step = counted
+    return calls
+
+
+@pytest.mark.parametrize("how", ["train_on_batch", "fit_onehot_dataset"])
+def test_a_hand_compiled_model_traces_its_first_step_once(how):
+    """`keras_vit.ViTModel` builds the training state from the data's spec before the first
+    step, as `compile_model` does; Keras' own functional Model traces it twice."""
+    x, y = batch()
+    onehot = how == "fit_onehot_dataset"  # the label spec comes from the data
+    labels = np.eye(3, dtype="float32")[y] if onehot else y
+    loss = "categorical_crossentropy" if onehot else "sparse_categorical_crossentropy"
+
+    def train(model):
+        model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss=loss, metrics=["accuracy"],
+                      jit_compile=False)
+        calls = counting_train_steps(model)
+        if how == "train_on_batch":
+            model.train_on_batch(x, labels)
+            model.train_on_batch(x, labels)
+        else:
+            dataset = tf.data.Dataset.from_tensor_slices((x, labels)).shuffle(8, seed=1).batch(4)
+            model.fit(dataset, epochs=2, validation_data=dataset, verbose=0)
+        return len(calls), weight_arrays(model)
+
+    vit = tiny_model()
+    assert isinstance(vit, keras_vit.ViTModel)
+    traces, trained = train(vit)
+    assert traces == 1
+    assert vit.optimizer.iterations.numpy() == (2 if how == "train_on_batch" else 4)
+    base = tiny_model()
+    keras_traces, keras_trained = train(keras.Model(base.input, base.output))
+    assert keras_traces == 2
+    for a, b in zip(trained, keras_trained):  # the same training, bar the fused update
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_evaluate_and_predict_build_no_optimizer_state():
+    x, y = batch()
+    model = tiny_model()
+    model.compile(optimizer="adamw", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.evaluate(x, y, verbose=0)
+    model.predict(x, verbose=0)
+    assert not model.optimizer.built
+    model.train_on_batch(x, y)
+    assert model.optimizer.built
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adam"])
+def test_a_hand_compiled_adam_gets_the_fused_update(optimizer):
+    """`ViTModel.compile` gives Keras' Adam and AdamW the update of `training.AdamW`: the same
+    steps to the bit; `fuse_optimizer=False` keeps Keras' own."""
+    x, y = batch()
+
+    def train(make, **options):
+        model = tiny_model()
+        randomize_head(model)
+        model.compile(optimizer=make(), loss="sparse_categorical_crossentropy",
+                      jit_compile=False, **options)
+        for _ in range(2):
+            model.train_on_batch(x, y)
+        return model, weight_arrays(model)
+
+    decay = 0.0 if optimizer == "adam" else 0.05
+    keras_cls = keras.optimizers.AdamW if optimizer == "adamw" else keras.optimizers.Adam
+    fused, got = train(lambda: keras_cls(1e-2, weight_decay=decay or None))
+    assert type(fused.optimizer) is keras_cls and fused.optimizer._keras_vit_fused
+    _, want = train(lambda: training.AdamW(1e-2, weight_decay=decay))
+    keras_model, keras_own = train(lambda: keras_cls(1e-2, weight_decay=decay or None),
+                                   fuse_optimizer=False)
+    assert not getattr(keras_model.optimizer, "_keras_vit_fused", False)
+    for a, b, c in zip(got, want, keras_own):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+    assert any(not np.array_equal(a, c) for a, c in zip(got, keras_own))  # 1 - b2 in float32
+
+
+def test_fuse_adam_leaves_other_optimizers_and_copies_stay_apart():
+    import copy
+
+    from keras_vit import framework
+
+    for other in (keras.optimizers.SGD(), training.AdamW(), keras.optimizers.Adam(amsgrad=True)):
+        framework.fuse_adam(other)
+    sgd = keras.optimizers.SGD()
+    assert framework.fuse_adam(sgd) is sgd and not hasattr(sgd, "_keras_vit_fused")
+    amsgrad = keras.optimizers.Adam(amsgrad=True)
+    framework.fuse_adam(amsgrad)
+    variables = [keras.Variable(np.ones((2,), "float32"))]
+    amsgrad.build(variables)
+    assert not framework._fusable(amsgrad)  # patched, but Keras' update
+    original = framework.fuse_adam(keras.optimizers.AdamW(learning_rate=0.1))
+    twin = copy.deepcopy(original)
+    assert twin._backend_update_step.__self__ is twin
+    assert original._backend_update_step.__self__ is original
+
+
+def test_a_hand_compiled_model_reloads_compiled_and_fused(tmp_path):
+    x, y = batch()
+    model = tiny_model()
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"], jit_compile=True)
+    model.train_on_batch(x, y)
+    path = tmp_path / "vit.keras"
+    model.save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # Keras warns when it skips `compile`
+        loaded = keras.saving.load_model(path)
+    assert type(loaded) is keras_vit.ViTModel and type(loaded.optimizer) is keras.optimizers.AdamW
+    assert loaded.optimizer._keras_vit_fused and loaded.optimizer.iterations.numpy() == 1
+    model.train_on_batch(x, y)
+    loaded.train_on_batch(x, y)
+    for a, b in zip(weight_arrays(model), weight_arrays(loaded)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    clone = keras.models.clone_model(model)
+    assert type(clone) is keras_vit.ViTModel
 
 
 def test_build_training_state_leaves_unbuilt_models_and_takes_label_specs():
