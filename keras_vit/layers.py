@@ -129,6 +129,19 @@ def random_states(layer):
     return [v for v in layer.variables if id(v) not in weights]
 
 
+def stateless_call(fn, weights, weight_values, states, state_values):
+    """`fn()` with `weights` reading as `weight_values` and `states` (seed generators) as
+    `state_values`, in a `keras.StatelessScope`: a pure function for JAX's transformations.
+
+    Returns:
+        (what `fn` returns, the states' values after it: the advanced seeds).
+    """
+    mapping = list(zip(weights, weight_values)) + list(zip(states, state_values))
+    with keras.StatelessScope(state_mapping=mapping) as scope:
+        result = fn()
+    return result, [scope.get_current_value(state) for state in states]
+
+
 def _dense_general_glorot(fan_in, fan_out):
     """Glorot-uniform for a kernel whose axes split `fan_in` or `fan_out` (Flax `DenseGeneral`).
 
@@ -757,12 +770,12 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         # A variable that a StatelessScope does not map reads as its stored value, not as the
         # value of an enclosing scope (Keras' JAX trainer runs the step in one): the weights
         # are mapped to their current values as well.
-        weights = [(w, w.value) for w in self.weights]
+        weights = [w.value for w in self.weights]
 
         def pure_forward(x, seeds):
-            with keras.StatelessScope(state_mapping=weights + list(zip(states, seeds))) as scope:
-                outputs, probs = self._forward(x, training)
-            return outputs, probs, [scope.get_current_value(state) for state in states]
+            (outputs, probs), advanced = stateless_call(
+                lambda: self._forward(x, training), self.weights, weights, states, seeds)
+            return outputs, probs, advanced
 
         outputs, probs, advanced = keras.remat(pure_forward)(
             inputs, [state.value for state in states])
@@ -845,10 +858,10 @@ class ScannedEncoder(ConfigArgs, keras.layers.Layer):
 
         def body(carry, layer_weights):
             x, seed_values = carry
-            mapping = list(zip(template.weights, layer_weights)) + list(zip(seeds, seed_values))
-            with keras.StatelessScope(state_mapping=mapping) as scope:
-                y = template(x, training=training)  # y = [B, N, D]
-            return (y, [scope.get_current_value(v) for v in seeds]), None
+            y, seed_values = stateless_call(  # y = [B, N, D]
+                lambda: template(x, training=training), template.weights, layer_weights, seeds,
+                seed_values)
+            return (y, seed_values), None
 
         (x, seed_values), _ = ops.scan(body, (inputs, [v.value for v in seeds]), stacked)
         for variable, value in zip(seeds, seed_values):

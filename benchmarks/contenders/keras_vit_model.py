@@ -8,7 +8,8 @@ random head instead of the zero head meant for fine-tuning (whose all-zero logit
 class 0 every image's top-1). `--precision int8` quantizes the
 fp32 model with Keras' `model.quantize("int8")` (inference only); mode `agreement` compares
 its top-1 predictions with the fp32 model's on random images (see `agreement`). Training
-uses `keras_vit.training.AdamW` and `training.build_training_state`, as `compile_model` does.
+compiles with `keras.optimizers.AdamW` by hand, as a user who skips the recipes would; the
+model (a `keras_vit.ViTModel`) then starts as `keras_vit.training.compile_model` does.
 """
 
 import sys
@@ -71,14 +72,10 @@ def build_inference(args, config):
 def build_training(args, config):
     if args.precision == "int8":
         raise ValueError("--precision int8 is for inference only (Keras int8 quantization).")
-    if args.backend == "jax":  # keras_vit.training's start-up fixes are TensorFlow's
-        return keras_common.training_step(build_model(args, config), args)
-    from keras_vit import training
-
-    # What `keras_vit.training.compile_model` does: keras_vit's AdamW (Keras' update in fewer
-    # graph operations), and the optimizer state built before the first step (no second trace).
-    return keras_common.training_step(build_model(args, config), args, adamw=training.AdamW,
-                                      after_compile=training.build_training_state)
+    # What a user who skips keras_vit's recipes writes: `model.compile` with Keras' AdamW.
+    # `keras_vit.ViTModel` gives it the recipes' start-up on TensorFlow (the fused update, the
+    # state built before the first step).
+    return keras_common.training_step(build_model(args, config), args)
 
 
 def agreement(args, config):
