@@ -46,13 +46,64 @@ CLASSIFIERS = ("token", "gap")
 class ConfigArgs:
     """`get_config()` = Keras' base config plus the constructor arguments named in
     `CONFIG_ARGS`, each kept on the layer under its own name: `from_config(get_config())`
-    rebuilds the same layer."""
+    rebuilds the same layer.
+
+    After `model.quantize(...)` the layer's `dtype` in the config is a
+    `keras.dtype_policies.DTypePolicyMap` from its quantized sublayers' paths to their
+    policies (Keras' own way, as keras-hub does): the sublayers take `dtype=self.dtype_policy`,
+    so a reloaded layer builds them quantized again and their int8 weights load.
+    """
 
     CONFIG_ARGS = ()
 
+    def sublayer_policy(self, name):
+        """The dtype policy for the sublayer `name` that `build` creates: its entry in the
+        layer's `DTypePolicyMap` (a reloaded quantized layer), else the layer's own policy.
+
+        A quantized Keras layer must hold its own quantized policy, not the map: Keras'
+        EinsumDense reads `self.dtype_policy.quantization_mode` when it saves its weights.
+        """
+        policy = self.dtype_policy
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+            path = f"{self.path}/{name}"
+            if path in policy:
+                return policy[path]
+        return policy
+
     def get_config(self):
-        config = {name: getattr(self, name) for name in self.CONFIG_ARGS}
-        return dict(super().get_config(), **config)
+        config = dict(super().get_config(), **{name: getattr(self, name)
+                                                for name in self.CONFIG_ARGS})
+        policy_map = _quantized_policy_map(self)
+        if policy_map is not None:
+            config["dtype"] = keras.dtype_policies.serialize(policy_map)
+        return config
+
+
+def sublayers(layer):
+    """Every layer nested in `layer` (its attributes, and lists of them), depth first."""
+    found, seen, stack = [], {id(layer)}, [layer]
+    while stack:
+        for value in vars(stack.pop()).values():
+            for item in (value if isinstance(value, (list, tuple)) else (value,)):
+                if isinstance(item, keras.layers.Layer) and id(item) not in seen:
+                    seen.add(id(item))
+                    found.append(item)
+                    stack.append(item)
+    return found
+
+
+def _quantized_policy_map(layer):
+    """A `DTypePolicyMap` of `layer`'s policy with its quantized sublayers' policies by path,
+    or None when none is quantized (or the layer's policy is a map already)."""
+    if isinstance(layer.dtype_policy, keras.dtype_policies.DTypePolicyMap):
+        return None
+    quantized = [sub for sub in sublayers(layer) if sub.quantization_mode is not None]
+    if not quantized:
+        return None
+    policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=layer.dtype_policy)
+    for sub in quantized:
+        policy_map[sub.path] = sub.dtype_policy
+    return policy_map
 
 
 def attention_core(query, key, value, scale):
@@ -552,19 +603,21 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
         width = check_heads(input_shape[-1], self.num_heads)
         self.head_dim = width // self.num_heads
         init = _dense_general_glorot(width, width)
-        common = dict(kernel_initializer=init, bias_initializer="zeros", dtype=self.dtype_policy)
+        common = dict(kernel_initializer=init, bias_initializer="zeros")
         for name in ("query", "key", "value"):
             layer = keras.layers.EinsumDense(
                 "bnd,dhk->bnhk",
                 output_shape=(None, self.num_heads, self.head_dim),
                 bias_axes="hk" if self.qkv_bias else None,
                 name=name,
+                dtype=self.sublayer_policy(name),
                 **common,
             )
             layer.build(input_shape)
             setattr(self, name, layer)
         self.out = keras.layers.EinsumDense(
-            "bnhk,hkd->bnd", output_shape=(None, width), bias_axes="d", name="out", **common
+            "bnhk,hkd->bnd", output_shape=(None, width), bias_axes="d", name="out",
+            dtype=self.sublayer_policy("out"), **common
         )
         self.out.build((*input_shape[:-1], self.num_heads, self.head_dim))
         self.dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=self.dtype_policy)
@@ -632,11 +685,12 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         common = dict(
             kernel_initializer="glorot_uniform",
             bias_initializer=keras.initializers.RandomNormal(stddev=MLP_BIAS_STDDEV),
-            dtype=self.dtype_policy,
         )
-        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **common)
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0",
+                                          dtype=self.sublayer_policy("Dense_0"), **common)
         self.dense_0.build(input_shape)
-        self.dense_1 = keras.layers.Dense(width, name="Dense_1", **common)
+        self.dense_1 = keras.layers.Dense(width, name="Dense_1",
+                                          dtype=self.sublayer_policy("Dense_1"), **common)
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 

@@ -26,6 +26,7 @@ from keras_vit.layers import (
     ScannedEncoder,
     TokenPooling,
     TransformerBlock,
+    sublayers,
 )
 from keras_vit.resnet import ResNetStem
 from keras_vit.validation import check_bool, check_choice, check_heads, check_positive_int, to_pair
@@ -418,8 +419,22 @@ def unscanned(model):
                       encoder_blocks(model)))
     for layer in twin.layers:
         source = blocks[layer.name] if layer.name in blocks else model.get_layer(layer.name)
+        _quantize_like(layer, source)
         layer.set_weights(source.get_weights())
     return twin
+
+
+def _quantize_like(target, source):
+    """Quantizes `target` and its sublayers where `source`, the same layer in the other
+    layout, is quantized (`model.quantize`), so that `source`'s weights fit."""
+    pairs = [(target, source), *zip(sublayers(target), sublayers(source))]
+    for twin, layer in pairs:
+        if layer.quantization_mode is None or twin.quantization_mode is not None:
+            continue
+        if (type(twin), twin.name) != (type(layer), layer.name):
+            raise ValueError(f"Layer {twin.name!r} does not match the quantized layer "
+                             f"{layer.name!r}: expected the same sublayers in both layouts.")
+        twin.dtype_policy = layer.dtype_policy  # Keras quantizes a built layer so
 
 
 def _position_embedding(layer):
