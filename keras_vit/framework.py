@@ -310,6 +310,20 @@ def fuse_adam(optimizer):
     return optimizer
 
 
+def unfuse_adam(optimizer):
+    """Undoes `fuse_adam`: the optimizer takes Keras' own update again.
+
+    Returns:
+        The optimizer.
+    """
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if getattr(inner, "_keras_vit_fused", False):
+        for name in ("_apply_weight_decay", "_backend_update_step"):
+            vars(inner).pop(name, None)
+        inner._keras_vit_fused = False
+    return optimizer
+
+
 def _fused_apply_weight_decay(self, variables):
     if not _fusable(self):
         type(self)._apply_weight_decay(self, variables)

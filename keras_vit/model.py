@@ -254,8 +254,10 @@ class ViTModel(keras.Model):
 
     - `compile` gives a `keras.optimizers.Adam` or `AdamW` (or `"adam"`, `"adamw"`) the
       update of `keras_vit.training.AdamW`, a fused kernel per variable
-      (`keras_vit.framework.fuse_adam`; steps then differ from Keras' in the sixth significant
-      digit). Pass `fuse_optimizer=False` to keep Keras' update.
+      (`keras_vit.framework.fuse_adam`): the same formula, rounded differently (TensorFlow's
+      kernel computes `1 - beta_2` in float32), so not bit-identical to Keras' update; where
+      a gradient is pure rounding noise Adam scales the difference up to a full step. Pass
+      `fuse_optimizer=False` to keep Keras' update (saved with the model's compile config).
     - `fit` and `train_on_batch` build the optimizer, loss and metric state from the data's
       spec before the first step, so TensorFlow traces it once (Keras does so only under a
       tf.distribute strategy). `evaluate` and `predict` create no optimizer state.
@@ -265,8 +267,16 @@ class ViTModel(keras.Model):
 
     def compile(self, optimizer="rmsprop", *args, fuse_optimizer=True, **kwargs):
         super().compile(optimizer, *args, **kwargs)
-        if fuse_optimizer and keras.backend.backend() == "tensorflow":
-            _framework().fuse_adam(self.optimizer)
+        self._keras_vit_fuse_optimizer = bool(fuse_optimizer)
+        if keras.backend.backend() == "tensorflow":
+            framework = _framework()
+            (framework.fuse_adam if fuse_optimizer else framework.unfuse_adam)(self.optimizer)
+
+    def get_compile_config(self):
+        config = super().get_compile_config()
+        if config and not getattr(self, "_keras_vit_fuse_optimizer", True):
+            config["fuse_optimizer"] = False
+        return config
 
     def compile_from_config(self, config):
         # Keras' own, which skips a subclass's `compile` (`.keras` files reload compiled).

@@ -183,6 +183,7 @@ def test_layers_are_registered_for_keras_files_whatever_the_import_order(tmp_pat
 @pytest.mark.parametrize("first", [
     "from keras_vit.layers import TransformerBlock", "import keras_vit.layers",
     "from keras_vit import resnet", "import keras_vit; keras_vit.layers", "import keras, keras_vit",
+    "from keras_vit.model import ViT",
 ])
 def test_a_layer_module_imports_first_in_a_fresh_process_and_every_layer_registers(first):
     # `import keras_vit.layers` first once failed: its `import keras` imported
@@ -190,5 +191,5 @@ def test_a_layer_module_imports_first_in_a_fresh_process_and_every_layer_registe
     out = run_python(f"{first}\nimport keras\n"
                      "print([keras.saving.get_registered_object(f'keras_vit>{name}') is not None"
                      "       for name in ('TransformerBlock', 'ScannedEncoder', 'ResNetStem',"
-                     "                    'StdConv2D')])")
-    assert out.strip().splitlines()[-1] == "[True, True, True, True]"
+                     "                    'StdConv2D', 'ViTModel')])")
+    assert out.strip().splitlines()[-1] == "[True, True, True, True, True]"

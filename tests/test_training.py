@@ -386,10 +386,13 @@ def test_fuse_adam_leaves_other_optimizers_and_copies_stay_apart():
 
     from keras_vit import framework
 
-    for other in (keras.optimizers.SGD(), training.AdamW(), keras.optimizers.Adam(amsgrad=True)):
-        framework.fuse_adam(other)
-    sgd = keras.optimizers.SGD()
-    assert framework.fuse_adam(sgd) is sgd and not hasattr(sgd, "_keras_vit_fused")
+    class MyAdam(keras.optimizers.Adam):  # a subclass may change the update: left alone
+        pass
+
+    for other in (keras.optimizers.SGD(), training.AdamW(), MyAdam(), keras.optimizers.Lion()):
+        assert framework.fuse_adam(other) is other
+        assert "_backend_update_step" not in vars(other)
+        assert not getattr(other, "_keras_vit_fused", False)
     amsgrad = keras.optimizers.Adam(amsgrad=True)
     framework.fuse_adam(amsgrad)
     variables = [keras.Variable(np.ones((2,), "float32"))]
@@ -399,6 +402,22 @@ def test_fuse_adam_leaves_other_optimizers_and_copies_stay_apart():
     twin = copy.deepcopy(original)
     assert twin._backend_update_step.__self__ is twin
     assert original._backend_update_step.__self__ is original
+
+
+def test_fuse_optimizer_false_is_kept_through_files_and_undoes_the_fusion(tmp_path):
+    x, y = batch()
+    model = tiny_model()
+    optimizer = keras.optimizers.AdamW(1e-3)
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", jit_compile=False)
+    assert optimizer._keras_vit_fused
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", jit_compile=False,
+                  fuse_optimizer=False)  # the same optimizer object, now Keras' update again
+    assert not optimizer._keras_vit_fused and "_backend_update_step" not in vars(optimizer)
+    model.train_on_batch(x, y)
+    model.save(tmp_path / "keras_update.keras")
+    loaded = keras.saving.load_model(tmp_path / "keras_update.keras")
+    assert not getattr(loaded.optimizer, "_keras_vit_fused", False)
+    assert loaded.get_compile_config()["fuse_optimizer"] is False
 
 
 def test_a_hand_compiled_model_reloads_compiled_and_fused(tmp_path):
