@@ -284,13 +284,18 @@ BARRIER_ON_JAX = textwrap.dedent("""
     def gradients(barrier):
         layers.GRADIENT_BARRIER = barrier
         step = jax.jit(jax.grad(loss))
-        hlo = step.lower(trainable).as_text()
-        return [np.asarray(a) for a in step(trainable)], hlo.count("stablehlo.divide")
+        lowered = step.lower(trainable)
+        # Divisions in the program as traced, and in XLA's optimised program: XLA must keep
+        # each barrier's division (and not copy it into its consumers) for the barrier to work.
+        counts = (lowered.as_text().count("stablehlo.divide"),
+                  lowered.compile().as_text().count(" divide("))
+        return [np.asarray(a) for a in step(trainable)], np.array(counts)
 
     with_barrier, divisions = gradients(True)
     without, divisions_without = gradients(False)
     # One division per block in the backward pass, and the same gradients to the last bit.
-    assert divisions - divisions_without == config["num_layers"], (divisions, divisions_without)
+    assert (divisions - divisions_without == config["num_layers"]).all(), (divisions,
+                                                                           divisions_without)
     for a, b in zip(with_barrier, without):
         assert (a == b).all(), np.abs(a - b).max()
     assert max(np.abs(a).max() for a in with_barrier) > 0
