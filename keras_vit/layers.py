@@ -50,8 +50,9 @@ class ConfigArgs:
 
     After `model.quantize(...)` the layer's `dtype` in the config is a
     `keras.dtype_policies.DTypePolicyMap` from its quantized sublayers' paths to their
-    policies (Keras' own way, as keras-hub does): the sublayers take `dtype=self.dtype_policy`,
-    so a reloaded layer builds them quantized again and their int8 weights load.
+    policies (Keras' own way, as keras-hub does): `build` gives each Keras sublayer its entry
+    (`sublayer_policy`) and each keras_vit sublayer the map, so a reloaded layer builds them
+    quantized again and their int8 weights load.
     """
 
     CONFIG_ARGS = ()

@@ -444,7 +444,8 @@ def _quantize_like(target, source):
         if (type(twin), twin.name) != (type(layer), layer.name):
             raise ValueError(f"Layer {twin.name!r} does not match the quantized layer "
                              f"{layer.name!r}: expected the same sublayers in both layouts.")
-        twin.dtype_policy = layer.dtype_policy  # Keras quantizes a built layer so
+        # A built Keras layer given a quantized policy quantizes its own weights.
+        twin.dtype_policy = layer.dtype_policy
 
 
 def _position_embedding(layer):
