@@ -415,17 +415,16 @@ def test_int8_quantized_model_uses_its_quantized_kernels_and_stays_close():
     assert 0 < np.abs(after - before).max() < 0.05 * spread  # quantized, and still close
 
 
-@pytest.mark.parametrize("layout", ["blocks", "scan", "hybrid"])
+@pytest.mark.parametrize("layout", ["blocks", "scan"])
 def test_int8_quantized_model_round_trips_through_keras_files(tmp_path, layout):
     """Keras builds a reloaded layer's sublayers from its config: the quantized ones come back
     quantized (a `DTypePolicyMap` in the block's config), and their int8 weights load exactly,
-    also when saved a second time. `unscanned` of a quantized scanned model is quantized too."""
+    also when saved a second time. `unscanned` of a quantized scanned model is quantized too.
+    (The hybrids' ResNet has no layer Keras quantizes; their blocks are these.)"""
     kwargs = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2,
                   mlp_dim=16, num_classes=3)
     if layout == "scan":
         kwargs["scan"] = True
-    if layout == "hybrid":
-        kwargs.update(image_size=16, patch_size=1, backbone={"num_layers": (1,)})
     keras.utils.set_random_seed(0)
     model = keras_vit.ViT(**kwargs)
     size = kwargs["image_size"]
