@@ -82,11 +82,12 @@ def _warn_fallback(what):
 # Start-up.
 
 
-def symbolic_build(model, inputs, labels):
-    """Builds `model`'s compiled loss, metrics and optimizer state from symbolic tensors
-    (Keras' `Model._symbolic_build`), so the first training step traces once."""
+def symbolic_build(model, data_batch):
+    """Builds `model`'s compiled loss, metrics and optimizer state from `data_batch`, an
+    `(inputs, labels, sample_weights)` of symbolic tensors or arrays (Keras'
+    `Model._symbolic_build`), so the first training step traces once."""
     if hasattr(model, "_symbolic_build"):
-        model._symbolic_build(data_batch=(inputs, labels, None))
+        model._symbolic_build(data_batch=data_batch)
         return
     _warn_fallback("build_training_state")
     if not model.optimizer.built:
@@ -113,9 +114,8 @@ def build_from_first_batch(model, iterator=None, data_batch=None):
             return
         data_batch = tf.nest.map_structure(
             lambda spec: keras.KerasTensor(spec.shape.as_list(), spec.dtype.name), data_batch)
-    if data_batch is None or not hasattr(model, "_symbolic_build"):
-        return
-    model._symbolic_build(data_batch=data_batch)
+    if data_batch is not None and hasattr(model, "_symbolic_build"):
+        symbolic_build(model, data_batch)
 
 
 def op_determinism_enabled():
@@ -264,9 +264,6 @@ class AdamW(keras.optimizers.AdamW):
     optimizer = keras_vit.training.AdamW(learning_rate=1e-3, weight_decay=0.1)
     ```
     """
-
-    def _fused(self):
-        return _fusable(self)
 
     def _apply_weight_decay(self, variables):
         if not _fusable(self):

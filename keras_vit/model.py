@@ -11,6 +11,8 @@ With `scan=True` the blocks are sublayers of one `Transformer` layer (`encoder_b
 them in either layout, `unscanned` gives the per-block model).
 """
 
+import contextlib
+
 import keras
 
 from keras_vit.layers import (
@@ -285,11 +287,11 @@ class ViTModel(keras.Model):
             self.optimizer.build(self.trainable_variables)
 
     def fit(self, *args, **kwargs):
-        with _TrainingCall(self):
+        with _training_call(self):
             return super().fit(*args, **kwargs)
 
     def train_on_batch(self, *args, **kwargs):
-        with _TrainingCall(self):
+        with _training_call(self):
             return super().train_on_batch(*args, **kwargs)
 
     # Keras' TensorFlow trainer calls this hook (private: `keras_vit.framework` lists it, and
@@ -309,18 +311,14 @@ def _framework():
     return framework
 
 
-class _TrainingCall:
+@contextlib.contextmanager
+def _training_call(model):
     """Marks `model` as inside `fit` or `train_on_batch` (re-entrant)."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def __enter__(self):
-        self.model._keras_vit_training_calls = getattr(
-            self.model, "_keras_vit_training_calls", 0) + 1
-
-    def __exit__(self, *exc):
-        self.model._keras_vit_training_calls -= 1
+    model._keras_vit_training_calls = getattr(model, "_keras_vit_training_calls", 0) + 1
+    try:
+        yield
+    finally:
+        model._keras_vit_training_calls -= 1
 
 
 def _backbone(backbone):

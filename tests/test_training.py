@@ -19,7 +19,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import keras_vit
-from keras_vit import cli, data, training, weights
+from keras_vit import cli, data, framework, training, weights
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
@@ -257,7 +257,7 @@ def test_adamw_under_a_strategy_is_keras_adamw():
         variables = [keras.Variable(np.ones((2,), "float32"))]
         optimizer = training.AdamW(learning_rate=0.1, weight_decay=0.1)
         optimizer.build(variables)
-    assert not optimizer._fused()  # applied outside the scope: still Keras' path
+    assert not framework._fusable(optimizer)  # applied outside the scope: Keras' path
     optimizer.apply([np.full((2,), 0.5, "float32")], variables)
     np.testing.assert_allclose(np.array(variables[0]), 1 - 0.01 - 0.1 / (1 + 1e-7 / 0.5),
                                rtol=1e-5)
@@ -383,8 +383,6 @@ def test_a_hand_compiled_adam_gets_the_fused_update(optimizer):
 
 def test_fuse_adam_leaves_other_optimizers_and_copies_stay_apart():
     import copy
-
-    from keras_vit import framework
 
     class MyAdam(keras.optimizers.Adam):  # a subclass may change the update: left alone
         pass

@@ -341,7 +341,7 @@ def build_training_state(model, labels=None):
         if inputs and len(inputs) == 1:
             if labels is None:
                 labels = keras.KerasTensor((inputs[0].shape[0],), "int32")
-            framework.symbolic_build(model, inputs[0], labels)
+            framework.symbolic_build(model, (inputs[0], labels, None))
         elif not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
     return model
