@@ -268,8 +268,9 @@ class ViTModel(keras.Model):
     """
 
     def compile(self, optimizer="rmsprop", *args, fuse_optimizer=True, **kwargs):
+        fuse_optimizer = check_bool("fuse_optimizer", fuse_optimizer)  # before any change
         super().compile(optimizer, *args, **kwargs)
-        self._keras_vit_fuse_optimizer = bool(fuse_optimizer)
+        self._keras_vit_fuse_optimizer = fuse_optimizer
         if keras.backend.backend() == "tensorflow":
             framework = _framework()
             (framework.fuse_adam if fuse_optimizer else framework.unfuse_adam)(self.optimizer)
