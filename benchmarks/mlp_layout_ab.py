@@ -1,0 +1,132 @@
+"""A/B of the MLP block's layout on a whole ViT model (TensorFlow), one process, rounds
+interleaved: the products on `[B * N, D]` rows (the current `MlpBlock.call`) against Dense on the
+`[B, N, D]` tensor (0.2's call, written out here).
+
+    python -m benchmarks.mlp_layout_ab [--variant B/16] [--rounds 3] [--modes infer,infer-xla,train-xla]
+
+Modes: `infer` is `predict_on_batch` without XLA (what `model.predict` runs on a CPU by default,
+and the graph a SavedModel serves), `infer-xla` with `jit_compile=True`, `train-xla` one step of
+`training.compile_model` (keras_vit's AdamW, XLA). Batch 8, 224 px, float32. Each switch
+recompiles (not timed); outputs and first-step losses must agree to 1e-4. With `--matmul` it
+also times the MLP's first product alone, batch 8 x 197 tokens: XLA's dot against TensorFlow's
+graph runtime (oneDNN) on the 2-D rows and through tensordot on the 3-D tensor.
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def calls():
+    import keras
+
+    from keras_vit.layers import MlpBlock
+
+    current = MlpBlock.call
+
+    def tokens_3d(self, inputs, training=None):
+        x = self.dense_0(inputs)
+        x = keras.activations.gelu(x, approximate=self.gelu_approximate)
+        x = self.dropout(x, training=training)
+        x = self.dense_1(x)
+        return self.dropout(x, training=training)
+
+    return {"3-D (0.2)": tokens_3d, "2-D rows (current)": current}
+
+
+def _median_time(fn, steps):
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_probe(rounds):
+    """The MLP's first product ([1576, 768] x [768, 3072]) three ways, best of 7 per round."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(8, 197, 768)).astype("float32"))
+    w = tf.constant((rng.normal(size=(768, 3072)) * 0.03).astype("float32"))
+    ways = {
+        "XLA dot (3-D einsum)": tf.function(lambda: tf.einsum("btd,df->btf", x, w),
+                                            jit_compile=True),
+        "graph, tensordot on 3-D": tf.function(lambda: tf.tensordot(x, w, axes=[[-1], [0]])),
+        "graph, MatMul on 2-D rows": tf.function(
+            lambda: tf.reshape(tf.matmul(tf.reshape(x, (-1, 768)), w), (8, 197, 3072))),
+    }
+    results = {name: [] for name in ways}
+    for _ in range(rounds):
+        for name, fn in ways.items():
+            fn(), fn()
+            results[name].append(min(_median_time(fn, 1) for _ in range(7)) * 1e3)
+    print("\n| MLP product, 1576 x 768 x 3072 | best of 7, per round | median |\n|---|---|---|")
+    for name, values in results.items():
+        print(f"| {name} | {', '.join(f'{v:.1f}' for v in values)} ms | "
+              f"{statistics.median(values):.1f} ms |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", default="B/16")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--modes", default="infer,infer-xla,train-xla")
+    parser.add_argument("--matmul", action="store_true")
+    args = parser.parse_args(argv)
+    import keras
+
+    import keras_vit
+    from keras_vit import training
+    from keras_vit.layers import MlpBlock
+
+    modes = args.modes.split(",")
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model(args.variant, num_classes=1000)
+    initial = model.get_weights()
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (8, 224, 224, 3)).astype("float32")
+    y = rng.integers(0, 1000, 8)
+    variants = calls()
+    results = {(m, v): [] for m in modes for v in variants}
+    check = {}
+    for _ in range(args.rounds):
+        for mode in modes:
+            for name, call in variants.items():
+                MlpBlock.call = call
+                model.set_weights(initial)
+                if mode == "train-xla":
+                    training.compile_model(model, training.AdamW(learning_rate=1e-4),
+                                           jit_compile=True)
+                    check.setdefault((mode, name), float(model.train_on_batch(x, y)[0]))
+                    step = lambda: model.train_on_batch(x, y)  # noqa: E731
+                else:
+                    model.compile(jit_compile=mode == "infer-xla")
+                    check.setdefault((mode, name), model.predict_on_batch(x))
+                    step = lambda: model.predict_on_batch(x)  # noqa: E731
+                step()
+                results[(mode, name)].append(_median_time(step, args.steps))
+    MlpBlock.call = variants["2-D rows (current)"]
+    print(f"ViT-{args.variant}, batch 8, TensorFlow, {args.rounds} interleaved rounds of "
+          f"{args.steps} calls (median per round)\n")
+    print("| mode | MLP layout | img/s (median) | per round (s per call) | vs 3-D |")
+    print("|---|---|---|---|---|")
+    for mode in modes:
+        base = statistics.median(results[(mode, "3-D (0.2)")])
+        for name in variants:
+            values = results[(mode, name)]
+            step = statistics.median(values)
+            print(f"| {mode} | {name} | {8 / step:.2f} | {', '.join(f'{v:.2f}' for v in values)}"
+                  f" | {base / step:.3f}x |", flush=True)
+        a, b = (check[(mode, name)] for name in variants)
+        assert np.abs(np.asarray(a) - np.asarray(b)).max() < 1e-4, (mode, a, b)
+    if args.matmul:
+        matmul_probe(args.rounds)
+
+
+if __name__ == "__main__":
+    main()
