@@ -1,8 +1,9 @@
-"""A/B of the MLP block's layout on a whole ViT model (TensorFlow), one process, rounds
+"""A/B of the MLP block's layout on a whole ViT model, one process, rounds
 interleaved: the products on `[B * N, D]` rows (the current `MlpBlock.call`) against Dense on the
 `[B, N, D]` tensor (0.2's call, written out here).
 
-    python -m benchmarks.mlp_layout_ab [--variant B/16] [--rounds 3] [--modes infer,infer-xla,train-xla]
+    python -m benchmarks.mlp_layout_ab [--variant B/16] [--rounds 3] [--modes infer,train-xla]
+    KERAS_BACKEND=jax python -m benchmarks.mlp_layout_ab --modes infer-xla
 
 Modes: `infer` is `predict_on_batch` without XLA (what `model.predict` runs on a CPU by default,
 and the graph a SavedModel serves), `infer-xla` with `jit_compile=True`, `train-xla` one step of
@@ -111,8 +112,8 @@ def main(argv=None):
                 step()
                 results[(mode, name)].append(_median_time(step, args.steps))
     MlpBlock.call = variants["2-D rows (current)"]
-    print(f"ViT-{args.variant}, batch 8, TensorFlow, {args.rounds} interleaved rounds of "
-          f"{args.steps} calls (median per round)\n")
+    print(f"ViT-{args.variant}, batch 8, {keras.backend.backend()}, {args.rounds} interleaved "
+          f"rounds of {args.steps} calls (median per round)\n")
     print("| mode | MLP layout | img/s (median) | per round (s per call) | vs 3-D |")
     print("|---|---|---|---|---|")
     for mode in modes:
