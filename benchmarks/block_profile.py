@@ -6,8 +6,11 @@ attention, MLP), batch 8 x 197 tokens: where keras_vit's training step loses to 
 
 Each part gets a random input and a random output weighting (loss = sum(out * w)); the backward
 includes the gradients of the input and of every weight. Best of 5 after one untimed call.
+keras_vit's forward column runs its layers' inference path (`training=False`), the forward +
+backward column their training path (`training=True`), as `predict` and `fit` do.
 """
 
+import inspect
 import sys
 import time
 
@@ -42,21 +45,25 @@ def keras_vit_parts():
         "block": layers.TransformerBlock(num_heads=HEADS, mlp_dim=MLP),
     }
     for name, layer in parts.items():
-        def output(inputs, layer=layer):
-            out = layer(inputs)
+        def output(inputs, training, layer=layer):
+            # The forward column runs the inference path, forward + backward the training path
+            # (they differ: the attention's hand-written backward, the MLP's layout).
+            takes_flag = "training" in inspect.signature(layer.call).parameters
+            flag = {"training": training} if takes_flag else {}
+            out = layer(inputs, **flag)
             return out[0] if isinstance(out, (tuple, list)) else out  # the block returns probs too
 
-        output(x)  # builds the layer
+        output(x, False)  # builds the layer
 
         @tf.function(jit_compile=True)
         def forward(inputs, output=output):
-            return tf.reduce_sum(output(inputs) * weight)
+            return tf.reduce_sum(output(inputs, False) * weight)
 
         @tf.function(jit_compile=True)
         def forward_backward(inputs, output=output, layer=layer):
             with tf.GradientTape() as tape:
                 tape.watch(inputs)
-                loss = tf.reduce_sum(output(inputs) * weight)
+                loss = tf.reduce_sum(output(inputs, True) * weight)
             grads = tape.gradient(loss, [inputs] + layer.trainable_variables)
             return tf.add_n([tf.reduce_sum(g) for g in grads])
 

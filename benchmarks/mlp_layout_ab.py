@@ -1,13 +1,13 @@
 """A/B of the MLP block's layout on a whole ViT model, one process, rounds
-interleaved: the products on `[B * N, D]` rows (the current `MlpBlock.call`) against Dense on the
-`[B, N, D]` tensor (0.2's call, written out here).
+interleaved: the products on `[B * N, D]` rows against Dense on the `[B, N, D]` tensor (0.2's
+call). `MlpBlock.call` takes the rows at inference and the 3-D tensor in training.
 
-    python -m benchmarks.mlp_layout_ab [--variant B/16] [--rounds 3] [--modes infer,train-xla]
+    python -m benchmarks.mlp_layout_ab [--variant B/16] [--rounds 3] [--modes infer,train]
     KERAS_BACKEND=jax python -m benchmarks.mlp_layout_ab --modes infer-xla
 
 Modes: `infer` is `predict_on_batch` without XLA (what `model.predict` runs on a CPU by default,
-and the graph a SavedModel serves), `infer-xla` with `jit_compile=True`, `train-xla` one step of
-`training.compile_model` (keras_vit's AdamW, XLA). Batch 8, 224 px, float32. Each switch
+and the graph a SavedModel serves), `infer-xla` with `jit_compile=True`; `train` and `train-xla`
+one step of `training.compile_model` (keras_vit's AdamW) without and with XLA. Batch 8, 224 px, float32. Each switch
 recompiles (not timed); outputs and first-step losses must agree to 1e-4. With `--matmul` it
 also times the MLP's first product alone, batch 8 x 197 tokens: XLA's dot against TensorFlow's
 graph runtime (oneDNN) on the 2-D rows and through tensordot on the 3-D tensor.
@@ -21,20 +21,23 @@ import numpy as np
 
 
 def calls():
+    """The two layouts, written out: `MlpBlock.call` uses "2-D rows" at inference and "3-D" in
+    training."""
     import keras
 
-    from keras_vit.layers import MlpBlock
-
-    current = MlpBlock.call
-
     def tokens_3d(self, inputs, training=None):
-        x = self.dense_0(inputs)
+        x = self.dense_0(inputs)  # [B, N, mlp_dim]
         x = keras.activations.gelu(x, approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
         return self.dropout(x, training=training)
 
-    return {"3-D (0.2)": tokens_3d, "2-D rows (current)": current}
+    def rows_2d(self, inputs, training=None):
+        shape = keras.ops.shape(inputs)
+        return keras.ops.reshape(tokens_3d(self, keras.ops.reshape(inputs, (-1, shape[-1])),
+                                           training), shape)  # via [B * N, mlp_dim]
+
+    return {"3-D": tokens_3d, "2-D rows": rows_2d}
 
 
 def _median_time(fn, steps):
@@ -92,7 +95,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (8, 224, 224, 3)).astype("float32")
     y = rng.integers(0, 1000, 8)
-    variants = calls()
+    variants, current = calls(), MlpBlock.call
     results = {(m, v): [] for m in modes for v in variants}
     check = {}
     for _ in range(args.rounds):
@@ -100,9 +103,9 @@ def main(argv=None):
             for name, call in variants.items():
                 MlpBlock.call = call
                 model.set_weights(initial)
-                if mode == "train-xla":
+                if mode.startswith("train"):
                     training.compile_model(model, training.AdamW(learning_rate=1e-4),
-                                           jit_compile=True)
+                                           jit_compile=mode == "train-xla")
                     check.setdefault((mode, name), float(model.train_on_batch(x, y)[0]))
                     step = lambda: model.train_on_batch(x, y)  # noqa: E731
                 else:
@@ -111,13 +114,13 @@ def main(argv=None):
                     step = lambda: model.predict_on_batch(x)  # noqa: E731
                 step()
                 results[(mode, name)].append(_median_time(step, args.steps))
-    MlpBlock.call = variants["2-D rows (current)"]
+    MlpBlock.call = current
     print(f"ViT-{args.variant}, batch 8, {keras.backend.backend()}, {args.rounds} interleaved "
           f"rounds of {args.steps} calls (median per round)\n")
     print("| mode | MLP layout | img/s (median) | per round (s per call) | vs 3-D |")
     print("|---|---|---|---|---|")
     for mode in modes:
-        base = statistics.median(results[(mode, "3-D (0.2)")])
+        base = statistics.median(results[(mode, "3-D")])
         for name in variants:
             values = results[(mode, name)]
             step = statistics.median(values)

@@ -696,9 +696,11 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
-        # inputs = [B, N, D]. At inference the products run on the [B * N, D] rows (1.03-1.06x
-        # the 3-D layout for ViT-B/16 on TensorFlow, with and without XLA); in training XLA's
-        # step is faster on the 3-D tensor (0.92x with the rows): benchmarks/mlp_layout_ab.py.
+        # inputs = [B, N, D]. At inference the products run on the [B * N, D] rows: TensorFlow's
+        # graph runtime (Keras' default on a CPU, and TF Serving) then fuses each MatMul with its
+        # bias and GELU in oneDNN, 1.03-1.08x the 3-D layout on ViT-B/16 (XLA: within noise). In
+        # training the 3-D layout stays: XLA's step took 0.92x with the rows, the graph
+        # runtime's 1.01x (benchmarks/mlp_layout_ab.py, BENCHMARKS.md).
         shape = None if training else keras.ops.shape(inputs)
         x = inputs if training else keras.ops.reshape(inputs, (-1, shape[-1]))
         x = self.dense_0(x)  # x = [B, N, mlp_dim] or [B * N, mlp_dim]
