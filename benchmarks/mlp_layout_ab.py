@@ -10,10 +10,13 @@ and the graph a SavedModel serves), `infer-xla` with `jit_compile=True`; `train`
 one step of `training.compile_model` (keras_vit's AdamW) without and with XLA. Batch 8, 224 px, float32. Each switch
 recompiles (not timed); outputs and first-step losses must agree to 1e-4. With `--matmul` it
 also times the MLP's first product alone, batch 8 x 197 tokens: XLA's dot against TensorFlow's
-graph runtime (oneDNN) on the 2-D rows and through tensordot on the 3-D tensor.
+graph runtime (oneDNN) on the 2-D rows and through tensordot on the 3-D tensor, and names the
+route XLA took for its dot (`XLA_FLAGS=--xla_cpu_use_onednn=true` and the XNNPACK / YNNPACK
+flags ask for other routes).
 """
 
 import argparse
+import re
 import statistics
 import time
 
@@ -63,6 +66,11 @@ def matmul_probe(rounds):
         "graph, MatMul on 2-D rows": tf.function(
             lambda: tf.reshape(tf.matmul(tf.reshape(x, (-1, 768)), w), (8, 197, 3072))),
     }
+    hlo = ways["XLA dot (3-D einsum)"].experimental_get_compiler_ir()(stage="optimized_hlo")
+    routes = sorted(set(re.findall(r'custom_call_target="([^"]+)"|"kind":"(__[a-z]+_fusion)"',
+                                   hlo)))
+    print("XLA's dot in the optimised HLO (XLA_FLAGS picks the route):",
+          ", ".join(a or b for a, b in routes) or "a plain dot (XLA's own CPU kernel)")
     results = {name: [] for name in ways}
     for _ in range(rounds):
         for name, fn in ways.items():
