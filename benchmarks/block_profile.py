@@ -2,6 +2,7 @@
 attention, MLP), batch 8 x 197 tokens: where keras_vit's training step loses to timm's.
 
     python -m benchmarks.block_profile keras_vit          # XLA-compiled, as training runs
+    python -m benchmarks.block_profile keras_vit --no-xla # TensorFlow's graph runtime
     .venv-bench/bin/python -m benchmarks.block_profile timm   # eager PyTorch
 
 Each part gets a random input and a random output weighting (loss = sum(out * w)); the backward
@@ -29,7 +30,7 @@ def _best(fn, reps=5):
     return min(times)
 
 
-def keras_vit_parts():
+def keras_vit_parts(xla=True):
     import keras
     import tensorflow as tf
 
@@ -55,11 +56,11 @@ def keras_vit_parts():
 
         output(x, False)  # builds the layer
 
-        @tf.function(jit_compile=True)
+        @tf.function(jit_compile=xla)
         def forward(inputs, output=output):
             return tf.reduce_sum(output(inputs, False) * weight)
 
-        @tf.function(jit_compile=True)
+        @tf.function(jit_compile=xla)
         def forward_backward(inputs, output=output, layer=layer):
             with tf.GradientTape() as tape:
                 tape.watch(inputs)
@@ -102,11 +103,13 @@ def timm_parts():
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("keras_vit", "timm"):
-        raise SystemExit("usage: python -m benchmarks.block_profile keras_vit|timm")
-    print(f"{argv[0]}: ViT-B/16 block parts, batch {BATCH} x {TOKENS} tokens\n")
+    if not argv or argv[0] not in ("keras_vit", "timm") or set(argv[1:]) - {"--no-xla"}:
+        raise SystemExit("usage: python -m benchmarks.block_profile keras_vit [--no-xla] | timm")
+    xla = "--no-xla" not in argv
+    runtime = "" if argv[0] == "timm" else (", XLA" if xla else ", graph runtime")
+    print(f"{argv[0]}{runtime}: ViT-B/16 block parts, batch {BATCH} x {TOKENS} tokens\n")
     print("| part | forward | forward + backward | backward / forward |\n|---|---|---|---|")
-    parts = keras_vit_parts() if argv[0] == "keras_vit" else timm_parts()
+    parts = keras_vit_parts(xla) if argv[0] == "keras_vit" else timm_parts()
     for name, forward, both in parts:
         print(f"| {name} | {forward * 1e3:.1f} ms | {both * 1e3:.1f} ms | "
               f"{(both - forward) / forward:.2f} |", flush=True)
