@@ -2,18 +2,22 @@
 interleaved: the products on `[B * N, D]` rows against Dense on the `[B, N, D]` tensor (0.2's
 call). `MlpBlock.call` takes the rows at inference and the 3-D tensor in training.
 
-    python -m benchmarks.mlp_layout_ab [--variant B/16] [--rounds 3] [--modes infer,train]
+    python -m benchmarks.mlp_layout_ab [--variant B/16] [--rounds 3] [--steps 4] [--matmul]
+        [--modes infer,infer-xla,train,train-xla]    (default: infer,infer-xla,train-xla)
     KERAS_BACKEND=jax python -m benchmarks.mlp_layout_ab --modes infer-xla
 
 Modes: `infer` is `predict_on_batch` without XLA (what `model.predict` runs on a CPU by default,
 and the graph a SavedModel serves), `infer-xla` with `jit_compile=True`; `train` and `train-xla`
-one step of `training.compile_model` (keras_vit's AdamW) without and with XLA. Batch 8, 224 px, float32. Each switch
+one step of `training.compile_model` (keras_vit's AdamW) without and with XLA (on JAX, which
+always compiles, use the `-xla` modes). Batch 8, 224 px, float32. Each switch
 recompiles (not timed); outputs and first-step losses must agree to 1e-4. With `--matmul` it
 also times the MLP's first product alone, batch 8 x 197 tokens: XLA's dot against TensorFlow's
 graph runtime (oneDNN) on the 2-D rows and through tensordot on the 3-D tensor, and names the
 route XLA took for its dot (`XLA_FLAGS=--xla_cpu_use_onednn=true` and the XNNPACK / YNNPACK
-flags ask for other routes).
+flags ask for other routes); the probe always runs on TensorFlow.
 """
+
+MODES = ("infer", "infer-xla", "train", "train-xla")
 
 import argparse
 import re
@@ -83,7 +87,7 @@ def matmul_probe(rounds):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", default="B/16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
@@ -97,6 +101,8 @@ def main(argv=None):
     from keras_vit.layers import MlpBlock
 
     modes = args.modes.split(",")
+    if not modes or set(modes) - set(MODES):
+        parser.error(f"--modes {args.modes!r}: expected a comma-separated list of {MODES}")
     keras.utils.set_random_seed(0)
     model = keras_vit.create_model(args.variant, num_classes=1000)
     initial = model.get_weights()

@@ -113,6 +113,31 @@ def test_logits_match_numpy_reference_on_non_square_images(case):
     np.testing.assert_allclose(trained, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_mlp_infers_on_rows_and_trains_on_tokens():
+    """At inference the MLP's products take [B * N, D] rows: each MatMul feeds its bias add,
+    which TensorFlow's graph runtime fuses with the GELU (through tensordot a Reshape follows
+    it). Training keeps the 3-D layout. Both agree for any rank and a dynamic batch."""
+    import tensorflow as tf
+
+    from keras_vit import layers
+
+    rng = np.random.default_rng(0)
+    block = layers.MlpBlock(48)
+    tokens = rng.normal(size=(2, 5, 32)).astype("float32")
+    block(tokens)
+    traced = tf.function(lambda t: block(t, training=False)).get_concrete_function(
+        tf.TensorSpec((None, None, 32), tf.float32))
+    matmuls = [op for op in traced.graph.get_operations() if op.type == "MatMul"]
+    assert len(matmuls) == 2
+    assert all(c.type != "Reshape" for op in matmuls for c in op.outputs[0].consumers())
+    np.testing.assert_allclose(traced(tokens), block(tokens, training=True), atol=1e-5)
+    for shape in ((3, 32), (2, 3, 4, 32)):
+        x = rng.normal(size=shape).astype("float32")
+        inferred = keras.ops.convert_to_numpy(block(x, training=False))
+        assert inferred.shape == shape
+        np.testing.assert_allclose(inferred, block(x, training=True), atol=1e-5)
+
+
 def test_gelu_choice_changes_the_output():
     """The approximate and exact GELU are different functions, and the flag picks one."""
     kwargs = dict(image_size=32, patch_size=8, num_classes=7, **TINY)
