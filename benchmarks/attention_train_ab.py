@@ -15,9 +15,6 @@ each switch recompiles the step (not timed).
 import argparse
 import math
 import statistics
-import time
-
-import numpy as np
 
 
 def calls():
@@ -57,18 +54,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--variant", default="B/16")
     args = parser.parse_args(argv)
-    import keras
-
-    import keras_vit
+    from benchmarks.contenders import common
     from keras_vit import training
     from keras_vit.layers import MultiHeadDotProductAttention as MHA
 
-    keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(args.variant, num_classes=1000)
-    initial = model.get_weights()
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, (8, 224, 224, 3)).astype("float32")
-    y = rng.integers(0, 1000, 8)
+    model, initial, x, y = common.seeded_model_and_batch(args.variant)
     variants = calls()
     results = {name: [] for name in variants}
     first_loss = {}
@@ -78,12 +68,8 @@ def main(argv=None):
             model.set_weights(initial)
             training.compile_model(model, training.AdamW(learning_rate=1e-4), jit_compile=True)
             first_loss.setdefault(name, float(model.train_on_batch(x, y)[0]))
-            times = []
-            for _ in range(args.steps):
-                start = time.perf_counter()
-                model.train_on_batch(x, y)
-                times.append(time.perf_counter() - start)
-            results[name].append(statistics.median(times))
+            results[name].append(
+                common.median_seconds(lambda: model.train_on_batch(x, y), args.steps))
     MHA.call = variants["current"]
     base = statistics.median(results["einsum"])
     print(f"ViT-{args.variant} training step, batch 8, TensorFlow + XLA, {args.rounds} "

@@ -22,43 +22,32 @@ MODES = ("infer", "infer-xla", "train", "train-xla")
 import argparse
 import re
 import statistics
-import time
 
 import numpy as np
 
 
 def calls():
-    """The two layouts, written out: `MlpBlock.call` uses "2-D rows" at inference and "3-D" in
-    training."""
+    """The two layouts: `MlpBlock._products` (Dense, GELU, Dropout, Dense, Dropout) on the 3-D
+    tensor, as 0.2's call, or on the `[B * N, D]` rows. `MlpBlock.call` uses "2-D rows" at
+    inference and "3-D" in training."""
     import keras
 
     def tokens_3d(self, inputs, training=None):
-        x = self.dense_0(inputs)  # [B, N, mlp_dim]
-        x = keras.activations.gelu(x, approximate=self.gelu_approximate)
-        x = self.dropout(x, training=training)
-        x = self.dense_1(x)
-        return self.dropout(x, training=training)
+        return self._products(inputs, training)  # [B, N, mlp_dim] inside
 
     def rows_2d(self, inputs, training=None):
         shape = keras.ops.shape(inputs)
-        return keras.ops.reshape(tokens_3d(self, keras.ops.reshape(inputs, (-1, shape[-1])),
-                                           training), shape)  # via [B * N, mlp_dim]
+        return keras.ops.reshape(self._products(keras.ops.reshape(inputs, (-1, shape[-1])),
+                                                training), shape)  # via [B * N, mlp_dim]
 
     return {"3-D": tokens_3d, "2-D rows": rows_2d}
-
-
-def _median_time(fn, steps):
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def matmul_probe(rounds):
     """The MLP's first product ([1576, 768] x [768, 3072]) three ways, best of 7 per round."""
     import tensorflow as tf
+
+    from benchmarks.contenders import common
 
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(8, 197, 768)).astype("float32"))
@@ -79,7 +68,7 @@ def matmul_probe(rounds):
     for _ in range(rounds):
         for name, fn in ways.items():
             fn(), fn()
-            results[name].append(min(_median_time(fn, 1) for _ in range(7)) * 1e3)
+            results[name].append(min(common.median_seconds(fn, 1) for _ in range(7)) * 1e3)
     print("\n| MLP product, 1576 x 768 x 3072 | best of 7, per round | median |\n|---|---|---|")
     for name, values in results.items():
         print(f"| {name} | {', '.join(f'{v:.1f}' for v in values)} ms | "
@@ -94,21 +83,16 @@ def main(argv=None):
     parser.add_argument("--modes", default="infer,infer-xla,train-xla")
     parser.add_argument("--matmul", action="store_true")
     args = parser.parse_args(argv)
-    import keras
-
-    import keras_vit
-    from keras_vit import training
-    from keras_vit.layers import MlpBlock
-
     modes = args.modes.split(",")
     if not modes or set(modes) - set(MODES):
         parser.error(f"--modes {args.modes!r}: expected a comma-separated list of {MODES}")
-    keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(args.variant, num_classes=1000)
-    initial = model.get_weights()
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, (8, 224, 224, 3)).astype("float32")
-    y = rng.integers(0, 1000, 8)
+    import keras
+
+    from benchmarks.contenders import common
+    from keras_vit import training
+    from keras_vit.layers import MlpBlock
+
+    model, initial, x, y = common.seeded_model_and_batch(args.variant)
     variants, current = calls(), MlpBlock.call
     results = {(m, v): [] for m in modes for v in variants}
     check = {}
@@ -126,8 +110,7 @@ def main(argv=None):
                     model.compile(jit_compile=mode == "infer-xla")
                     check.setdefault((mode, name), model.predict_on_batch(x))
                     step = lambda: model.predict_on_batch(x)  # noqa: E731
-                step()
-                results[(mode, name)].append(_median_time(step, args.steps))
+                results[(mode, name)].append(common.median_seconds(step, args.steps, warmup=1))
     MlpBlock.call = current
     print(f"ViT-{args.variant}, batch 8, {keras.backend.backend()}, {args.rounds} interleaved "
           f"rounds of {args.steps} calls (median per round)\n")

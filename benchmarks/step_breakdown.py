@@ -18,21 +18,12 @@ whole model instead:
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
-BATCH, CLASSES, LEARNING_RATE, WEIGHT_DECAY = 8, 1000, 1e-4, 0.05
+from benchmarks.contenders.common import LEARNING_RATE, WEIGHT_DECAY, median_seconds
 
-
-def _median(fn, steps):
-    fn(), fn()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+BATCH, CLASSES = 8, 1000
 
 
 def keras_vit_steps(variant, depth=None):
@@ -122,7 +113,7 @@ def main(argv=None):
     results = {name: [] for name in parts}
     for _ in range(args.rounds):
         for name, fn in parts.items():
-            results[name].append(_median(fn, args.steps))
+            results[name].append(median_seconds(fn, args.steps, warmup=2))
     depth = "" if args.depth is None else f" with {args.depth} blocks"
     print(f"{args.framework}: ViT-{args.variant}{depth} training step, batch {BATCH}, "
           f"{args.rounds} rounds of {args.steps} calls\n")

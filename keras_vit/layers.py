@@ -701,14 +701,18 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         # bias and GELU in oneDNN, 1.03-1.08x the 3-D layout on ViT-B/16 (XLA: within noise). In
         # training the 3-D layout stays: XLA's step took 0.92x with the rows, the graph
         # runtime's 1.01x (benchmarks/mlp_layout_ab.py, BENCHMARKS.md).
-        shape = None if training else keras.ops.shape(inputs)
-        x = inputs if training else keras.ops.reshape(inputs, (-1, shape[-1]))
-        x = self.dense_0(x)  # x = [B, N, mlp_dim] or [B * N, mlp_dim]
+        if training:
+            return self._products(inputs, training)
+        shape = keras.ops.shape(inputs)
+        rows = self._products(keras.ops.reshape(inputs, (-1, shape[-1])), training)
+        return keras.ops.reshape(rows, shape)
+
+    def _products(self, x, training):
+        x = self.dense_0(x)  # x = [..., mlp_dim]
         x = keras.activations.gelu(x, approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
-        x = self.dense_1(x)  # x = [B, N, D] or [B * N, D]
-        x = self.dropout(x, training=training)
-        return x if training else keras.ops.reshape(x, shape)
+        x = self.dense_1(x)  # x = [..., D]
+        return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -175,6 +175,33 @@ def time_steps(build, args):
     )
 
 
+def median_seconds(fn, calls, warmup=0):
+    """The median time of `calls` calls of `fn` (synchronous), after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        tic = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - tic)
+    return statistics.median(times)
+
+
+def seeded_model_and_batch(variant, batch=8, num_classes=1000, **overrides):
+    """For the in-process A/B probes: a keras_vit model built under seed 0 (`overrides` go to
+    `create_model`), its initial weights, and a seeded batch of images in [-1, 1] and labels."""
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model(variant, num_classes=num_classes, **overrides)
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (batch, 224, 224, 3)).astype("float32")
+    return model, model.get_weights(), images, rng.integers(0, num_classes, batch)
+
+
 def emit(result):
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
