@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def main():
     import tensorflow as tf
 
-    from keras_vit import cli
+    import keras_vit_cli as cli
 
     images, labels = train_digits.digits_rgb()
     _, x_test, _, y_test = train_digits.split(images, labels)

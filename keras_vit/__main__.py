@@ -1,5 +1,5 @@
 import sys
 
-from keras_vit.cli import main
+from keras_vit_cli import main
 
 sys.exit(main())

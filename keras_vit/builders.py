@@ -166,7 +166,7 @@ def _variant_builder(variant_name):
 
     size = configs.MODEL_SIZES[spec.size]
     builder.__name__ = builder.__qualname__ = spec.builder_name
-    stem = f"ResNet stages {spec.backbone} then " if spec.backbone is not None else ""
+    stem = f"ResNet stages {spec.resnet} then " if spec.resnet is not None else ""
     builder.__doc__ = (
         f"ViT-{spec.name}: {stem}patch {spec.patch_size}, width {size['hidden_size']}, "
         f"{size['num_layers']} layers, {size['num_heads']} heads, MLP {size['mlp_dim']}; "

@@ -7,6 +7,7 @@ S/32, B/8, R26+B/32, R26+S/32 and R+Ti/16, derived from the same formula (they a
 
 import dataclasses
 import re
+import warnings
 
 # Transformer sizes keyed by the paper's names (as in big_vision's table).
 MODEL_SIZES = {
@@ -28,7 +29,7 @@ class Variant:
         patch_size: int. Patch size in pixels.
         dropout_rate: float. Dropout of the official config.
         params: int. Parameter count at 224 px with 1000 classes.
-        backbone: tuple or None. For hybrids, the ResNet's units per stage (`ResNetStem`);
+        resnet: tuple or None. For hybrids, the ResNet's units per stage (`keras_vit.ResNet`);
             `patch_size` then counts feature-map cells.
     """
 
@@ -37,7 +38,14 @@ class Variant:
     patch_size: int
     dropout_rate: float
     params: int
-    backbone: tuple = None
+    resnet: tuple = None
+
+    @property
+    def backbone(self):
+        """0.2's name for `resnet`; deprecated."""
+        warnings.warn("Variant.backbone is deprecated: use Variant.resnet.", DeprecationWarning,
+                      stacklevel=2)
+        return self.resnet
 
     @property
     def builder_name(self):
@@ -49,8 +57,8 @@ class Variant:
         config = dict(
             patch_size=self.patch_size, dropout_rate=self.dropout_rate, **MODEL_SIZES[self.size]
         )
-        if self.backbone is not None:
-            config["backbone"] = {"num_layers": self.backbone}
+        if self.resnet is not None:
+            config["resnet"] = {"num_layers": self.resnet}
         return config
 
 
@@ -69,11 +77,11 @@ VARIANTS = {
         # Hybrids (official configs/models.py): ResNet stages, then 1x1 patches of the
         # feature map (8x8 on the root block alone for R+Ti/16: stride 4 * 8 = 32 in all;
         # the official comment's "/16" does not match its code).
-        Variant("R50+B/16", "B", 1, 0.1, 98_659_112, backbone=(3, 4, 9)),
-        Variant("R50+L/32", "L", 1, 0.1, 328_994_856, backbone=(3, 4, 6, 3)),
-        Variant("R26+B/32", "B", 1, 0.0, 101_383_976, backbone=(2, 2, 2, 2)),
-        Variant("R26+S/32", "S", 1, 0.0, 36_431_912, backbone=(2, 2, 2, 2)),
-        Variant("R+Ti/16", "Ti", 8, 0.0, 6_337_704, backbone=()),
+        Variant("R50+B/16", "B", 1, 0.1, 98_659_112, resnet=(3, 4, 9)),
+        Variant("R50+L/32", "L", 1, 0.1, 328_994_856, resnet=(3, 4, 6, 3)),
+        Variant("R26+B/32", "B", 1, 0.0, 101_383_976, resnet=(2, 2, 2, 2)),
+        Variant("R26+S/32", "S", 1, 0.0, 36_431_912, resnet=(2, 2, 2, 2)),
+        Variant("R+Ti/16", "Ti", 8, 0.0, 6_337_704, resnet=()),
     )
 }
 

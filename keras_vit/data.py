@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import images as image_ops
-from keras_vit.validation import check_int, check_labels, check_replica_batch, to_pair
+from keras_vit.checks import check_int, check_labels, check_replica_batch, to_pair
 
 # Inception crop of the official training pipeline (vit_jax input_pipeline.py):
 # `tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0), min_object_covered=0)`,

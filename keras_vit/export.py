@@ -43,7 +43,7 @@ from keras_vit import labels as label_sets
 from keras_vit.fileio import atomic_write, staging_dir
 from keras_vit.layers import TokenPooling
 from keras_vit.model import model_image_size, patch_grid
-from keras_vit.validation import check_choice, check_int
+from keras_vit.checks import check_choice, check_int
 
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"

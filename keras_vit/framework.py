@@ -1,22 +1,22 @@
 """Every use of a private Keras or TensorFlow member, each behind a fallback to the public API.
 
-The rest of the package uses public API only. Each piece here names the private members it
-relies on, why (an upstream bug, or a benefit measured in BENCHMARKS.md), and what happens
-without them. `PRIVATE_MEMBERS` lists them all; `missing_private_members()` says which the
-installed Keras and TensorFlow lack, and `tests/test_framework.py` fails loudly on any, so that
-a framework release that changes them is noticed at once instead of making training silently
-slower or wrong.
+The rest of the package uses public API only (`tests/test_structure.py` scans the package's
+source for private members of other libraries and fails on any that is used elsewhere or not
+listed here). Each piece names the members it relies on, why (an upstream bug, or a benefit
+measured in BENCHMARKS.md), and what happens without them. `missing_private_members()` says
+which the installed Keras and TensorFlow lack, and `tests/test_framework.py` fails loudly on
+any, so that a framework release that changes them is noticed at once instead of making
+training silently slower or wrong.
 
-- `symbolic_build`, `build_from_first_batch`: build the optimizer, loss and metric state
-  before the first training step (Keras otherwise creates them inside the first traced step,
-  and TensorFlow traces a function that created variables twice). Fallback: build the
-  optimizer state only, or leave it to Keras.
+- `symbolic_build`: builds the optimizer, loss and metric state before the first training
+  step (without it Keras creates them inside the first traced step, and TensorFlow traces
+  that step twice). Fallback: build the optimizer state only.
 - `op_determinism_enabled`: whether `tf.config.experimental.enable_op_determinism()` is on,
   under which Keras turns XLA off. Fallback: False.
 - `reduce_gradients_before_clipping`, `enable_multiworker_fit`: Keras 3 bugs under
   tf.distribute (see each). Fallback: Keras' own behaviour, with a warning.
-- `AdamW`, `fuse_adam`: Keras' Adam(W) update with shared scalars and TensorFlow's fused
-  `ResourceApplyAdam` kernel. Fallback: Keras' own update.
+- `FusedAdamUpdate`: the update of `keras_vit.training.AdamW`, Keras' Adam(W) step with shared
+  scalars and TensorFlow's fused `ResourceApplyAdam` kernel. Fallback: Keras' own update.
 """
 
 import importlib
@@ -27,23 +27,42 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-# Every private member used below, as (owner, attribute name).
+# Every private member used below: (owner, attribute). An owner is a class, a module path, or
+# one of the instances `_instances()` builds (attributes Keras sets on a built object).
 PRIVATE_MEMBERS = (
     (keras.Model, "_symbolic_build"),
     (keras.Model, "_maybe_symbolic_build"),
     (keras.optimizers.Optimizer, "_all_reduce_sum_gradients"),
+    ("optimizer", "_trainable_variables"),
     (keras.optimizers.AdamW, "_backend_update_step"),
     (keras.optimizers.AdamW, "_apply_weight_decay"),
     (keras.optimizers.AdamW, "_use_weight_decay"),
     (keras.optimizers.AdamW, "_get_variable_index"),
+    ("optimizer", "_momentums"),
+    ("optimizer", "_velocities"),
+    ("optimizer", "_distribution_strategy"),
     ("tensorflow.python.framework.config", "is_op_determinism_enabled"),
 )
-# Attributes Keras sets on a built AdamW instance, also used below.
-ADAMW_STATE = ("_momentums", "_velocities")
 
 
-def _has(owner, name):
-    if isinstance(owner, str):
+def private_names():
+    """What `PRIVATE_MEMBERS` names, as a scan of the source finds it: the attribute's name,
+    or for a member of a private module, the module's dotted name."""
+    return {owner if isinstance(owner, str) and "." in owner else name
+            for owner, name in PRIVATE_MEMBERS}
+
+
+def _instances():
+    """Built framework objects whose instance attributes `PRIVATE_MEMBERS` names."""
+    optimizer = keras.optimizers.AdamW()
+    optimizer.build([keras.Variable([0.0])])
+    return {"optimizer": optimizer}
+
+
+def _has(owner, name, instances):
+    if isinstance(owner, str) and owner in instances:
+        owner = instances[owner]
+    elif isinstance(owner, str):
         try:
             owner = importlib.import_module(owner)
         except ImportError:
@@ -54,28 +73,25 @@ def _has(owner, name):
 def missing_private_members():
     """The private members this module relies on that the installed frameworks lack, as
     "owner.attribute" strings (empty when all are there)."""
-    missing = [f"{getattr(owner, '__name__', owner)}.{name}"
-               for owner, name in PRIVATE_MEMBERS if not _has(owner, name)]
-    probe = keras.optimizers.AdamW()
-    probe.build([keras.Variable([0.0])])
-    missing += [f"AdamW.{name}" for name in ADAMW_STATE if not hasattr(probe, name)]
-    return missing
-
-
-def _needs_patch(obj, marker, private, what):
-    """Whether `obj` still needs the patch named `what`: not yet applied (`marker` unset),
-    and the private member it replaces is there (else a warning, and Keras' behaviour)."""
-    if getattr(obj, marker, False):
-        return False
-    if not hasattr(obj, private):
-        _warn_fallback(what)
-        return False
-    return True
+    instances = _instances()
+    return [f"{getattr(owner, '__name__', owner)}.{name}"
+            for owner, name in PRIVATE_MEMBERS if not _has(owner, name, instances)]
 
 
 def _warn_fallback(what):
     warnings.warn(f"keras_vit: this Keras/TensorFlow release lacks a private member that "
                   f"{what} uses; falling back to the public API.", RuntimeWarning, stacklevel=3)
+
+
+def _needs_patch(obj, marker, privates, what):
+    """Whether `obj` still needs the patch named `what`: not yet applied (`marker` unset),
+    and the private members it uses are there (else a warning, and Keras' behaviour)."""
+    if getattr(obj, marker, False):
+        return False
+    if not all(hasattr(obj, name) for name in privates):
+        _warn_fallback(what)
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,37 +101,13 @@ def _warn_fallback(what):
 def symbolic_build(model, data_batch):
     """Builds `model`'s compiled loss, metrics and optimizer state from `data_batch`, an
     `(inputs, labels, sample_weights)` of symbolic tensors or arrays (Keras'
-    `Model._symbolic_build`), so the first training step traces once."""
+    `Model._symbolic_build`), so that the first training step traces once."""
     if hasattr(model, "_symbolic_build"):
         model._symbolic_build(data_batch=data_batch)
         return
-    _warn_fallback("build_training_state")
+    _warn_fallback("keras_vit.training.build_training_state")
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
-
-
-def build_from_first_batch(model, iterator=None, data_batch=None):
-    """Builds a compiled TensorFlow `model`'s loss, metric and optimizer state before its first
-    training step, from the spec of the data `fit` or `train_on_batch` was given.
-
-    Keras' TensorFlow trainer does this (`_maybe_symbolic_build`) only under a strategy;
-    without one it creates the state inside the first traced step, and TensorFlow traces the
-    step twice (BENCHMARKS.md: the first ViT-B/16 step 31.6 against 22.4 s). `fit`'s data
-    gives its spec without reading a batch (`element_spec`, so no shuffle buffer fills twice);
-    data whose spec is not plain tensors is left to Keras.
-    """
-    if getattr(model, "_distribute_strategy", None) is not None:
-        return  # Keras' `_maybe_symbolic_build` has built it in the strategy's scope
-    if iterator is not None:
-        dataset = getattr(iterator, "_distributed_dataset", None)
-        data_batch = getattr(dataset, "element_spec", None)
-        if data_batch is None or not all(isinstance(spec, tf.TensorSpec)
-                                         for spec in tf.nest.flatten(data_batch)):
-            return
-        data_batch = tf.nest.map_structure(
-            lambda spec: keras.KerasTensor(spec.shape.as_list(), spec.dtype.name), data_batch)
-    if data_batch is not None and hasattr(model, "_symbolic_build"):
-        symbolic_build(model, data_batch)
 
 
 def op_determinism_enabled():
@@ -147,7 +139,7 @@ def reduce_gradients_before_clipping(optimizer):
         The optimizer.
     """
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    if not _needs_patch(inner, "_keras_vit_reduce_first", "_all_reduce_sum_gradients",
+    if not _needs_patch(inner, "_keras_vit_reduce_first", ("_all_reduce_sum_gradients",),
                         "reduce_gradients_before_clipping"):
         return optimizer
     keras_apply = inner.apply
@@ -158,7 +150,11 @@ def reduce_gradients_before_clipping(optimizer):
         context = tf.distribute.get_replica_context()
         if context is None or context.num_replicas_in_sync == 1:
             return keras_apply(grads, trainable_variables)
-        variables = trainable_variables or inner._trainable_variables
+        # The variables Keras' own `apply` falls back to when none are given.
+        variables = trainable_variables or getattr(inner, "_trainable_variables", None)
+        if variables is None:
+            _warn_fallback("reduce_gradients_before_clipping")
+            return keras_apply(grads, trainable_variables)
         grads = [g for g, _ in keras_all_reduce(list(zip(grads, variables)))]
         reduced.append(True)
         try:
@@ -205,8 +201,8 @@ def enable_multiworker_fit(model):
     Returns:
         The model.
     """
-    if not _needs_patch(model, "_keras_vit_multiworker", "_maybe_symbolic_build",
-                        "enable_multiworker_fit"):
+    if not _needs_patch(model, "_keras_vit_multiworker",
+                        ("_maybe_symbolic_build", "_symbolic_build"), "enable_multiworker_fit"):
         return model
     strategy = model.distribute_strategy
 
@@ -231,38 +227,21 @@ def enable_multiworker_fit(model):
 
 
 # --------------------------------------------------------------------------------------------
-# The fused AdamW.
+# The fused Adam update.
 
 
-def _fused_adamw_available():
-    return all(_has(keras.optimizers.AdamW, name) for name in (
-        "_backend_update_step", "_apply_weight_decay", "_use_weight_decay",
-        "_get_variable_index"))
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class AdamW(keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW`, the same update built from fewer graph operations.
+class FusedAdamUpdate:
+    """A mixin for `keras.optimizers.Adam`/`AdamW` subclasses: the same update built from
+    fewer graph operations (`keras_vit.training.AdamW` is the one user-facing class).
 
     Keras' AdamW recomputes the bias-corrected step size, the learning rate (a schedule is
     evaluated again for every variable) and the weight-decay factor per variable, and routes
     each variable through `tf.distribute`'s update machinery: about 45 TensorFlow operations
-    per variable, which Python must create at every trace and XLA must compile. On
-    TensorFlow outside any distribution strategy, this class computes those scalars once per
-    step and updates each float32/float64 variable with one fused `ResourceApplyAdam` kernel
-    (the same formula as Keras: `m += (g - m)(1 - b1)`, `v += (g^2 - v)(1 - b2)`,
-    `w -= alpha m / (sqrt(v) + eps)` with `alpha = lr sqrt(1 - b2^t) / (1 - b1^t)`), after
-    the decoupled decay `w -= lr wd w`. BENCHMARKS.md has the operation counts and the start-up
-    and step times with each. The kernel computes `1 - b2` in float32 (0.00099998713, Keras
-    0.001): steps differ from Keras' in the sixth significant digit. Elsewhere (under a
-    strategy, including OneDeviceStrategy; other backends; `amsgrad`; a Keras release without
-    the private members used here) it is Keras' own AdamW, and sparse gradients and
-    float16/bfloat16 variables get Keras' per-variable update. Arguments and `get_config` are
-    those of `keras.optimizers.AdamW`.
-
-    ```python
-    optimizer = keras_vit.training.AdamW(learning_rate=1e-3, weight_decay=0.1)
-    ```
+    per variable, which Python must create at every trace and XLA must compile. On TensorFlow
+    outside any distribution strategy this computes those scalars once per step and updates
+    each float32/float64 variable with one fused `ResourceApplyAdam` kernel, after the
+    decoupled decay `w -= lr wd w`. Elsewhere (under a strategy, other backends, `amsgrad`,
+    a Keras release without the private members used here) it is Keras' own update.
     """
 
     def _apply_weight_decay(self, variables):
@@ -276,67 +255,17 @@ class AdamW(keras.optimizers.AdamW):
         return _fused_update_step(self, grads, trainable_variables, learning_rate)
 
 
-# Keras classes whose update `fuse_adam` may replace: exactly these (a subclass may change
-# the update).
-FUSABLE_OPTIMIZERS = (keras.optimizers.Adam, keras.optimizers.AdamW)
-
-
-def fuse_adam(optimizer):
-    """Gives a `keras.optimizers.Adam` or `keras.optimizers.AdamW` instance the update of
-    `keras_vit.training.AdamW` (shared scalars, one fused `ResourceApplyAdam` per variable).
-
-    `keras_vit.ViTModel.compile` calls it, so that a plain
-    `model.compile(optimizer=keras.optimizers.AdamW(...))` starts as fast as the recipes
-    (BENCHMARKS.md). The instance keeps its class and its config (a saved model names Keras'
-    optimizer), and the fused update applies only where `keras_vit.training.AdamW`'s does
-    (TensorFlow outside any strategy, no `amsgrad`); elsewhere it is Keras' own. The inner
-    optimizer of a `LossScaleOptimizer` is patched; any other optimizer is returned as it is.
-
-    Returns:
-        The optimizer.
-    """
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    if type(inner) not in FUSABLE_OPTIMIZERS or not _fused_adamw_available():
-        return optimizer
-    if getattr(inner, "_keras_vit_fused", False):
-        return optimizer
-    # Bound methods (not closures), so that a deep copy of the optimizer updates its own state.
-    inner._apply_weight_decay = types.MethodType(_fused_apply_weight_decay, inner)
-    inner._backend_update_step = types.MethodType(_fused_backend_update_step, inner)
-    inner._keras_vit_fused = True
-    return optimizer
-
-
-def unfuse_adam(optimizer):
-    """Undoes `fuse_adam`: the optimizer takes Keras' own update again.
-
-    Returns:
-        The optimizer.
-    """
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    if getattr(inner, "_keras_vit_fused", False):
-        for name in ("_apply_weight_decay", "_backend_update_step"):
-            vars(inner).pop(name, None)
-        inner._keras_vit_fused = False
-    return optimizer
-
-
-def _fused_apply_weight_decay(self, variables):
-    if not _fusable(self):
-        type(self)._apply_weight_decay(self, variables)
-
-
-def _fused_backend_update_step(self, grads, trainable_variables, learning_rate):
-    if not _fusable(self):
-        return type(self)._backend_update_step(self, grads, trainable_variables, learning_rate)
-    return _fused_update_step(self, grads, trainable_variables, learning_rate)
+_FUSED_MEMBERS = ("_backend_update_step", "_apply_weight_decay", "_use_weight_decay",
+                  "_get_variable_index")
+_ADAM_STATE = ("_momentums", "_velocities")
 
 
 def _fusable(optimizer):
     """Whether `optimizer` (an Adam or AdamW) can take the fused update now."""
     if keras.backend.backend() != "tensorflow" or optimizer.amsgrad:
         return False
-    if not _fused_adamw_available() or not all(hasattr(optimizer, n) for n in ADAMW_STATE):
+    if not all(hasattr(keras.optimizers.AdamW, n) for n in _FUSED_MEMBERS) or \
+            not all(hasattr(optimizer, n) for n in _ADAM_STATE):
         return False
     # Variables created under a strategy (even when applied outside it) are distributed:
     # Keras' path updates every copy, the fused kernel would update one.
@@ -347,7 +276,13 @@ def _fusable(optimizer):
 
 def _fused_update_step(self, grads, trainable_variables, learning_rate):
     """Keras' Adam(W) step with the scalars computed once per dtype and `ResourceApplyAdam`
-    per float32/float64 variable; the decoupled weight decay first."""
+    per float32/float64 variable; the decoupled weight decay first.
+
+    The formula is Keras': `m += (g - m)(1 - b1)`, `v += (g^2 - v)(1 - b2)`,
+    `w -= alpha m / (sqrt(v) + eps)` with `alpha = lr sqrt(1 - b2^t) / (1 - b1^t)`. The kernel
+    computes `1 - b2` in float32 (0.00099998713 against Keras' 0.001), so steps differ from
+    Keras' in the sixth significant digit.
+    """
     scalars = {}
     for grad, variable in zip(grads, trainable_variables):
         dtype = variable.dtype

@@ -41,9 +41,8 @@ import keras
 import numpy as np
 
 from keras_vit.fileio import atomic_write
-from keras_vit.model import (SCANNED_ENCODER, encoder_blocks, model_image_size, patch_grid,
-                             unscanned)
-from keras_vit.validation import check_index, check_positive_int
+from keras_vit.model import encoder_blocks, encoder_layer, model_image_size, patch_grid, per_block
+from keras_vit.checks import check_index, check_positive_int
 
 # Figure layout, in pixels (PNGs are written at `DPI` dots per inch).
 DPI = 100
@@ -114,7 +113,7 @@ def geometry(model):
     rows, cols = patch_grid(model)  # a model of any input size: at the size it was built for
     if model.inputs[0].shape[1] is None:
         num_prefix = model.get_layer("posembed_input").num_prefix_tokens
-    elif SCANNED_ENCODER in {layer.name for layer in model.layers}:  # no block outputs
+    elif encoder_layer(model) is not None:  # no block outputs
         num_prefix = int("cls" in {layer.name for layer in model.layers})
     else:
         length = blocks[0].output[1].shape[-1]  # tokens: patches plus the class token, if any
@@ -139,9 +138,10 @@ def attention_probe(model):
 
     The outputs are the blocks' own second outputs, so one call runs one forward pass of the
     model and returns `[layers] x [B, heads, N, N]` (N counts the class token, if any). A
-    `scan=True` model is probed through its per-block twin (`keras_vit.unscanned`).
+    `scan=True` or `remat=True` model is probed through its per-block twin
+    (`keras_vit.per_block`).
     """
-    model = unscanned(model)
+    model = per_block(model)
     outputs = [block.output[1] for block in _blocks(model)]
     return keras.Model(model.input, outputs, name=f"{model.name}_attention")
 

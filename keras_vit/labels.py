@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from keras_vit.validation import check_int
+from keras_vit.checks import check_int
 
 LABEL_SETS = {1000: "imagenet2012", 21843: "imagenet21k"}
 
@@ -24,7 +24,7 @@ def _read(label_set):
             f"Unknown label set {label_set!r}. Expected one of {sorted(LABEL_SETS.values())}."
         )
     text = (
-        importlib.resources.files("keras_vit.checkpoints")
+        importlib.resources.files("keras_vit_checkpoints")
         .joinpath(f"{label_set}_labels.txt")
         .read_text()
     )

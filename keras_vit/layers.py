@@ -7,11 +7,13 @@ checkpoint is a plain key map (see `keras_vit.weights.keymap`).
 """
 
 import math
+import warnings
 
 import keras
 from keras import ops
 
-from keras_vit.validation import (
+from keras_vit.kernels import block_input, check_kernels, dot_product_attention
+from keras_vit.checks import (
     check_bool,
     check_choice,
     check_heads,
@@ -33,11 +35,6 @@ POSITION_EMBEDDING_STDDEV = 0.02
 MLP_BIAS_STDDEV = 1e-6
 # Temperature of the fixed 2-D sine-cosine position embedding (big_vision `posemb_sincos_2d`).
 SINCOS_TEMPERATURE = 10_000.0
-
-# In training on JAX on CPU, each block's input gradient passes through `gradient_barrier`
-# (see there: the same gradients, a non-finite one becomes NaN); the switch exists for
-# `benchmarks/scan_encoder.py`, which measures the difference.
-GRADIENT_BARRIER = True
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 CLASSIFIERS = ("token", "gap")
@@ -106,92 +103,6 @@ def _quantized_policy_map(layer):
         policy_map[sub.path] = sub.dtype_policy
     return policy_map
 
-
-def attention_core(query, key, value, scale):
-    """`softmax(query key^T * scale) value` for `[B, h, N, k]` operands, with a hand-written
-    backward pass: the training path of `MultiHeadDotProductAttention` without attention dropout.
-
-    The backward uses the softmax-gradient identity of FlashAttention: the row sums of
-    `dP * P` that the softmax gradient needs equal the row sums of `dO * O` (O the output), a
-    `[B, h, N, k]` reduction instead of a `[B, h, N, N]` one. The softmax and its gradient run
-    in float32 (mixed precision), as the forward. Measured on ViT-B/16 training with XLA on a
-    CPU: 1.06x the einsum formulation with autodiff (`benchmarks/attention_train_ab.py`).
-    """
-
-    @ops.custom_gradient
-    def core(q, k, v):
-        logits = ops.matmul(q * ops.cast(scale, q.dtype), ops.transpose(k, (0, 1, 3, 2)))
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)  # probs = [B, h, N, N]
-        out = ops.matmul(ops.cast(probs, v.dtype), v)  # out = [B, h, N, k]
-
-        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
-            d_out = args[0] if upstream is None else upstream
-            d_v = ops.matmul(ops.transpose(ops.cast(probs, v.dtype), (0, 1, 3, 2)), d_out)
-            d_probs = ops.matmul(d_out, ops.transpose(v, (0, 1, 3, 2)))  # [B, h, N, N]
-            delta = ops.sum(ops.cast(d_out, "float32") * ops.cast(out, "float32"), axis=-1,
-                            keepdims=True)  # rowsum(dP * P) = rowsum(dO * O), [B, h, N, 1]
-            d_logits = ops.cast(probs * (ops.cast(d_probs, "float32") - delta) * scale,
-                                q.dtype)  # the gradient of the scaled logits
-            d_q = ops.matmul(d_logits, k)
-            d_k = ops.matmul(ops.transpose(d_logits, (0, 1, 3, 2)), q)
-            return d_q, d_k, d_v
-
-        return out, grad
-
-    return core(query, key, value)
-
-
-def gradient_barrier(x):
-    """The identity, whose backward pass computes the incoming gradient once, into memory.
-
-    Why: XLA on CPU (measured with jaxlib 0.10) fuses the chain of elementwise additions that
-    carries the residual stream's gradient back through the encoder into every one of its
-    consumers, so each block's backward recomputes the LayerNorm-backward contributions of
-    all the blocks above it: work quadratic in depth, 45% of a ViT-Ti/16 training step on JAX
-    (BENCHMARKS.md). XLA does not duplicate a floating-point division into several
-    consumers (an "expensive" operation), so the gradient `g / (1 + 0 * g)` is materialised
-    once per block. It equals `g` exactly for every finite `g` (a non-finite one becomes NaN).
-    `TransformerBlock` applies it in training on JAX when the devices are CPUs: on
-    accelerators, whose XLA fuses by a cost model, it has not been measured. Being a custom
-    reverse-mode gradient, it has no forward-mode derivative (`jax.jvp` of a block called with
-    `training=True` raises); the inference path (`training=False`) does not use it.
-    """
-
-    @ops.custom_gradient
-    def barrier(x):
-        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
-            g = args[0] if upstream is None else upstream
-            return g / (1 + 0 * g)
-
-        return x, grad
-
-    return barrier(x)
-
-
-def _jax_on_cpu():
-    """Whether Keras runs on JAX with CPU devices only."""
-    return keras.backend.backend() == "jax" and all(
-        device.startswith("cpu") for device in keras.distribution.list_devices())
-
-
-def random_states(layer):
-    """The layer's variables that are not weights: its dropout layers' seed-generator states
-    (which `save_weights` leaves out)."""
-    weights = {id(v) for v in layer.weights}
-    return [v for v in layer.variables if id(v) not in weights]
-
-
-def stateless_call(fn, weights, weight_values, states, state_values):
-    """`fn()` with `weights` reading as `weight_values` and `states` (seed generators) as
-    `state_values`, in a `keras.StatelessScope`: a pure function for JAX's transformations.
-
-    Returns:
-        (what `fn` returns, the states' values after it: the advanced seeds).
-    """
-    mapping = list(zip(weights, weight_values)) + list(zip(states, state_values))
-    with keras.StatelessScope(state_mapping=mapping) as scope:
-        result = fn()
-    return result, [scope.get_current_value(state) for state in states]
 
 
 def _dense_general_glorot(fan_in, fan_out):
@@ -577,6 +488,8 @@ class _ReturnsAttention:
 class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
     """Multi-head self-attention with the official checkpoint's weight layout.
 
+        softmax(q k^T / sqrt(head_dim)) v per head, q, k, v = x W_{q,k,v} + b_{q,k,v}
+
     Sublayers `query`, `key`, `value` (kernel (D, heads, head_dim), bias (heads, head_dim))
     and `out` (kernel (heads, head_dim, D), bias (D,)).
 
@@ -585,6 +498,8 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
         attention_dropout_rate: float. Dropout on the attention probabilities. Defaults to 0.
         qkv_bias: bool. Whether query, key and value have biases (False: timm's and
             transformers' `qkv_bias=False` models). Defaults to True.
+        kernels: dict or None. Implementation choices of `keras_vit.kernels` (here
+            "attention"); those not named take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` a tuple
@@ -592,23 +507,25 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
     (before dropout).
     """
 
-    CONFIG_ARGS = ("num_heads", "attention_dropout_rate", "qkv_bias")
+    CONFIG_ARGS = ("num_heads", "attention_dropout_rate", "qkv_bias", "kernels")
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, **kwargs):
+    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, kernels=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
         self.qkv_bias = check_bool("qkv_bias", qkv_bias)
+        self.kernels = check_kernels(kernels) or None
 
     def build(self, input_shape):
         width = check_heads(input_shape[-1], self.num_heads)
-        self.head_dim = width // self.num_heads
+        head_dim = width // self.num_heads
         init = _dense_general_glorot(width, width)
         common = dict(kernel_initializer=init, bias_initializer="zeros")
         for name in ("query", "key", "value"):
             layer = keras.layers.EinsumDense(
                 "bnd,dhk->bnhk",
-                output_shape=(None, self.num_heads, self.head_dim),
+                output_shape=(None, self.num_heads, head_dim),
                 bias_axes="hk" if self.qkv_bias else None,
                 name=name,
                 dtype=self.sublayer_policy(name),
@@ -620,41 +537,15 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
             "bnhk,hkd->bnd", output_shape=(None, width), bias_axes="d", name="out",
             dtype=self.sublayer_policy("out"), **common
         )
-        self.out.build((*input_shape[:-1], self.num_heads, self.head_dim))
+        self.out.build((*input_shape[:-1], self.num_heads, head_dim))
         self.dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=self.dtype_policy)
-
-    def probabilities(self, query, key):
-        """Attention probabilities `[B, h, N, N]` of query and key `[B, N, h, k]`: the softmax,
-        in float32 at least so that mixed precision does not overflow, of the scaled logits."""
-        query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
-        logits = ops.einsum("bqhk,bshk->bhqs", query, key)  # logits = [B, h, N, N]
-        return ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), query.dtype)
 
     def call(self, inputs, training=None, return_attention_scores=False):
         # inputs = [B, N, D]; query, key, value = [B, N, h, k]
         query, key, value = (layer(inputs) for layer in (self.query, self.key, self.value))
-        if training and self.attention_dropout_rate:
-            # The products one by one: dropout applies to the probabilities.
-            probs = self.probabilities(query, key)
-            dropped = self.dropout(probs, training=training)
-            context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
-        elif training:
-            # The products on each head's contiguous [N, k] matrices, with the hand-written
-            # backward of `attention_core` (measured on a CPU; on a GPU, the products one by
-            # one trained faster than the fused kernel's backward, BENCHMARKS.md). The
-            # probabilities, if asked for, are computed apart; compiled graphs drop them when
-            # unread.
-            heads_first = [ops.transpose(t, (0, 2, 1, 3)) for t in (query, key, value)]
-            context = attention_core(*heads_first, 1.0 / math.sqrt(self.head_dim))
-            context = ops.transpose(context, (0, 2, 1, 3))  # context = [B, N, h, k]
-            probs = self.probabilities(query, key) if return_attention_scores else None
-        else:
-            # Inference: softmax(q k^T / sqrt(k)) v in one op, fused where the backend has a
-            # kernel (cuDNN flash attention on a GPU under JAX). The probabilities are computed
-            # apart, for callers that ask for them; compiled graphs drop them when unread.
-            context = ops.dot_product_attention(query, key, value,
-                                                scale=1.0 / math.sqrt(self.head_dim))
-            probs = self.probabilities(query, key) if return_attention_scores else None
+        context, probs = dot_product_attention(  # context = [B, N, h, k], probs = [B, h, N, N]
+            query, key, value, dropout=self.dropout, training=training, kernels=self.kernels,
+            return_probabilities=True)
         outputs = self.out(context)  # outputs = [B, N, D]
         return (outputs, probs) if return_attention_scores else outputs
 
@@ -696,27 +587,15 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
-        # inputs = [B, N, D]. At inference the products run on the [B * N, D] rows: TensorFlow's
-        # graph runtime (Keras' default on a CPU, and TF Serving) then fuses each MatMul with its
-        # bias and GELU in oneDNN, 1.03-1.08x the 3-D layout on ViT-B/16 (XLA: within noise). In
-        # training the 3-D layout stays: XLA's step took 0.92x with the rows, the graph
-        # runtime's 1.01x (benchmarks/mlp_layout_ab.py, BENCHMARKS.md).
-        if training:
-            return self._products(inputs, training)
-        shape = keras.ops.shape(inputs)
-        rows = self._products(keras.ops.reshape(inputs, (-1, shape[-1])), training)
-        return keras.ops.reshape(rows, shape)
-
-    def _products(self, x, training):
-        x = self.dense_0(x)  # x = [..., mlp_dim]
+        # inputs = [B, N, D]
+        x = self.dense_0(inputs)  # x = [B, N, mlp_dim]
         x = keras.activations.gelu(x, approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
-        x = self.dense_1(x)  # x = [..., D]
+        x = self.dense_1(x)  # x = [B, N, D]
         return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):
         return input_shape
-
 
 
 @_register
@@ -736,9 +615,8 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         gelu_approximate: bool. Tanh-approximate GELU if True (official), exact if False.
             Defaults to True.
         qkv_bias: bool. Whether query, key and value have biases. Defaults to True.
-        remat: bool. In training, keep only the block's input for the backward pass and
-            recompute the rest there (`keras.remat`): less memory, more compute (measured in
-            BENCHMARKS.md). Defaults to False.
+        kernels: dict or None. Implementation choices of `keras_vit.kernels`; those not named
+            take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` the tuple
@@ -752,8 +630,8 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
     """
 
     CONFIG_ARGS = (
-        "num_heads", "mlp_dim", "dropout_rate",
-        "attention_dropout_rate", "layer_norm_epsilon", "gelu_approximate", "qkv_bias", "remat",
+        "num_heads", "mlp_dim", "dropout_rate", "attention_dropout_rate", "layer_norm_epsilon",
+        "gelu_approximate", "qkv_bias", "kernels",
     )
 
     def __init__(
@@ -765,18 +643,20 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         gelu_approximate=GELU_APPROXIMATE,
         qkv_bias=True,
-        remat=False,
+        kernels=None,
         **kwargs,
     ):
+        if "remat" in kwargs:
+            _remat_moved(kwargs.pop("remat"))
         super().__init__(**kwargs)
-        self.qkv_bias = check_bool("qkv_bias", qkv_bias)
-        self.remat = check_bool("remat", remat)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)
         self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
         self.layer_norm_epsilon = check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
         self.gelu_approximate = check_bool("gelu_approximate", gelu_approximate)
+        self.qkv_bias = check_bool("qkv_bias", qkv_bias)
+        self.kernels = check_kernels(kernels) or None
 
     def build(self, input_shape):
         check_rank("TransformerBlock", input_shape, ("batch", "length", "width"))
@@ -787,6 +667,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
             self.num_heads,
             attention_dropout_rate=self.attention_dropout_rate,
             qkv_bias=self.qkv_bias,
+            kernels=self.kernels,
             name="MultiHeadDotProductAttention_1",
             dtype=self.dtype_policy,
         )
@@ -803,146 +684,21 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None, return_attention_scores=False):
-        if self.remat and training:
-            # The probabilities are an output of the recomputed function, not saved for the
-            # backward pass: compiled graphs drop them when nothing reads them.
-            outputs, probs = self._remat_forward(inputs, training)
-        else:
-            outputs, probs = self._forward(inputs, training)
-        return (outputs, probs) if return_attention_scores else outputs
-
-    def _remat_forward(self, inputs, training):
-        """`_forward` under `keras.remat`, drawing the same dropout masks when recomputed.
-
-        TensorFlow's recompute_grad re-runs the function after the seed generators have
-        advanced, which would draw new masks (and give wrong gradients), so each recomputation
-        first restores the seeds of the forward pass. JAX's checkpoint traces a pure function:
-        the seeds go in and the advanced seeds come out (assigning them inside would leak its
-        tracers), and the recomputation replays the same seeds by construction.
-        """
-        states = random_states(self)  # the seed states of its dropouts with a rate > 0
-        if not states:
-            return keras.remat(lambda x: self._forward(x, training))(inputs)
-        if keras.backend.backend() == "tensorflow":
-            seeds = [ops.copy(state.value) for state in states]  # the values, not the variables
-
-            def forward(x):
-                for state, seed in zip(states, seeds):
-                    state.assign(seed)
-                return self._forward(x, training)
-
-            return keras.remat(forward)(inputs)
-
-        # A variable that a StatelessScope does not map reads as its stored value, not as the
-        # value of an enclosing scope (Keras' JAX trainer runs the step in one): the weights
-        # are mapped to their current values as well.
-        weights = [w.value for w in self.weights]
-
-        def pure_forward(x, seeds):
-            (outputs, probs), advanced = stateless_call(
-                lambda: self._forward(x, training), self.weights, weights, states, seeds)
-            return outputs, probs, advanced
-
-        outputs, probs, advanced = keras.remat(pure_forward)(
-            inputs, [state.value for state in states])
-        for state, value in zip(states, advanced):
-            state.assign(value)
-        return outputs, probs
-
-    def _forward(self, inputs, training):
-        # inputs = [B, N, D]
-        if GRADIENT_BARRIER and training and _jax_on_cpu():
-            inputs = gradient_barrier(inputs)
+        # inputs = [B, N, D]; the identity, which `block_input` may give a cheaper gradient
+        # in training (keras_vit.kernels).
+        inputs = block_input(inputs, training=training, kernels=self.kernels)
         x = self.norm_0(inputs)
         x, probs = self.attention(x, training=training, return_attention_scores=True)
-        x = self.dropout(x, training=training)
-        x = x + inputs  # x = [B, N, D]
-        y = self.mlp(self.norm_2(x), training=training)  # y = [B, N, D]
-        return x + y, probs  # probs = [B, heads, N, N]
+        y = inputs + self.dropout(x, training=training)  # y = [B, N, D]
+        outputs = y + self.mlp(self.norm_2(y), training=training)  # outputs = [B, N, D]
+        return (outputs, probs) if return_attention_scores else outputs  # probs = [B, h, N, N]
 
 
-
-@_register
-class ScannedEncoder(ConfigArgs, keras.layers.Layer):
-    """The encoder's `num_layers` blocks as one layer that scans one block over their weights.
-
-    It holds the same `TransformerBlock`s `encoderblock_{i}` as the per-block model, with
-    their own weights and names (the layer is named `Transformer` in a `keras_vit.ViT`, so its
-    variables' paths are the checkpoint keys `Transformer/encoderblock_{i}/...`). Its call
-    stacks each weight over the blocks and applies block 0's computation to each block's
-    slice with `keras.ops.scan` (big_vision's scanned layout): the traced and compiled
-    function holds one block instead of `num_layers`. Dropout masks come from block 0's seed
-    generators, advanced from block to block.
-
-    On TensorFlow the blocks are applied one after the other, as in the per-block model:
-    `keras.ops.scan` there cannot be differentiated under XLA, and a TensorFlow while loop
-    was measured slower to compile, slower per step and larger (BENCHMARKS.md).
-
-    Args:
-        num_layers: int. Number of blocks.
-        num_heads, mlp_dim, dropout_rate, attention_dropout_rate, layer_norm_epsilon,
-            gelu_approximate, qkv_bias, remat: each block's `TransformerBlock` arguments.
-        **kwargs: standard `keras.layers.Layer` arguments.
-
-    Input: `[B, N, D]`. Output: `[B, N, D]` (no attention probabilities: the per-block model,
-    `keras_vit.model.unscanned`, has them).
-    """
-
-    BLOCK_ARGS = TransformerBlock.CONFIG_ARGS
-    CONFIG_ARGS = ("num_layers", *BLOCK_ARGS)
-
-    def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0,
-                 attention_dropout_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON,
-                 gelu_approximate=GELU_APPROXIMATE, qkv_bias=True, remat=False, **kwargs):
-        super().__init__(**kwargs)
-        self.num_layers = check_positive_int("num_layers", num_layers)
-        block = TransformerBlock(num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
-                                 layer_norm_epsilon, gelu_approximate, qkv_bias, remat)
-        for name in self.BLOCK_ARGS:  # validated by the block
-            setattr(self, name, getattr(block, name))
-
-    def build(self, input_shape):
-        block_args = {name: getattr(self, name) for name in self.BLOCK_ARGS}
-        self.blocks = [TransformerBlock(**block_args, name=f"encoderblock_{i}",
-                                        dtype=self.dtype_policy)
-                       for i in range(self.num_layers)]
-        for block in self.blocks:
-            block.build(input_shape)
-
-    def call(self, inputs, training=None):
-        # inputs = [B, N, D]
-        if keras.backend.backend() == "tensorflow" or not self._uniform():
-            x = inputs
-            for block in self.blocks:
-                x = block(x, training=training)
-            return x
-        template = self.blocks[0]
-        # Each weight stacked over the blocks: [num_layers, *shape].
-        stacked = [ops.stack([block.weights[j].value for block in self.blocks])
-                   for j in range(len(template.weights))]
-        seeds = random_states(template)
-
-        def body(carry, layer_weights):
-            x, seed_values = carry
-            y, seed_values = stateless_call(  # y = [B, N, D]
-                lambda: template(x, training=training), template.weights, layer_weights, seeds,
-                seed_values)
-            return (y, seed_values), None
-
-        (x, seed_values), _ = ops.scan(body, (inputs, [v.value for v in seeds]), stacked)
-        for variable, value in zip(seeds, seed_values):
-            variable.assign(value)
-        return x
-
-    def _uniform(self):
-        """Whether the blocks' weights stack: more than one block, and the same shapes and
-        dtypes in each (LoRA or quantization of some blocks only breaks that)."""
-        layouts = {tuple((tuple(v.shape), v.dtype) for v in block.weights)
-                   for block in self.blocks}
-        return self.num_layers > 1 and len(layouts) == 1
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
+def _remat_moved(remat):
+    """0.2's `TransformerBlock(remat=...)`: accepted, for `.keras` files of 0.2."""
+    warnings.warn("TransformerBlock(remat=...) is deprecated and ignored: recomputation is an "
+                  "option of the encoder, keras_vit.ViT(remat=True) (keras_vit.Encoder). "
+                  f"Received: remat={remat!r}", DeprecationWarning, stacklevel=3)
 
 
 @_register
@@ -975,9 +731,3 @@ class TokenPooling(ConfigArgs, keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[2])
-
-
-# Registered for `.keras` files: the other layer modules may be imported now (keras_vit/__init__).
-from keras_vit import _layer_module_loaded  # noqa: E402
-
-_layer_module_loaded(__name__)

@@ -7,14 +7,17 @@ with `model.get_layer(name)`:
 - `model.get_layer("encoder_norm").output`: the full token sequence `[B, N(+1), D]`;
 - `model.get_layer("encoderblock_3").output[1]`: block 3's attention probabilities.
 
-With `scan=True` the blocks are sublayers of one `Transformer` layer (`encoder_blocks` finds
-them in either layout, `unscanned` gives the per-block model).
+With `scan=True` or `remat=True` the blocks are sublayers of one `keras_vit.Encoder` layer named
+`Transformer` (`encoder_blocks` finds them in either layout, `per_block` gives the per-block
+model).
 """
 
-import contextlib
+import warnings
 
 import keras
 
+from keras_vit.encoder import Encoder
+from keras_vit.kernels import check_kernels
 from keras_vit.layers import (
     CLASSIFIERS,
     GELU_APPROXIMATE,
@@ -25,18 +28,17 @@ from keras_vit.layers import (
     ClassToken,
     NoPositionEmbs,
     PatchEmbedding,
-    ScannedEncoder,
     TokenPooling,
     TransformerBlock,
     sublayers,
 )
-from keras_vit.resnet import ResNetStem
-from keras_vit.validation import check_bool, check_choice, check_heads, check_positive_int, to_pair
+from keras_vit.resnet import ResNet
+from keras_vit.checks import check_bool, check_choice, check_heads, check_positive_int, to_pair
 
 IMAGE_CHANNELS = 3
-# The name of the `ScannedEncoder` layer of a `scan=True` model: its variables' paths are then
-# the checkpoint keys (`Transformer/encoderblock_{i}/...`).
-SCANNED_ENCODER = "Transformer"
+# The name of the `Encoder` layer of a `scan=True` or `remat=True` model: its variables' paths
+# are then the checkpoint keys (`Transformer/encoderblock_{i}/...`).
+ENCODER = "Transformer"
 # `position_embedding` -> the layer `posembed_input` that adds it (paper appendix D.4, Table 8;
 # "sincos_2d" from big_vision).
 POSITION_EMBEDDINGS = {
@@ -61,7 +63,7 @@ def ViT(
     attention_dropout_rate=0.0,
     include_top=True,
     gelu_approximate=GELU_APPROXIMATE,
-    backbone=None,
+    resnet=None,
     layer_norm_epsilon=LAYER_NORM_EPSILON,
     dynamic_image_size=False,
     qkv_bias=True,
@@ -70,7 +72,9 @@ def ViT(
     remat=False,
     position_embedding="learned",
     scan=False,
+    kernels=None,
     name=None,
+    backbone=None,
 ):
     """Builds a Vision Transformer as a functional `keras.Model`.
 
@@ -94,7 +98,7 @@ def ViT(
             `pre_logits` if present) instead of logits. Defaults to True.
         gelu_approximate: bool. Tanh-approximate GELU (Flax `nn.gelu`, used to train the
             official checkpoints) if True; exact GELU if False. Defaults to True.
-        backbone: None, or a dict of `keras_vit.ResNetStem` arguments (e.g.
+        resnet: None, or a dict of `keras_vit.ResNet` arguments (e.g.
             `{"num_layers": (3, 4, 9)}`) for a hybrid: the patches are then cut from the
             ResNet's feature map (paper section 3.1), and `patch_size` counts feature-map
             cells. Defaults to None (patches of pixels).
@@ -115,23 +119,28 @@ def ViT(
         fc_norm: bool. If True, the final LayerNorm (`fc_norm`) normalises the pooled
             features instead of the token sequence (timm's `fc_norm`, for "gap" models).
             Defaults to False.
-        remat: bool. Recompute each encoder block in the backward pass instead of keeping
-            its activations (`keras.remat`): trades training speed for memory, for batches
-            that do not fit otherwise (BENCHMARKS.md measures both). Defaults to False.
+        remat: bool. In training, recompute each encoder block in the backward pass instead
+            of keeping its activations (`keras.remat`): less memory for more compute, for
+            batches that do not fit otherwise. The blocks then live in one `keras_vit.Encoder`
+            layer named `Transformer`, as with `scan`. Defaults to False.
         position_embedding: str. How the patches are told where they are (paper appendix
             D.4, Table 8): "learned" (one learned vector per position, `AddPositionEmbs`),
             "learned_2d" (learned row and column embeddings of D/2 each, concatenated:
             `AddPositionEmbs2D`), "sincos_2d" (big_vision's fixed 2-D sine-cosine embedding,
             no weights: `AddSinCosPositionEmbs2D`) or "none" (no position information:
             `NoPositionEmbs`). Defaults to "learned".
-        scan: bool. If True, the blocks live in one `ScannedEncoder` layer named
+        scan: bool. If True, the blocks live in one `keras_vit.Encoder` layer named
             `Transformer`, which runs one traced block over their stacked weights on JAX
             (big_vision's scanned layout: one block to trace and compile instead of
             `num_layers`). The blocks keep their names and weights, so loading, saving,
             conversion and export are unchanged; the attention probabilities are not in the
-            graph (`keras_vit.unscanned(model)` has them; the inspection tools use it).
+            graph (`keras_vit.per_block(model)` has them; the inspection tools use it).
             Defaults to False (one `TransformerBlock` layer per block).
+        kernels: dict or None. Implementation choices of `keras_vit.kernels` for every block
+            (e.g. `{"attention": "products"}`); those not named take their measured defaults.
+            Defaults to None.
         name: str or None. Model name. Defaults to "vit".
+        backbone: 0.2's name for `resnet`; deprecated.
 
     Returns:
         A `keras.Model` from images `[B, H, W, 3]` scaled to [-1, 1] (see
@@ -158,13 +167,21 @@ def ViT(
     fc_norm = check_bool("fc_norm", fc_norm)
     remat = check_bool("remat", remat)
     scan = check_bool("scan", scan)
+    kernels = check_kernels(kernels) or None
     class_token = check_bool("class_token", classifier == "token" if class_token is None
                              else class_token)
     if include_top:
         num_classes = check_positive_int("num_classes", num_classes)
     check_choice("classifier", classifier, CLASSIFIERS)
     check_choice("position_embedding", position_embedding, tuple(POSITION_EMBEDDINGS))
-    stem = _backbone(backbone)
+    if backbone is not None:
+        warnings.warn("ViT(backbone=...) is deprecated: the hybrid's ResNet is "
+                      "ViT(resnet=...).", DeprecationWarning, stacklevel=2)
+        if resnet is not None:
+            raise ValueError("Give the hybrid's ResNet once: `resnet` (or 0.2's `backbone`), "
+                             "not both.")
+        resnet = backbone
+    stem = _resnet(resnet)
     stride = stem.stride if stem else 1
     for size, patch, dim in ((height, patch_h, "height"), (width, patch_w, "width")):
         if size % (patch * stride):
@@ -210,11 +227,12 @@ def ViT(
     x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
     block_args = dict(dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
                       gelu_approximate=gelu_approximate, layer_norm_epsilon=layer_norm_epsilon,
-                      qkv_bias=qkv_bias, remat=remat)
-    if scan:
-        x = ScannedEncoder(num_layers, num_heads, mlp_dim, name=SCANNED_ENCODER,
-                           **block_args)(x)  # x = [B, N(+1), D]
-    for i in range(0 if scan else num_layers):
+                      qkv_bias=qkv_bias, kernels=kernels)
+    one_layer = scan or remat
+    if one_layer:
+        x = Encoder(num_layers, num_heads, mlp_dim, scan=scan, remat=remat, name=ENCODER,
+                    **block_args)(x)  # x = [B, N(+1), D]
+    for i in range(0 if one_layer else num_layers):
         # Each block also returns its attention probabilities [B, heads, N+1, N+1]: they stay
         # in the graph, reachable as `model.get_layer(f"encoderblock_{i}").output[1]`.
         x, _ = TransformerBlock(num_heads, mlp_dim, name=f"encoderblock_{i}", **block_args)(
@@ -241,103 +259,37 @@ def ViT(
             dtype="float32",
             name="head",
         )(x)
-    return ViTModel(images, x, name=name or "vit")
+    return keras.Model(images, x, name=name or "vit")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ViTModel(keras.Model):
-    """The functional `keras.Model` that `keras_vit.ViT` and every builder return.
+    """The model class of keras_vit 0.2, kept so that its `.keras` files load; deprecated.
 
-    It is Keras' functional Model (same config, layers, `fit`, `.keras` files), made to start
-    training on TensorFlow as fast as `keras_vit.training`'s recipes when compiled by hand,
-    as in `model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=..., jit_compile=True)`
-    (BENCHMARKS.md: the first ViT-B/16 step about 42 s with Keras' `keras.Model`, 21 s with
-    this, level with the recipes):
-
-    - `compile` gives a `keras.optimizers.Adam` or `AdamW` (or `"adam"`, `"adamw"`) the
-      update of `keras_vit.training.AdamW`, a fused kernel per variable
-      (`keras_vit.framework.fuse_adam`): the same formula, rounded differently (TensorFlow's
-      kernel computes `1 - beta_2` in float32), so not bit-identical to Keras' update; where
-      a gradient is pure rounding noise Adam scales the difference up to a full step. Pass
-      `fuse_optimizer=False` to keep Keras' update (saved with the model's compile config).
-    - `fit` and `train_on_batch` build the optimizer, loss and metric state from the data's
-      spec before the first step, so TensorFlow traces it once (Keras does so only under a
-      tf.distribute strategy). `evaluate` and `predict` create no optimizer state.
-
-    On JAX (which builds its state before the first step anyway) it is Keras' Model.
+    The builders return Keras' own functional `keras.Model`. This class only drops 0.2's
+    `fuse_optimizer` from a saved compile config: a reloaded model compiles as Keras documents.
     """
 
-    def compile(self, optimizer="rmsprop", *args, fuse_optimizer=True, **kwargs):
-        fuse_optimizer = check_bool("fuse_optimizer", fuse_optimizer)  # before any change
-        super().compile(optimizer, *args, **kwargs)
-        self._keras_vit_fuse_optimizer = fuse_optimizer
-        if keras.backend.backend() == "tensorflow":
-            framework = _framework()
-            (framework.fuse_adam if fuse_optimizer else framework.unfuse_adam)(self.optimizer)
-
-    def get_compile_config(self):
-        config = super().get_compile_config()
-        if config and not getattr(self, "_keras_vit_fuse_optimizer", True):
-            config["fuse_optimizer"] = False
-        return config
-
     def compile_from_config(self, config):
-        # Keras' own, which skips a subclass's `compile` (`.keras` files reload compiled).
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
-
-    def fit(self, *args, **kwargs):
-        with _training_call(self):
-            return super().fit(*args, **kwargs)
-
-    def train_on_batch(self, *args, **kwargs):
-        with _training_call(self):
-            return super().train_on_batch(*args, **kwargs)
-
-    # Keras' TensorFlow trainer calls this hook (private: `keras_vit.framework` lists it, and
-    # without it Keras builds the state in the first step) before it traces a step.
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-        if getattr(self, "_keras_vit_training_calls", 0) and \
-                keras.backend.backend() == "tensorflow":
-            _framework().build_from_first_batch(self, iterator, data_batch)
+        super().compile_from_config({k: v for k, v in config.items() if k != "fuse_optimizer"})
 
 
-def _framework():
-    # Imported on first use: this module loads inside Keras' own import (keras_vit/__init__),
-    # and `keras_vit.framework` imports TensorFlow, which the JAX backend does not need.
-    from keras_vit import framework
-
-    return framework
-
-
-@contextlib.contextmanager
-def _training_call(model):
-    """Marks `model` as inside `fit` or `train_on_batch` (re-entrant)."""
-    model._keras_vit_training_calls = getattr(model, "_keras_vit_training_calls", 0) + 1
-    try:
-        yield
-    finally:
-        model._keras_vit_training_calls -= 1
-
-
-def _backbone(backbone):
-    """The hybrid's `ResNetStem` for the `backbone` argument, or None."""
-    if backbone is None:
+def _resnet(resnet):
+    """The hybrid's `ResNet` for the `resnet` argument, or None."""
+    if resnet is None:
         return None
-    if not isinstance(backbone, dict):
+    if not isinstance(resnet, dict):
         raise ValueError(
-            "`backbone` must be None or a dict of ResNetStem arguments, e.g. "
-            f"{{'num_layers': (3, 4, 9)}}. Received: backbone={backbone!r}"
+            "`resnet` must be None or a dict of keras_vit.ResNet arguments, e.g. "
+            f"{{'num_layers': (3, 4, 9)}}. Received: resnet={resnet!r}"
         )
     allowed = ("num_layers", "width_factor", "std_conv_epsilon")
-    unknown = sorted(set(backbone) - set(allowed))
+    unknown = sorted(set(resnet) - set(allowed))
     if unknown:
         raise ValueError(
-            f"Unknown `backbone` keys {unknown} in {backbone!r}. Expected some of {allowed}."
+            f"Unknown `resnet` keys {unknown} in {resnet!r}. Expected some of {allowed}."
         )
-    return ResNetStem(name="resnet", **backbone)
+    return ResNet(name="resnet", **resnet)
 
 
 def vit_config(model):
@@ -356,6 +308,7 @@ def vit_config(model):
         raise ValueError(f"Model {model.name!r} was not built by keras_vit.ViT: it has no "
                          "'embedding', 'encoderblock_0' and 'pool' layers.")
     embedding, block = model.get_layer("embedding"), blocks[0]
+    encoder = encoder_layer(model)
     config = dict(
         image_size=list(model_image_size(model)),
         patch_size=list(embedding.patch_size),
@@ -371,43 +324,55 @@ def vit_config(model):
         attention_dropout_rate=block.attention_dropout_rate,
         include_top="head" in names,
         gelu_approximate=block.gelu_approximate,
-        backbone=None,
+        resnet=None,
         layer_norm_epsilon=block.layer_norm_epsilon,
         dynamic_image_size=model.inputs[0].shape[1] is None,
         qkv_bias=block.qkv_bias,
         class_token="cls" in names,
         fc_norm="fc_norm" in names,
-        remat=block.remat,
+        remat=bool(encoder and encoder.remat),
         position_embedding=_position_embedding(model.get_layer("posembed_input")),
-        scan=SCANNED_ENCODER in names,
+        scan=bool(encoder and encoder.scan),
+        kernels=block.kernels,
         name=model.name,
     )
     if "resnet" in names:
         stem = model.get_layer("resnet")
-        config["backbone"] = dict(num_layers=list(stem.num_layers),
+        config["resnet"] = dict(num_layers=list(stem.num_layers),
                                   width_factor=stem.width_factor,
                                   std_conv_epsilon=stem.std_conv_epsilon)
     return config
 
 
+def encoder_layer(model):
+    """The model's `Encoder` layer `Transformer` (`scan=True` or `remat=True`), or None."""
+    names = {layer.name for layer in model.layers}
+    if ENCODER in names and isinstance(model.get_layer(ENCODER), Encoder):
+        return model.get_layer(ENCODER)
+    return None
+
+
 def encoder_blocks(model):
     """The model's `TransformerBlock`s in order: the layers `encoderblock_{i}`, or the
-    sublayers of its `Transformer` layer (`scan=True`). Empty for a model without them."""
+    sublayers of its `Encoder` layer `Transformer` (`scan=True`, `remat=True`). Empty for a
+    model without them."""
+    encoder = encoder_layer(model)
+    if encoder is not None:
+        return list(encoder.blocks)
     names = {layer.name for layer in model.layers}
-    if SCANNED_ENCODER in names and isinstance(model.get_layer(SCANNED_ENCODER), ScannedEncoder):
-        return list(model.get_layer(SCANNED_ENCODER).blocks)
     blocks = []
     while f"encoderblock_{len(blocks)}" in names:
         blocks.append(model.get_layer(f"encoderblock_{len(blocks)}"))
     return blocks
 
 
-def unscanned(model):
-    """The per-block model of a `scan=True` model, with a copy of its weights.
+def per_block(model):
+    """The per-block model of a model whose blocks live in an `Encoder` layer (`scan=True` or
+    `remat=True`), with a copy of its weights.
 
     Its layers `encoderblock_{i}` return their attention probabilities in the graph (for
-    `keras_vit.inspection`); its outputs equal the scanned model's. A model that is not
-    scanned is returned as it is.
+    `keras_vit.inspection`); its outputs equal the model's. A per-block model is returned as
+    it is.
 
     Args:
         model: a model built by `keras_vit.ViT` (or a named builder).
@@ -415,13 +380,13 @@ def unscanned(model):
     Returns:
         A `keras.Model`.
     """
-    config = vit_config(model)
-    if not config["scan"]:
+    if encoder_layer(model) is None:
         return model
+    config = vit_config(model)
     policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(model.get_layer("embedding").dtype_policy)  # the model's
     try:
-        twin = ViT(**dict(config, scan=False))
+        twin = ViT(**dict(config, scan=False, remat=False))
     finally:
         keras.config.set_dtype_policy(policy)
     blocks = dict(zip((f"encoderblock_{i}" for i in range(config["num_layers"])),
@@ -431,6 +396,13 @@ def unscanned(model):
         _quantize_like(layer, source)
         layer.set_weights(source.get_weights())
     return twin
+
+
+def unscanned(model):
+    """0.2's name for `per_block`; deprecated."""
+    warnings.warn("keras_vit.unscanned is deprecated: use keras_vit.per_block.",
+                  DeprecationWarning, stacklevel=2)
+    return per_block(model)
 
 
 def _quantize_like(target, source):
@@ -483,9 +455,3 @@ def model_image_size(model):
     patch = model.get_layer("embedding").patch_size
     stride = model.get_layer("resnet").stride if "resnet" in names else 1
     return (grid[0] * patch[0] * stride, grid[1] * patch[1] * stride)
-
-
-# Registered for `.keras` files: the other layer modules may be imported now (keras_vit/__init__).
-from keras_vit import _layer_module_loaded  # noqa: E402
-
-_layer_module_loaded(__name__)

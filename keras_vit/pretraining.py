@@ -54,8 +54,8 @@ that encoder (`include_top=False`).
 import keras
 from keras import ops
 
-from keras_vit.model import IMAGE_CHANNELS, SCANNED_ENCODER, ViT, encoder_blocks, vit_config
-from keras_vit.validation import (
+from keras_vit.model import IMAGE_CHANNELS, ViT, encoder_blocks, encoder_layer, vit_config
+from keras_vit.checks import (
     check_choice,
     check_int,
     check_number,
@@ -251,9 +251,9 @@ class MaskedPatchModel(keras.Model):
         self.stem, self.cls, self.posembed = (_layer(vit, name) for name in _OPTIONAL)
         self.embedding = vit.get_layer("embedding")
         self.dropout = vit.get_layer("dropout")
-        # The encoder blocks, or the one layer that holds them all (`scan=True`).
-        self.blocks = ([vit.get_layer(SCANNED_ENCODER)] if config["scan"]
-                       else encoder_blocks(vit))
+        # The encoder blocks, or the one layer that holds them all (`scan=True`, `remat=True`).
+        encoder = encoder_layer(vit)
+        self.blocks = [encoder] if encoder is not None else encoder_blocks(vit)
         # The final norm of the token sequence; `fc_norm` models normalise each token with it.
         self.norm = _layer(vit, "encoder_norm") or vit.get_layer("fc_norm")
         self.num_prefix = int(self.cls is not None)

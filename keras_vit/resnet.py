@@ -8,11 +8,13 @@ feature map. Weight names follow the checkpoint (`conv_root`, `gn_root`,
 `block{s}/unit{u}/conv{1,2,3}`, `gn{1,2,3}`, `conv_proj`, `gn_proj`).
 """
 
+import warnings
+
 import keras
 from keras import ops
 
 from keras_vit.layers import ConfigArgs
-from keras_vit.validation import check_positive_int, check_positive_number
+from keras_vit.checks import check_positive_int, check_positive_number
 
 # The official StdConv adds this to the kernel's standard deviation (`weight_standardize`).
 STD_CONV_EPSILON = 1e-5
@@ -148,7 +150,7 @@ class BottleneckUnit(ConfigArgs, keras.layers.Layer):
 
 
 @_register
-class ResNetStem(ConfigArgs, keras.layers.Layer):
+class ResNet(ConfigArgs, keras.layers.Layer):
     """The hybrids' ResNet: root block, then stages of bottleneck units.
 
     Args:
@@ -176,7 +178,7 @@ class ResNetStem(ConfigArgs, keras.layers.Layer):
 
     @property
     def stride(self):
-        """Total downscaling of the stem (root: 4; each stage after the first: 2)."""
+        """Total downscaling of the ResNet (root: 4; each stage after the first: 2)."""
         return 4 * 2 ** max(len(self.num_layers) - 1, 0)
 
     def build(self, input_shape):
@@ -223,7 +225,11 @@ class ResNetStem(ConfigArgs, keras.layers.Layer):
         return (input_shape[0], out(input_shape[1]), out(input_shape[2]), channels)
 
 
-# Registered for `.keras` files: the other layer modules may be imported now (keras_vit/__init__).
-from keras_vit import _layer_module_loaded  # noqa: E402
+@_register
+class ResNetStem(ResNet):
+    """0.2's name for `ResNet`, kept for its `.keras` files; deprecated."""
 
-_layer_module_loaded(__name__)
+    def __init__(self, *args, **kwargs):
+        warnings.warn("keras_vit.ResNetStem is deprecated: use keras_vit.ResNet.",
+                      DeprecationWarning, stacklevel=2)
+        super().__init__(*args, **kwargs)

@@ -58,7 +58,7 @@ from keras_vit import data, training
 from keras_vit import images as image_ops
 from keras_vit.fileio import atomic_write_text, check_writable_dir
 from keras_vit.model import model_image_size
-from keras_vit.validation import check_choice, check_int
+from keras_vit.checks import check_choice, check_int
 from keras_vit.weights import load_pretrained
 
 NATURAL, SPECIALIZED, STRUCTURED = "natural", "specialized", "structured"

@@ -132,7 +132,10 @@ def test_contender_names_parse():
     assert run.parse_contender("keras_vit-xla-bf16", "fp32") == run.Contender(
         "keras_vit", True, "bf16"
     )
-    assert run.parse_contender("keras-hub", "bf16") == run.Contender("keras_hub", False, "bf16")
+    assert run.parse_contender("keras-hub", "bf16") == run.Contender("keras_hub", None, "bf16")
+    assert run.parse_contender("keras_vit-noxla", "fp32").xla is False
+    tree = run.parse_contender(f"keras_vit-xla@{REPO_ROOT}", "fp32")
+    assert tree.tree == REPO_ROOT and tree.name == f"keras_vit-xla-fp32@{REPO_ROOT}"
     int8 = run.parse_contender("keras_vit-int8", "fp32")
     assert int8.modes == ("infer",) and int8.name == "keras_vit-int8"
     assert run.parse_contender("timm", "fp32").modes == ("infer", "train")
@@ -146,6 +149,8 @@ def test_contender_names_parse():
         ("keras_vit-fp16", "Unknown or repeated tag 'fp16'"),
         ("timm-xla", "timm runs on PyTorch and has no XLA variant"),
         ("keras_hub-int8", "int8 is measured for keras_vit only"),
+        ("keras_vit-xla-noxla", "repeated tag 'noxla'"),
+        ("keras_vit@/nonexistent", "'/nonexistent' is not a checkout of this repository"),
     ],
 )
 def test_bad_contender_names_are_refused(text, message):
@@ -350,20 +355,22 @@ def test_run_measures_keras_vit_and_reports_a_failing_contender(tmp_path):
         per_round.append(result["images_per_s"])
     rate = ours["summary"]["infer_images_per_s"]
     assert rate == pytest.approx(statistics.median(per_round))
-    assert f"| keras_vit, no XLA, fp32 | {rate:.2f} | – |" in done.stdout  # no timm to compare
+    label = f"keras_vit {keras_vit.__version__}, default runtime, fp32"
+    assert f"| {label} | {rate:.2f} | – |" in done.stdout  # no timm to compare
     macs = flops.vit_forward_macs(32, 16, hidden_size=192, num_layers=12, mlp_dim=768)
     assert document["models"]["Ti/16"]["forward_macs"] == macs
     assert ours["summary"]["infer_tflops"] == pytest.approx(rate * 2 * macs / 1e12)
     assert document["plan"]["contenders"] == ["timm-fp32", "keras_vit-fp32"]
 
 
-def test_scan_encoder_modes_parse():
-    import argparse
+def test_kernel_variants_parse():
+    from benchmarks import kernels
 
-    from benchmarks import scan_encoder
-
-    assert scan_encoder.parse_modes("jax:blocks-nobarrier, tensorflow:while,jax:scan") == [
-        "jax:blocks-nobarrier", "tensorflow:while", "jax:scan"]
-    for bad in ("tensorflow:blocks-nobarrier", "jax:while", "torch:blocks", "jax:scan-barrier"):
-        with pytest.raises(argparse.ArgumentTypeError, match="expected BACKEND:ENCODER"):
-            scan_encoder.parse_modes(bad)
+    assert kernels.parse_variant("default") == ({}, "keras_vit")
+    assert kernels.parse_variant("attention=products,remat=true,optimizer=keras") == (
+        dict(remat=True, kernels={"attention": "products"}), "keras")
+    for bad in ("attention", "remat=yes", "flash=on", "optimizer=sgd"):
+        with pytest.raises(ValueError, match="expected CHOICE=IMPLEMENTATION"):
+            kernels.parse_variant(bad)
+    with pytest.raises(ValueError, match="must be one of 'auto', 'products', 'fused'"):
+        kernels.parse_variant("attention=flash")

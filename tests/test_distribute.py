@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 import test_distribute_run as run
 
-from keras_vit import distribute, training
+from keras_vit import training
+from keras_vit.parallel import tf_distribute as distribute
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT_S = 240

@@ -82,7 +82,8 @@ def mirrored(out):
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from keras_vit import data, distribute, training
+    from keras_vit import data, training
+    from keras_vit.parallel import tf_distribute as distribute
 
     strategy = distribute.get_strategy("mirrored")
     single_loss, single = train()
@@ -113,7 +114,7 @@ def worker(out, index, ports):
     })
     import tensorflow as tf
 
-    from keras_vit import distribute
+    from keras_vit.parallel import tf_distribute as distribute
 
     strategy = distribute.get_strategy("auto")
     assert isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy), strategy

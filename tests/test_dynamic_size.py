@@ -68,7 +68,7 @@ def test_any_size_equals_a_fixed_model_resized_at_load_time(classifier):
 
 
 def test_hybrid_of_any_size():
-    dyn = dynamic_model(patch_size=1, backbone={"num_layers": (1,)})  # stride 4: 8x8 grid
+    dyn = dynamic_model(patch_size=1, resnet={"num_layers": (1,)})  # stride 4: 8x8 grid
     for size in [(32, 32), (24, 40)]:
         x = images(size)
         np.testing.assert_allclose(dyn(x), fixed_copy(dyn, size)(x), atol=1e-5)

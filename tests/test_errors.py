@@ -19,7 +19,8 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_vit
-from keras_vit import cli, data, export, images, labels, training, weights
+import keras_vit_cli as cli
+from keras_vit import data, export, images, labels, training, weights
 from keras_vit.weights import CheckpointError
 
 TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
@@ -405,7 +406,7 @@ CASES = [
         "The timm checkpoint has no 'patch_embed.proj.bias'", "none"),
     Case("a hybrid written in timm's layout", lambda c: weights.torch_layouts.to_timm(
         weights.model_params(keras_vit.ViT(**dict(TINY, image_size=32, patch_size=1,
-                                                   backbone={"num_layers": (1,)})))),
+                                                   resnet={"num_layers": (1,)})))),
         CheckpointError, "cannot be written in timm's layout", "files"),
     Case("a 2-D position embedding written in timm's layout",
          lambda c: weights.torch_layouts.to_timm(weights.model_params(keras_vit.ViT(

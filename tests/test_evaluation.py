@@ -242,7 +242,7 @@ def write_folder(root, rng, per_class=6):
 def test_evaluate_and_fewshot_commands(tmp_path, capsys):
     import json
 
-    from keras_vit import cli
+    import keras_vit_cli as cli
 
     rng = np.random.default_rng(7)
     write_folder(tmp_path / "images", rng)
@@ -383,7 +383,8 @@ def test_evaluate_command_on_imagenet2012_real(tmp_path, capsys):
 
     import tensorflow_datasets as tfds
 
-    from keras_vit import cli, data
+    import keras_vit_cli as cli
+    from keras_vit import data
 
     rng = np.random.default_rng(9)
     model, _ = tiny_classifier(rng, num_classes=1000)

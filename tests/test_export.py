@@ -25,7 +25,8 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_vit
-from keras_vit import cli, export, weights
+import keras_vit_cli as cli
+from keras_vit import export, weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)

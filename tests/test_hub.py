@@ -18,7 +18,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import keras_vit
-from keras_vit import cli, weights
+import keras_vit_cli as cli
+from keras_vit import weights
 from keras_vit.weights import torch_layouts
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "hub"

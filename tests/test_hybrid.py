@@ -42,7 +42,7 @@ def test_hybrid_matches_the_numpy_resnet_and_vit(tmp_path, stages, patch, image,
     params = hybrid_params(rng, stages, patch, grid, gn_as_4d)
     np.savez(tmp_path / "hybrid.npz", **params)  # the official hybrid layout, written here
     model = keras_vit.ViT(
-        image_size=image, patch_size=patch, backbone={"num_layers": stages}, **TINY
+        image_size=image, patch_size=patch, resnet={"num_layers": stages}, **TINY
     )
     report = keras_vit.load_pretrained(model, str(tmp_path / "hybrid.npz"))
     assert report["skipped"] == [] and report["fresh"] == []
@@ -65,7 +65,7 @@ def test_every_official_hybrid_builds_with_its_table_entry():
     }
     for name, (stages, patch, dropout) in expected.items():
         variant = keras_vit.VARIANTS[name]
-        assert (variant.backbone, variant.patch_size, variant.dropout_rate) == (
+        assert (variant.resnet, variant.patch_size, variant.dropout_rate) == (
             stages,
             patch,
             dropout,
@@ -77,7 +77,7 @@ def test_every_official_hybrid_builds_with_its_table_entry():
 
 
 def test_checkpoint_keys_follow_the_official_hybrid_names():
-    model = keras_vit.ViT(image_size=32, patch_size=1, backbone={"num_layers": (2, 1)}, **TINY)
+    model = keras_vit.ViT(image_size=32, patch_size=1, resnet={"num_layers": (2, 1)}, **TINY)
     keys = set(weights.checkpoint_variables(model))
     assert {
         "conv_root/kernel",
@@ -104,7 +104,7 @@ def test_weight_standardisation_epsilon_is_an_argument():
         atol=1e-6,
     )
     model = keras_vit.ViT(
-        image_size=32, patch_size=1, backbone={"num_layers": (1,), "std_conv_epsilon": 1e-3}, **TINY
+        image_size=32, patch_size=1, resnet={"num_layers": (1,), "std_conv_epsilon": 1e-3}, **TINY
     )
     assert model.get_layer("resnet").conv_root.epsilon == 1e-3
 
@@ -114,7 +114,7 @@ def test_weight_standardisation_epsilon_is_an_argument():
     [
         keras_vit.StdConv2D(filters=8, kernel_size=3, strides=2, epsilon=1e-4),
         keras_vit.BottleneckUnit(features=16, strides=2, std_conv_epsilon=1e-4),
-        keras_vit.ResNetStem(num_layers=(2, 1), width_factor=2, std_conv_epsilon=1e-4),
+        keras_vit.ResNet(num_layers=(2, 1), width_factor=2, std_conv_epsilon=1e-4),
     ],
     ids=lambda layer: type(layer).__name__,
 )
@@ -127,7 +127,7 @@ def test_resnet_layer_configs_round_trip(layer):
 
 def test_hybrid_keras_file_round_trip(tmp_path):
     rng = np.random.default_rng(2)
-    model = keras_vit.ViT(image_size=32, patch_size=1, backbone={"num_layers": (1, 1)}, **TINY)
+    model = keras_vit.ViT(image_size=32, patch_size=1, resnet={"num_layers": (1, 1)}, **TINY)
     weights.load_params(model, hybrid_params(rng, (1, 1), 1, (4, 4)))
     model.save(tmp_path / "hybrid.keras")
     restored = keras.saving.load_model(tmp_path / "hybrid.keras")
@@ -135,7 +135,7 @@ def test_hybrid_keras_file_round_trip(tmp_path):
     np.testing.assert_array_equal(
         keras.ops.convert_to_numpy(model(images)), keras.ops.convert_to_numpy(restored(images))
     )
-    assert isinstance(restored.get_layer("resnet"), keras_vit.ResNetStem)
+    assert isinstance(restored.get_layer("resnet"), keras_vit.ResNet)
 
 
 def test_hybrid_bad_inputs():
@@ -145,16 +145,16 @@ def test_hybrid_bad_inputs():
         r"ResNet's stride 16 times patch_size 1\)",
     ):
         keras_vit.ViT_R50_B16(image_size=200)
-    with pytest.raises(ValueError, match=r"`backbone` must be None or a dict"):
-        keras_vit.ViT(backbone=(3, 4, 9))
-    with pytest.raises(ValueError, match=r"Unknown `backbone` keys \['layers'\]"):
-        keras_vit.ViT(backbone={"layers": (3, 4, 9)})
+    with pytest.raises(ValueError, match=r"`resnet` must be None or a dict"):
+        keras_vit.ViT(resnet=(3, 4, 9))
+    with pytest.raises(ValueError, match=r"Unknown `resnet` keys \[.layers.\]"):
+        keras_vit.ViT(resnet={"layers": (3, 4, 9)})
     with pytest.raises(
         ValueError,
         match=r"`num_layers` must be a positive integer. Received: "
         r"num_layers=0",
     ):
-        keras_vit.ResNetStem(num_layers=(3, 0))
+        keras_vit.ResNet(num_layers=(3, 0))
     with pytest.raises(ValueError, match="is a ViT-R50\\+B/16 checkpoint; ViT_R26_B32 builds"):
         keras_vit.ViT_R26_B32(pretrained="imagenet21k/R50+ViT-B_16")
 
@@ -164,7 +164,7 @@ def test_a_plain_checkpoint_does_not_fit_a_hybrid(tmp_path):
     plain = reference.official_params(
         rng, hidden=32, mlp=48, heads=4, layers=2, patch=1, grid=(4, 4), num_classes=7
     )
-    model = keras_vit.ViT(image_size=32, patch_size=1, backbone={"num_layers": (1, 1)}, **TINY)
+    model = keras_vit.ViT(image_size=32, patch_size=1, resnet={"num_layers": (1, 1)}, **TINY)
     with pytest.raises(keras_vit.CheckpointError, match=r"missing keys \(\d+\): conv_root/kernel"):
         weights.load_params(model, plain)
 

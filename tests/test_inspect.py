@@ -14,7 +14,8 @@ from sklearn.decomposition import PCA
 from sklearn.metrics.pairwise import cosine_similarity
 
 import keras_vit
-from keras_vit import cli, inspection, weights
+import keras_vit_cli as cli
+from keras_vit import inspection, weights
 from keras_vit import images as image_files
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)
@@ -344,7 +345,7 @@ def test_variant_name_or_registry_name_with_pretrained_weights(tmp_path, monkeyp
 
 def test_hybrid_models_measure_distance_in_input_pixels(tmp_path, monkeypatch):
     """The ResNet root (stride 4) turns 32 px into an 8x8 map; patches of 2 cells are 8 px."""
-    model = keras_vit.ViT(image_size=32, patch_size=2, num_classes=5, backbone={"num_layers": ()},
+    model = keras_vit.ViT(image_size=32, patch_size=2, num_classes=5, resnet={"num_layers": ()},
                           **TINY)
     for i in range(2):
         attention = model.get_layer(f"encoderblock_{i}").attention
@@ -375,7 +376,7 @@ def test_hybrid_models_measure_distance_in_input_pixels(tmp_path, monkeypatch):
     # included), so the command needs no --model for it.
     weights.save_npz(model, tmp_path / "hybrid.npz")
     config = weights.config_from_params(weights.read_npz(tmp_path / "hybrid.npz"))
-    assert (config["backbone"], config["image_size"], config["patch_size"]) == (
+    assert (config["resnet"], config["image_size"], config["patch_size"]) == (
         {"num_layers": ()}, 32, (2, 2))
     rebuilt = keras_vit.from_pretrained(str(tmp_path / "hybrid.npz"), progress=False)
     assert inspection.geometry(rebuilt) == geo

@@ -87,7 +87,7 @@ def test_fit_on_jax_resumes_to_the_same_weights_and_tensorflow_loads_them(tmp_pa
 def test_train_command_on_jax(tmp_path, image_folder):
     folder = image_folder
     config = json.dumps({k: v for k, v in TINY.items() if k != "num_classes"})
-    code = ("import sys\nfrom keras_vit.cli import main\n"
+    code = ("import sys\nfrom keras_vit_cli import main\n"
             "sys.exit(main(sys.argv[1:]))")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
@@ -115,7 +115,7 @@ def test_the_compilation_cache_needs_jax(tmp_path):
 
 @pytest.mark.parametrize("backend", ["jax"])
 def test_backend_flag_is_refused_once_keras_runs_on_another(backend):
-    from keras_vit.cli import common
+    from keras_vit_cli import common
 
     with pytest.raises(ValueError, match="Keras is already running on tensorflow"):
         common.select_backend(backend)
@@ -124,7 +124,7 @@ def test_backend_flag_is_refused_once_keras_runs_on_another(backend):
 VTAB_ON_JAX = textwrap.dedent("""
     import json, sys
     import keras, tensorflow_datasets as tfds
-    from keras_vit.cli import main
+    from keras_vit_cli import main
 
     out, config = sys.argv[1], sys.argv[2]
     with tfds.testing.mock_data(num_examples=8):
@@ -262,27 +262,31 @@ BARRIER_ON_JAX = textwrap.dedent("""
     os.environ["JAX_PLATFORMS"] = "cpu"  # the barrier is applied on CPUs
     import jax, jax.numpy as jnp, keras, numpy as np
     import keras_vit
-    from keras_vit import layers
+    from keras_vit import kernels
 
     # The barrier is the identity forward and backward, for finite values.
     g = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32"))
-    out, vjp = jax.vjp(layers.gradient_barrier, g)
+    out, vjp = jax.vjp(kernels.gradient_barrier, g)
     assert (np.asarray(out) == np.asarray(g)).all() and (np.asarray(vjp(g)[0]) == g).all()
 
     config = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=4, num_heads=2,
                   mlp_dim=16, num_classes=3)
+    # The default on CPUs ("auto"), against the plain block input, with the same weights.
     model = keras_vit.ViT(**config)
+    plain = keras_vit.ViT(**config, kernels={"block_input": "plain"})
+    plain.set_weights(model.get_weights())
     x = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (4, 16, 16, 3)).astype("float32"))
     y = jnp.arange(4) % 3
     trainable = [v.value for v in model.trainable_variables]
     others = [v.value for v in model.non_trainable_variables]
 
-    def loss(trainable):
-        logits, _ = model.stateless_call(trainable, others, x, training=True)
-        return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[jnp.arange(4), y])
-
     def gradients(barrier):
-        layers.GRADIENT_BARRIER = barrier
+        chosen = model if barrier else plain
+
+        def loss(trainable):
+            logits, _ = chosen.stateless_call(trainable, others, x, training=True)
+            return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[jnp.arange(4), y])
+
         step = jax.jit(jax.grad(loss))
         lowered = step.lower(trainable)
         # Divisions in the program as traced, and in XLA's optimised program: XLA must keep
@@ -301,7 +305,6 @@ BARRIER_ON_JAX = textwrap.dedent("""
     assert max(np.abs(a).max() for a in with_barrier) > 0
 
     # Inference does not go through it: forward-mode derivatives work there.
-    layers.GRADIENT_BARRIER = True
     infer = lambda x: model.stateless_call(trainable, others, x, training=False)[0]
     _, tangent = jax.jvp(infer, (x,), (jnp.ones_like(x),))
     assert np.isfinite(np.asarray(tangent)).all()
@@ -316,14 +319,14 @@ def test_gradient_barrier_changes_no_gradient_on_jax():
 REMAT_DROPOUT_ON_JAX = textwrap.dedent("""
     import jax, jax.numpy as jnp, keras, numpy as np
     import keras_vit
-    from keras_vit.layers import TransformerBlock
+    from keras_vit import Encoder
 
     def seeds(layer):
         return [v for v in layer.variables if "seed_generator_state" in v.path]
 
-    # One block: the same outputs, gradients and advanced seeds as without remat.
-    plain = TransformerBlock(4, 64, dropout_rate=0.2, attention_dropout_rate=0.3)
-    remat = TransformerBlock(4, 64, dropout_rate=0.2, attention_dropout_rate=0.3, remat=True)
+    # Two blocks: the same outputs, gradients and advanced seeds as without remat.
+    plain = Encoder(2, 4, 64, dropout_rate=0.2, attention_dropout_rate=0.3)
+    remat = Encoder(2, 4, 64, dropout_rate=0.2, attention_dropout_rate=0.3, remat=True)
     for block in (plain, remat):
         block.build((2, 5, 32))
     remat.set_weights(plain.get_weights())

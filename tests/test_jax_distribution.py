@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import data, sharding, training, weights
+from keras_vit import data, training, weights
+from keras_vit.parallel import keras_distribution as sharding
 
 DEVICES = 8
 FAKE_DEVICES = [f"cpu:{i}" for i in range(DEVICES)]  # device names; never placed on
@@ -166,7 +167,7 @@ def mesh(shape=(2, 4), axes=("batch", "model")):
 def test_layout_map_shards_the_blocks_heads_and_mlp_units_only(config):
     arguments = dict(TINY, representation_size=8)
     if config == "hybrid":
-        arguments.update(patch_size=1, backbone={"num_layers": ()})
+        arguments.update(patch_size=1, resnet={"num_layers": ()})
     model = keras_vit.ViT(**arguments)
     layouts = keras_vit.layout_map(model, mesh())
     sharded = 0

@@ -108,34 +108,9 @@ def test_logits_match_numpy_reference_on_non_square_images(case):
     assert logits.dtype == np.float32
     assert np.abs(expected).max() > 0.1  # the check is not vacuous
     np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
-    # The training path (no dropout here) lays out the MLP and attention products differently.
+    # The training path (no dropout here) takes other kernels (keras_vit.kernels).
     trained = keras.ops.convert_to_numpy(model(images, training=True))
     np.testing.assert_allclose(trained, expected, atol=1e-5, rtol=1e-5)
-
-
-def test_mlp_infers_on_rows_and_trains_on_tokens():
-    """At inference the MLP's products take [B * N, D] rows: each MatMul feeds its bias add,
-    which TensorFlow's graph runtime fuses with the GELU (through tensordot a Reshape follows
-    it). Training keeps the 3-D layout. Both agree for any rank and a dynamic batch."""
-    import tensorflow as tf
-
-    from keras_vit import layers
-
-    rng = np.random.default_rng(0)
-    block = layers.MlpBlock(48)
-    tokens = rng.normal(size=(2, 5, 32)).astype("float32")
-    block(tokens)
-    traced = tf.function(lambda t: block(t, training=False)).get_concrete_function(
-        tf.TensorSpec((None, None, 32), tf.float32))
-    matmuls = [op for op in traced.graph.get_operations() if op.type == "MatMul"]
-    assert len(matmuls) == 2
-    assert all(c.type != "Reshape" for op in matmuls for c in op.outputs[0].consumers())
-    np.testing.assert_allclose(traced(tokens), block(tokens, training=True), atol=1e-5)
-    for shape in ((3, 32), (2, 3, 4, 32)):
-        x = rng.normal(size=shape).astype("float32")
-        inferred = keras.ops.convert_to_numpy(block(x, training=False))
-        assert inferred.shape == shape
-        np.testing.assert_allclose(inferred, block(x, training=True), atol=1e-5)
 
 
 def test_gelu_choice_changes_the_output():
@@ -447,7 +422,7 @@ def test_int8_quantized_model_uses_its_quantized_kernels_and_stays_close():
 def test_int8_quantized_model_round_trips_through_keras_files(tmp_path, layout):
     """Keras builds a reloaded layer's sublayers from its config: the quantized ones come back
     quantized (a `DTypePolicyMap` in the block's config), and their int8 weights load exactly,
-    also when saved a second time. `unscanned` of a quantized scanned model is quantized too.
+    also when saved a second time. `per_block` of a quantized scanned model is quantized too.
     (The hybrids' ResNet has no layer Keras quantizes; their blocks are these.)"""
     kwargs = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2,
                   mlp_dim=16, num_classes=3)
@@ -469,6 +444,6 @@ def test_int8_quantized_model_round_trips_through_keras_files(tmp_path, layout):
         assert blocks[-1].mlp.dense_1.quantization_mode == "int8"
         assert blocks[0].attention.out.kernel.dtype == "int8"
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(images)), want)
-    twin = keras_vit.unscanned(model)
+    twin = keras_vit.per_block(model)
     assert model_lib.encoder_blocks(twin)[1].attention.query.quantization_mode == "int8"
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(twin(images)), want)

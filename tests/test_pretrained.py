@@ -11,7 +11,8 @@ import reference
 import scipy.ndimage
 
 import keras_vit
-from keras_vit import cli, weights
+import keras_vit_cli as cli
+from keras_vit import weights
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)
 

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import builders, cli, data, pretraining, training, weights
+import keras_vit_cli as cli
+from keras_vit import builders, data, pretraining, training, weights
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
             num_classes=3)
@@ -144,7 +145,7 @@ def test_targets_match_numpy(objective):
 
 def test_model_targets_hybrid_patches_and_mixed_precision():
     # A hybrid's patches are the image regions of its feature-map cells: 2 cells x stride 4.
-    hybrid = keras_vit.ViT(**dict(TINY, image_size=32, patch_size=2, backbone={"num_layers": ()}))
+    hybrid = keras_vit.ViT(**dict(TINY, image_size=32, patch_size=2, resnet={"num_layers": ()}))
     model = pretraining.masked_patch_model(hybrid, objective="downsized_color", seed=0)
     images = np.random.default_rng(2).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     out = model(images)

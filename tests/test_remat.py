@@ -1,5 +1,6 @@
-"""Rematerialisation (`remat=True`): the same outputs and gradients as without it, dropout
-included (the recomputation must draw the forward pass's masks), eagerly and under XLA."""
+"""Rematerialisation (`remat=True`, an option of the encoder): the same outputs and gradients
+as without it, dropout included (the recomputation must draw the forward pass's masks),
+eagerly and under XLA."""
 
 import keras
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.layers import TransformerBlock
+from keras_vit import Encoder
 
 
 def seed_variables(layer):
@@ -15,9 +16,9 @@ def seed_variables(layer):
 
 
 def twin_blocks(dropout, attention_dropout):
-    plain = TransformerBlock(4, 64, dropout_rate=dropout, attention_dropout_rate=attention_dropout)
-    remat = TransformerBlock(4, 64, dropout_rate=dropout, attention_dropout_rate=attention_dropout,
-                             remat=True)
+    plain = Encoder(2, 4, 64, dropout_rate=dropout, attention_dropout_rate=attention_dropout)
+    remat = Encoder(2, 4, 64, dropout_rate=dropout, attention_dropout_rate=attention_dropout,
+                    remat=True)
     plain.build((2, 5, 32))
     remat.build((2, 5, 32))
     remat.set_weights(plain.get_weights())
@@ -73,5 +74,5 @@ def test_remat_model_trains_like_the_plain_model_and_round_trips(tmp_path):
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
     remat.save(tmp_path / "m.keras")
     again = keras.saving.load_model(tmp_path / "m.keras")
-    assert again.get_layer("encoderblock_0").remat is True
+    assert again.get_layer("Transformer").remat is True
     np.testing.assert_allclose(again(x), remat(x), atol=1e-6)

@@ -1,5 +1,5 @@
 """The scanned encoder (`keras_vit.ViT(scan=True)`): the per-block model's weights, names and
-outputs in one `Transformer` layer, so that loading, saving, conversion, export, inspection and
+outputs in one `Encoder` layer named `Transformer`, so that loading, saving, conversion, export, inspection and
 masked-patch pre-training work on it unchanged. On TensorFlow it applies its blocks one after
 the other; the scan itself runs on JAX (`tests/test_jax.py`)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit import inspection, pretraining, weights
-from keras_vit.layers import ScannedEncoder
+from keras_vit import Encoder
 from keras_vit.weights.keymap import checkpoint_variables
 
 CONFIG = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=3, num_heads=2, mlp_dim=24,
@@ -56,22 +56,25 @@ def test_the_scanned_model_has_the_per_block_weights_under_the_checkpoint_names(
     assert dict(config, scan=False, name=None) == dict(keras_vit.vit_config(plain), name=None)
 
 
-def test_unscanned_gives_the_per_block_model_with_the_same_outputs(pair):
+def test_per_block_gives_the_per_block_model_with_the_same_outputs(pair):
     plain, scanned = pair
-    twin = keras_vit.unscanned(scanned)
+    twin = keras_vit.per_block(scanned)
     assert [f"encoderblock_{i}" in [layer.name for layer in twin.layers] for i in range(3)] \
         == [True] * 3
     assert keras_vit.vit_config(twin)["scan"] is False
     np.testing.assert_allclose(twin.predict(images(), verbose=0),
                                scanned.predict(images(), verbose=0), atol=1e-6)
-    assert keras_vit.unscanned(plain) is plain
+    assert keras_vit.per_block(plain) is plain
+    with pytest.warns(DeprecationWarning, match="per_block"):  # 0.2's name, for one release
+        assert keras_vit.unscanned(plain) is plain
 
 
 def test_scanned_model_saves_loads_and_converts_like_the_per_block_model(pair, tmp_path):
     plain, scanned = pair
     scanned.save(tmp_path / "scanned.keras")
     again = keras.saving.load_model(tmp_path / "scanned.keras")
-    assert isinstance(again.get_layer("Transformer"), ScannedEncoder)
+    assert isinstance(again.get_layer("Transformer"), Encoder) and \
+        again.get_layer("Transformer").scan
     np.testing.assert_allclose(again.predict(images(), verbose=0),
                                plain.predict(images(), verbose=0), atol=1e-5)
     # Official-layout .npz both ways: the scanned model writes the per-block model's file.
@@ -106,25 +109,31 @@ def test_masked_patch_model_runs_the_scanned_encoder(pair):
 
 
 def test_scanned_encoder_config_round_trips_and_checks_its_arguments():
-    layer = ScannedEncoder(4, 2, 32, dropout_rate=0.1, remat=True, name="Transformer")
+    layer = Encoder(4, 2, 32, dropout_rate=0.1, scan=True, remat=True,
+                    kernels={"attention": "products"}, name="Transformer")
     config = layer.get_config()
     assert {k: config[k] for k in ("num_layers", "num_heads", "mlp_dim", "dropout_rate",
-                                   "remat")} == dict(num_layers=4, num_heads=2, mlp_dim=32,
-                                                      dropout_rate=0.1, remat=True)
-    again = ScannedEncoder.from_config(config)
+                                   "scan", "remat", "kernels")} == dict(
+        num_layers=4, num_heads=2, mlp_dim=32, dropout_rate=0.1, scan=True, remat=True,
+        kernels={"attention": "products"})
+    again = Encoder.from_config(config)
     again.build((None, 5, 16))
     assert [block.name for block in again.blocks] == [f"encoderblock_{i}" for i in range(4)]
-    assert all(block.remat and block.dropout_rate == 0.1 for block in again.blocks)
+    assert again.scan and again.remat
+    assert all(block.dropout_rate == 0.1 and block.kernels == {"attention": "products"}
+               for block in again.blocks)
     with pytest.raises(ValueError, match="num_layers=0"):
-        ScannedEncoder(0, 2, 32)
+        Encoder(0, 2, 32)
     with pytest.raises(ValueError, match="dropout_rate"):
-        ScannedEncoder(2, 2, 32, dropout_rate=1.5)
+        Encoder(2, 2, 32, dropout_rate=1.5)
+    with pytest.raises(ValueError, match="remat"):
+        Encoder(2, 2, 32, remat="yes")
     with pytest.raises(ValueError, match="scan"):
         keras_vit.ViT(scan="yes", **CONFIG)
 
 
 def test_scan_flag_reaches_the_run_config(tmp_path, image_folder):
-    from keras_vit.cli import main
+    from keras_vit_cli import main
 
     folder = image_folder
     config = json.dumps({k: v for k, v in CONFIG.items() if k != "num_classes"})
@@ -167,10 +176,10 @@ def test_a_run_resumes_only_in_the_layout_it_was_started_in(tmp_path):
     assert summary["resumed_at_epoch"] == 1
 
 
-def test_unscanned_keeps_the_models_precision_policy():
+def test_per_block_keeps_the_models_precision_policy():
     keras.config.set_dtype_policy("mixed_bfloat16")
     scanned = keras_vit.ViT(scan=True, **CONFIG)
     keras.config.set_dtype_policy("float32")
-    twin = keras_vit.unscanned(scanned)
+    twin = keras_vit.per_block(scanned)
     assert twin.get_layer("encoderblock_0").dtype_policy.name == "mixed_bfloat16"
     assert keras.config.dtype_policy().name == "float32"

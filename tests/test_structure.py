@@ -1,24 +1,23 @@
 """The package's structure: one-way imports, a command line that starts without TensorFlow,
 layers registered for `.keras` files whatever the import order, private framework API in one
-place."""
+place and completely listed."""
 
 import ast
 import json
 import pathlib
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "keras_vit"
+CLI = ROOT / "keras_vit_cli"
 # Function-level imports allowed outside the command line, each an optional dependency (or a
 # platform-specific one), imported where it is needed with a comment saying why.
 LAZY_IMPORTS = ("matplotlib", "tensorflow_serving", "tensorflow_datasets", "fcntl", "huggingface_hub",
                 "safetensors", "jax")
-# Package modules a layer module may import on first use: layer modules load inside Keras' own
-# import (keras_vit/__init__), and these import TensorFlow.
-LAYER_MODULE_LAZY_IMPORTS = {"keras_vit.model": ("keras_vit.framework",)}
 
 
 def module_name(path):
@@ -29,7 +28,7 @@ def module_name(path):
 
 
 def modules():
-    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {module_name(p): p for folder in (PACKAGE, CLI) for p in folder.rglob("*.py")}
 
 
 def resolve(name, known):
@@ -58,7 +57,8 @@ def imports_of(path, known):
         else:
             continue
         for name in names:
-            if name.split(".")[0] in ("keras_vit",) + LAZY_IMPORTS or name in known:
+            if name.split(".")[0] in ("keras_vit", "keras_vit_cli") + LAZY_IMPORTS \
+                    or name in known:
                 found.append((name, node.lineno, id(node) in top_level))
             elif id(node) not in top_level:
                 found.append((name, node.lineno, False))
@@ -96,8 +96,8 @@ def test_no_module_imports_another_that_imports_it_back():
 def test_library_modules_never_import_the_command_line():
     graph = import_graph()
     library = {m: imported for m, imported in graph.items()
-               if not m.startswith("keras_vit.cli") and m != "keras_vit.__main__"}
-    offenders = {m: sorted(i for i in imported if i.startswith("keras_vit.cli"))
+               if not m.startswith("keras_vit_cli") and m != "keras_vit.__main__"}
+    offenders = {m: sorted(i for i in imported if i.startswith("keras_vit_cli"))
                  for m, imported in library.items()}
     assert not {m: i for m, i in offenders.items() if i}
 
@@ -106,15 +106,14 @@ def test_imports_sit_at_the_top_except_optional_dependencies():
     known = modules()
     misplaced = []
     for name, path in known.items():
-        if name.startswith("keras_vit.cli") or name == "keras_vit":
+        if name.startswith("keras_vit_cli") or name == "keras_vit":
             continue  # the command line imports the library per command, by design
         lines = path.read_text().splitlines()
         for imported, line, top in imports_of(path, known):
             if top:
                 continue
             reason = "#" in lines[line - 1] or lines[line - 2].strip().startswith("#")
-            allowed = imported.split(".")[0] in LAZY_IMPORTS or \
-                imported in LAYER_MODULE_LAZY_IMPORTS.get(name, ())
+            allowed = imported.split(".")[0] in LAZY_IMPORTS
             if not allowed or not reason:
                 misplaced.append(f"{path.relative_to(ROOT)}:{line} {imported}")
     assert not misplaced
@@ -127,11 +126,19 @@ def run_python(code, env=None):
     return result.stdout
 
 
-def test_import_keras_vit_loads_neither_the_command_line_nor_tensorflow():
-    out = run_python("import json, sys, keras_vit; print(json.dumps(sorted(sys.modules)))")
-    loaded = json.loads(out)
-    assert "keras_vit.cli" not in loaded
-    assert not [m for m in loaded if m.split(".")[0] in ("tensorflow", "keras")]
+def test_import_keras_vit_registers_the_layers_and_loads_no_command_line():
+    out = run_python("import json, sys, keras, keras_vit\n"
+                     "print(json.dumps([sorted(sys.modules), keras.saving.get_registered_object("
+                     "'keras_vit>PatchEmbedding') is keras_vit.PatchEmbedding]))")
+    loaded, registered = json.loads(out.strip().splitlines()[-1])
+    assert registered
+    assert not [m for m in loaded if m.startswith("keras_vit_cli")]
+
+
+def test_the_command_line_package_imports_neither_keras_vit_nor_keras():
+    out = run_python("import json, sys, keras_vit_cli; print(json.dumps(sorted(sys.modules)))")
+    loaded = json.loads(out.strip().splitlines()[-1])
+    assert not [m for m in loaded if m.split(".")[0] in ("tensorflow", "keras", "keras_vit")]
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["models"], ["train", "--help"],
@@ -139,7 +146,7 @@ def test_import_keras_vit_loads_neither_the_command_line_nor_tensorflow():
                                   ["vtab", "--help"]])
 def test_help_and_models_start_without_tensorflow(argv):
     code = ("import contextlib, io, json, sys\n"
-            "from keras_vit.cli import main\n"
+            "from keras_vit_cli import main\n"
             "out = io.StringIO()\n"
             "with contextlib.redirect_stdout(out):\n"
             "    try:\n"
@@ -149,7 +156,8 @@ def test_help_and_models_start_without_tensorflow(argv):
             "print(json.dumps([len(out.getvalue()), sorted(sys.modules)]))")
     length, loaded = json.loads(run_python(code).splitlines()[-1])
     assert length > 100
-    assert not [m for m in loaded if m.split(".")[0] in ("tensorflow", "keras", "jax")]
+    assert not [m for m in loaded if m.split(".")[0] in ("tensorflow", "keras", "jax",
+                                                         "keras_vit")]
 
 
 SAVE_AND_LOAD = """
@@ -186,10 +194,150 @@ def test_layers_are_registered_for_keras_files_whatever_the_import_order(tmp_pat
     "from keras_vit.model import ViT",
 ])
 def test_a_layer_module_imports_first_in_a_fresh_process_and_every_layer_registers(first):
-    # `import keras_vit.layers` first once failed: its `import keras` imported
-    # keras_vit.resnet, which took its base class from the half-made keras_vit.layers.
     out = run_python(f"{first}\nimport keras\n"
                      "print([keras.saving.get_registered_object(f'keras_vit>{name}') is not None"
-                     "       for name in ('TransformerBlock', 'ScannedEncoder', 'ResNetStem',"
-                     "                    'StdConv2D', 'ViTModel')])")
-    assert out.strip().splitlines()[-1] == "[True, True, True, True, True]"
+                     "       for name in ('TransformerBlock', 'Encoder', 'ScannedEncoder',"
+                     "                    'ResNetStem', 'StdConv2D', 'ViTModel')])")
+    assert out.strip().splitlines()[-1] == str([True] * 6)
+
+
+# --------------------------------------------------------------------------------------------
+# Private members of Keras, TensorFlow and the other libraries: only in keras_vit.framework,
+# and every one listed there.
+
+# Where an attribute name of another library's object can hide: an attribute access
+# (`obj._name`), or a string given to one of these.
+_NAME_TAKING_CALLS = ("getattr", "hasattr", "setattr", "delattr")
+# The frameworks' private modules, imported or named in a string (`importlib.import_module`).
+_PRIVATE_MODULES = ("keras.src", "tensorflow.python", "jax._src")
+# Framework classes whose private attributes an override or an assignment in keras_vit could
+# shadow (their class attributes, and the instance attributes of a built instance).
+_FRAMEWORK_CLASSES = ("keras.Model", "keras.layers.Layer", "keras.optimizers.AdamW",
+                      "keras.callbacks.Callback", "keras.losses.Loss", "keras.metrics.Metric",
+                      "keras.optimizers.schedules.LearningRateSchedule")
+
+
+def _is_private(name):
+    return (name.startswith("_") and not name.startswith("__")
+            and not name.startswith("_keras_vit"))  # keras_vit's own markers on framework objects
+
+
+def _source_names(tree):
+    """(private names the code uses, private names it defines itself, names it defines as
+    methods or as attributes of `self`). A private module counts by its dotted name."""
+    used, defined, members = {}, set(), set()
+    for node in ast.walk(tree):
+        modules = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules = [node.module]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            modules = [node.value]
+        for module in modules:
+            if module.startswith(_PRIVATE_MODULES):
+                used.setdefault(module, node.lineno)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+            used.setdefault(node.attr, node.lineno)
+            if isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) \
+                    and node.value.id == "self":
+                defined.add(node.attr)
+                members.add(node.attr)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in _NAME_TAKING_CALLS \
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                and isinstance(node.args[1].value, str) and _is_private(node.args[1].value):
+            used.setdefault(node.args[1].value, node.lineno)
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        members |= {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.Assign))
+                    and getattr(n, "name", None)}
+        members |= {t.id for n in cls.body if isinstance(n, ast.Assign) for t in n.targets
+                    if isinstance(t, ast.Name)}
+    return used, defined, {m for m in members if _is_private(m)}
+
+
+def _framework_private_attributes():
+    """Every private attribute of `_FRAMEWORK_CLASSES` and of built instances of them."""
+    import keras
+
+    names = set()
+    for dotted in _FRAMEWORK_CLASSES:
+        cls = keras
+        for part in dotted.split(".")[1:]:
+            cls = getattr(cls, part)
+        names |= {n for n in dir(cls) if _is_private(n)}
+    optimizer = keras.optimizers.AdamW()
+    optimizer.build([keras.Variable([0.0])])
+    layer = keras.layers.Dense(1)
+    layer.build((None, 1))
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    for instance in (optimizer, layer, model):
+        names |= {n for n in vars(instance) if _is_private(n)}
+    return names
+
+
+def framework_private_uses(root=PACKAGE):
+    """{relative path: {private name of another library: line}} over the package's source.
+
+    A private name counts as another library's when keras_vit's code uses it without
+    defining it anywhere, or when keras_vit defines it as a method or a `self` attribute and
+    a framework class has it too (an override, or an assignment over a framework attribute)."""
+    trees = {p: ast.parse(p.read_text()) for p in root.rglob("*.py")}
+    scanned = {p: _source_names(tree) for p, tree in trees.items()}
+    ours = set().union(*(defined for _, defined, _ in scanned.values()))
+    shadowed = _framework_private_attributes()
+    found = {}
+    for path, (used, _, members) in scanned.items():
+        foreign = {name: line for name, line in used.items() if name not in ours}
+        foreign.update({name: used.get(name, 0) for name in members & shadowed})
+        if foreign:
+            found[str(path.relative_to(root))] = foreign
+    return found
+
+
+def test_private_framework_members_are_used_in_the_framework_module_only_and_all_listed():
+    from keras_vit import framework
+
+    found = framework_private_uses()
+    elsewhere = {path: names for path, names in found.items() if path != "framework.py"}
+    assert not elsewhere, f"private framework members used outside keras_vit/framework.py: " \
+                          f"{elsewhere}"
+    unlisted = sorted(set(found.get("framework.py", {})) - framework.private_names())
+    assert not unlisted, f"private members used in keras_vit/framework.py but not listed in " \
+                         f"PRIVATE_MEMBERS: {unlisted}"
+    assert framework.private_names() <= set(found.get("framework.py", {}))  # no stale entry
+
+
+def test_the_private_member_scan_finds_each_kind_of_use(tmp_path):
+    """The scan itself: an attribute read, a getattr string, an assignment over a framework
+    attribute and an override, each in a module other than framework.py; keras_vit's own
+    private names and markers pass."""
+    package = tmp_path / "keras_vit"
+    package.mkdir()
+    (package / "framework.py").write_text("PRIVATE_MEMBERS = ()\n")
+    (package / "uses.py").write_text(textwrap.dedent("""
+        import importlib
+
+        import keras
+
+        def _helper(model):
+            model._keras_vit_marker = True
+            importlib.import_module("tensorflow.python.eager.context")
+            return model._distribute_strategy, getattr(model, "_tracker", None)
+
+        class Layer(keras.layers.Layer):
+            def _grid(self):
+                return 1
+
+            def _post_build(self):
+                self._own = 1
+                self._layers = []
+                return self._own + self._grid()
+        """))
+    found = framework_private_uses(package)
+    assert set(found) == {"uses.py"}
+    assert set(found["uses.py"]) == {"_distribute_strategy", "_tracker", "_post_build",
+                                     "_layers", "tensorflow.python.eager.context"}

@@ -19,7 +19,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import keras_vit
-from keras_vit import cli, data, framework, training, weights
+import keras_vit_cli as cli
+from keras_vit import data, framework, training, weights
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
@@ -309,17 +310,22 @@ def counting_train_steps(model):
 
 
 @pytest.mark.parametrize("how", ["train_on_batch", "fit_onehot_dataset"])
-def test_a_hand_compiled_model_traces_its_first_step_once(how):
-    """`keras_vit.ViTModel` builds the training state from the data's spec before the first
-    step, as `compile_model` does; Keras' own functional Model traces it twice."""
+def test_build_training_state_after_a_hand_compile_traces_the_first_step_once(how):
+    """A builder's model is Keras' functional Model: compiled by hand it traces its first step
+    twice, as Keras does; `training.build_training_state` after `compile` builds the state from
+    a label spec first, and the first step traces once, with the same training."""
     x, y = batch()
     onehot = how == "fit_onehot_dataset"  # the label spec comes from the data
     labels = np.eye(3, dtype="float32")[y] if onehot else y
     loss = "categorical_crossentropy" if onehot else "sparse_categorical_crossentropy"
 
-    def train(model):
+    def train(prebuild):
+        model = tiny_model()
         model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss=loss, metrics=["accuracy"],
                       jit_compile=False)
+        if prebuild:
+            spec = keras.KerasTensor((None, 3), "float32") if onehot else None
+            training.build_training_state(model, labels=spec)
         calls = counting_train_steps(model)
         if how == "train_on_batch":
             model.train_on_batch(x, labels)
@@ -327,18 +333,40 @@ def test_a_hand_compiled_model_traces_its_first_step_once(how):
         else:
             dataset = tf.data.Dataset.from_tensor_slices((x, labels)).shuffle(8, seed=1).batch(4)
             model.fit(dataset, epochs=2, validation_data=dataset, verbose=0)
+        assert model.optimizer.iterations.numpy() == (2 if how == "train_on_batch" else 4)
         return len(calls), weight_arrays(model)
 
-    vit = tiny_model()
-    assert isinstance(vit, keras_vit.ViTModel)
-    traces, trained = train(vit)
-    assert traces == 1
-    assert vit.optimizer.iterations.numpy() == (2 if how == "train_on_batch" else 4)
-    base = tiny_model()
-    keras_traces, keras_trained = train(keras.Model(base.input, base.output))
-    assert keras_traces == 2
-    for a, b in zip(trained, keras_trained):  # the same training, bar the fused update
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert type(tiny_model()).__name__ == "Functional"  # Keras' own functional Model
+    traces, trained = train(prebuild=True)
+    keras_traces, keras_trained = train(prebuild=False)
+    assert (traces, keras_traces) == (1, 2)
+    for a, b in zip(trained, keras_trained):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_hand_compiled_model_trains_with_keras_own_update():
+    """`model.compile` with a Keras optimizer behaves as Keras documents: the optimizer is left
+    as it is, and the steps are bit for bit those of the same functional model rebuilt by
+    Keras from the model's config."""
+    x, y = batch()
+    results = []
+    for rebuild in (False, True):
+        keras.utils.set_random_seed(0)
+        model = tiny_model()
+        randomize_head(model)
+        if rebuild:
+            twin = keras.Model.from_config(model.get_config())
+            twin.set_weights(model.get_weights())
+            model = twin
+        optimizer = keras.optimizers.AdamW(1e-2, weight_decay=0.05)
+        model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy",
+                      jit_compile=False)
+        assert not [name for name in vars(optimizer) if name.startswith("_keras_vit")]
+        for _ in range(2):
+            model.train_on_batch(x, y)
+        results.append(weight_arrays(model))
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_evaluate_and_predict_build_no_optimizer_state():
@@ -350,98 +378,6 @@ def test_evaluate_and_predict_build_no_optimizer_state():
     assert not model.optimizer.built
     model.train_on_batch(x, y)
     assert model.optimizer.built
-
-
-@pytest.mark.parametrize("optimizer", ["adamw", "adam"])
-def test_a_hand_compiled_adam_gets_the_fused_update(optimizer):
-    """`ViTModel.compile` gives Keras' Adam and AdamW the update of `training.AdamW`: the same
-    steps to the bit; `fuse_optimizer=False` keeps Keras' own."""
-    x, y = batch()
-
-    def train(make, **options):
-        model = tiny_model()
-        randomize_head(model)
-        model.compile(optimizer=make(), loss="sparse_categorical_crossentropy",
-                      jit_compile=False, **options)
-        for _ in range(2):
-            model.train_on_batch(x, y)
-        return model, weight_arrays(model)
-
-    decay = 0.0 if optimizer == "adam" else 0.05
-    keras_cls = keras.optimizers.AdamW if optimizer == "adamw" else keras.optimizers.Adam
-    fused, got = train(lambda: keras_cls(1e-2, weight_decay=decay or None))
-    assert type(fused.optimizer) is keras_cls and fused.optimizer._keras_vit_fused
-    _, want = train(lambda: training.AdamW(1e-2, weight_decay=decay))
-    keras_model, keras_own = train(lambda: keras_cls(1e-2, weight_decay=decay or None),
-                                   fuse_optimizer=False)
-    assert not getattr(keras_model.optimizer, "_keras_vit_fused", False)
-    for a, b, c in zip(got, want, keras_own):
-        np.testing.assert_array_equal(a, b)
-        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
-    assert any(not np.array_equal(a, c) for a, c in zip(got, keras_own))  # 1 - b2 in float32
-
-
-def test_fuse_adam_leaves_other_optimizers_and_copies_stay_apart():
-    import copy
-
-    class MyAdam(keras.optimizers.Adam):  # a subclass may change the update: left alone
-        pass
-
-    for other in (keras.optimizers.SGD(), training.AdamW(), MyAdam(), keras.optimizers.Lion()):
-        assert framework.fuse_adam(other) is other
-        assert "_backend_update_step" not in vars(other)
-        assert not getattr(other, "_keras_vit_fused", False)
-    amsgrad = keras.optimizers.Adam(amsgrad=True)
-    framework.fuse_adam(amsgrad)
-    variables = [keras.Variable(np.ones((2,), "float32"))]
-    amsgrad.build(variables)
-    assert not framework._fusable(amsgrad)  # patched, but Keras' update
-    original = framework.fuse_adam(keras.optimizers.AdamW(learning_rate=0.1))
-    twin = copy.deepcopy(original)
-    assert twin._backend_update_step.__self__ is twin
-    assert original._backend_update_step.__self__ is original
-
-
-def test_fuse_optimizer_false_is_kept_through_files_and_undoes_the_fusion(tmp_path):
-    x, y = batch()
-    model = tiny_model()
-    optimizer = keras.optimizers.AdamW(1e-3)
-    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", jit_compile=False)
-    assert optimizer._keras_vit_fused
-    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", jit_compile=False,
-                  fuse_optimizer=False)  # the same optimizer object, now Keras' update again
-    assert not optimizer._keras_vit_fused and "_backend_update_step" not in vars(optimizer)
-    model.train_on_batch(x, y)
-    model.save(tmp_path / "keras_update.keras")
-    loaded = keras.saving.load_model(tmp_path / "keras_update.keras")
-    assert not getattr(loaded.optimizer, "_keras_vit_fused", False)
-    assert loaded.get_compile_config()["fuse_optimizer"] is False
-    before = loaded.optimizer
-    with pytest.raises(ValueError, match="`fuse_optimizer` must be True or False. Received: "
-                                         "fuse_optimizer='no'"):
-        loaded.compile(optimizer="adamw", loss="mse", fuse_optimizer="no")
-    assert loaded.optimizer is before  # still compiled as before
-
-
-def test_a_hand_compiled_model_reloads_compiled_and_fused(tmp_path):
-    x, y = batch()
-    model = tiny_model()
-    model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"], jit_compile=True)
-    model.train_on_batch(x, y)
-    path = tmp_path / "vit.keras"
-    model.save(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # Keras warns when it skips `compile`
-        loaded = keras.saving.load_model(path)
-    assert type(loaded) is keras_vit.ViTModel and type(loaded.optimizer) is keras.optimizers.AdamW
-    assert loaded.optimizer._keras_vit_fused and loaded.optimizer.iterations.numpy() == 1
-    model.train_on_batch(x, y)
-    loaded.train_on_batch(x, y)
-    for a, b in zip(weight_arrays(model), weight_arrays(loaded)):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    clone = keras.models.clone_model(model)
-    assert type(clone) is keras_vit.ViTModel
 
 
 def test_build_training_state_leaves_unbuilt_models_and_takes_label_specs():

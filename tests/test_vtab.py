@@ -15,7 +15,7 @@ import tensorflow_datasets as tfds
 
 import keras_vit
 from keras_vit import vtab
-from keras_vit.cli import main as cli_main
+from keras_vit_cli import main as cli_main
 
 TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8)
 TINY_JSON = json.dumps({k: v for k, v in TINY.items() if k != "image_size"})
@@ -349,8 +349,8 @@ def test_sweep_picks_the_best_validation_setting(tmp_path):
 
 def test_command_line_defaults_are_the_protocol():
     """The command line keeps its own copy of the protocol (its --help loads no TensorFlow)."""
-    from keras_vit.cli import build_parser
-    from keras_vit.cli import vtab as cli_vtab
+    from keras_vit_cli import build_parser
+    from keras_vit_cli import vtab as cli_vtab
 
     assert (cli_vtab.STEPS, cli_vtab.LEARNING_RATE, cli_vtab.BATCH_SIZE, cli_vtab.IMAGE_SIZE,
             cli_vtab.SWEEP_LEARNING_RATES, cli_vtab.SWEEP_STEPS) == (

@@ -3,13 +3,12 @@
 - `fit(model, train, validation, output_dir=...)`: the whole run (see `keras_vit.training.loop`).
 - Recipes (`keras_vit.training.recipes`): `compile_finetune`, `compile_pretrain`,
   `compile_masked_patches`, `compile_recipe`, `compile_model`, the optimizers, `WarmupDecay`,
-  the loss, `set_precision`.
+  the loss, `set_precision`; `AdamW` (`keras_vit.training.optimizers`).
 - `enable_compilation_cache(directory)`: JAX's persistent compilation cache.
 - Callbacks (`keras_vit.training.callbacks`): `BackupAndRestore`, `BestCheckpoint`,
   `training_callbacks`, for your own `model.fit`.
 """
 
-from keras_vit.framework import AdamW
 from keras_vit.training.callbacks import (
     BackupAndRestore,
     BackupError,
@@ -20,6 +19,7 @@ from keras_vit.training.callbacks import (
 )
 from keras_vit.training.compilation import enable_compilation_cache
 from keras_vit.training.loop import RunFinished, TrainingDiverged, fit, plan
+from keras_vit.training.optimizers import AdamW
 from keras_vit.training.recipes import (
     DECAYS,
     DEFAULT_LEARNING_RATES,

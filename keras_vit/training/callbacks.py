@@ -12,10 +12,10 @@ import shutil
 import keras
 import numpy as np
 
-from keras_vit import distribute
+from keras_vit.parallel import tf_distribute
 from keras_vit.fileio import atomic_write_text, check_writable_dir, staging_dir
-from keras_vit.layers import random_states
-from keras_vit.validation import check_positive_int
+from keras_vit.kernels import random_states
+from keras_vit.checks import check_positive_int
 from keras_vit.weights import model_params, save_npz
 
 BACKUP_POINTER = "latest.json"
@@ -31,8 +31,8 @@ def backup_dir(output_dir):
     """The backup folder of this process under a run's `output_dir`: `backup/`, or
     `backup/<task type>-<index>` when TF_CONFIG names several workers."""
     path = os.path.join(os.fspath(output_dir), "backup")
-    if distribute.tf_config_workers() > 1:
-        path = os.path.join(path, "{}-{}".format(*distribute.worker_index()))
+    if tf_distribute.tf_config_workers() > 1:
+        path = os.path.join(path, "{}-{}".format(*tf_distribute.worker_index()))
     return path
 
 
@@ -181,7 +181,7 @@ class BestCheckpoint(keras.callbacks.Callback):
         if params is None:
             return
         self.best, self.best_epoch = value, epoch
-        if distribute.is_chief():
+        if tf_distribute.is_chief():
             save_npz(params, self.path)
             atomic_write_text(self.record, json.dumps(
                 {"monitor": self.monitor, "value": value, "epoch": epoch}))
@@ -218,7 +218,7 @@ def training_callbacks(output_dir, monitor="val_accuracy", backup=True, best=Tru
         callbacks.append(BestCheckpoint(os.path.join(output_dir, "best.npz"), monitor))
     if tensorboard or (tensorboard is None and installed):
         logs = os.path.join(output_dir, "logs")
-        if not distribute.is_chief():
-            logs = os.path.join(logs, "{}-{}".format(*distribute.worker_index()))
+        if not tf_distribute.is_chief():
+            logs = os.path.join(logs, "{}-{}".format(*tf_distribute.worker_index()))
         callbacks.append(keras.callbacks.TensorBoard(logs))
     return callbacks

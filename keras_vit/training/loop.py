@@ -43,7 +43,7 @@ import time
 
 import numpy as np
 
-from keras_vit import distribute, sharding
+from keras_vit.parallel import keras_distribution, tf_distribute
 from keras_vit.data import InputData
 from keras_vit.fileio import atomic_write_text, check_writable_dir
 from keras_vit.model import vit_config
@@ -60,13 +60,13 @@ from keras_vit.training.recipes import (
     compile_recipe,
     recipe_defaults,
 )
-from keras_vit.validation import check_choice, check_int, check_trainable_classes
+from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.weights import save_npz
 
 RUN_FILE = "run.json"
 CONFIG_FILE = "config.json"
 # Settings a run.json written before they existed holds implicitly.
-SETTING_DEFAULTS = {"scan": False}
+SETTING_DEFAULTS = {"scan": False, "remat": False}
 FINAL_FILE = "final.npz"
 BEST_FILE = "best.npz"
 ENCODER_FILE = "encoder.npz"
@@ -118,7 +118,7 @@ def _check_resume(output_dir, settings, overwrite):
     if overwrite:
         # Each worker clears its own backup; the chief the shared files.
         shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
-        if distribute.is_chief():
+        if tf_distribute.is_chief():
             for name in RUN_OUTPUTS:
                 path = os.path.join(output_dir, name)
                 if os.path.isdir(path):
@@ -155,7 +155,7 @@ def _model_config(model):
 
 
 def _write_run(output_dir, settings, finished, model, class_names):
-    if not distribute.is_chief():
+    if not tf_distribute.is_chief():
         return
     atomic_write_text(os.path.join(output_dir, RUN_FILE),
                       json.dumps({"settings": settings, "finished": finished}, indent=1))
@@ -223,9 +223,9 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     if validation is not None and (not isinstance(validation, InputData) or validation.training):
         raise TypeError("`validation` must be an evaluation pipeline from keras_vit.data "
                         f"(training=False) or None. Received: {type(validation).__name__}")
-    sharding.check_batches(train.batch_size)  # under a keras.distribution (JAX)
+    keras_distribution.check_batches(train.batch_size)  # under a keras.distribution (JAX)
     if validation is not None:
-        sharding.check_batches(validation.batch_size, validation.num_examples)
+        keras_distribution.check_batches(validation.batch_size, validation.num_examples)
     # A self-supervised model (keras_vit.pretraining) learns from the images alone.
     self_supervised = getattr(model, "self_supervised", False)
     if not self_supervised:
@@ -241,6 +241,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     if recipe is not None:
         learning_rate, warmup_steps = recipe_defaults(recipe, updates, learning_rate,
                                                       warmup_steps)
+    layout = _model_config(model) or {}
     settings = dict(epochs=epochs, updates=updates, steps_per_epoch=train.steps_per_epoch,
                     batch_size=train.batch_size, accumulation=accumulation,
                     examples=train.num_examples, recipe=recipe, learning_rate=learning_rate,
@@ -248,9 +249,9 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
                     weight_decay=weight_decay if recipe == "pretrain" else None,
                     label_smoothing=label_smoothing,
                     # The encoder's layout: its backup holds the layers of one layout only.
-                    scan=bool((_model_config(model) or {}).get("scan")))
+                    scan=bool(layout.get("scan")), remat=bool(layout.get("remat")))
     if recipe is not None:  # before anything is cleared: it checks the recipe's arguments
-        with distribute.strategy_scope(model):
+        with tf_distribute.strategy_scope(model):
             compile_recipe(model, recipe, updates, learning_rate, warmup_steps, weight_decay,
                            accumulation, label_smoothing, jit_compile)
     _check_resume(output_dir, settings, overwrite)
@@ -266,7 +267,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
               + f": {epochs} epochs of "
               f"{train.steps_per_epoch} batches of {train.batch_size} x {accumulation} "
               f"accumulation = {updates} updates; "
-              f"{distribute.num_replicas(model)} replica(s), XLA "
+              f"{tf_distribute.num_replicas(model)} replica(s), XLA "
               f"{model.jit_compile}" + (f"; resuming at epoch {start_epoch}" if start_epoch
                                          else ""), flush=True)
     history = model.fit(
@@ -290,7 +291,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     final = os.path.join(output_dir, FINAL_FILE)
     encoder = os.path.join(output_dir, ENCODER_FILE) if hasattr(model, "encoder_params") \
         else None
-    if distribute.is_chief():
+    if tf_distribute.is_chief():
         save_npz(params, final)
         if encoder:
             save_npz(model.encoder_params(), encoder)

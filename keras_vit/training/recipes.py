@@ -35,9 +35,10 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_vit import distribute, framework
-from keras_vit.framework import AdamW
-from keras_vit.validation import (
+from keras_vit import framework
+from keras_vit.parallel import tf_distribute
+from keras_vit.training.optimizers import AdamW
+from keras_vit.checks import (
     check_choice,
     check_int,
     check_number,
@@ -295,7 +296,7 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
         The model.
     """
     if jit_compile is None:
-        jit_compile = default_jit_compile(distribute.model_strategy(model))
+        jit_compile = default_jit_compile(tf_distribute.model_strategy(model))
     classifier = not getattr(model, "self_supervised", False)
     model.compile(
         optimizer=optimizer,
@@ -306,7 +307,7 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
     )
     if keras.backend.backend() == "tensorflow":  # the fixes are for Keras' TensorFlow trainer
         framework.reduce_gradients_before_clipping(model.optimizer)
-        if distribute.is_multiworker(model.distribute_strategy):
+        if tf_distribute.is_multiworker(model.distribute_strategy):
             framework.enable_multiworker_fit(model)
     build_training_state(model)
     return model
@@ -336,7 +337,7 @@ def build_training_state(model, labels=None):
         raise ValueError(f"Model {model.name!r} is not compiled: call `model.compile` first.")
     if not model.built or not all(layer.built for layer in model.layers):
         return model  # its variables do not all exist yet: Keras builds at the first step
-    with distribute.strategy_scope(model):
+    with tf_distribute.strategy_scope(model):
         inputs = getattr(model, "inputs", None)
         if inputs and len(inputs) == 1:
             if labels is None:

@@ -132,8 +132,8 @@ def describe(params):
     )
 
 
-def _backbone(params):
-    """The hybrid ResNet's `ViT(backbone=...)` argument read off the file, or None."""
+def _resnet(params):
+    """The hybrid ResNet's `ViT(resnet=...)` argument read off the file, or None."""
     if "conv_root/kernel" not in params:
         return None
     units = {}
@@ -143,10 +143,10 @@ def _backbone(params):
             stage, unit = int(match[1]), int(match[2])
             units[stage] = max(units.get(stage, 0), unit)
     width = int(params["conv_root/kernel"].shape[-1])
-    backbone = {"num_layers": tuple(units[s] for s in sorted(units))}
+    resnet = {"num_layers": tuple(units[s] for s in sorted(units))}
     if width != 64:
-        backbone["width_factor"] = width // 64
-    return backbone
+        resnet["width_factor"] = width // 64
+    return resnet
 
 
 def config_from_params(params, image_size=None):
@@ -180,10 +180,10 @@ def config_from_params(params, image_size=None):
             f"Not a ViT checkpoint: embedding/kernel {np.shape(kernel)}, query kernel "
             f"{np.shape(query)}. Expected 4 and 3 axes.")
     has_cls = "cls" in params
-    backbone = _backbone(params)
+    resnet = _resnet(params)
     stride = 1
-    if backbone is not None:
-        stride = 4 * 2 ** max(len(backbone["num_layers"]) - 1, 0)
+    if resnet is not None:
+        stride = 4 * 2 ** max(len(resnet["num_layers"]) - 1, 0)
     image_size, position_embedding = _resolution(
         params, image_size, (kernel.shape[0] * stride, kernel.shape[1] * stride),
         has_cls and not big_vision)
@@ -208,8 +208,8 @@ def config_from_params(params, image_size=None):
         config.update(classifier="gap", fc_norm=True, class_token=has_cls)
     if position_embedding != "learned":
         config["position_embedding"] = position_embedding
-    if backbone is not None:
-        config["backbone"] = backbone
+    if resnet is not None:
+        config["resnet"] = resnet
     return config
 
 

@@ -1,6 +1,6 @@
 """The checkpoint registry: every official file by name, the shipped demo, and your own.
 
-`checkpoints/registry.json` (installed as `keras_vit.checkpoints`) lists the official
+`checkpoints/registry.json` (installed as `keras_vit_checkpoints`) lists the official
 `imagenet21k/`, `imagenet21k+imagenet2012/` and recommended AugReg files with their URL,
 variant, resolution, classes and data sets; `register_checkpoint` adds entries for this
 process (a mirror, a `file://` path, your own training run).
@@ -23,7 +23,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]*(/[A-Za-z0-9][A-Za-z0-9._+\-]*)
 
 @functools.lru_cache(maxsize=None)
 def _builtin_entries():
-    text = importlib.resources.files("keras_vit.checkpoints").joinpath("registry.json").read_text()
+    text = importlib.resources.files("keras_vit_checkpoints").joinpath("registry.json").read_text()
     return {entry["name"]: entry for entry in json.loads(text)["checkpoints"]}
 
 

@@ -28,7 +28,7 @@ def is_url(source):
 
 def _read_shipped(entry):
     """Reads a checkpoint shipped inside the package, checking its registered SHA-256."""
-    resource = importlib.resources.files("keras_vit.checkpoints").joinpath(entry["file"])
+    resource = importlib.resources.files("keras_vit_checkpoints").joinpath(entry["file"])
     with importlib.resources.as_file(resource) as path:
         if entry["sha256"] and download.sha256sum(path) != entry["sha256"]:
             raise CheckpointError(

@@ -12,7 +12,7 @@ natural/specialized/structured/mean table) under --output. Running the same comm
 skips the finished tasks and resumes the interrupted one; more --tasks are added to the table.
 """
 
-from keras_vit.cli.common import (
+from keras_vit_cli.common import (
     add_model_arguments,
     model_from_args,
     positive_int_arg,
@@ -104,7 +104,8 @@ def configure(parser):
 def run(args):  # the dispatcher has applied --backend
     import os
 
-    from keras_vit import distribute, training, vtab
+    from keras_vit import training, vtab
+    from keras_vit.parallel import tf_distribute
 
     require_architecture(args)
     tasks = vtab.get_tasks(args.tasks)  # bad flags fail before the folder is made
@@ -112,8 +113,8 @@ def run(args):  # the dispatcher has applied --backend
         raise ValueError(f"--target-batch-size {args.target_batch_size} is not a multiple of "
                          f"--batch-size {args.batch_size}.")
     training.set_precision(args.precision)
-    strategy = distribute.get_strategy(args.strategy)
-    distribute.global_batch_size(args.batch_size, strategy)
+    strategy = tf_distribute.get_strategy(args.strategy)
+    tf_distribute.global_batch_size(args.batch_size, strategy)
     # The architecture and weights are checked once, before any task starts.
     with strategy.scope():
         model_from_args(args, num_classes=tasks[0].num_classes)

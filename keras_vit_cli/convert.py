@@ -2,7 +2,7 @@
 the official layout, or a `.safetensors` file in timm's layout (which
 `timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=OUT))` loads)."""
 
-from keras_vit.cli.common import add_model_arguments, model_from_args
+from keras_vit_cli.common import add_model_arguments, model_from_args
 
 FORMATS = (".keras", ".weights.h5", ".npz", ".safetensors")
 

@@ -300,7 +300,8 @@ def start_run(args):
     """
     import keras
 
-    from keras_vit import distribute, training
+    from keras_vit import training
+    from keras_vit.parallel import tf_distribute
     from keras_vit.fileio import check_writable_dir
 
     if args.folder and args.validation_split not in ("validation", "none"):
@@ -311,8 +312,8 @@ def start_run(args):
         training.enable_compilation_cache(args.compile_cache)
     training.set_precision(args.precision)
     keras.utils.set_random_seed(args.seed)
-    strategy = distribute.get_strategy(args.strategy)
-    distribute.global_batch_size(args.batch_size, strategy)
+    strategy = tf_distribute.get_strategy(args.strategy)
+    tf_distribute.global_batch_size(args.batch_size, strategy)
     return strategy
 
 

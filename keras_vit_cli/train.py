@@ -8,7 +8,7 @@ Running the same command again after an interruption resumes from the last finis
 on a finished run it says so (`--overwrite` starts over).
 """
 
-from keras_vit.cli.common import (
+from keras_vit_cli.common import (
     add_data_arguments,
     add_model_arguments,
     add_run_arguments,
@@ -39,7 +39,7 @@ def configure(parser):
 
 
 def run(args):  # the dispatcher has applied --backend
-    from keras_vit.validation import check_trainable_classes
+    from keras_vit.checks import check_trainable_classes
 
     num_classes = check_trainable_classes(data_num_classes(args))
     strategy = start_run(args)

@@ -3,7 +3,7 @@
 A dispatcher and one module per command group. Only the module of the command that runs is
 imported, and the command modules import the library (and so TensorFlow) inside their `run`
 functions: `keras-vit --help`, `keras-vit COMMAND --help` and `keras-vit models` start without
-TensorFlow. Every command takes its model the same way (`keras_vit.cli.common`).
+TensorFlow. Every command takes its model the same way (`keras_vit_cli.common`).
 
 Errors a user can fix (a missing file, a bad value, a checkpoint that does not fit) print one
 `keras-vit COMMAND: error: ...` message, without a traceback, and exit with status 2.
@@ -15,29 +15,29 @@ import os
 import sys
 import tempfile
 
-from keras_vit.cli.common import select_backend
-from keras_vit.cli.errors import describe
+from keras_vit_cli.common import select_backend
+from keras_vit_cli.errors import describe
 
 # Command name -> (module, one-line help). The modules stay unimported until their command runs.
 COMMANDS = {
-    "models": ("keras_vit.cli.models",
+    "models": ("keras_vit_cli.models",
                "list every ViT variant with its configuration and parameter count"),
-    "predict": ("keras_vit.cli.predict", "classify images and print the top classes"),
-    "convert": ("keras_vit.cli.convert",
+    "predict": ("keras_vit_cli.predict", "classify images and print the top classes"),
+    "convert": ("keras_vit_cli.convert",
                 "turn a checkpoint into a .keras model, .weights.h5 or .npz file"),
-    "train": ("keras_vit.cli.train",
+    "train": ("keras_vit_cli.train",
               "train or fine-tune a ViT with the paper's recipe (resumes after a crash)"),
-    "pretrain": ("keras_vit.cli.pretrain",
+    "pretrain": ("keras_vit_cli.pretrain",
                  "self-supervised pre-training of a ViT encoder by masked patch prediction"),
-    "vtab": ("keras_vit.cli.vtab",
+    "vtab": ("keras_vit_cli.vtab",
              "VTAB-1k: fine-tune on each of 19 tasks' 1,000 examples, the paper's table"),
-    "evaluate": ("keras_vit.cli.evaluate",
+    "evaluate": ("keras_vit_cli.evaluate",
                  "top-1/top-5 accuracy, loss, per-class accuracy and confusion matrix"),
-    "fewshot": ("keras_vit.cli.evaluate",
+    "fewshot": ("keras_vit_cli.evaluate",
                 "few-shot linear accuracy of frozen features (the paper's second metric)"),
-    "export": ("keras_vit.cli.export",
+    "export": ("keras_vit_cli.export",
                "export a classifier as a TF Serving SavedModel or a TFLite file"),
-    "inspect": ("keras_vit.cli.inspection",
+    "inspect": ("keras_vit_cli.inspection",
                 "draw attention maps and the paper's Figure 7 for a model on some images"),
 }
 

@@ -1,6 +1,6 @@
 """`keras-vit predict IMAGE...`: the top classes of each image."""
 
-from keras_vit.cli.common import (
+from keras_vit_cli.common import (
     add_class_names_argument,
     add_model_arguments,
     check_images_exist,

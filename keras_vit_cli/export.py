@@ -3,7 +3,7 @@
 import os
 import sys
 
-from keras_vit.cli.common import (
+from keras_vit_cli.common import (
     add_class_names_argument,
     add_model_arguments,
     class_names_from_args,

@@ -1,6 +1,6 @@
 """`keras-vit inspect IMAGE... --out DIR`: attention maps and the paper's Figure 7."""
 
-from keras_vit.cli.common import (
+from keras_vit_cli.common import (
     add_model_arguments,
     check_images_exist,
     check_model_flags,

@@ -12,7 +12,7 @@ so that `keras-vit train --weights OUT/encoder.npz` fine-tunes it with a new hea
 the same command again after an interruption resumes from the last finished epoch.
 """
 
-from keras_vit.cli.common import (
+from keras_vit_cli.common import (
     add_data_arguments,
     add_model_arguments,
     add_run_arguments,

@@ -3,7 +3,7 @@ ReaL accuracy (`--dataset imagenet2012_real`, Table 2)."""
 
 import json
 
-from keras_vit.cli.common import (
+from keras_vit_cli.common import (
     add_class_names_argument,
     add_data_arguments,
     add_model_arguments,
@@ -33,11 +33,12 @@ def configure_evaluate(parser):
 
 
 def run_evaluate(args):
-    from keras_vit import distribute, evaluation
+    from keras_vit import evaluation
+    from keras_vit.parallel import tf_distribute
 
     num_classes = data_num_classes(args)
-    strategy = distribute.get_strategy(args.strategy)
-    distribute.global_batch_size(args.batch_size, strategy)
+    strategy = tf_distribute.get_strategy(args.strategy)
+    tf_distribute.global_batch_size(args.batch_size, strategy)
     with strategy.scope():
         model, names = model_from_args(args, num_classes=num_classes, need_head=True)
     data = load_data(args, args.split, False, strategy, input_size(model, args))
@@ -85,7 +86,8 @@ def configure_fewshot(parser):
 
 
 def run_fewshot(args):
-    from keras_vit import distribute, evaluation
+    from keras_vit import evaluation
+    from keras_vit.parallel import tf_distribute
 
     shots = _int_list("--shots", args.shots)
     try:
@@ -101,7 +103,7 @@ def run_fewshot(args):
         raise ValueError(f"--split {split} overlaps --train-split {args.train_split}: the "
                          "few-shot examples would be tested on themselves. Expected two "
                          "disjoint splits (for a folder: train and validation).")
-    strategy = distribute.get_strategy(args.strategy)
+    strategy = tf_distribute.get_strategy(args.strategy)
     with strategy.scope():
         model, _ = model_from_args(args, include_top=False)
     size = input_size(model, args)

@@ -2,7 +2,7 @@
 
 import time
 
-from keras_vit import configs
+from keras_vit_cli.catalog import library_module
 
 
 def configure(parser):
@@ -33,6 +33,7 @@ def _time_forward(variant):
 
 
 def run(args):
+    configs = library_module("configs")
     variants = ([configs.get_variant(v) for v in args.variant] if args.variant
                 else list(configs.VARIANTS.values()))
     header = (f"{'variant':9} {'builder':12} {'ResNet':12} {'patch':>5} {'width':>5} {'mlp':>5} "
@@ -42,7 +43,7 @@ def run(args):
     print(header)
     for variant in variants:
         size = configs.MODEL_SIZES[variant.size]
-        resnet = "-" if variant.backbone is None else str(variant.backbone or "root-only")
+        resnet = "-" if variant.resnet is None else str(variant.resnet or "root-only")
         line = (f"{variant.name:9} {variant.builder_name:12} {resnet.replace(' ', ''):12} "
                 f"{variant.patch_size:>5} {size['hidden_size']:>5} {size['mlp_dim']:>5} "
                 f"{size['num_heads']:>5} {size['num_layers']:>6} {variant.params:>25,}")

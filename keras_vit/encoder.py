@@ -1,0 +1,87 @@
+"""The encoder as one layer, for its structure options: scanning the blocks, recomputing them.
+
+A `keras_vit.ViT` holds its encoder blocks as top-level layers `encoderblock_{i}` of the
+functional model, each returning its attention probabilities into the graph. With `scan=True`
+or `remat=True` they live instead in one `Encoder` layer named `Transformer` (the name of the
+official code's encoder module), so that its variables' paths are still the checkpoint keys
+`Transformer/encoderblock_{i}/...` and loading, saving and conversion are unchanged.
+"""
+
+import warnings
+
+import keras
+
+from keras_vit.kernels import can_scan, remat_call, scan_layers
+from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON, ConfigArgs, TransformerBlock
+from keras_vit.checks import check_bool, check_positive_int
+
+_register = keras.saving.register_keras_serializable(package="keras_vit")
+
+
+@_register
+class Encoder(ConfigArgs, keras.layers.Layer):
+    """`num_layers` `TransformerBlock`s `encoderblock_{i}` applied in turn.
+
+    Args:
+        num_layers: int. Number of blocks.
+        num_heads, mlp_dim, dropout_rate, attention_dropout_rate, layer_norm_epsilon,
+            gelu_approximate, qkv_bias, kernels: each block's `TransformerBlock` arguments.
+        scan: bool. Run one traced block over the blocks' stacked weights (big_vision's
+            scanned layout: one block to trace and compile instead of `num_layers`), where the
+            backend can (JAX; on TensorFlow the blocks run in turn). Dropout masks then come
+            from block 0's seed generators, advanced from block to block. Defaults to False.
+        remat: bool. In training, keep only each block's input for the backward pass and
+            recompute the rest there (`keras.remat`), with the forward pass's dropout masks:
+            less memory for more compute. Defaults to False.
+        **kwargs: standard `keras.layers.Layer` arguments.
+
+    Input: `[B, N, D]`. Output: `[B, N, D]` (no attention probabilities: the per-block model,
+    `keras_vit.per_block(model)`, has them).
+    """
+
+    BLOCK_ARGS = TransformerBlock.CONFIG_ARGS
+    CONFIG_ARGS = ("num_layers", *BLOCK_ARGS, "scan", "remat")
+
+    def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0,
+                 attention_dropout_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON,
+                 gelu_approximate=GELU_APPROXIMATE, qkv_bias=True, kernels=None, scan=False,
+                 remat=False, **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        self.scan = check_bool("scan", scan)
+        self.remat = check_bool("remat", remat)
+        block = TransformerBlock(num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
+                                 layer_norm_epsilon, gelu_approximate, qkv_bias, kernels)
+        for name in self.BLOCK_ARGS:  # validated by the block
+            setattr(self, name, getattr(block, name))
+
+    def build(self, input_shape):
+        block_args = {name: getattr(self, name) for name in self.BLOCK_ARGS}
+        self.blocks = [TransformerBlock(**block_args, name=f"encoderblock_{i}",
+                                        dtype=self.dtype_policy)
+                       for i in range(self.num_layers)]
+        for block in self.blocks:
+            block.build(input_shape)
+
+    def call(self, inputs, training=None):
+        # inputs = [B, N, D]
+        remat = bool(self.remat and training)
+        if self.scan and can_scan(self.blocks):
+            return scan_layers(self.blocks, inputs, training, remat=remat)
+        x = inputs
+        for block in self.blocks:
+            x = remat_call(block, x, training) if remat else block(x, training=training)
+        return x  # x = [B, N, D]
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+@_register
+class ScannedEncoder(Encoder):
+    """0.2's name for `Encoder(scan=True)`, kept for its `.keras` files; deprecated."""
+
+    def __init__(self, *args, scan=True, **kwargs):
+        warnings.warn("keras_vit.ScannedEncoder is deprecated: use keras_vit.Encoder(scan=True) "
+                      "(or keras_vit.ViT(scan=True)).", DeprecationWarning, stacklevel=2)
+        super().__init__(*args, scan=scan, **kwargs)

@@ -1,0 +1,27 @@
+"""keras_vit's tables for the commands that list them without starting TensorFlow.
+
+`import keras_vit` imports Keras (and with it TensorFlow), so that every layer is registered
+for `.keras` files. `keras-vit models` and `keras-vit checkpoints` only read tables: the
+variant table (`keras_vit/configs.py`, a module that imports nothing) is loaded from its file
+here, and the checkpoint registry is the data package `keras_vit_checkpoints`.
+"""
+
+import importlib.util
+import os
+import sys
+
+
+def library_module(name):
+    """keras_vit's module `name`, one that imports nothing (`configs`), without running
+    `keras_vit/__init__.py`; the module itself where keras_vit is imported already."""
+    if "keras_vit" in sys.modules:
+        return importlib.import_module(f"keras_vit.{name}")
+    key = f"keras_vit_cli._library_{name}"
+    if key not in sys.modules:
+        package = importlib.util.find_spec("keras_vit")  # finds it without importing it
+        path = os.path.join(package.submodule_search_locations[0], f"{name}.py")
+        spec = importlib.util.spec_from_file_location(key, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[key] = module
+    return sys.modules[key]

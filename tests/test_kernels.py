@@ -1,0 +1,118 @@
+"""The seam (`keras_vit.kernels`): every implementation of every choice computes the same
+model, forward and backward, eagerly, in TensorFlow's graph runtime and under XLA; the
+defaults are the measured table; the `kernels` option is checked and saved with the model.
+(The JAX side, the gradient barrier among it, is in tests/test_jax.py.)"""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import kernels, weights
+from reference import forward, official_params
+
+CONFIG = dict(image_size=(16, 24), patch_size=8, hidden_size=16, num_layers=2, num_heads=2,
+              mlp_dim=32, num_classes=5)
+# Every combination of the implementations of every choice.
+COMBINATIONS = [dict(zip(kernels.CHOICES, chosen))
+                for chosen in itertools.product(*kernels.CHOICES.values())]
+
+
+def images(count=3, seed=1):
+    return np.random.default_rng(seed).uniform(-1, 1, (count, 16, 24, 3)).astype("float32")
+
+
+def loaded_model(choice, params):
+    model = keras_vit.ViT(**CONFIG, kernels=choice)
+    weights.load_params(model, params)
+    return model
+
+
+@pytest.fixture(scope="module")
+def params():
+    return official_params(np.random.default_rng(0), hidden=16, mlp=32, heads=2, layers=2,
+                           patch=(8, 8), grid=(2, 3), num_classes=5)
+
+
+@pytest.mark.parametrize("choice", COMBINATIONS, ids=lambda c: ",".join(c.values()))
+def test_every_implementation_gives_the_reference_logits(choice, params):
+    model = loaded_model(choice, params)
+    expected, _, attentions = forward(params, images())
+    assert np.abs(expected).max() > 0.1
+    for training in (False, True):  # no dropout: the same function in both modes
+        logits = keras.ops.convert_to_numpy(model(images(), training=training))
+        np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
+    probe = keras.Model(model.input, [model.get_layer(f"encoderblock_{i}").output[1]
+                                      for i in range(2)])
+    for probs, want in zip(probe(images()), attentions):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(probs), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
+def test_every_implementation_gives_the_same_gradients(mode, params):
+    x, y = images(), np.arange(3)
+
+    def gradients(choice):
+        model = loaded_model(choice, params)
+
+        def step(x):
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            return tape.gradient(loss, model.trainable_variables)
+
+        if mode != "eager":
+            step = tf.function(step, jit_compile=mode == "xla")
+        return [g.numpy() for g in step(tf.constant(x))]
+
+    want = gradients(COMBINATIONS[0])
+    assert max(np.abs(g).max() for g in want) > 1e-3
+    for choice in COMBINATIONS[1:]:
+        for got, expected in zip(gradients(choice), want):
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_attention_dropout_applies_to_the_probabilities_whatever_the_route():
+    """With attention dropout on, training takes the products (dropout needs the
+    probabilities); the fused route would drop nothing."""
+    layer = keras_vit.MultiHeadDotProductAttention(2, attention_dropout_rate=0.5,
+                                                   kernels={"attention": "fused"})
+    x = np.random.default_rng(0).normal(size=(2, 7, 8)).astype("float32")
+    inferred = keras.ops.convert_to_numpy(layer(x))
+    trained = keras.ops.convert_to_numpy(layer(x, training=True))
+    assert np.abs(trained - inferred).max() > 1e-3
+
+
+def test_the_defaults_are_the_measured_table():
+    assert kernels.default_kernel("attention", training=False) == "fused"
+    assert kernels.default_kernel("attention", training=True) == "products"
+    # TensorFlow here: the residual stream's barrier is for XLA on CPUs under JAX only.
+    assert kernels.default_kernel("block_input", training=True) == "plain"
+    assert kernels.implementation({"attention": "products"}, "attention", False) == "products"
+    assert kernels.implementation({"attention": "auto"}, "attention", False) == "fused"
+    assert kernels.implementation(None, "attention", True) == "products"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("fused", "must be None or a dict"),
+    ({"attn": "fused"}, "Unknown kernel choice 'attn' in `kernels`. Expected some of "
+                          "'attention', 'block_input'"),
+    ({"attention": "flash"}, "must be one of 'auto', 'products', 'fused'. Received: 'flash'"),
+])
+def test_bad_kernel_choices_name_the_problem(value, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.ViT(**CONFIG, kernels=value)
+
+
+def test_the_choice_is_saved_with_the_model(tmp_path, params):
+    model = loaded_model({"attention": "products"}, params)
+    assert keras_vit.vit_config(model)["kernels"] == {"attention": "products"}
+    assert keras_vit.vit_config(loaded_model(None, params))["kernels"] is None
+    model.save(tmp_path / "m.keras")
+    again = keras.saving.load_model(tmp_path / "m.keras")
+    assert again.get_layer("encoderblock_1").attention.kernels == {"attention": "products"}
+    np.testing.assert_allclose(again.predict(images(), verbose=0),
+                               model.predict(images(), verbose=0), atol=1e-6)
