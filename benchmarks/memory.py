@@ -1,11 +1,14 @@
 """Where the peak training memory goes: resident memory after each stage of a ViT-B/16
 AdamW training run (batch 8, 224 px), and the peak within each stage.
 
-    python -m benchmarks.memory keras_vit [--no-xla] [--keras-adamw] [--remat]
-    .venv-bench/bin/python -m benchmarks.memory timm      # peers' venv (benchmarks/setup_peers.sh)
+    python -m benchmarks.memory keras_vit [--xla|--no-xla] [--bf16] [--remat]
+    .venv-bench/bin/python -m benchmarks.memory timm [--bf16]   # peers' venv (setup_peers.sh)
 
-`--remat` builds the model with `remat=True` (each encoder block recomputed in the backward
-pass). Each step's wall time is printed after the table.
+keras_vit trains on the recipes' path (`keras_vit.training.compile_model` with
+`keras_vit.training.AdamW`; `--xla`/`--no-xla` force the runtime, default: the library's
+choice); `--remat` builds the model with `remat=True` (each encoder block recomputed in the
+backward pass); `--bf16` trains in `mixed_bfloat16` (timm: `torch.autocast`). Each step's wall
+time is printed after the table.
 
 Linux only: reads VmRSS / VmHWM from /proc/self/status and resets the peak between stages by
 writing 5 to /proc/self/clear_refs, so each stage's peak is its own.
@@ -43,14 +46,13 @@ def keras_vit_stages(argv):
     import keras_vit
     from keras_vit import training
 
+    if "--bf16" in argv:
+        keras.config.set_dtype_policy("mixed_bfloat16")
     model = keras_vit.create_model("B/16", dropout_rate=0.0, remat="--remat" in argv)
     _stage("model built (parameters)")
-    adamw = keras.optimizers.AdamW if "--keras-adamw" in argv else training.AdamW
-    model.compile(optimizer=adamw(1e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile="--no-xla" not in argv)
-    training.build_training_state(model)
-    _stage("compiled, optimizer state built")
+    jit_compile = True if "--xla" in argv else False if "--no-xla" in argv else None
+    training.compile_model(model, training.AdamW(1e-4), jit_compile=jit_compile, metrics=())
+    _stage(f"compiled (XLA {model.jit_compile}), optimizer state built")
     x = np.random.default_rng(0).uniform(-1, 1, (BATCH, SIZE, SIZE, 3)).astype("float32")
     y = np.arange(BATCH) % CLASSES
     times = []
@@ -76,7 +78,9 @@ def timm_stages(argv):
     y = torch.arange(BATCH) % CLASSES
     for step in range(4):
         optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
+        with torch.autocast("cpu", torch.bfloat16, enabled="--bf16" in argv):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
         optimizer.step()  # creates the AdamW state on the first step
         _stage(f"step {step + 1}")
 
@@ -84,8 +88,8 @@ def timm_stages(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in ("keras_vit", "timm"):
-        raise SystemExit("usage: python -m benchmarks.memory keras_vit|timm [--no-xla] "
-                         "[--keras-adamw] [--remat]")
+        raise SystemExit("usage: python -m benchmarks.memory keras_vit|timm [--xla|--no-xla] "
+                         "[--bf16] [--remat]")
     print(f"{argv[0]} {' '.join(argv[1:])}: ViT-B/16, batch {BATCH}, AdamW\n")
     print("| stage | RSS after | peak during |\n|---|---|---|")
     _stage("interpreter start")

@@ -29,7 +29,6 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -59,21 +58,26 @@ ERROR_TAIL_LINES = 12
 
 @dataclasses.dataclass(frozen=True)
 class Contender:
-    """One framework in one configuration: `family[-jax][-xla][-compile][-precision]`, e.g.
-    "keras_vit-xla-bf16", "keras_vit-jax-bf16" (Keras on JAX, always XLA), "timm-compile"
-    (`torch.compile`)."""
+    """One framework in one configuration: `family[-jax][-xla|-noxla][-compile][-precision]
+    [@DIR]`, e.g. "keras_vit-xla-bf16", "keras_vit-jax-bf16" (Keras on JAX, always XLA),
+    "timm-compile" (`torch.compile`). Without `-xla` or `-noxla` a Keras family runs its
+    library's default (keras_vit: its measured choice; keras-hub: Keras' "auto").
+    `@DIR` runs the contender from another checkout of this repository (its own
+    `benchmarks/contenders` and `keras_vit`), for a before/after comparison."""
 
     family: str
-    xla: bool
+    xla: object  # True, False, or None: the library's default
     precision: str
     jax: bool = False
     compile: bool = False
+    tree: str = None
 
     @property
     def name(self):
-        tags = [t for t, on in (("jax", self.jax), ("xla", self.xla), ("compile", self.compile))
-                if on]
-        return "-".join([self.family, *tags, self.precision])
+        xla = {True: "xla", False: "noxla", None: None}[self.xla]
+        tags = [t for t, on in (("jax", self.jax), (xla, xla), ("compile", self.compile)) if on]
+        return "-".join([self.family, *tags, self.precision]) + (f"@{self.tree}" if self.tree
+                                                                   else "")
 
     @property
     def module(self):
@@ -90,9 +94,15 @@ class Contender:
             name = f"timm {v['timm']} (torch {v['torch']})" if "timm" in v else "timm"
             return f"{name}{', torch.compile' if self.compile else ''}, {self.precision}"
         name = f"keras-hub {v['keras_hub']} ViT" if "keras_hub" in v else FAMILIES[self.family][1]
+        if self.family == "keras_vit" and "keras_vit" in v:
+            name += f" {v['keras_vit']}"
         if self.jax:
-            return f"{name}, JAX (XLA), {self.precision}"
-        return f"{name}, {'XLA' if self.xla else 'no XLA'}, {self.precision}"
+            runtime = "JAX (XLA)"
+        elif self.xla is None:
+            runtime = "default runtime"
+        else:
+            runtime = "XLA" if self.xla else "no XLA"
+        return f"{name}, {runtime}, {self.precision}" + (f" [{self.tree}]" if self.tree else "")
 
 
 def parse_contender(text, default_precision):
@@ -101,19 +111,23 @@ def parse_contender(text, default_precision):
     Raises:
         ValueError: naming the received text and what is expected.
     """
-    spec = text.strip().lower().replace("keras-hub", "keras_hub").replace("keras-vit", "keras_vit")
+    spec, _, tree = text.strip().partition("@")
+    spec = spec.lower().replace("keras-hub", "keras_hub").replace("keras-vit", "keras_vit")
     family, *tags = spec.split("-")
     expected = (
-        f"Expected FAMILY[-jax][-xla][-compile][-PRECISION] with FAMILY in {sorted(FAMILIES)} "
-        f"and PRECISION in {list(common.PRECISIONS)}, e.g. keras_vit-xla-bf16 (jax for Keras "
-        "families, compile for timm)."
+        f"Expected FAMILY[-jax][-xla|-noxla][-compile][-PRECISION][@DIR] with FAMILY in "
+        f"{sorted(FAMILIES)} and PRECISION in {list(common.PRECISIONS)}, e.g. "
+        "keras_vit-xla-bf16 (jax for Keras families, compile for timm)."
     )
     if family not in FAMILIES:
         raise ValueError(f"Unknown contender {text!r}. {expected}")
-    xla, precision, jax, compiled = False, None, False, False
+    if tree and not os.path.isdir(os.path.join(tree, "benchmarks", "contenders")):
+        raise ValueError(f"Contender {text!r}: {tree!r} is not a checkout of this repository "
+                         "(no benchmarks/contenders in it).")
+    xla, precision, jax, compiled = None, None, False, False
     for tag in tags:
-        if tag == "xla" and not xla:
-            xla = True
+        if tag in ("xla", "noxla") and xla is None:
+            xla = tag == "xla"
         elif tag == "jax" and not jax and family != "timm":
             jax = True
         elif tag == "compile" and not compiled and family == "timm":
@@ -123,7 +137,7 @@ def parse_contender(text, default_precision):
         else:
             raise ValueError(f"Unknown or repeated tag {tag!r} in contender {text!r}. {expected}")
     precision = precision or default_precision
-    if family == "timm" and xla:
+    if family == "timm" and xla is not None:
         raise ValueError(
             f"Contender {text!r}: timm runs on PyTorch and has no XLA variant. Expected 'timm' "
             "with an optional precision."
@@ -133,7 +147,7 @@ def parse_contender(text, default_precision):
             f"Contender {text!r}: int8 is measured for keras_vit only (Keras quantize). "
             "Expected keras_vit-int8 or keras_vit-xla-int8."
         )
-    return Contender(family, xla, precision, jax, compiled)
+    return Contender(family, xla, precision, jax, compiled, tree or None)
 
 
 def _int_list(name, text, minimum=1):
@@ -316,7 +330,7 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=()):
         "--batch", str(batch), "--device", plan.device, "--precision", contender.precision,
         "--steps", str(plan.steps.get(mode, 1)), "--warmup", str(plan.warmup),
         "--seed", str(plan.seed), *(["--model", model] if model else []),
-        *(["--xla"] if contender.xla else []),
+        *({True: ["--xla"], False: ["--no-xla"], None: []}[contender.xla]),
         *(["--backend", "jax"] if contender.jax else []),
         *(["--compile"] if contender.compile else []),
         *(["--agreement-images", str(plan.agreement_images)] if mode == "agreement" else []),
@@ -327,7 +341,8 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=()):
     command += ["--spawned-at", repr(start)]
     try:
         done = subprocess.run(
-            command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=plan.timeout
+            command, cwd=contender.tree or REPO_ROOT, env=env, capture_output=True, text=True,
+            timeout=plan.timeout
         )
     except subprocess.TimeoutExpired:
         return dict(error=f"timed out after {plan.timeout} s", wall_s=time.time() - start)
@@ -574,32 +589,6 @@ def _notes(summary):
     return "; ".join(notes)
 
 
-def machine_info(device):
-    """CPU model, cores, memory, relevant instruction sets; the GPU's name on a GPU run."""
-    info = dict(platform=platform.platform(), python=platform.python_version(), cpus=os.cpu_count())
-    try:
-        with open("/proc/cpuinfo") as f:
-            fields = dict(line.split(":", 1) for line in f.read().splitlines()[::-1] if ":" in line)
-        fields = {k.strip(): v.strip() for k, v in fields.items()}  # the first CPU's values
-        info["cpu"] = fields.get("model name")
-        info["cpu_flags"] = sorted(
-            f for f in fields.get("flags", "").split() if f.startswith(("avx", "amx", "fma"))
-        )
-        with open("/proc/meminfo") as f:
-            info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    if device == "gpu":
-        query = ["--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
-        try:
-            info["gpu"] = subprocess.run(
-                ["nvidia-smi", *query], capture_output=True, text=True, timeout=30
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError) as e:
-            info["gpu"] = f"unknown ({e})"
-    return info
-
-
 def write_json(path, document):
     """Writes `document` to `path` atomically (`keras_vit.fileio` loads no TensorFlow, so
     this driver process stays light beside the measured ones)."""
@@ -645,7 +634,7 @@ def main(argv=None):
             command=["python", "-m", "benchmarks.run", *(sys.argv[1:] if argv is None else argv)],
             started=started.isoformat(timespec="seconds"),
             wall_s=(datetime.datetime.now(datetime.UTC) - started).total_seconds(),
-            machine=machine_info(plan.device),
+            machine=common.machine_info(plan.device),
             plan=dict(dataclasses.asdict(plan), contenders=[c.name for c in plan.contenders]),
             models={
                 m: dict(c, forward_macs=forward_macs(c, plan.image_size))

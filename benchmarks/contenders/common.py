@@ -15,13 +15,16 @@ log. This module imports nothing heavy: each contender imports its framework in 
 """
 
 import argparse
-import importlib.util
 import json
 import os
+import platform
 import resource
 import statistics
+import subprocess
 import sys
 import time
+
+from keras_vit_cli.catalog import library_module
 
 RESULT_PREFIX = "BENCHMARK-RESULT "
 MODES = ("check", "infer", "train", "agreement")
@@ -33,24 +36,6 @@ LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.05
 
 
-def _load_configs():
-    """keras_vit/configs.py, loaded on its own: the variant table without importing Keras."""
-    name = "_keras_vit_configs"
-    if name not in sys.modules:
-        package = importlib.util.find_spec("keras_vit")
-        if package is None:
-            raise ModuleNotFoundError(
-                "keras_vit is not importable: run from the repository root, or install it "
-                "(`pip install -e .`)."
-            )
-        path = os.path.join(package.submodule_search_locations[0], "configs.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def variant_config(name):
     """The architecture of a plain (non-hybrid) paper variant, e.g. "B/16", as a dict.
 
@@ -59,10 +44,10 @@ def variant_config(name):
     Raises:
         ValueError: for an unknown name or a hybrid (ResNet + ViT) variant.
     """
-    configs = _load_configs()
+    configs = library_module("configs")  # the variant table, without importing Keras
     variant = configs.get_variant(name)
-    if variant.backbone is not None:
-        plain = [name for name, v in configs.VARIANTS.items() if v.backbone is None]
+    if variant.resnet is not None:
+        plain = [name for name, v in configs.VARIANTS.items() if v.resnet is None]
         raise ValueError(
             f"Hybrid variant {variant.name!r} has no counterpart in the peers. Expected a "
             f"plain ViT, one of {', '.join(plain)}."
@@ -95,7 +80,10 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=_positive, default=8)
     parser.add_argument("--device", choices=DEVICES, default="cpu")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    parser.add_argument("--xla", action="store_true", help="compile with XLA (Keras contenders)")
+    xla = parser.add_mutually_exclusive_group()
+    xla.add_argument("--xla", dest="xla", action="store_true", default=None,
+                     help="compile with XLA (Keras contenders; default: the library's choice)")
+    xla.add_argument("--no-xla", dest="xla", action="store_false", help="compile without XLA")
     parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow",
                         help="Keras contenders: the Keras backend (jax always compiles with XLA)")
     parser.add_argument("--compile", action="store_true",
@@ -200,6 +188,32 @@ def seeded_model_and_batch(variant, batch=8, num_classes=1000, **overrides):
     rng = np.random.default_rng(0)
     images = rng.uniform(-1, 1, (batch, 224, 224, 3)).astype("float32")
     return model, model.get_weights(), images, rng.integers(0, num_classes, batch)
+
+
+def machine_info(device="cpu"):
+    """CPU model, cores, memory, relevant instruction sets; the GPU's name on a GPU run."""
+    info = dict(platform=platform.platform(), python=platform.python_version(), cpus=os.cpu_count())
+    try:
+        with open("/proc/cpuinfo") as f:
+            fields = dict(line.split(":", 1) for line in f.read().splitlines()[::-1] if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}  # the first CPU's values
+        info["cpu"] = fields.get("model name")
+        info["cpu_flags"] = sorted(
+            f for f in fields.get("flags", "").split() if f.startswith(("avx", "amx", "fma"))
+        )
+        with open("/proc/meminfo") as f:
+            info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    if device == "gpu":
+        query = ["--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+        try:
+            info["gpu"] = subprocess.run(
+                ["nvidia-smi", *query], capture_output=True, text=True, timeout=30
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError) as e:
+            info["gpu"] = f"unknown ({e})"
+    return info
 
 
 def emit(result):

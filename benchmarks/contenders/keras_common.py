@@ -1,10 +1,10 @@
 """The Keras side shared by the keras_vit and keras-hub contenders (TensorFlow or JAX backend).
 
 Inference is `model.predict_on_batch`, training `model.train_on_batch`: the calls a Keras user
-makes, each returning NumPy (so each step has finished when it returns, on a GPU too). XLA is
-`model.compile(jit_compile=True)`; `jit_compile=False` otherwise (Keras' "auto" means no XLA on
-a CPU anyway). Lower precision is the global dtype policy ("mixed_bfloat16"), set before the
-model is built.
+makes, each returning NumPy (so each step has finished when it returns, on a GPU too). `--xla`
+is `model.compile(jit_compile=True)`, `--no-xla` `jit_compile=False`, neither Keras' "auto"
+(no XLA on a CPU). Lower precision is the global dtype policy ("mixed_bfloat16"), set before
+the model is built.
 """
 
 import os
@@ -49,13 +49,21 @@ def _setup_jax(args):
                 device=str(jax.devices()[0].device_kind))
 
 
+def jit_compile(args):
+    """The `jit_compile` that `args` asks for: on JAX always XLA; else `--xla`/`--no-xla`, or
+    Keras' "auto"."""
+    if args.backend == "jax":
+        return True
+    return "auto" if args.xla is None else args.xla
+
+
 def compile_model(model, args, **kwargs):
-    """`model.compile(jit_compile=args.xla, **kwargs)`, refusing a silent fall-back from XLA.
+    """`model.compile(jit_compile=..., **kwargs)`, refusing a silent fall-back from XLA.
 
     (Keras turns `jit_compile=True` off, with only a warning, when a layer does not support
     XLA: a measurement labelled XLA would then be without it.)
     """
-    model.compile(jit_compile=bool(args.xla) or args.backend == "jax", **kwargs)
+    model.compile(jit_compile=jit_compile(args), **kwargs)
     if args.xla and not model.jit_compile:
         raise RuntimeError(
             f"--xla: Keras turned jit_compile off for {model.name} (a layer has "

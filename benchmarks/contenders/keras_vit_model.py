@@ -1,15 +1,16 @@
 """Contender: keras_vit (this package), built with `keras_vit.create_model(variant)`.
 
-    python -m benchmarks.contenders.keras_vit_model --mode infer --model B/16 [--xla]
+    python -m benchmarks.contenders.keras_vit_model --mode infer --model B/16 [--xla|--no-xla]
         [--precision fp32|bf16|int8]
 
 Random weights, dropout 0 (the same work as the peers; L/16's official config has 0.1), and a
 random head instead of the zero head meant for fine-tuning (whose all-zero logits would make
-class 0 every image's top-1). `--precision int8` quantizes the
-fp32 model with Keras' `model.quantize("int8")` (inference only); mode `agreement` compares
-its top-1 predictions with the fp32 model's on random images (see `agreement`). Training
-compiles with `keras.optimizers.AdamW` by hand, as a user who skips the recipes would; the
-model (a `keras_vit.ViTModel`) then starts as `keras_vit.training.compile_model` does.
+class 0 every image's top-1). `--precision int8` quantizes the fp32 model with Keras'
+`model.quantize("int8")` (inference only); mode `agreement` compares its top-1 predictions with
+the fp32 model's on random images (see `agreement`). Inference is `predict_on_batch` after
+`model.compile` (Keras' "auto" runtime unless `--xla`/`--no-xla`); training is the recipes'
+path, `keras_vit.training.compile_model` with `keras_vit.training.AdamW` and the library's
+default runtime unless `--xla`/`--no-xla`.
 """
 
 import sys
@@ -25,32 +26,10 @@ def setup(args):
     return dict(versions, keras_vit=keras_vit.__version__)
 
 
-def _flash_attention_call(self, inputs, training=None, return_attention_scores=False):
-    """Benchmark-only variant (KERAS_VIT_BENCH_ATTENTION=flash): `keras.ops.dot_product_attention`
-    with `flash_attention=True` (cuDNN on a GPU under JAX); the probabilities only when asked."""
-    import math
-
-    from keras import ops
-
-    query, key, value = (layer(inputs) for layer in (self.query, self.key, self.value))
-    context = ops.dot_product_attention(query, key, value, scale=1.0 / math.sqrt(self.head_dim),
-                                        flash_attention=True)
-    outputs = self.out(context)
-    if not return_attention_scores:
-        return outputs
-    logits = ops.einsum("bqhk,bshk->bhqs", query / math.sqrt(self.head_dim), key)
-    return outputs, ops.cast(ops.softmax(ops.cast(logits, "float32")), query.dtype)
-
-
 def build_model(args, config):
-    import os
-
     import keras
 
     import keras_vit
-
-    if os.environ.get("KERAS_VIT_BENCH_ATTENTION") == "flash":
-        keras_vit.MultiHeadDotProductAttention.call = _flash_attention_call
 
     model = keras_vit.create_model(
         config["name"], image_size=args.image_size, num_classes=args.num_classes, dropout_rate=0.0
@@ -72,10 +51,20 @@ def build_inference(args, config):
 def build_training(args, config):
     if args.precision == "int8":
         raise ValueError("--precision int8 is for inference only (Keras int8 quantization).")
-    # What a user who skips keras_vit's recipes writes: `model.compile` with Keras' AdamW.
-    # `keras_vit.ViTModel` gives it the recipes' start-up on TensorFlow (the fused update, the
-    # state built before the first step).
-    return keras_common.training_step(build_model(args, config), args)
+    import keras
+
+    from keras_vit import training
+
+    model = build_model(args, config)
+    optimizer = training.AdamW(common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY)
+    # The recipes' path: `jit_compile=None` takes the library's measured default.
+    training.compile_model(model, optimizer, jit_compile=args.xla if args.backend != "jax"
+                           else True, metrics=())
+    if args.xla and not model.jit_compile:
+        raise RuntimeError("--xla: Keras turned jit_compile off, so this would not measure XLA.")
+    images, labels = common.random_batch(args)
+    images, labels = keras.ops.convert_to_tensor(images), keras.ops.convert_to_tensor(labels)
+    return lambda: model.train_on_batch(images, labels)
 
 
 def agreement(args, config):
