@@ -17,7 +17,7 @@ import urllib.request
 
 import keras
 
-from keras_vit.fileio import atomic_file
+from keras_vit.fileio import WriteError, atomic_file
 from keras_vit.weights.errors import CheckpointError, DownloadError
 
 _CHUNK = 1 << 20
@@ -110,7 +110,7 @@ def download(url, path, sha256=None, progress=True):
             if sha256 and digest.hexdigest() != sha256:
                 raise DownloadError(f"The file downloaded from {url} has SHA-256 "
                                     f"{digest.hexdigest()}, expected {sha256}. It was not kept.")
-    except DownloadError:
+    except (DownloadError, WriteError):  # a full disk is not the download's fault
         raise
     except (urllib.error.URLError, OSError, ValueError) as e:
         raise DownloadError(
