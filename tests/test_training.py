@@ -498,10 +498,12 @@ def test_best_checkpoint_tensorboard_and_backup_cleanup(tmp_path):
     assert {e.parent.name for e in events} == {"train", "validation"}
     # The backup is the training state of the last finished epoch (removed by training.fit
     # once a run completes); it restores the final weights.
-    state = tmp_path / "backup" / json.loads((tmp_path / "backup" / "latest.json").read_text())["dir"]
     restored = tiny_model()
     training.compile_finetune(restored, learning_rate=0.3, total_steps=30, warmup_steps=1)
-    restored.load_weights(state / "model.weights.h5")
+    backup = training.BackupAndRestore(tmp_path / "backup")
+    backup.set_model(restored)
+    backup.on_train_begin()
+    assert int(restored.optimizer.iterations) == int(model.optimizer.iterations)
     for key, value in weights.model_params(restored).items():
         np.testing.assert_array_equal(value, snapshots[-1][key])
 

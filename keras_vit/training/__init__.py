@@ -6,14 +6,17 @@
   the loss, `set_precision`; `AdamW` (`keras_vit.training.optimizers`).
 - `enable_compilation_cache(directory)`: JAX's persistent compilation cache.
 - Callbacks (`keras_vit.training.callbacks`): `BackupAndRestore`, `BestCheckpoint`,
-  `training_callbacks`, for your own `model.fit`.
+  `training_callbacks`, for your own `model.fit`; `best_record` (best.json, checked against
+  best.npz) and `StateFileError` (a run's state file that is unreadable or not its own).
 """
 
 from keras_vit.training.callbacks import (
     BackupAndRestore,
     BackupError,
     BestCheckpoint,
+    StateFileError,
     backup_dir,
+    best_record,
     resume_epoch,
     training_callbacks,
 )

@@ -4,8 +4,10 @@
 `model.fit` (pass `initial_epoch=resume_epoch(backup_dir(dir))` to resume).
 """
 
+import hashlib
 import importlib.util
 import json
+import math
 import os
 import shutil
 
@@ -13,24 +15,79 @@ import keras
 import numpy as np
 
 from keras_vit.parallel import tf_distribute
-from keras_vit.fileio import atomic_write_text, check_writable_dir, staging_dir
+from keras_vit.fileio import atomic_write, atomic_write_text, check_writable_dir, staging_dir
 from keras_vit.kernels import random_states
 from keras_vit.checks import check_positive_int
-from keras_vit.weights import model_params, save_npz
+from keras_vit.weights import model_params, read_npz
+from keras_vit.weights.loading import as_numpy_float
+from keras_vit.weights.npz import npz_bytes
 
+BACKUP_FOLDER = "backup"
 BACKUP_POINTER = "latest.json"
-BACKUP_WEIGHTS = "model.weights.h5"
-BACKUP_RANDOM_STATE = "random_state.npz"
+# The training state of a backup, one .npz written by NumPy (no HDF5: a full disk is then an
+# OSError, which h5py cannot always survive).
+BACKUP_STATE = "state.npz"
+BEST_FILE = "best.npz"
+BEST_RECORD = "best.json"
+# best.json: the monitored value, the epoch, and the SHA-256 of best.npz; "previous" keeps the
+# record of the file it replaces until that file is replaced too.
+BEST_FIELDS = {"monitor": str, "value": float, "epoch": int, "sha256": str}
+_SHA256_DIGITS = 64
+_JSON_TYPES = {dict: "an object", bool: "true or false", int: "a non-negative integer",
+               float: "a finite number", str: "a string"}
 
 
 class BackupError(ValueError):
     """A backup folder that cannot be resumed from; the message says what to do."""
 
 
+class StateFileError(ValueError):
+    """A state file of a run (run.json, best.json, best.npz) that is unreadable, malformed, or
+    not the file the run recorded; the message names the file and the field."""
+
+
+def _has_type(value, kind):
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, kind)
+
+
+def check_json_fields(state, fields, path, remedy):
+    """Raises `StateFileError` naming `path` and the first field of `fields` ({name: type})
+    that `state` (a JSON object) lacks or holds with another type."""
+    if not isinstance(state, dict):
+        raise StateFileError(f"{path} holds {type(state).__name__}, expected a JSON object; "
+                             f"{remedy}.")
+    for name, kind in fields.items():
+        if name not in state or not _has_type(state[name], kind):
+            found = f"is {state[name]!r}" if name in state else "is missing"
+            raise StateFileError(f"{path}: field {name!r} {found}, expected {_JSON_TYPES[kind]}; "
+                                 f"{remedy}.")
+    return state
+
+
+def read_json_state(path, fields, remedy):
+    """The JSON object in `path`, its `fields` ({name: type}) checked; `remedy` ends messages.
+
+    Raises:
+        StateFileError: naming the file (and the field), if it is unreadable or malformed.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except (OSError, ValueError) as e:
+        raise StateFileError(f"{path} is unreadable ({e}). Expected the JSON file keras_vit "
+                             f"wrote; {remedy}.") from None
+    return check_json_fields(state, fields, path, remedy)
+
+
 def backup_dir(output_dir):
     """The backup folder of this process under a run's `output_dir`: `backup/`, or
     `backup/<task type>-<index>` when TF_CONFIG names several workers."""
-    path = os.path.join(os.fspath(output_dir), "backup")
+    path = os.path.join(os.fspath(output_dir), BACKUP_FOLDER)
     if tf_distribute.tf_config_workers() > 1:
         path = os.path.join(path, "{}-{}".format(*tf_distribute.worker_index()))
     return path
@@ -63,6 +120,41 @@ def resume_epoch(backup_dir):
     return 0 if state is None else state["epoch"]
 
 
+def training_state(model):
+    """The variables a backup holds, by group: the model's weights, its optimizer's variables
+    (moments, step counter, loss scale), and its dropout layers' seed states (not weights)."""
+    optimizer = getattr(model, "optimizer", None)
+    return {"weights": list(model.weights),
+            "optimizer": list(optimizer.variables) if optimizer is not None else [],
+            "random": random_states(model)}
+
+
+def _restore(model, path):
+    """Assigns the training state saved at `path` to `model`, all or nothing.
+
+    Raises:
+        BackupError: naming the file, if it is unreadable or holds another model's state.
+    """
+    remedy = "Start the run over with overwrite=True (--overwrite)."
+    try:
+        saved = read_npz(path)
+    except (OSError, ValueError) as e:
+        raise BackupError(f"The backup {path} cannot be restored ({e}). {remedy}") from None
+    assignments = []
+    for group, variables in training_state(model).items():
+        values = [saved.get(f"{group}/{i}") for i in range(len(variables))]
+        count = sum(key.startswith(group + "/") for key in saved)
+        shapes = [tuple(v.shape) for v in variables]
+        if count != len(variables) or any(
+                value is None or value.shape != shape for value, shape in zip(values, shapes)):
+            raise BackupError(f"The backup {path} holds {count} {group} arrays that do not fit "
+                              f"the {len(variables)} of this model (and its optimizer): it was "
+                              f"made by another model or training setup. {remedy}")
+        assignments += zip(variables, values)
+    for variable, value in assignments:
+        variable.assign(value)
+
+
 class BackupAndRestore(keras.callbacks.Callback):
     """Backs up the model, its optimizer state and its random-number state at every epoch end,
     crash-safe, and restores them when training begins.
@@ -70,7 +162,8 @@ class BackupAndRestore(keras.callbacks.Callback):
     Each backup is written to a fresh folder, then `latest.json` is replaced atomically to
     point at it: a process killed at any instant leaves the previous complete backup in use,
     never a half-written file or the weights of one epoch with the counter of another. The
-    previous backup folder is removed once the pointer has moved.
+    previous backup folder is removed once the pointer has moved. A backup that cannot be
+    written (a full disk) raises `keras_vit.fileio.WriteError` and leaves the previous one.
 
     Keras resumes at epoch boundaries: pass `initial_epoch=resume_epoch(backup_dir)` to
     `model.fit` (`keras_vit.training.fit` does), and the run continues at the first epoch
@@ -93,32 +186,22 @@ class BackupAndRestore(keras.callbacks.Callback):
             return
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
-        folder = os.path.join(self.backup_dir, state["dir"])
-        try:
-            self.model.load_weights(os.path.join(folder, BACKUP_WEIGHTS))
-            with np.load(os.path.join(folder, BACKUP_RANDOM_STATE), allow_pickle=False) as saved:
-                arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-        except (OSError, ValueError, KeyError) as e:
-            raise BackupError(f"The backup {folder} cannot be restored ({e}). Start the run "
-                              "over with overwrite=True (--overwrite).") from None
-        variables = random_states(self.model)
-        if len(arrays) != len(variables):
-            raise BackupError(f"The backup {folder} holds {len(arrays)} random states, the model "
-                              f"has {len(variables)}: it was made by another model. Start the "
-                              "run over with overwrite=True (--overwrite).")
-        for variable, value in zip(variables, arrays):
-            variable.assign(value)
+        _restore(self.model, os.path.join(self.backup_dir, state["dir"], BACKUP_STATE))
 
     def on_epoch_end(self, epoch, logs=None):
         completed = epoch + 1
         loss = (logs or {}).get("loss", 0.0)
         if completed % self.every or self.model.stop_training or not np.isfinite(loss):
             return  # a stopped (e.g. diverged) epoch keeps the last good backup
+        data = npz_bytes({f"{group}/{i}": as_numpy_float(keras.ops.convert_to_numpy(v))
+                          for group, variables in training_state(self.model).items()
+                          for i, v in enumerate(variables)})
         name = f"epoch-{completed:06d}"
-        with staging_dir(os.path.join(self.backup_dir, name)) as staging:
-            self.model.save_weights(os.path.join(staging, BACKUP_WEIGHTS))
-            np.savez(os.path.join(staging, BACKUP_RANDOM_STATE),
-                     *[keras.ops.convert_to_numpy(v) for v in random_states(self.model)])
+        with staging_dir(os.path.join(self.backup_dir, name)) as staging, \
+                open(os.path.join(staging, BACKUP_STATE), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         atomic_write_text(os.path.join(self.backup_dir, BACKUP_POINTER),
                           json.dumps({"epoch": completed, "dir": name}))
         for entry in os.listdir(self.backup_dir):
@@ -134,11 +217,55 @@ def finite_params(model):
     return None
 
 
+def _sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha256(path):
+    with open(path, "rb") as f:
+        return _sha256(f.read())
+
+
+def best_record(path):
+    """The record of the best checkpoint `path` (`best.npz`) as the file is now: `monitor`,
+    `value`, `epoch` and `sha256`; None without the file or its record (`best.json`).
+
+    The record is written before the file it describes and keeps the record of the file it
+    replaces, so a run killed between the two writes resumes with the file it left.
+
+    Raises:
+        StateFileError: naming the file, if the record is unreadable or malformed, or the file
+            is neither the one recorded nor the one it replaced (it was changed afterwards).
+    """
+    path = os.fspath(path)
+    record_path = os.path.splitext(path)[0] + ".json"
+    if not (os.path.exists(path) and os.path.exists(record_path)):
+        return None
+    remedy = f"delete {path} and {record_path} to let the run choose its best again"
+    record = read_json_state(record_path, BEST_FIELDS, remedy)
+    previous = record.get("previous")
+    candidates = [record] + ([previous] if previous is not None else [])
+    for candidate in candidates:
+        check_json_fields(candidate, BEST_FIELDS, record_path, remedy)
+        if len(candidate["sha256"]) != _SHA256_DIGITS:
+            raise StateFileError(f"{record_path}: field 'sha256' is {candidate['sha256']!r}, "
+                                 f"expected {_SHA256_DIGITS} hexadecimal digits; {remedy}.")
+    digest = _file_sha256(path)
+    for candidate in candidates:
+        if candidate["sha256"] == digest:
+            return {name: candidate[name] for name in BEST_FIELDS}
+    raise StateFileError(
+        f"{path} is not the file {record_path} records (SHA-256 {digest}, recorded "
+        f"{record['sha256']}): it was changed after the run wrote it. Put the run's own file "
+        f"back, or {remedy}.")
+
+
 class BestCheckpoint(keras.callbacks.Callback):
     """Writes the model as an official-layout `.npz` whenever `monitor` improves.
 
-    Beside the file, `<name>.json` records the monitored value and the epoch; a resumed run
-    starts from that value, so its first epoch replaces the file only if it is better. Weights
+    Beside the file, `<name>.json` records the monitored value, the epoch and the file's
+    SHA-256; a resumed run starts from that value, so its first epoch replaces the file only
+    if it is better, and refuses a file that is not the one recorded (`best_record`). Weights
     with a NaN or infinity are never written. The file loads with `keras_vit.load_pretrained`.
     Written atomically, by the chief worker only.
 
@@ -159,13 +286,12 @@ class BestCheckpoint(keras.callbacks.Callback):
         self.sign = 1.0 if mode == "max" or (mode == "auto" and "acc" in monitor) else -1.0
         self.best = None
         self.best_epoch = None
+        self._kept = None  # the record of the file on disk
 
     def on_train_begin(self, logs=None):
-        if os.path.exists(self.record) and os.path.exists(self.path):
-            with open(self.record, encoding="utf-8") as f:
-                record = json.load(f)
-            if record.get("monitor") == self.monitor:
-                self.best, self.best_epoch = record["value"], record["epoch"]
+        self._kept = best_record(self.path)
+        if self._kept is not None and self._kept["monitor"] == self.monitor:
+            self.best, self.best_epoch = self._kept["value"], self._kept["epoch"]
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
@@ -181,10 +307,12 @@ class BestCheckpoint(keras.callbacks.Callback):
         if params is None:
             return
         self.best, self.best_epoch = value, epoch
+        data = npz_bytes(params)
+        entry = {"monitor": self.monitor, "value": value, "epoch": epoch, "sha256": _sha256(data)}
         if tf_distribute.is_chief():
-            save_npz(params, self.path)
-            atomic_write_text(self.record, json.dumps(
-                {"monitor": self.monitor, "value": value, "epoch": epoch}))
+            atomic_write_text(self.record, json.dumps(dict(entry, previous=self._kept)))
+            atomic_write(self.path, lambda f: f.write(data))
+        self._kept = entry
 
 
 def training_callbacks(output_dir, monitor="val_accuracy", backup=True, best=True,
@@ -215,7 +343,7 @@ def training_callbacks(output_dir, monitor="val_accuracy", backup=True, best=Tru
     if backup:
         callbacks.append(BackupAndRestore(backup_dir(output_dir), backup_every))
     if best:
-        callbacks.append(BestCheckpoint(os.path.join(output_dir, "best.npz"), monitor))
+        callbacks.append(BestCheckpoint(os.path.join(output_dir, BEST_FILE), monitor))
     if tensorboard or (tensorboard is None and installed):
         logs = os.path.join(output_dir, "logs")
         if not tf_distribute.is_chief():

@@ -28,13 +28,15 @@ Files under `output_dir`:
 - `config.json`: the `keras_vit.ViT` configuration and the class names, so that
   `keras_vit.from_pretrained("output_dir/final.npz")` rebuilds the model with its names;
 - `run.json`: the run's settings and whether it finished; `backup/`: the resume state while
-  the run is unfinished; `logs/`: TensorBoard;
+  the run is unfinished; `logs/`: TensorBoard; `.keras_vit.lock`: the folder's lock (one run
+  at a time: another run on the folder is refused, naming this one);
 - for a self-supervised model wrapping a ViT (`keras_vit.pretraining.masked_patch_model`):
   `encoder.npz`, the ViT encoder alone (no pre-training head, official layout), which
   `config.json` describes (`model.encoder_config`); `final.npz` and `best.npz` hold the whole
   pre-training model.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -45,11 +47,22 @@ import numpy as np
 
 from keras_vit.parallel import keras_distribution, tf_distribute
 from keras_vit.data import InputData
-from keras_vit.fileio import atomic_write_text, check_writable_dir
+from keras_vit.fileio import (
+    atomic_write_text,
+    check_writable_dir,
+    folder_lock,
+    remove_temporaries,
+)
 from keras_vit.model import vit_config
 from keras_vit.training.callbacks import (
+    BACKUP_FOLDER,
+    BACKUP_POINTER,
+    BEST_FILE,
+    BEST_RECORD,
     backup_dir,
+    best_record,
     finite_params,
+    read_json_state,
     resume_epoch,
     training_callbacks,
 )
@@ -68,10 +81,13 @@ CONFIG_FILE = "config.json"
 # Settings a run.json written before they existed holds implicitly.
 SETTING_DEFAULTS = {"scan": False, "remat": False}
 FINAL_FILE = "final.npz"
-BEST_FILE = "best.npz"
 ENCODER_FILE = "encoder.npz"
+LOGS_DIR = "logs"
 # What `overwrite=True` removes from an output folder before starting over.
-RUN_OUTPUTS = (RUN_FILE, CONFIG_FILE, FINAL_FILE, BEST_FILE, "best.json", ENCODER_FILE, "backup")
+RUN_OUTPUTS = (RUN_FILE, CONFIG_FILE, FINAL_FILE, BEST_FILE, BEST_RECORD, ENCODER_FILE,
+               BACKUP_FOLDER)
+# What a new run that failed before finishing an epoch leaves nothing of.
+STARTED_OUTPUTS = (RUN_FILE, CONFIG_FILE, LOGS_DIR)
 
 
 class TrainingDiverged(RuntimeError):
@@ -103,13 +119,19 @@ def plan(steps_per_epoch, epochs=None, steps=None, accumulation=1):
     return epochs, updates
 
 
-def _read_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is unreadable ({e}). Expected the JSON file keras_vit wrote; "
-                         "pass overwrite=True (--overwrite) to start the run over.") from None
+def _read_run(path):
+    """run.json, validated: `{"settings": {...}, "finished": bool}`."""
+    return read_json_state(path, {"settings": dict, "finished": bool},
+                           "pass overwrite=True (--overwrite) to start the run over")
+
+
+def _remove(output_dir, names):
+    for name in names:
+        path = os.path.join(output_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
 
 
 def _check_resume(output_dir, settings, overwrite):
@@ -119,17 +141,12 @@ def _check_resume(output_dir, settings, overwrite):
         # Each worker clears its own backup; the chief the shared files.
         shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
         if tf_distribute.is_chief():
-            for name in RUN_OUTPUTS:
-                path = os.path.join(output_dir, name)
-                if os.path.isdir(path):
-                    shutil.rmtree(path)
-                elif os.path.exists(path):
-                    os.remove(path)
+            _remove(output_dir, RUN_OUTPUTS)
         return
     if not os.path.exists(run_path):
         return
-    previous = _read_json(run_path)
-    if previous.get("finished"):
+    previous = _read_run(run_path)
+    if previous["finished"]:
         raise RunFinished(
             f"The run in {output_dir} finished ({previous['settings']['epochs']} epochs); its "
             f"weights are in {os.path.join(output_dir, FINAL_FILE)}. To train further, start a "
@@ -215,6 +232,13 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             checkpoint is written; `best.npz` keeps the best finite epoch).
         ValueError: for bad arguments, an unwritable folder, a backup made with other
             settings, or batches that do not split across the distribution's replicas.
+        keras_vit.fileio.FolderInUse: if another run holds `output_dir` (its lock names it).
+        keras_vit.training.callbacks.StateFileError: naming the file and the field, for a
+            run record (run.json, best.json) that is unreadable or malformed, or a best.npz
+            that is not the file best.json records.
+        keras_vit.fileio.WriteError: naming the file, if a checkpoint, backup or record
+            cannot be written (a full disk); the previous state stays loadable. A new run
+            that fails before finishing an epoch leaves no records behind.
     """
     start_time = time.perf_counter()
     if not isinstance(train, InputData) or not train.training:
@@ -234,7 +258,6 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         check_choice("recipe", recipe, RECIPES)
     elif getattr(model, "optimizer", None) is None:
         raise ValueError("recipe=None keeps your compile, but the model is not compiled.")
-    output_dir = check_writable_dir(output_dir)
     accumulation = accumulation_steps(target_batch_size, train.batch_size) \
         if target_batch_size else 1
     epochs, updates = plan(train.steps_per_epoch, epochs, steps, accumulation)
@@ -250,14 +273,54 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
                     label_smoothing=label_smoothing,
                     # The encoder's layout: its backup holds the layers of one layout only.
                     scan=bool(layout.get("scan")), remat=bool(layout.get("remat")))
-    if recipe is not None:  # before anything is cleared: it checks the recipe's arguments
+    if recipe is not None:  # before anything is written: it checks the recipe's arguments
         with tf_distribute.strategy_scope(model):
             compile_recipe(model, recipe, updates, learning_rate, warmup_steps, weight_decay,
                            accumulation, label_smoothing, jit_compile)
-    _check_resume(output_dir, settings, overwrite)
-    start_epoch = resume_epoch(backup_dir(output_dir))
     if monitor is None and validation is not None:
         monitor = "val_loss" if self_supervised else "val_accuracy"
+    output_dir = check_writable_dir(output_dir)
+    # One run per folder: the chief holds its lock (each worker writes only its own backup).
+    chief = tf_distribute.is_chief()
+    with folder_lock(output_dir) if chief else contextlib.nullcontext():
+        for folder in ([output_dir] if chief else []) + [backup_dir(output_dir)]:
+            remove_temporaries(folder)  # of a run killed mid-write: nobody else writes here
+        _check_resume(output_dir, settings, overwrite)
+        new_run = not os.path.exists(os.path.join(output_dir, RUN_FILE))
+        try:
+            summary = _run(model, train, validation, output_dir, settings, monitor, callbacks,
+                           verbose, backup_every, self_supervised)
+        except BaseException:
+            if new_run and chief and not _any_epoch_kept(output_dir):
+                _remove_started(output_dir)  # nothing to resume: leave nothing
+            raise
+    summary["seconds"] = round(time.perf_counter() - start_time, 1)
+    if verbose:
+        print(json.dumps(summary))
+    return summary
+
+
+def _remove_started(output_dir):
+    """Removes what a new run wrote before it failed with no epoch kept."""
+    _remove(output_dir, STARTED_OUTPUTS)
+    shutil.rmtree(backup_dir(output_dir), ignore_errors=True)  # empty: no pointer
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.join(output_dir, BACKUP_FOLDER))  # if no other worker's is left
+
+
+def _any_epoch_kept(output_dir):
+    """Whether something of the run in `output_dir` is kept: a backup (even one that cannot
+    be read: its pointer is the user's to look at), or best.npz."""
+    return os.path.exists(os.path.join(backup_dir(output_dir), BACKUP_POINTER)) \
+        or os.path.exists(os.path.join(output_dir, BEST_FILE))
+
+
+def _run(model, train, validation, output_dir, settings, monitor, callbacks, verbose,
+         backup_every, self_supervised):
+    """`fit` from the resume check on: the training, the final checkpoint, the summary."""
+    epochs, updates = settings["epochs"], settings["updates"]
+    start_epoch = resume_epoch(backup_dir(output_dir))  # the state files, checked before
+    best_record(os.path.join(output_dir, BEST_FILE))    # anything is written
     class_names = () if self_supervised else train.class_names
     _write_run(output_dir, settings, False, model, class_names)
     if verbose:
@@ -265,8 +328,8 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
               f"{train.num_examples} examples, "
               + ("labels unused" if self_supervised else f"{train.num_classes} classes")
               + f": {epochs} epochs of "
-              f"{train.steps_per_epoch} batches of {train.batch_size} x {accumulation} "
-              f"accumulation = {updates} updates; "
+              f"{train.steps_per_epoch} batches of {train.batch_size} x "
+              f"{settings['accumulation']} accumulation = {updates} updates; "
               f"{tf_distribute.num_replicas(model)} replica(s), XLA "
               f"{model.jit_compile}" + (f"; resuming at epoch {start_epoch}" if start_epoch
                                          else ""), flush=True)
@@ -302,15 +365,11 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
                    resumed_at_epoch=start_epoch, final_weights=final)
     if encoder:
         summary["encoder_weights"] = encoder
-    best_record = os.path.join(output_dir, "best.json")
-    if os.path.exists(best_record):
-        record = _read_json(best_record)
+    record = best_record(os.path.join(output_dir, BEST_FILE))
+    if record is not None:
         summary.update(best_weights=os.path.join(output_dir, BEST_FILE), monitor=monitor,
                        best_value=record["value"], best_epoch=record["epoch"])
     if validation is not None:
         results = model.evaluate(validation.dataset, verbose=0, return_dict=True)
         summary.update({f"validation_{k}": float(v) for k, v in results.items()})
-    summary["seconds"] = round(time.perf_counter() - start_time, 1)
-    if verbose:
-        print(json.dumps(summary))
     return summary
