@@ -18,6 +18,7 @@ from keras_vit.weights import (
     get_checkpoint,
     load_params,
 )
+from keras_vit.weights import config_json
 from keras_vit.weights.registry import is_registered
 from keras_vit.weights.sources import is_url
 
@@ -25,9 +26,11 @@ from keras_vit.weights.sources import is_url
 SIDECAR_CONFIG = "config.json"  # written by keras_vit.training.fit beside its checkpoints
 
 
-def _load_into_new_model(kwargs, params, entry, source):
+def _load_into_new_model(kwargs, params, entry, source, described_by=None):
     """Builds `ViT(**kwargs)` and loads `params` into it. When the registry entry's classifier
-    is kept whole, its representation layer is rebuilt too (the released network).
+    is kept whole, its representation layer is rebuilt too (the released network). An
+    argument `ViT` refuses is reported as `described_by`'s (the file that gave the
+    architecture), where there is one.
 
     Returns:
         (model, loading report).
@@ -36,49 +39,67 @@ def _load_into_new_model(kwargs, params, entry, source):
         kwargs.get("num_classes") == entry.get("num_classes")
     if same_head and entry.get("representation_size") and "representation_size" not in kwargs:
         kwargs = dict(kwargs, representation_size=entry["representation_size"])
-    model = ViT(**kwargs)
+    try:
+        model = ViT(**kwargs)
+    except (ValueError, TypeError) as e:
+        if described_by is None:
+            raise
+        raise CheckpointError(f"The architecture {described_by} describes (with the arguments "
+                              f"given) cannot be built: {e}") from None
     return model, load_params(model, params, source=str(source))
+
+
+def sidecar_path(source):
+    """The `config.json` beside a local checkpoint path, or None for other sources."""
+    if not isinstance(source, (str, os.PathLike)) or is_url(source) or is_registered(source):
+        return None
+    return os.path.join(os.path.dirname(os.path.expanduser(os.fspath(source))), SIDECAR_CONFIG)
 
 
 def read_sidecar(source):
     """The `config.json` that `keras_vit.training.fit` writes beside a local checkpoint:
-    `{"model": ViT arguments or None, "class_names": [...] or None}`, or None if absent."""
-    if not isinstance(source, (str, os.PathLike)) or is_url(source) or is_registered(source):
+    `{"model": ViT arguments or None, "class_names": [...] or None}`, checked
+    (`keras_vit.weights.config_json.check_keras_vit`); None if absent or another tool's.
+
+    Raises:
+        CheckpointError: naming the file and the field, if it is unreadable or malformed.
+    """
+    path = sidecar_path(source)
+    if path is None or not os.path.isfile(path):
         return None
-    path = os.path.join(os.path.dirname(os.path.expanduser(os.fspath(source))), SIDECAR_CONFIG)
-    if not os.path.isfile(path):
-        return None
+    where = f"{path}, the configuration beside {source},"
     try:
         with open(path, encoding="utf-8") as f:
             sidecar = json.load(f)
-        if not isinstance(sidecar, dict) or sidecar.get("format") != "keras_vit":
-            return None  # another tool's config.json
-        if not isinstance(sidecar.get("model") or {}, dict) \
-                or not isinstance(sidecar.get("class_names") or [], list):
-            raise ValueError("'model' must be an object and 'class_names' a list")
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}, the configuration beside {source}, is unreadable "
-                              f"({e}). Expected the config.json keras_vit.training.fit writes."
-                              ) from None
-    return sidecar
+        raise CheckpointError(f"{where} is unreadable ({e}). Expected the config.json "
+                              "keras_vit.training.fit writes.") from None
+    if not isinstance(sidecar, dict) or sidecar.get("format") != config_json.KERAS_VIT_FORMAT:
+        return None  # another tool's config.json
+    return config_json.check_keras_vit(sidecar, path)
 
 
 def checkpoint_config(params, entry, source, image_size=None):
-    """The `keras_vit.ViT` arguments and class names of a checkpoint: from its registry entry
-    (a variant, or a `config`), else from the `config.json` beside a local file, else read
-    off the array shapes (`keras_vit.weights.config_from_params`, with `image_size` for a
-    non-square patch grid)."""
+    """The `keras_vit.ViT` arguments and class names of a checkpoint, and what gave them (for
+    messages; None for the arrays): its registry entry (a variant, or a `config`), else the
+    `config.json` beside a local file (checked against the arrays), else the array shapes
+    (`keras_vit.weights.config_from_params`, with `image_size` for a non-square patch grid)."""
     if entry and entry.get("variant"):
         spec = configs.get_variant(entry["variant"])
         config = dict(spec.config(), image_size=entry["resolution"] or 224,
                       num_classes=entry["num_classes"], name=spec.builder_name.lower())
-        return config, entry.get("class_names")
+        return config, entry.get("class_names"), None
     if entry and entry.get("config"):
-        return dict(entry["config"], name=_model_name(source)), entry.get("class_names")
+        return dict(entry["config"], name=_model_name(source)), entry.get("class_names"), \
+            str(source)
     sidecar = read_sidecar(source) or {}
-    config = sidecar.get("model") or dict(config_from_params(params, image_size),
-                                          name=_model_name(source))
-    return dict(config), sidecar.get("class_names")
+    if sidecar.get("model"):
+        path = sidecar_path(source)
+        config_json.check_agreement(config_json.declared_keras_vit(sidecar["model"], path),
+                                    params, source)
+        return dict(sidecar["model"]), sidecar.get("class_names"), path
+    config = dict(config_from_params(params, image_size), name=_model_name(source))
+    return config, sidecar.get("class_names"), None
 
 
 def build_from_checkpoint(source, progress=True, **overrides):
@@ -90,12 +111,13 @@ def build_from_checkpoint(source, progress=True, **overrides):
         names where known, else None) and `num_classes` (the file's head size, or None).
     """
     params, entry = fetch_params(source, progress=progress, num_heads=overrides.get("num_heads"))
-    config, class_names = checkpoint_config(params, entry, source, overrides.get("image_size"))
+    config, class_names, described_by = checkpoint_config(params, entry, source,
+                                                          overrides.get("image_size"))
     file_classes = config.get("num_classes") if config.get("include_top", True) else None
     kwargs = dict(config, **overrides)
     if kwargs.get("num_classes") != file_classes:
         class_names = None  # the names belong to the file's head
-    model, report = _load_into_new_model(kwargs, params, entry, source)
+    model, report = _load_into_new_model(kwargs, params, entry, source, described_by)
     return model, dict(entry=entry, report=report, class_names=class_names,
                        num_classes=file_classes)
 

@@ -1,10 +1,15 @@
 """`keras-vit convert SOURCE OUT`: a checkpoint as a `.keras` model, `.weights.h5`, an `.npz` in
-the official layout, or a `.safetensors` file in timm's layout (which
-`timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=OUT))` loads)."""
+the official layout, or a `.safetensors` file in timm's layout with the `config.json` timm
+writes beside it (`keras_vit.weights.hub.save_safetensors`: `keras_vit.from_pretrained(OUT)`
+rebuilds the model, and `timm.create_model(name, pretrained=True,
+pretrained_cfg_overlay=dict(file=OUT), **model_args)` loads it)."""
 
 from keras_vit_cli.common import add_model_arguments, model_from_args
 
 FORMATS = (".keras", ".weights.h5", ".npz", ".safetensors")
+# A .weights.h5 file's size, at most: 4 bytes a parameter and HDF5's own records.
+H5_BYTES_PER_PARAMETER = 4
+H5_OVERHEAD = 1 << 20
 
 
 def configure(parser):
@@ -19,19 +24,18 @@ def run(args):
         raise ValueError(f"OUT must end in {', '.join(FORMATS)}. Received: {args.out}")
     if args.weights:
         raise ValueError("SOURCE is the weights; --weights is not needed.")
-    from keras_vit.fileio import atomic_file
-    from keras_vit.weights import model_params, save_npz, torch_layouts
-    from safetensors.numpy import save_file
+    from keras_vit.fileio import atomic_file, check_room
+    from keras_vit.weights import hub, save_npz
 
     args.weights = args.source
-    model, _ = model_from_args(args)
+    model, class_names = model_from_args(args)
     if args.out.endswith(".npz"):
         save_npz(model, args.out)
     elif args.out.endswith(".safetensors"):
-        params = torch_layouts.to_timm(model_params(model))
-        with atomic_file(args.out) as tmp:
-            save_file(params, tmp, metadata={"format": "pt"})
+        hub.save_safetensors(model, args.out, class_names)
     else:
+        if args.out.endswith(".weights.h5"):  # HDF5 does not survive a disk that fills up
+            check_room(args.out, H5_BYTES_PER_PARAMETER * model.count_params() + H5_OVERHEAD)
         with atomic_file(args.out) as tmp:  # Keras picks the format from the suffix
             if args.out.endswith(".keras"):
                 model.save(tmp)

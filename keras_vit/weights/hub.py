@@ -7,7 +7,13 @@
 
 The key layout (timm, transformers, or the official one) is detected from the key names and
 rewritten to the official layout (`keras_vit.weights.torch_layouts`); the architecture comes
-from `config.json` (`architecture_from_config`), else from the array shapes.
+from the keras_vit configuration in the file's metadata (the files `save_safetensors` writes),
+else from `config.json` (checked against the arrays: `keras_vit.weights.config_json`), else
+from the array shapes.
+
+`save_safetensors` writes a model in timm's layout, with its keras_vit configuration in the
+file's metadata and the `config.json` timm writes beside it: `from_pretrained` rebuilds the
+same model from it, and timm loads it.
 """
 
 import json
@@ -16,23 +22,24 @@ import re
 
 import huggingface_hub
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
-from safetensors import SafetensorError
-from safetensors.numpy import load_file
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import load_file, save_file
 
-from keras_vit import configs
+from keras_vit.fileio import atomic_file, atomic_write_text
+from keras_vit.model import vit_config
+from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError, DownloadError
+from keras_vit.weights.keymap import model_params
 from keras_vit.weights.layouts import config_from_params
-from keras_vit.weights.torch_layouts import detect_layout, to_official
+from keras_vit.weights.torch_layouts import detect_layout, layout_width, to_official, to_timm
 
 HF_SCHEME = "hf://"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+# The metadata entry of the .safetensors files keras_vit writes: the keras_vit configuration
+# document (`config_json.check_keras_vit`) as JSON text.
+METADATA_KEY = "keras_vit"
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*")
-# timm's ViT defaults (`partial(nn.LayerNorm, eps=1e-6)`, exact GELU).
-TIMM_LAYER_NORM_EPSILON = 1e-6
-# transformers' `hidden_act` values and the GELU form each names.
-TRANSFORMERS_GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True,
-                     "gelu_fast": True}
 
 
 def is_hub(source):
@@ -62,6 +69,23 @@ def read_safetensors(path):
                               "file (e.g. save it again in float32).") from None
     except (SafetensorError, ValueError, OSError) as e:
         raise CheckpointError(f"{path} is not a readable .safetensors file ({e}).") from None
+
+
+def read_own_config(path):
+    """The keras_vit configuration document in a `.safetensors` file's metadata (the files
+    `save_safetensors` writes), checked; None for other files."""
+    with safe_open(os.path.expanduser(os.fspath(path)), framework="np") as f:
+        text = (f.metadata() or {}).get(METADATA_KEY)
+    if text is None:
+        return None
+    where = f"the keras_vit metadata of {path}"
+    try:
+        document = json.loads(text)
+    except ValueError as e:
+        raise CheckpointError(f"{where} is not JSON ({e}).") from None
+    if not isinstance(document, dict):
+        raise CheckpointError(f"{where} holds {type(document).__name__}, expected a JSON object.")
+    return config_json.check_keras_vit(document, where)
 
 
 def hub_files(source):
@@ -102,7 +126,11 @@ def _offline_advice(source, repo, error):
 
 
 def read_config(path):
-    """A `config.json` as a dict, or None."""
+    """A `config.json` as a dict, or None without one.
+
+    Raises:
+        CheckpointError: naming the file, if it is not a JSON object.
+    """
     if path is None or not os.path.isfile(path):
         return None
     try:
@@ -110,88 +138,119 @@ def read_config(path):
             config = json.load(f)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path} is not readable JSON ({e}).") from None
-    return config if isinstance(config, dict) else None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} holds {type(config).__name__}, expected a JSON object "
+                              "(a model's config.json).")
+    return config
 
 
-def _timm_size(architecture):
-    """The paper's model size ("Ti" ... "H") of a timm name such as "vit_small_patch8_224"."""
-    sizes = {"tiny": "Ti", "small": "S", "base": "B", "large": "L", "huge": "H"}
-    match = re.match(r"vit_(tiny|small|base|large|huge)_patch\d+", architecture or "")
-    return sizes[match[1]] if match else None
-
-
-def architecture_from_config(config, params, layout):
-    """`keras_vit.ViT` arguments from a Hugging Face `config.json` (timm's or transformers')
-    and the official-layout arrays; what the config does not say comes from the arrays.
-
-    Raises:
-        CheckpointError: for an architecture keras_vit cannot express, naming the feature.
-    """
-    shapes = config_from_params(params, _image_size(config))
-    arch = dict(shapes)
-    if layout == "timm":
-        arch.update(gelu_approximate=False, layer_norm_epsilon=TIMM_LAYER_NORM_EPSILON)
-        args = dict((config or {}).get("model_args") or {})
-        if args.get("global_pool", (config or {}).get("global_pool", "token")) == "avg":
-            # The average of the patch tokens, beside a class token where the file has one.
-            arch.update(classifier="gap", class_token="cls" in params)
-    elif layout == "transformers" and config:
-        act = config.get("hidden_act", "gelu")
-        if act not in TRANSFORMERS_GELU:
-            raise CheckpointError(f"The checkpoint's activation {act!r} is not a GELU keras_vit "
-                                  f"expresses (expected one of {sorted(TRANSFORMERS_GELU)}).")
-        arch.update(gelu_approximate=TRANSFORMERS_GELU[act],
-                    layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)))
-    return arch
-
-
-def _image_size(config):
-    if not config:
-        return None
-    size = config.get("image_size") or ((config.get("pretrained_cfg") or {}).get("input_size")
-                                        or [None])[-2:]
-    if isinstance(size, int):
-        return size
-    if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(v, int) for v in size):
-        return tuple(size)
+def _config_kind(config):
+    """Whose `config.json` this is: "timm", "transformers", or None (another tool's)."""
+    if "architecture" in config or "model_args" in config:
+        return "timm"
+    if "model_type" in config or "num_hidden_layers" in config:
+        return "transformers"
     return None
 
 
-def class_names_from_config(config):
-    """Class names from a transformers `id2label` or timm `label_names`, else None."""
-    if not config:
-        return None
-    if isinstance(config.get("id2label"), dict):
-        labels = config["id2label"]
-        try:
-            return [labels[str(i)] for i in range(len(labels))]
-        except KeyError:
-            return None
-    names = config.get("label_names")
-    return list(names) if isinstance(names, list) else None
-
-
-def _config_heads(config, layout):
-    """The number of heads a Hugging Face config gives, or None."""
-    if not config:
-        return None
+def _declared(config, layout, where):
+    """(`config_json.Declared` arguments, the options the arrays do not show, class names) of
+    the `config.json` of a file in `layout`."""
+    declared, names = config_json.Declared(where), None
+    kind = _config_kind(config) if config else None
+    if kind is not None and layout in ("timm", "transformers") and kind != layout:
+        raise CheckpointError(f"{where} is {kind}'s configuration, but the arrays beside it are "
+                              f"in {layout}'s layout. Expected the config.json of that file.")
+    if layout == "timm":
+        if kind:
+            declared, names = config_json.declared_timm(config, where)
+        return declared, None, names
     if layout == "transformers":
-        return config.get("num_attention_heads")
-    heads = (config.get("model_args") or {}).get("num_heads")
-    size = _timm_size(config.get("architecture"))
-    if heads is None and size:
-        heads = configs.MODEL_SIZES[size]["num_heads"]
-    return heads
+        if kind:
+            declared, options, names = config_json.declared_transformers(config, where)
+            return declared, options, names
+        return declared, dict(gelu_approximate=False, layer_norm_epsilon=config_json.
+                              TRANSFORMERS_LAYER_NORM_EPSILON), None
+    return declared, {}, None
 
 
-def load_torch_layout(params, config, num_heads=None):
-    """(official-layout arrays, ViT arguments, class names) of a timm or transformers file.
-    `num_heads` overrides what the config says (and is needed where there is none and the
-    width is not a paper variant's)."""
+def _heads(num_heads, own, config, declared, layout):
+    """(number of heads, where it comes from) for a file's arrays: the caller's, the file's
+    keras_vit metadata, its config.json, or (None, None)."""
+    if num_heads is not None:
+        return num_heads, "num_heads"
+    if own and own["model"] and own["model"].get("num_heads") is not None:
+        return own["model"]["num_heads"], "the keras_vit metadata's model.num_heads"
+    heads = config_json.timm_heads(config or {}, declared) if layout == "timm" \
+        else declared.get("num_heads")
+    field = declared.fields.get("num_heads", "architecture")
+    return heads, f"{declared.where}: {field}"
+
+
+def load_safetensors(weights_path, config_path=None, num_heads=None):
+    """(official-layout arrays, `keras_vit.ViT` arguments, class names) of a `.safetensors`
+    file in timm's, transformers' or the official layout: its architecture from the keras_vit
+    configuration in its metadata (files keras_vit wrote), else its `config.json`, checked
+    against the arrays; what neither says comes from the arrays. `num_heads` overrides the
+    files' (and is needed where no file says and the width is not a paper variant's).
+
+    Raises:
+        CheckpointError: naming the file and the field, for a config that is malformed or
+            contradicts the arrays, or an architecture keras_vit cannot express.
+    """
+    params = read_safetensors(weights_path)
+    config = read_config(config_path)
+    own = read_own_config(weights_path)
     layout = detect_layout(params)
-    heads = num_heads if num_heads is not None else _config_heads(config, layout)
+    declared, options, names = _declared(config, layout, config_path)
+    heads, heads_source = _heads(num_heads, own, config, declared, layout)
+    if heads is not None:
+        heads = config_json.check_heads_divide(heads, layout_width(params, layout),
+                                               heads_source, weights_path)
     official = to_official(params, layout, heads)
-    architecture = architecture_from_config(config, official, layout)
+    config_json.check_agreement(declared, official, weights_path)
+    architecture = dict(config_from_params(official, declared.get("image_size")))
+    if layout == "timm":
+        options = config_json.timm_options(declared, official)
+    architecture.update(options)
+    if own is not None and own["model"]:
+        mine = config_json.declared_keras_vit(own["model"], f"the keras_vit metadata of "
+                                                             f"{weights_path}")
+        config_json.check_agreement(mine, official, weights_path)
+        config_json.check_same(declared, mine)
+        architecture, names = dict(own["model"]), own["class_names"] or names
     if heads is not None:
         architecture["num_heads"] = int(heads)
-    return official, architecture, class_names_from_config(config)
+    return official, architecture, names
+
+
+def save_safetensors(model, path, class_names=None):
+    """Writes a `keras_vit.ViT` model as a `.safetensors` file in timm's layout, atomically,
+    with its keras_vit configuration (and `class_names`) in the file's metadata, and beside it
+    the `config.json` timm writes for such a file (`config_json.timm_config`), so that
+    `keras_vit.from_pretrained(path)` rebuilds the same model and
+    `timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(file=path),
+    **model_args)` loads it.
+
+    Raises:
+        CheckpointError: before anything is written, for a model timm's layout cannot hold
+            (a hybrid, a position embedding other than the learned 1-D table, `pre_logits`).
+        ValueError: for a model `keras_vit.ViT` did not build, or a `config.json` beside `path`
+            that keras_vit did not write for such a file (it would be replaced).
+        keras_vit.fileio.WriteError: naming the file, if it cannot be written (a full disk).
+    """
+    config = vit_config(model)
+    params = to_timm(model_params(model))
+    timm = config_json.timm_config(config, class_names)
+    config_path = os.path.join(os.path.dirname(os.path.abspath(os.fspath(path))), CONFIG_FILE)
+    existing = read_config(config_path) if os.path.exists(config_path) else None
+    if existing is not None and existing.get("written_by") != config_json.WRITTEN_BY:
+        raise ValueError(f"{config_path} exists and was not written by keras_vit for a "
+                         f".safetensors file: writing {path} would replace it. Expected a "
+                         "folder without another model's config.json.")
+    document = dict(format=config_json.KERAS_VIT_FORMAT, model=config,
+                    class_names=list(class_names) if class_names else None)
+    with atomic_file(path) as tmp:
+        save_file(params, tmp, metadata={"format": "pt", METADATA_KEY: json.dumps(document)})
+    atomic_write_text(config_path, json.dumps(timm, indent=2))
+    return os.fspath(path)

@@ -9,6 +9,7 @@ order. Nothing else is written by hand: a new layer gets its key from its name.
 import re
 
 import keras
+import numpy as np
 
 # (pattern, replacement) on the Keras variable path, in order.
 RENAMING_RULES = (
@@ -24,6 +25,10 @@ RENAMING_RULES = (
     (r"^(posembed_input|encoderblock_\d+|encoder_norm)/", r"Transformer/\1/"),
 )
 _COMPILED = tuple((re.compile(pattern), repl) for pattern, repl in RENAMING_RULES)
+# An int8-quantized layer (`model.quantize("int8")`) holds `kernel` as int8 and, beside it,
+# `kernel_scale`: Keras' AbsMax scale over the kernel's input axes, one value per output.
+SCALE_SUFFIX = "_scale"
+QUANTIZED_DTYPE = "int8"
 
 
 def checkpoint_key(path):
@@ -52,6 +57,45 @@ def checkpoint_variables(model):
     return out
 
 
+def is_quantized(keys):
+    """Whether checkpoint keys (or a model's) hold int8 kernels' scales."""
+    return any(key.endswith("/kernel" + SCALE_SUFFIX) for key in keys)
+
+
+def _output_axes(scale, kernel):
+    """An int8 kernel's scale without the leading axes of size 1 that an einsum layer gives it
+    (its output's batch and sequence axes): the kernel's trailing, output axes."""
+    while scale.ndim and scale.shape[0] == 1 and (
+            scale.ndim > kernel.ndim or scale.shape != kernel.shape[kernel.ndim - scale.ndim:]):
+        scale = scale.reshape(scale.shape[1:])
+    return scale
+
+
+def dequantized(params):
+    """The arrays of an int8-quantized model as float32 weights: each int8 `<layer>/kernel`
+    divided by its `<layer>/kernel_scale` (one value per output unit: over the kernel's
+    trailing, output axes), as Keras' int8 layers compute with it. Other arrays are returned
+    as they are.
+
+    Raises:
+        ValueError: naming the layer, for a scale that does not fit its kernel that way.
+    """
+    out = dict(params)
+    for scale_key in [k for k in params if k.endswith("/kernel" + SCALE_SUFFIX)]:
+        key = scale_key.removesuffix(SCALE_SUFFIX)
+        kernel = np.asarray(out.get(key))
+        scale = _output_axes(np.asarray(out.pop(scale_key)), kernel)
+        if kernel.dtype != QUANTIZED_DTYPE or kernel.shape[kernel.ndim - scale.ndim:] \
+                != scale.shape:
+            raise ValueError(f"{key} ({kernel.dtype} {kernel.shape}) cannot be dequantized with "
+                             f"the scale {scale.shape}: expected an int8 kernel whose trailing "
+                             "axes are the scale's (Keras' int8 quantization).")
+        out[key] = (kernel.astype(np.float32) / scale).astype(np.float32)
+    return out
+
+
 def model_params(model):
-    """The model's weights as a dict of NumPy arrays in the official checkpoint layout."""
-    return {k: keras.ops.convert_to_numpy(v) for k, v in checkpoint_variables(model).items()}
+    """The model's weights as a dict of NumPy arrays in the official checkpoint layout; an
+    int8-quantized model's as their dequantized float32 values (`dequantized`)."""
+    return dequantized({k: keras.ops.convert_to_numpy(v)
+                        for k, v in checkpoint_variables(model).items()})

@@ -11,7 +11,7 @@ import numpy as np
 
 from keras_vit.model import patch_grid
 from keras_vit.weights.errors import CheckpointError
-from keras_vit.weights.keymap import checkpoint_variables
+from keras_vit.weights.keymap import checkpoint_variables, is_quantized
 from keras_vit.weights.layouts import (
     POSEMB_2D_KEYS,
     POSEMB_KEY,
@@ -65,7 +65,7 @@ def _adapt(key, value, shape, model, has_cls):
     return value
 
 
-def _as_numpy_float(value):
+def as_numpy_float(value):
     """bfloat16 and the other ml_dtypes floats (safetensors files) as float32."""
     if value.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         return value.astype(np.float32)
@@ -99,6 +99,11 @@ def match_params(model, params, source=None):
     """
     params, big_vision = canonicalize(params)
     variables = checkpoint_variables(model)
+    if is_quantized(variables):
+        raise CheckpointError(
+            f"Model {model.name!r} is int8-quantized: a checkpoint's float weights do not load "
+            "into its int8 kernels. Expected the float model: load the checkpoint into it, then "
+            "call model.quantize('int8').")
     has_cls = "cls" in variables
     if big_vision and has_cls and POSEMB_KEY in params:
         # big_vision adds position embeddings to the patches only; a zero class-token
@@ -115,7 +120,7 @@ def match_params(model, params, source=None):
         if key not in params:
             continue
         shape = tuple(variable.shape)
-        value = _adapt(key, _as_numpy_float(np.asarray(params[key])), shape, model, has_cls)
+        value = _adapt(key, as_numpy_float(np.asarray(params[key])), shape, model, has_cls)
         if value.shape != shape:
             problems.append(f"shape mismatch: {key}: file {value.shape}, model {shape}")
         elif problem := _array_problem(key, value):

@@ -74,11 +74,25 @@ def read_npz(path):
     return params
 
 
-def save_npz(model_or_params, path):
-    """Writes a model (or a dict of arrays) as an `.npz` in the official layout, atomically."""
+def npz_bytes(model_or_params):
+    """The bytes of the `.npz` of a model (or a dict of arrays) in the official layout."""
     params = model_or_params if isinstance(model_or_params, dict) else model_params(
         model_or_params)
     buffer = io.BytesIO()
     np.savez(buffer, **params)
-    atomic_write(path, lambda f: f.write(buffer.getbuffer()))
+    return buffer.getvalue()
+
+
+def save_npz(model_or_params, path):
+    """Writes a model (or a dict of arrays) as an `.npz` in the official layout, atomically.
+
+    An int8-quantized model (`model.quantize("int8")`) is written as its dequantized float
+    weights: the file loads into the float model, which `quantize("int8")` turns back into
+    the same quantized model.
+
+    Raises:
+        keras_vit.fileio.WriteError: naming `path`, if it cannot be written (a full disk).
+    """
+    data = npz_bytes(model_or_params)
+    atomic_write(path, lambda f: f.write(data))
     return os.fspath(path)

@@ -81,8 +81,7 @@ def fetch_params(source, progress=True, num_heads=None):
 def _torch_layout(weights_path, config_path, source, num_heads):
     """A safetensors file in the official layout, and an entry describing its architecture
     (`num_heads`: for files whose config does not say, or that have none)."""
-    params, config, class_names = hub.load_torch_layout(
-        hub.read_safetensors(weights_path), hub.read_config(config_path), num_heads)
+    params, config, class_names = hub.load_safetensors(weights_path, config_path, num_heads)
     entry = dict(name=str(source), url=None, variant=None, config=config,
                  class_names=class_names, num_classes=config.get("num_classes"),
                  representation_size=config.get("representation_size"), sha256=None)

@@ -84,6 +84,26 @@ def detect_layout(keys):
     return "official"
 
 
+# The array whose first (torch) or last (official) axis is the width, in each layout.
+WIDTH_ARRAYS = {"timm": "patch_embed.proj.weight",
+                "transformers": "embeddings.patch_embeddings.projection.weight",
+                "official": "embedding/kernel"}
+
+
+def layout_width(params, layout):
+    """The transformer width of a checkpoint's arrays in `layout`.
+
+    Raises:
+        CheckpointError: if the array that gives it is missing.
+    """
+    key = WIDTH_ARRAYS[layout]
+    found = [k for k in params if k.removeprefix("vit.") == key]
+    if not found:
+        raise CheckpointError(f"The {layout} checkpoint has no {key!r}. Expected a complete ViT.")
+    shape = np.shape(params[found[0]])
+    return int(shape[-1] if layout == "official" else shape[0])
+
+
 def _linear(weight):
     return np.ascontiguousarray(np.asarray(weight).T)
 
