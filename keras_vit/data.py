@@ -420,7 +420,7 @@ def from_arrays(
         )
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"`labels` must be integers. Received dtype {labels.dtype}")
-    images = _to_0_255(images, value_range)
+    images = to_0_255(images, value_range)
     num_classes = int(labels.max()) + 1 if num_classes is None and len(labels) else num_classes
     check_labels(labels, num_classes)
     images_t = tf.constant(images)
@@ -438,9 +438,14 @@ def from_arrays(
 VALUE_RANGES = ((0, 255), (0, 1))
 
 
-def _to_0_255(images, value_range):
+def to_0_255(images, value_range):
     """Images with values in [0, 255]: integer images as they are (checked), float images
-    scaled from their declared `value_range`."""
+    scaled from their declared `value_range`, (0, 255) or (0, 1), which float images must give.
+
+    Raises:
+        ValueError: for float images without `value_range` or outside it, integer images
+            outside [0, 255], or another dtype.
+    """
     if value_range is not None and tuple(value_range) not in VALUE_RANGES:
         raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: {value_range!r}")
     floating = np.issubdtype(images.dtype, np.floating)

@@ -15,7 +15,9 @@ few-shot linear accuracy, plus a linear probe and batched feature extraction.
 
 `data` is a `tf.data.Dataset` of `(images, labels)` batches with images already scaled to
 [-1, 1] (what `keras_vit.data` pipelines give), or a pair of arrays `(images, labels)` with
-RGB images in [0, 255] at the model's resolution. `labels` are class ids `[N]`, or for
+RGB images at the model's resolution: integers in [0, 255], or floats in the range
+`value_range` says ((0, 255) or (0, 1), as `keras_vit.data.from_arrays` takes them). `labels`
+are class ids `[N]`, or for
 multi-label evaluation a dict: `label` (class ids `[N]`) and `label_set` (multi-hot
 `[N, num_classes]`, see `multi_hot`), as `keras_vit.data` gives for ImageNet-ReaL.
 """
@@ -25,10 +27,13 @@ import hashlib
 import io
 import json
 import os
+import warnings
+import zipfile
 
 import keras
 import numpy as np
 
+from keras_vit.data import to_0_255
 from keras_vit.fileio import atomic_write
 from keras_vit.images import preprocess_inputs
 
@@ -44,14 +49,18 @@ MAX_CONFUSION_CLASSES = 100
 # Data and features.
 
 
-def _batches(data, batch_size):
+def _is_arrays(data):
+    return isinstance(data, tuple) and len(data) == 2
+
+
+def _batches(data, batch_size, value_range=None):
     """Yields (images in [-1, 1], labels, label sets or None) NumPy batches from a dataset or
-    an arrays pair."""
-    if isinstance(data, tuple) and len(data) == 2:
+    an arrays pair (whose float images need their `value_range`)."""
+    if _is_arrays(data):
         images, labels = data
         if labels is None:
             raise ValueError("The data has no labels: expected (images, labels).")
-        images = np.asarray(images)
+        images = to_0_255(np.asarray(images), value_range)
         labels, label_sets = _split_labels(labels)
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels.")
@@ -60,6 +69,9 @@ def _batches(data, batch_size):
             yield (np.asarray(preprocess_inputs(images[chunk])), labels[chunk],
                    None if label_sets is None else label_sets[chunk])
         return
+    if value_range is not None:
+        raise ValueError("`value_range` describes arrays of images; a dataset's batches are "
+                         f"already scaled to [-1, 1]. Received: value_range={value_range!r}")
     for element in data:
         if not isinstance(element, (tuple, list)) or len(element) != 2:
             raise ValueError(
@@ -97,8 +109,8 @@ def representation_model(model):
 
 
 def feature_cache_key(model, extra=None):
-    """A hex digest of what features depend on: the model's configuration and every weight's
-    bytes, and `extra` (a JSON-serialisable description of the data)."""
+    """A hex digest of the model's part of a feature cache entry: its configuration and every
+    weight's bytes, and `extra` (a JSON-serialisable description of the data)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(model.get_config(), sort_keys=True, default=str).encode())
     digest.update(json.dumps(extra, sort_keys=True, default=str).encode())
@@ -108,40 +120,86 @@ def feature_cache_key(model, extra=None):
     return digest.hexdigest()[:20]
 
 
+def data_digest(data, batch_size=64, value_range=None):
+    """A hex digest of the data's content: every image and label an arrays pair holds (with
+    its `value_range`), or every batch a dataset yields (one pass over it: decoding and
+    resizing, no model)."""
+    digest = hashlib.sha256()
+
+    def add(*arrays):
+        for array in arrays:
+            if array is not None:
+                array = np.ascontiguousarray(array)
+                digest.update(f"{array.dtype.str}{array.shape}".encode())
+                digest.update(array.tobytes())
+
+    if _is_arrays(data) and data[1] is not None:
+        add(np.asarray(data[0]), *_split_labels(data[1]))
+        digest.update(repr(None if value_range is None else tuple(value_range)).encode())
+    else:
+        for batch in _batches(data, batch_size, value_range):
+            add(*batch)
+    return digest.hexdigest()[:20]
+
+
+def _read_cache(path):
+    """(features, labels) of a cache entry, or None if absent; a damaged entry is reported
+    (a warning naming it) and computed again."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as entry:
+            features, labels = entry["features"], entry["labels"]
+        if features.ndim != 2 or features.dtype != np.float32 or labels.shape != \
+                features.shape[:1] or labels.dtype != np.int64:
+            raise ValueError(f"features {features.dtype}{features.shape}, labels "
+                             f"{labels.dtype}{labels.shape}")
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        warnings.warn(f"The feature cache entry {path} is damaged ({e}); computing the "
+                      "features again and replacing it.", stacklevel=3)
+        return None
+    return features, labels
+
+
 def extract_features(model, data, batch_size=64, cache=None, cache_key=None, progress=True,
-                     strategy=None):
+                     strategy=None, value_range=None):
     """Computes the frozen representation of every image.
 
     Args:
         model: a keras_vit model (with or without head).
         data: a dataset of (images, labels) batches or an (images, labels) arrays pair.
         batch_size: int. Batch size for arrays. Defaults to 64.
-        cache: str or None. A folder: features and labels are stored there under a name
-            derived from the model's configuration and weights and `cache_key`
-            (`feature_cache_key`), and read back only by the same model on the same data.
+        cache: str or None. A folder: features and labels are stored there in a file named
+            by everything that produced them: the model's configuration and weights
+            (`feature_cache_key`), the data's content (`data_digest`: for a dataset, one pass
+            over its batches, without the model) and `cache_key`. A damaged file is computed
+            again.
         cache_key: JSON-serialisable description of `data` (e.g. data set and split), part of
-            the cache name: the cache cannot tell data sets apart otherwise.
+            the cache name. Defaults to None.
         progress: bool. Show a progress bar. Defaults to True.
         strategy: a `tf.distribute.Strategy` or None: the feature model is built and run under
             its scope (the data should then be batched globally). Defaults to None.
+        value_range: (0, 255) or (0, 1): the range of float images in an arrays pair (as
+            `keras_vit.data.from_arrays`). Defaults to None (integer images).
 
     Returns:
         (features [N, D] float32, labels [N] int64).
     """
-    prefix = None
+    path = None
     if cache:
-        prefix = os.path.join(os.path.expanduser(os.fspath(cache)),
-                              feature_cache_key(model, cache_key))
-        if os.path.exists(prefix + ".features.npy") and os.path.exists(prefix + ".labels.npy"):
-            return (np.load(prefix + ".features.npy", allow_pickle=False),
-                    np.load(prefix + ".labels.npy", allow_pickle=False))
+        name = f"{feature_cache_key(model, cache_key)}-" \
+               f"{data_digest(data, batch_size, value_range)}.npz"
+        path = os.path.join(os.path.expanduser(os.fspath(cache)), name)
+        cached = _read_cache(path)
+        if cached is not None:
+            return cached
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:
         features_model = representation_model(model)
     total = _num_examples(data)
     bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
     features, labels, done = [], [], 0
-    for images, batch_labels, _ in _batches(data, batch_size):
+    for images, batch_labels, _ in _batches(data, batch_size, value_range):
         features.append(np.asarray(features_model.predict_on_batch(images), np.float32))
         labels.append(batch_labels.astype(np.int64))
         done += len(batch_labels)
@@ -150,9 +208,8 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
     if not features:
         raise ValueError("The data holds no images.")
     features, labels = np.concatenate(features), np.concatenate(labels)
-    if prefix:
-        atomic_write(prefix + ".features.npy", lambda f: np.save(f, features))
-        atomic_write(prefix + ".labels.npy", lambda f: np.save(f, labels))
+    if path:
+        atomic_write(path, lambda f: np.savez(f, features=features, labels=labels))
     return features, labels
 
 
@@ -295,7 +352,8 @@ def linear_probe(train_features, train_labels, test_features, test_labels, epoch
 # Classification accuracy.
 
 
-def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progress=True):
+def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progress=True,
+             value_range=None, allow_fresh_head=False):
     """Top-1, top-5 and loss of a classifier, with per-class accuracy and the confusion matrix;
     ReaL accuracy too where the data has label sets.
 
@@ -309,6 +367,11 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
             `real_examples`, `real_correct` and `real_accuracy` of each original class) and, for
             at most 100 classes, `confusion_matrix.png` there.
         progress: bool. Defaults to True.
+        value_range: (0, 255) or (0, 1): the range of float images in an arrays pair (as
+            `keras_vit.data.from_arrays`). Defaults to None (integer images).
+        allow_fresh_head: bool. Evaluate a head that is all zeros (a fresh head: no trained
+            weights were loaded into it, so it scores chance), which is otherwise refused.
+            Defaults to False.
 
     Returns:
         dict: `top1`, `top5`, `loss`, `num_examples`, `per_class_accuracy` [K] (NaN for
@@ -318,12 +381,14 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     """
     if "head" not in [layer.name for layer in model.layers]:
         raise ValueError(f"Model {model.name!r} has no classification head (include_top=False).")
+    if not allow_fresh_head:
+        _check_trained_head(model)
     num_classes = int(model.output.shape[-1])
     top5, loss_sum, done = 0, 0.0, 0
     all_labels, predicted, in_set, has_set = [], [], [], []
     total = _num_examples(data)
     bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
-    for images, labels, label_sets in _batches(data, batch_size):
+    for images, labels, label_sets in _batches(data, batch_size, value_range):
         labels = _check_labels(labels, num_classes)
         logits = np.asarray(model.predict_on_batch(images), np.float64)
         logits -= logits.max(axis=1, keepdims=True)
@@ -357,6 +422,17 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     if out_dir:
         result["files"] = _write_reports(result, class_names, out_dir)
     return result
+
+
+def _check_trained_head(model):
+    """Refuses a head that is all zeros: keras_vit's initial head, which scores chance."""
+    head = model.get_layer("head")
+    if not any(np.any(keras.ops.convert_to_numpy(w)) for w in (head.kernel, head.bias)):
+        raise ValueError(
+            f"Model {model.name!r} has a fresh head (all zeros: no trained weights were loaded "
+            "into it), which scores chance. Expected a classifier with trained weights "
+            "(keras_vit.load_pretrained, --weights); pass allow_fresh_head=True "
+            "(--allow-fresh-head) to evaluate it anyway.")
 
 
 def _check_labels(labels, num_classes, what="Labels"):

@@ -30,6 +30,9 @@ def configure_evaluate(parser):
     add_class_names_argument(parser)
     parser.add_argument("--out", default=None,
                         help="write per_class_accuracy.csv and confusion_matrix.png here")
+    parser.add_argument("--allow-fresh-head", action="store_true",
+                        help="evaluate a model whose head is untrained (all zeros, e.g. no "
+                             "--weights), which scores chance; refused otherwise")
 
 
 def run_evaluate(args):
@@ -45,7 +48,7 @@ def run_evaluate(args):
     names = class_names_from_args(args, num_classes, data.class_names or names)
     with undecodable_files_named(args):
         report = evaluation.evaluate(model, data.dataset, class_names=names, out_dir=args.out,
-                                     progress=False)
+                                     progress=False, allow_fresh_head=args.allow_fresh_head)
     summary = {"split": args.split, "examples": report["num_examples"], "loss": report["loss"],
                "accuracy": report["top1"], "top5": report["top5"], "files": report["files"]}
     if "real" in report:  # label sets (ImageNet-ReaL): scored on the images with a set

@@ -143,14 +143,15 @@ def test_features_are_the_representation_and_are_cached(tmp_path, monkeypatch):
                                        include_top=False)
     np.testing.assert_allclose(features, expected, atol=1e-5)
     np.testing.assert_array_equal(got_labels, labels)
-    name = evaluation.feature_cache_key(model, key)
-    assert sorted(p.name for p in cache.iterdir()) == [f"{name}.features.npy",
-                                                       f"{name}.labels.npy"]
-    np.testing.assert_array_equal(np.load(cache / f"{name}.features.npy"), features)
-    np.testing.assert_array_equal(np.load(cache / f"{name}.labels.npy"), labels)
+    name = f"{evaluation.feature_cache_key(model, key)}-" \
+           f"{evaluation.data_digest((images, labels))}.npz"
+    assert [p.name for p in cache.iterdir()] == [name]
+    with np.load(cache / name) as entry:
+        np.testing.assert_array_equal(entry["features"], features)
+        np.testing.assert_array_equal(entry["labels"], labels)
     # The same model (rebuilt, same weights) on the same data reads the cache: no forward pass.
     rebuilt, _ = tiny_classifier(np.random.default_rng(5), representation=16)
-    assert evaluation.feature_cache_key(rebuilt, key) == name
+    assert name.startswith(evaluation.feature_cache_key(rebuilt, key) + "-")
     with monkeypatch.context() as patch:
         patch.setattr(evaluation, "representation_model",
                       lambda model: pytest.fail("the cached features were computed again"))
@@ -180,7 +181,7 @@ def test_features_are_the_representation_and_are_cached(tmp_path, monkeypatch):
         cache_key=dict(dataset="colours", split="test"), progress=False)
     np.testing.assert_allclose(got, expected[::-1], atol=1e-5)
     np.testing.assert_array_equal(got_labels, labels[::-1])
-    assert len(list(cache.iterdir())) == 8  # four entries, features and labels each
+    assert len(list(cache.iterdir())) == 4  # four entries
 
 
 def test_bad_inputs_are_refused():
@@ -269,7 +270,7 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
               "--cache", str(tmp_path / "features")]
     assert cli.main(cached) == 0
     assert capsys.readouterr().out.strip().splitlines()[-5:] == lines[-5:]
-    assert len(list((tmp_path / "features").glob("*.features.npy"))) == 2  # train, test
+    assert len(list((tmp_path / "features").glob("*.npz"))) == 2  # train, test
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(evaluation, "representation_model",
                       lambda model: pytest.fail("the cached features were computed again"))
