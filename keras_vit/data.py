@@ -762,7 +762,12 @@ def tfds_builder(name, data_dir, download, manual_dir=None, manual_files=None):
         raise ValueError(
             f"{name} must be downloaded by hand: pass manual_dir=<folder with {manual_files}> "
             "(received manual_dir=None), or a data_dir where it is already prepared.")
-    return builder, dict(download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+    folder = os.path.expanduser(os.fspath(manual_dir))
+    if _downloads_for_real(builder) and (not os.path.isdir(folder) or not os.listdir(folder)):
+        state = "is empty" if os.path.isdir(folder) else "does not exist or is not a folder"
+        raise ValueError(f"manual_dir {os.fspath(manual_dir)!r} (--manual-dir) {state}. Expected "
+                         f"the folder holding {name}'s hand-downloaded files: {manual_files}.")
+    return builder, dict(download_config=tfds.download.DownloadConfig(manual_dir=folder))
 
 
 def _build_name(builder):

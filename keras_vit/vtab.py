@@ -47,6 +47,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import os
 import shutil
 import time
@@ -56,8 +57,14 @@ import tensorflow as tf
 
 from keras_vit import data, training
 from keras_vit import images as image_ops
-from keras_vit.fileio import atomic_write_text, check_writable_dir
+from keras_vit.fileio import (
+    atomic_write_text,
+    check_writable_dir,
+    folder_lock,
+    remove_temporaries,
+)
 from keras_vit.model import model_image_size
+from keras_vit.training.callbacks import read_json_state
 from keras_vit.checks import check_choice, check_int
 from keras_vit.weights import load_pretrained
 
@@ -83,9 +90,11 @@ SETTINGS_FILE = "vtab.json"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 RUNS_DIR = "runs"
-RESULT_FIELDS = ("task", "group", "accuracy", "test_examples", "learning_rate", "steps",
-                 "train_examples", "seconds")
-SWEEP_FIELDS = ("task", "learning_rate", "steps", "val_accuracy", "val_examples", "seconds")
+# The columns of results.csv and sweep.csv, and how each cell is read back.
+RESULT_FIELDS = {"task": str, "group": str, "accuracy": float, "test_examples": int,
+                 "learning_rate": float, "steps": int, "train_examples": int, "seconds": float}
+SWEEP_FIELDS = {"task": str, "learning_rate": float, "steps": int, "val_accuracy": float,
+                "val_examples": int, "seconds": float}
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,6 +277,9 @@ def get_tasks(names=None):
         return list(TASKS.values())
     if isinstance(names, str):
         names = [name.strip() for name in names.split(",") if name.strip()]
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"`tasks` must be task or group names: a list of str or a "
+                         f"comma-separated str. Received: tasks={names!r}")
     chosen = set()
     for name in names:
         if name == "all":
@@ -348,19 +360,48 @@ def check_data(tasks, data_dir=None, manual_dir=None, download=True):
 # Records.
 
 
+_CELL_WORDS = {str: "text", float: "a non-negative number", int: "a non-negative integer"}
+
+
+def _cell(text, kind, task_name):
+    """A CSV cell read as `kind`, or None where it is not a valid value of its column."""
+    if kind is str:
+        return text if not task_name or text in TASKS else None
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def _read_rows(path, fields):
+    """The rows of results.csv or sweep.csv, each cell checked and read as its column's type.
+
+    Raises:
+        ValueError: naming the file, the line and the column of the first bad cell.
+    """
     if not os.path.exists(path):
         return []
+    remedy = ("Expected the CSV file keras_vit wrote; pass overwrite=True (--overwrite) to "
+              "start the suite over.")
     try:
         with open(path, encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
             rows = list(reader)
-        if tuple(reader.fieldnames or ()) != fields:
+        if tuple(reader.fieldnames or ()) != tuple(fields):
             raise csv.Error(f"columns {reader.fieldnames}, expected {list(fields)}")
     except (OSError, csv.Error, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is unreadable ({e}). Expected the CSV file keras_vit wrote; "
-                         "pass overwrite=True (--overwrite) to start the suite over.") from None
-    return rows
+        raise ValueError(f"{path} is unreadable ({e}). {remedy}") from None
+    typed = []
+    for line, row in enumerate(rows, 2):
+        cells = {name: _cell(row[name], kind, name == "task") for name, kind in fields.items()}
+        bad = [name for name, value in cells.items() if value is None]
+        if bad:
+            what = "a VTAB task name" if bad[0] == "task" else _CELL_WORDS[fields[bad[0]]]
+            raise ValueError(f"{path}, line {line}: {bad[0]} {row[bad[0]]!r} is not {what}. "
+                             f"{remedy}")
+        typed.append(cells)
+    return typed
 
 
 def _write_rows(path, fields, rows):
@@ -431,13 +472,9 @@ def _check_settings(output_dir, settings, overwrite):
                              "cannot tell which settings made them. Pass overwrite=True "
                              "(--overwrite) to start over, or another folder.")
         return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-        previous = record["settings"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{path} is unreadable ({e}). Expected the JSON file keras_vit wrote; "
-                         "pass overwrite=True (--overwrite) to start the suite over.") from None
+    record = read_json_state(
+        path, {"settings": dict}, "pass overwrite=True (--overwrite) to start the suite over")
+    previous = record["settings"]
     changed = {k: (previous.get(k), v) for k, v in settings.items() if previous.get(k) != v}
     if changed:
         details = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
@@ -557,20 +594,32 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
             raise ValueError("sweep is empty. Expected (learning_rate, steps) pairs, or True.")
     check_data(chosen_tasks, data_dir, manual_dir, download)  # before hours of training
     output_dir = check_writable_dir(output_dir)
-    settings = _jsonable(dict(
-        model=description, image_size=image_size, batch_size=batch_size,
-        target_batch_size=target_batch_size, seed=seed, augment=bool(augment),
-        learning_rate=None if grid else learning_rate, steps=None if grid else steps,
-        sweep=grid, select=select if grid else None))
+    with folder_lock(output_dir, "VTAB run"):  # one suite run per folder
+        return _run_suite(model_fn, output_dir, chosen_tasks, grid, dict(
+            model=description, image_size=image_size, batch_size=batch_size,
+            target_batch_size=target_batch_size, seed=seed, augment=bool(augment),
+            learning_rate=None if grid else learning_rate, steps=None if grid else steps,
+            sweep=grid, select=select if grid else None), overwrite=overwrite,
+            keep_weights=keep_weights, verbose=verbose, common=dict(
+                batch_size=batch_size, target_batch_size=target_batch_size,
+                image_size=image_size, jit_compile=jit_compile, verbose=verbose,
+                callbacks=list(callbacks), strategy=strategy, data_kwargs=dict(
+                    data_dir=data_dir, manual_dir=manual_dir, download=download, seed=seed,
+                    augment=augment)))
+
+
+def _run_suite(model_fn, output_dir, chosen_tasks, grid, settings, *, overwrite, keep_weights,
+               verbose, common):
+    """`run` in its locked folder: the records checked, the sweep, then each task."""
+    remove_temporaries(output_dir)  # of a suite killed mid-write: nobody else writes here
+    settings = _jsonable(settings)
     record = _check_settings(output_dir, settings, overwrite)
+    sweep_path = os.path.join(output_dir, SWEEP_FILE)
+    results_path = os.path.join(output_dir, RESULTS_FILE)
+    sweep_rows = _read_rows(sweep_path, SWEEP_FIELDS)  # both checked before any training
+    results = _read_rows(results_path, RESULT_FIELDS)
     record["settings"] = settings
     atomic_write_text(os.path.join(output_dir, SETTINGS_FILE), json.dumps(record, indent=1))
-
-    data_kwargs = dict(data_dir=data_dir, manual_dir=manual_dir, download=download, seed=seed,
-                       augment=augment)
-    common = dict(batch_size=batch_size, target_batch_size=target_batch_size,
-                  image_size=image_size, data_kwargs=data_kwargs, jit_compile=jit_compile,
-                  verbose=verbose, callbacks=list(callbacks), strategy=strategy)
     runs = os.path.join(output_dir, RUNS_DIR)
 
     def say(text):
@@ -584,9 +633,7 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
     # 1. The sweep: every setting on every task, train800 -> val200.
     chosen = {}
     if grid:
-        sweep_path = os.path.join(output_dir, SWEEP_FILE)
-        sweep_rows = _read_rows(sweep_path, SWEEP_FIELDS)
-        done = {(r["task"], float(r["learning_rate"]), int(r["steps"])) for r in sweep_rows}
+        done = {(r["task"], r["learning_rate"], r["steps"]) for r in sweep_rows}
         for lr, n in grid:
             for task in chosen_tasks:
                 if (task.name, lr, n) in done:
@@ -603,16 +650,14 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
                 _write_rows(sweep_path, SWEEP_FIELDS, sweep_rows)
                 finish_run(run_dir)
                 say(f"vtab sweep {task.name}: val200 accuracy {100 * accuracy:.2f}%")
-        chosen = _choose(sweep_rows, chosen_tasks, grid, select)
+        chosen = _choose(sweep_rows, chosen_tasks, grid, settings["select"])
         record["chosen"] = {name: dict(learning_rate=lr, steps=n)
                             for name, (lr, n) in chosen.items()}
         atomic_write_text(os.path.join(output_dir, SETTINGS_FILE), json.dumps(record, indent=1))
 
     # 2. Each task: train800val200 -> test, with the protocol's (or the chosen) setting.
-    results_path = os.path.join(output_dir, RESULTS_FILE)
-    results = _read_rows(results_path, RESULT_FIELDS)
     for index, task in enumerate(chosen_tasks, 1):
-        lr, n = chosen.get(task.name, (learning_rate, steps))
+        lr, n = chosen.get(task.name, (settings["learning_rate"], settings["steps"]))
         if any(row["task"] == task.name for row in results):
             say(f"vtab [{index}/{len(chosen_tasks)}] {task.name}: already done")
             continue
