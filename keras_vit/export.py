@@ -40,10 +40,11 @@ import tensorflow as tf
 
 from keras_vit import images as image_ops
 from keras_vit import labels as label_sets
-from keras_vit.fileio import atomic_write, staging_dir
+from keras_vit.fileio import atomic_write, naming_write_errors, staging_dir
 from keras_vit.layers import TokenPooling
 from keras_vit.model import model_image_size, patch_grid
 from keras_vit.checks import check_choice, check_int
+from keras_vit.weights.keymap import is_quantized
 
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
@@ -439,6 +440,8 @@ def export_saved_model(
             bad argument, or a non-empty version folder without `overwrite`.
         TypeError: if `model` is not a `keras.Model`.
         ImportError: with `warmup=True` and tensorflow-serving-api not installed.
+        keras_vit.fileio.WriteError: naming the version folder, if it cannot be written (a
+            full disk); nothing is left of the new export.
 
     Example:
     >>> model = keras_vit.ViT_B16(num_classes=3)  # doctest: +SKIP
@@ -529,10 +532,21 @@ def export_tflite(model, path, quantize=None):
 
     Returns:
         str: `path`.
+
+    Raises:
+        ValueError: for an int8-quantized model (`model.quantize("int8")`), which the
+            converter cannot convert: export the float model, with `quantize="dynamic-int8"`.
+        keras_vit.fileio.WriteError: naming `path`, if it (or the converter's scratch
+            SavedModel) cannot be written; a file already at `path` is left as it was.
     """
     _check_tensorflow_backend("export_tflite")
     check_choice("quantize", quantize, TFLITE_QUANTIZATIONS)
-    with tflite_converter(model) as converter:
+    if is_quantized(variable.path for variable in model.weights):
+        raise ValueError(
+            f"Model {model.name!r} is int8-quantized (model.quantize('int8')): the TFLite "
+            "converter cannot convert Keras' int8 layers. Expected the float model; "
+            "quantize='dynamic-int8' stores its weights as int8 in the file.")
+    with naming_write_errors(path), tflite_converter(model) as converter:  # its scratch too
         if quantize == "dynamic-int8":
             # Optimize.DEFAULT without a representative dataset: dynamic-range quantisation.
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
