@@ -108,6 +108,17 @@ def check_rank(what, shape, axes):
     return shape
 
 
+def check_image_sides(shape, minimum, reason):
+    """Raises unless each known side (height, width) of images `[B, H, W, C]` is at least
+    `minimum` (height, width) pixels; `reason` says why (for the message)."""
+    for dim, size, least in zip(("height", "width"), shape[1:3], minimum):
+        if size is not None and size < least:
+            raise ValueError(f"Image {dim} {size} is below {least} pixel{'s' * (least > 1)} "
+                             f"({reason}). Expected images of at least {minimum[0]}x"
+                             f"{minimum[1]} pixels.")
+    return shape
+
+
 def check_divisible(name, value, divisor_name, divisor):
     """Raises unless `value` is a multiple of `divisor`, suggesting the nearest one below."""
     if value % divisor:

@@ -278,6 +278,9 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
         return _classify(model, images, labels, top_k, jit_compile)
 
     def serve_images(images):
+        # A signature does not hold its callers to its shape: another one (rank 3, another
+        # size, an empty image) is refused here, before it reaches the model's kernels.
+        images = tf.ensure_shape(images, [None, height, width, IMAGE_CHANNELS])
         return _classify(model, tf.cast(images, tf.float32), labels, top_k, jit_compile)
 
     archive.add_endpoint(

@@ -17,6 +17,7 @@ from keras_vit.checks import (
     check_bool,
     check_choice,
     check_heads,
+    check_image_sides,
     check_int,
     check_positive_int,
     check_positive_number,
@@ -149,6 +150,7 @@ class PatchEmbedding(ConfigArgs, keras.layers.Layer):
 
     def _grid(self, input_shape):
         check_rank("PatchEmbedding", input_shape, ("batch", "height", "width", "channels"))
+        check_image_sides(input_shape, self.patch_size, "the patch size: it holds no patch")
         grid = []
         for axis, (size, patch) in enumerate(zip(input_shape[1:3], self.patch_size)):
             if size is not None and size % patch:

@@ -14,7 +14,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import ConfigArgs
-from keras_vit.checks import check_positive_int, check_positive_number
+from keras_vit.checks import check_image_sides, check_positive_int, check_positive_number
 
 # The official StdConv adds this to the kernel's standard deviation (`weight_standardize`).
 STD_CONV_EPSILON = 1e-5
@@ -210,6 +210,7 @@ class ResNet(ConfigArgs, keras.layers.Layer):
 
     def call(self, images):
         # images = [B, H, W, 3]
+        check_image_sides(images.shape, (1, 1), "an empty image")
         x = ops.relu(self.gn_root(self.conv_root(images)))  # x = [B, H/2, W/2, width]
         x = self.pool(x)  # x = [B, H/4, W/4, width]
         for unit in self.units:
