@@ -238,6 +238,9 @@ class MaskedPatchModel(keras.Model):
                  name=None, **kwargs):
         if isinstance(vit, dict):
             vit = ViT(**vit)
+        if not isinstance(vit, keras.Model):
+            raise ValueError("`vit` must be a keras_vit.ViT model or a dict of its arguments. "
+                             f"Received: vit={vit!r:.100}")
         config = vit_config(vit)  # raises for a model keras_vit.ViT did not build
         # The ViT's dtype policy (so that Keras adds loss scaling under mixed float16), but
         # the images are not cast: the targets come from the exact pixels, and each layer

@@ -183,7 +183,15 @@ def test_layout_map_shards_the_blocks_heads_and_mlp_units_only(config):
     assert custom["encoderblock_23/MlpBlock_3/Dense_1/kernel"].axes == ("heads", None)
 
 
-def test_get_distribution_builds_the_meshes():
+@pytest.fixture
+def eight_devices(monkeypatch):
+    """This process as a machine of FAKE_DEVICES (get_distribution refuses devices it lacks)."""
+    monkeypatch.setattr(keras.distribution, "list_devices",
+                        lambda device_type=None: list(FAKE_DEVICES) if device_type in (
+                            None, "cpu") else [])
+
+
+def test_get_distribution_builds_the_meshes(eight_devices):
     data_parallel = keras_vit.get_distribution(devices=FAKE_DEVICES)
     assert isinstance(data_parallel, keras.distribution.DataParallel)
     assert sharding.data_parallel_size(data_parallel) == 8
@@ -211,7 +219,7 @@ def test_get_distribution_builds_the_meshes():
     (lambda: keras_vit.layout_map(TINY, mesh(), model_axis="heads"),
      "`model_axis` must be one of 'batch', 'model'. Received: model_axis='heads'"),
 ])
-def test_refusals_name_the_value_and_what_was_expected(call, message):
+def test_refusals_name_the_value_and_what_was_expected(call, message, eight_devices):
     with pytest.raises(ValueError) as error:
         call()
     assert message in str(error.value)
@@ -225,7 +233,8 @@ def test_refusals_name_the_value_and_what_was_expected(call, message):
              "split across 8 replicas. Expected a multiple of 8 examples (e.g. 16)."),
 ], ids=["batch", "last-batch"])
 def test_fit_refuses_batches_that_do_not_split_before_it_writes(batch_size, validation_examples,
-                                                                message, tmp_path):
+                                                                message, tmp_path,
+                                                                eight_devices):
     x = np.zeros((24, 16, 16, 3), np.uint8)
     y = np.arange(24) % 3
     train = data.from_arrays(x, y, image_size=16, batch_size=batch_size, training=True)

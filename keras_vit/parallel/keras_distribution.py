@@ -79,6 +79,9 @@ def layout_map(config, mesh, model_axis=MODEL_AXIS):
         ValueError: if `model_axis` is not an axis of `mesh`, or `num_heads` or `mlp_dim` is
             not divisible by its size.
     """
+    if not isinstance(mesh, keras.distribution.DeviceMesh):
+        raise ValueError("`mesh` must be a keras.distribution.DeviceMesh. Received: "
+                         f"mesh={mesh!r:.100}")
     check_choice("model_axis", model_axis, tuple(mesh.axis_names))
     size = mesh.shape[list(mesh.axis_names).index(model_axis)]
     num_heads, mlp_dim = _transformer_sizes(config)
@@ -112,10 +115,11 @@ def get_distribution(config=None, model_parallel=1, devices=None):
 
     Raises:
         ValueError: if `model_parallel` does not divide the device count, if the model's
-            `num_heads` or `mlp_dim` is not divisible by it, or without `config` when needed.
+            `num_heads` or `mlp_dim` is not divisible by it, without `config` when needed, or
+            for `devices` that are empty, repeated or not on this machine.
     """
     model_parallel = check_positive_int("model_parallel", model_parallel)
-    devices = list(keras.distribution.list_devices() if devices is None else devices)
+    devices = keras.distribution.list_devices() if devices is None else check_devices(devices)
     if len(devices) % model_parallel:
         divisors = [d for d in range(1, len(devices) + 1) if len(devices) % d == 0]
         raise ValueError(
@@ -131,6 +135,40 @@ def get_distribution(config=None, model_parallel=1, devices=None):
         (len(devices) // model_parallel, model_parallel), (BATCH_AXIS, MODEL_AXIS), devices)
     return keras.distribution.ModelParallel(layout_map=layout_map(config, mesh),
                                             batch_dim_name=BATCH_AXIS)
+
+
+def _devices_of_type(device_type):
+    """This machine's devices of one type ("cpu", "gpu", "tpu"); none for an unknown type."""
+    try:
+        return keras.distribution.list_devices(device_type)
+    except (RuntimeError, ValueError):  # the backend has no such device type
+        return []
+
+
+def check_devices(devices):
+    """Returns `devices` as a list of lower-case names, if they are distinct devices of this
+    machine (`keras.distribution.list_devices(type)`, e.g. "gpu:0").
+
+    Raises:
+        ValueError: for a non-list, an empty list, a repeated device or an unknown one.
+    """
+    if not isinstance(devices, (list, tuple)) or not all(isinstance(d, str) for d in devices):
+        raise ValueError("`devices` must be a list of device names such as 'gpu:0'. Received: "
+                         f"devices={devices!r:.100}")
+    names = [d.lower() for d in devices]
+    if not names:
+        raise ValueError("`devices` is empty. Expected device names such as 'gpu:0', or None "
+                         "for every accelerator (else every CPU device).")
+    repeated = sorted({d for d in names if names.count(d) > 1})
+    if repeated:
+        raise ValueError(f"`devices` names {', '.join(repeated)} more than once. Expected "
+                         "distinct devices.")
+    for name in names:
+        if name not in _devices_of_type(name.partition(":")[0]):
+            known = dict.fromkeys(keras.distribution.list_devices() + _devices_of_type("cpu"))
+            raise ValueError(f"Device {name!r} is not on this machine, whose devices are "
+                             f"{', '.join(known)}. Expected some of them.")
+    return names
 
 
 def data_parallel_size(distribution=None):

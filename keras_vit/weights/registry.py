@@ -19,6 +19,9 @@ _REGISTERED = {}  # name -> entry, added with `register_checkpoint`
 URL_SCHEMES = ("http", "https", "file")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]*(/[A-Za-z0-9][A-Za-z0-9._+\-]*)*")
+# Each name segment is a folder or file name in the cache (`<segment>.npz` for the last): at
+# most 255 bytes on the common file systems.
+MAX_SEGMENT = 255 - len(".npz")
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,6 +100,11 @@ def register_checkpoint(name, url, variant=None, sha256=None, **info):
     if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name.split("/"):
         raise ValueError(f"Checkpoint name {name!r} is not valid. Expected letters, digits and "
                          "'._+-', in segments joined by '/' (e.g. 'mine/vit-b16-cifar').")
+    longest = max(name.split("/"), key=len)
+    if len(longest) > MAX_SEGMENT:
+        raise ValueError(f"Checkpoint name {name[:40]!r}... has a segment of {len(longest)} "
+                         f"characters, too long for a file name in the cache. Expected segments "
+                         f"of at most {MAX_SEGMENT} characters.")
     scheme = url.split("://", 1)[0] if isinstance(url, str) and "://" in url else None
     if scheme not in URL_SCHEMES:
         raise ValueError(f"Checkpoint URL {url!r} is not understood. Expected an http://, "
