@@ -5,8 +5,11 @@ imported, and the command modules import the library (and so TensorFlow) inside 
 functions: `keras-vit --help`, `keras-vit COMMAND --help` and `keras-vit models` start without
 TensorFlow. Every command takes its model the same way (`keras_vit_cli.common`).
 
-Errors a user can fix (a missing file, a bad value, a checkpoint that does not fit) print one
-`keras-vit COMMAND: error: ...` message, without a traceback, and exit with status 2.
+Errors a user can fix (a missing file, a bad value, a checkpoint that does not fit, a full
+disk) print one `keras-vit COMMAND: error: ...` message, without a traceback, and exit with
+status 2; any other error (a bug) prints one line too and exits with status 1. `--debug`, on
+every command, shows the full traceback instead. A command that fails removes the output
+folders it created and left empty.
 """
 
 import argparse
@@ -15,8 +18,9 @@ import os
 import sys
 import tempfile
 
+from keras_vit_cli.catalog import library_module
 from keras_vit_cli.common import select_backend
-from keras_vit_cli.errors import describe
+from keras_vit_cli.errors import FAILURE, describe
 
 # Command name -> (module, one-line help). The modules stay unimported until their command runs.
 COMMANDS = {
@@ -55,10 +59,14 @@ def build_parser(argv=()):
     `argv` only (only its module is imported)."""
     parser = argparse.ArgumentParser(prog="keras-vit",
                                      description="Vision Transformer models for Keras 3.")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _chosen_command(argv)
     for name, (module, help_text) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        # Here too, after the command; SUPPRESS keeps the top-level flag when it is left out.
+        command_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                    help=DEBUG_HELP)
         if name == chosen:
             configure, run = importlib.import_module(module).COMMANDS[name]
             configure(command_parser)
@@ -68,6 +76,9 @@ def build_parser(argv=()):
 
 # Commands that never need TensorFlow.
 LIGHT_COMMANDS = ("models",)
+DEBUG_HELP = "on an error, show the full traceback (for a bug report) instead of one line"
+# The arguments that name an output folder or file a command may create.
+OUTPUT_ARGUMENTS = ("output", "out")
 
 
 def _quiet_tensorflow():
@@ -97,22 +108,57 @@ def _start_tensorflow_quietly():
             os.close(saved)
 
 
+def _new_folders(args):
+    """The folders an output argument names that do not exist yet (the deepest first)."""
+    new = []
+    for name in OUTPUT_ARGUMENTS:
+        value = getattr(args, name, None)
+        path = os.path.abspath(os.path.expanduser(value)) if isinstance(value, str) else None
+        while path and not os.path.exists(path):
+            new.append(path)
+            path = os.path.dirname(path)
+    return new
+
+
+def _remove_empty(folders):
+    """Removes the folders of `folders` (deepest first) that a failed command left empty."""
+    fileio = library_module("fileio")  # without importing Keras, for a command that did not
+    for folder in folders:
+        if os.path.isdir(folder):
+            fileio.remove_if_unused(folder)
+
+
+def _bug(error):
+    """The one line for an error that is not the user's to fix."""
+    text = str(error).strip().splitlines()
+    return (f"internal error: {type(error).__name__}{': ' + text[0] if text else ''}. This is "
+            "a bug in keras_vit: run the command again with --debug for the traceback, and "
+            "report it.")
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     _quiet_tensorflow()
     args = build_parser(argv).parse_args(argv)
+    new_folders = _new_folders(args)
     try:
         select_backend(getattr(args, "backend", None))  # before TensorFlow imports Keras
         if args.command not in LIGHT_COMMANDS or getattr(args, "time", False):
             _start_tensorflow_quietly()
         return args.run(args) or 0
     except KeyboardInterrupt:
+        _remove_empty(new_folders)
+        if args.debug:
+            raise
         print(f"keras-vit {args.command}: interrupted", file=sys.stderr)
         return 130
-    except Exception as error:  # noqa: BLE001 - user errors become one line; others re-raise
+    except Exception as error:  # noqa: BLE001 - one line, or the traceback with --debug
+        _remove_empty(new_folders)
+        if args.debug:
+            raise
         message, status = describe(error)
         if message is None:
-            raise
+            message, status = _bug(error), FAILURE
         print(f"keras-vit {args.command}: error: {message}", file=sys.stderr)
         return status
 

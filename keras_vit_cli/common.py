@@ -81,9 +81,12 @@ def add_model_arguments(parser, weights_help=""):
 
 
 def check_images_exist(paths):
-    """Raises FileNotFoundError for the first of `paths` that is not a file: all are looked
-    for before any is read or a model is loaded."""
+    """Raises FileNotFoundError for the first of `paths` that does not exist (ValueError for a
+    folder): all are looked for before any is read or a model is loaded."""
     for path in paths:
+        if os.path.isdir(os.path.expanduser(path)):
+            raise ValueError(f"{path} is a folder. Expected image files (e.g. "
+                             f"{os.path.join(path, '*.jpg')}).")
         if not os.path.isfile(os.path.expanduser(path)):
             raise FileNotFoundError(f"Image file {path} does not exist.")
 
@@ -372,7 +375,8 @@ def undecodable_files_named(args):
             raise
         from keras_vit import data
 
-        bad = data.find_corrupt_images(data.list_image_folder(args.folder)[0])
+        paths = data.list_image_folder(args.folder, getattr(args, "folder_labels", "inferred"))[0]
+        bad = data.find_corrupt_images(paths)
         if not bad:
             raise
         listed = "; ".join(f"{path}: {reason}" for path, reason in bad[:10])

@@ -12,7 +12,7 @@ _TF_INPUT_ERRORS = ("InvalidArgumentError", "NotFoundError", "UnknownError",
 
 def describe(error):
     """`(message, exit status)` for an error the user can fix, or `(None, None)` for a bug
-    (which the command line re-raises with its traceback)."""
+    (which the command line reports as an internal error, with its traceback under --debug)."""
     tf = sys.modules.get("tensorflow")
     training = sys.modules.get("keras_vit.training.loop")
     if training is not None and isinstance(error, training.TrainingDiverged):
