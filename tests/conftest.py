@@ -1,3 +1,4 @@
+import gc
 import os
 import sys
 
@@ -6,6 +7,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+# The objects of the libraries imported so far (Keras, TensorFlow) live as long as the session:
+# they are moved out of the garbage collector's sight, so that the full collections Keras runs
+# (`clear_session` after every test, `quantize` once per layer) scan only what tests create.
+gc.freeze()
 
 
 @pytest.fixture(autouse=True)
