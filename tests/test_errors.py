@@ -1,14 +1,19 @@
 """Bad input and faults, as a table: every case names the input, the error it must raise, a phrase
 its one-line message must contain, and what must be unchanged afterwards (model weights, files,
-caches, exports, backups). The command line's cases assert exit status 2 (1 for a diverged run)
-and no traceback; a few run in a real subprocess."""
+caches, exports, backups), with a check of its own where it needs one. The command line's cases
+assert exit status 2 (1 for a diverged run) and no traceback; a few run in a real subprocess.
+The faults that need processes of their own (two runs at once, kill -9, a full disk in each
+kind of write) are in tests/test_faults.py."""
 
+import contextlib
 import dataclasses
 import hashlib
 import io
 import json
 import os
 import pathlib
+import resource
+import shutil
 import subprocess
 import sys
 
@@ -16,11 +21,13 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 from PIL import Image
 
 import keras_vit
 import keras_vit_cli as cli
-from keras_vit import data, export, images, labels, training, weights
+from keras_vit import data, export, fileio, images, labels, training, vtab, weights
+from keras_vit.parallel import keras_distribution
 from keras_vit.weights import CheckpointError
 
 TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
@@ -104,6 +111,7 @@ class Case:
     error: type
     phrase: str
     unchanged: str = "model"  # "model", "files" (nothing under tmp written or changed), "none"
+    after: object = None  # Context -> None: a check of its own, once the error is raised
 
 
 def load(path_fn):
@@ -177,7 +185,7 @@ def corrupt_pointer(ctx):
 def corrupt_backup(ctx):
     backup = pathlib.Path(training.backup_dir(ctx.tmp / "run"))
     (backup / "epoch-000001").mkdir(parents=True)
-    (backup / "epoch-000001" / "model.weights.h5").write_bytes(b"not hdf5")
+    (backup / "epoch-000001" / "state.npz").write_bytes(b"not a zip")
     (backup / "latest.json").write_text('{"epoch": 1, "dir": "epoch-000001"}')
     fit_tiny(ctx, ctx.tmp / "run")
 
@@ -237,6 +245,173 @@ def class_names_file(ctx, content):
     path = ctx.tmp / "names.txt"
     path.write_bytes(content)
     return path
+
+
+HUB_FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "hub"
+
+
+def timm_config(ctx, root=None, **model_args):
+    """A timm file of the context's model, beside a config.json as timm writes it with
+    `model_args` (and top-level keys `root`) changed."""
+    path = timm_file(ctx)
+    config = json.loads((ctx.tmp / "config.json").read_text())
+    config["model_args"] = model_args.pop("replace", None) or dict(
+        config["model_args"], **model_args)
+    config.update(root or {})
+    (ctx.tmp / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def transformers_config(ctx, **changes):
+    """transformers' own fixture file, beside its config.json with `changes`."""
+    folder = ctx.tmp / "hf"
+    shutil.copytree(HUB_FIXTURES / "transformers_vit", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(dict(config, **changes)))
+    return folder / "model.safetensors"
+
+
+def from_file(path_fn):
+    return lambda ctx: keras_vit.from_pretrained(path_fn(ctx))
+
+
+def sidecar(ctx, **model_changes):
+    """A training run's final.npz, beside its config.json with `model` changed."""
+    fit_tiny(ctx, ctx.tmp / "run", epochs=1)
+    path = ctx.tmp / "run" / "config.json"
+    config = json.loads(path.read_text())
+    config["model"] = model_changes.pop("replace", None) or dict(config["model"],
+                                                                 **model_changes)
+    path.write_text(json.dumps(config))
+    return ctx.tmp / "run" / "final.npz"
+
+
+class StopAfter(keras.callbacks.Callback):
+    """Stops a run, as a crash would, once `epochs` epochs have finished (and been backed up)."""
+
+    def __init__(self, epochs):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.epochs:
+            raise KeyboardInterrupt
+
+
+def interrupted_run(ctx, tamper):
+    """A run that keeps best.npz, stopped after its first epoch; `tamper(run folder)`, then
+    the same run again."""
+    run = ctx.tmp / "run"
+    with contextlib.suppress(KeyboardInterrupt):
+        fit_tiny(ctx, run, epochs=3, monitor="loss", callbacks=[StopAfter(1)])
+    tamper(run)
+    ctx.run_files = ctx.files(run)
+    fit_tiny(ctx, run, epochs=3, monitor="loss")
+
+
+def locked_run(ctx):
+    """A training run on a folder a VTAB run holds."""
+    (ctx.tmp / "run").mkdir()
+    with fileio.folder_lock(ctx.tmp / "run", "VTAB run"):
+        fit_tiny(ctx, ctx.tmp / "run")
+
+
+def locked_vtab(ctx):
+    """A VTAB run on a folder a training run holds."""
+    (ctx.tmp / "vtab").mkdir()
+    with fileio.folder_lock(ctx.tmp / "vtab"), tfds.testing.mock_data(num_examples=8):
+        vtab.run(vtab_model, ctx.tmp / "vtab", tasks="dtd", steps=4, batch_size=4,
+                 jit_compile=False, verbose=0)
+
+
+@contextlib.contextmanager
+def file_size_limit(limit):
+    """This process's file-size limit (`ulimit -f`), for the block: a write past it fails with
+    EFBIG (Python ignores SIGXFSZ)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def on_a_full_disk(action):
+    def run(ctx):
+        with file_size_limit(1000):
+            action(ctx)
+    return run
+
+
+def flat_folder_with_a_corrupt_image(ctx):
+    for i in range(8):
+        ctx.write_image(f"flat/{i}.png", size=(16, 16))
+    ctx.write_image("flat/bad.jpg", data=b"\xff\xd8\xff\xe0 not a JPEG")
+    return ctx.tmp / "flat"
+
+
+def vtab_model(num_classes):
+    return keras_vit.ViT(**dict(TINY, num_classes=num_classes))
+
+
+def tampered_vtab(ctx, tamper):
+    """A finished one-task VTAB suite, `tamper(its folder)`, then extended by a task: refused
+    before the new task is trained."""
+    out = ctx.run_dir = ctx.tmp / "vtab"
+    settings = dict(steps=4, batch_size=4, jit_compile=False, verbose=0)
+    trained = []
+
+    def model_fn(num_classes):
+        trained.append(num_classes)
+        return vtab_model(num_classes)
+
+    with tfds.testing.mock_data(num_examples=8):
+        vtab.run(model_fn, out, tasks="dtd", **settings)
+        tamper(out)
+        ctx.run_files = ctx.files(out)
+        try:
+            vtab.run(model_fn, out, tasks="dtd,eurosat", **settings)
+        finally:
+            assert trained == [47]  # eurosat was not trained
+
+
+def results_cell(column, value):
+    """A tampering of a VTAB folder: `value` in `column` of results.csv's first row."""
+    def tamper(out):
+        rows = (out / "results.csv").read_text().splitlines()
+        cells = rows[1].split(",")
+        cells[rows[0].split(",").index(column)] = value
+        (out / "results.csv").write_text("\n".join([rows[0], ",".join(cells)]) + "\n")
+    return tamper
+
+
+def new_output_after_a_usage_error(ctx):
+    ctx.cli("train", "--folder", ctx.folder(), "--model-config",
+            json.dumps(dict(json.loads(TINY_JSON), hidden_size=9)), "--image-size", "16",
+            "--output", ctx.tmp / "new" / "run")
+
+
+def no_folder(*parts):
+    def check(ctx):
+        assert not (ctx.tmp.joinpath(*parts)).exists()
+    return check
+
+
+def dynamic_model(**changes):
+    return keras_vit.ViT(**dict(TINY, dynamic_image_size=True, **changes))
+
+
+def exported_dynamic_model_fed(ctx, images):
+    """The `predict_images` signature of an exported model of any input size, on `images`."""
+    path = export.export_saved_model(dynamic_model(), ctx.tmp / "e", warmup=False)
+    signature = tf.saved_model.load(path).signatures[export.IMAGES_SIGNATURE]
+    signature(images=tf.constant(images, tf.float32))
+
+
+def trained_head_model():
+    model = keras_vit.ViT(**TINY)
+    model.get_layer("head").bias.assign(np.array([0.1, 0.0, -0.1], np.float32))
+    return model
 
 
 CASES = [
@@ -491,6 +666,139 @@ CASES = [
         "train", "--dataset", "cifar10", "--model-config", TINY_JSON, "--data-dir",
         c.tmp / "tfds", "--output", c.tmp / "run"), CommandFailed,
         "cifar10 is not prepared", "none"),
+    # -- Reliability III (issue 27), item by item. ----------------------------------------------
+    # 1. One writer per run folder (two processes: tests/test_faults.py).
+    Case("a run on a folder a VTAB run holds", locked_run, fileio.FolderInUse,
+         f"is in use by another VTAB run: process {os.getpid()} on ", "none"),
+    Case("a VTAB run on a folder a training run holds", locked_vtab, fileio.FolderInUse,
+         f"is in use by another run: process {os.getpid()} on ", "none"),
+    # 2. A full disk is one line naming the file; nothing half-written (backups, exports and
+    # the rest: tests/test_faults.py).
+    Case("a checkpoint written to a full disk", on_a_full_disk(
+        lambda c: weights.save_npz(c.model, c.tmp / "full.npz")), fileio.WriteError,
+        "full.npz: File too large", "files"),
+    # 4. An int8 model's .npz holds its float weights (tests/test_roundtrip.py); the int8
+    # model itself takes no float checkpoint.
+    Case("a checkpoint loaded into an int8 model", lambda c: [
+        c.model.quantize("int8"), keras_vit.load_pretrained(c.model, str(c.good))],
+        CheckpointError, "is int8-quantized", "none"),
+    # 5. A fresh head is refused unless asked for.
+    Case("evaluate a fresh head", lambda c: keras_vit.evaluate(
+        c.model, (np.zeros((4, 16, 16, 3), np.uint8), np.arange(4) % 3)), ValueError,
+        "has a fresh head (all zeros", "model"),
+    Case("cli evaluate without weights", lambda c: c.cli(
+        "evaluate", "--folder", c.folder(), "--model-config", TINY_JSON, "--image-size", "16",
+        "--batch-size", "4"), CommandFailed, "--allow-fresh-head", "none"),
+    # 6. Arrays of float images say their range, as data.from_arrays takes them.
+    Case("evaluate float images without their range", lambda c: keras_vit.evaluate(
+        trained_head_model(), (np.full((4, 16, 16, 3), 0.5, np.float32), np.arange(4) % 3)),
+        ValueError, "say their range with value_range=(0, 255) or value_range=(0, 1)", "files"),
+    # 7. A flat folder's undecodable image is named, and the failed run leaves nothing.
+    Case("cli pretrain a flat folder with a corrupt image", lambda c: c.cli(
+        "pretrain", "--folder", flat_folder_with_a_corrupt_image(c), "--model-config",
+        TINY_JSON, "--image-size", "16", "--batch-size", "3", "--epochs", "1", "--no-xla",
+        "--verbose", "0", "--output", c.tmp / "run"), CommandFailed, "flat/bad.jpg", "none",
+        after=no_folder("run")),
+    # 8. A missing manual folder is named before tensorflow-datasets writes anything.
+    Case("vtab with a missing manual folder", lambda c: c.cli(
+        "vtab", "--model-config", TINY_JSON, "--tasks", "diabetic_retinopathy",
+        "--manual-dir", c.tmp / "nonexistent", "--data-dir", c.tmp / "tfds", "--output",
+        c.tmp / "vtab"), CommandFailed, "--manual-dir) does not exist", "files",
+        after=no_folder("tfds")),
+    # 9. A config.json beside a .safetensors file is checked, field by field.
+    Case("config.json model_args not an object", from_file(lambda c: timm_config(
+        c, replace=[1])), CheckpointError, "`model_args` must be a JSON object"),
+    Case("config.json num_heads 3 of width 8", from_file(lambda c: timm_config(
+        c, num_heads=3)), CheckpointError, "model_args.num_heads 3 does not fit the arrays"),
+    Case("config.json num_heads -2", from_file(lambda c: timm_config(c, num_heads=-2)),
+         CheckpointError, "`model_args.num_heads` must be a positive integer"),
+    Case("config.json num_heads NaN", from_file(lambda c: timm_config(
+        c, num_heads=float("nan"))), CheckpointError, "model_args.num_heads=nan"),
+    Case("config.json num_heads 2.5", from_file(lambda c: timm_config(c, num_heads=2.5)),
+         CheckpointError, "model_args.num_heads=2.5"),
+    Case("config.json num_heads '2'", from_file(lambda c: timm_config(c, num_heads="2")),
+         CheckpointError, "model_args.num_heads='2'"),
+    Case("config.json layer_norm_eps 'x'", from_file(lambda c: transformers_config(
+        c, layer_norm_eps="x")), CheckpointError, "`layer_norm_eps` must be a number"),
+    # 10. ... and must agree with the arrays.
+    Case("config.json depth contradicts the arrays", from_file(lambda c: timm_config(
+        c, depth=12)), CheckpointError, "model_args.depth 12 contradicts the arrays of"),
+    Case("config.json num_hidden_layers contradicts the arrays", from_file(
+        lambda c: transformers_config(c, num_hidden_layers=5)), CheckpointError,
+        "num_hidden_layers 5 contradicts the arrays of"),
+    Case("config.json patch_size contradicts the arrays", from_file(lambda c: timm_config(
+        c, patch_size=16)), CheckpointError, "model_args.patch_size [16, 16] contradicts"),
+    Case("config.json num_classes contradicts the head", from_file(lambda c: timm_config(
+        c, root={"num_classes": 10})), CheckpointError, "num_classes 10 contradicts"),
+    Case("config.json global_pool map", from_file(lambda c: timm_config(
+        c, global_pool="map")), CheckpointError, "must be one of 'token', 'avg'"),
+    Case("config.json model_type beit", from_file(lambda c: transformers_config(
+        c, model_type="beit")), CheckpointError, "model_type 'beit' is not a ViT"),
+    Case("training config.json contradicts its checkpoint", from_file(lambda c: sidecar(
+        c, hidden_size=16)), CheckpointError, "model.hidden_size 16 contradicts the arrays",
+        "none"),
+    Case("training config.json model not an object", from_file(lambda c: sidecar(
+        c, replace=[1])), CheckpointError, "`model` must be a JSON object", "none"),
+    # 11. best.npz is checked against the SHA-256 best.json records.
+    Case("best.npz replaced before a resume", lambda c: interrupted_run(
+        c, lambda run: (run / "best.npz").write_bytes(os.urandom(2000))),
+        training.StateFileError, "best.npz is not the file", "none"),
+    # 12. Corrupt state files are named, with the field.
+    Case("best.json garbled", lambda c: interrupted_run(
+        c, lambda run: (run / "best.json").write_text("{garbled")),
+        training.StateFileError, "best.json is unreadable", "none"),
+    Case("run.json not an object", lambda c: interrupted_run(
+        c, lambda run: (run / "run.json").write_text("[1]")),
+        training.StateFileError, "run.json holds list, expected a JSON object",
+        "none"),
+    Case("results.csv accuracy not a number", lambda c: tampered_vtab(
+        c, results_cell("accuracy", "abc")), ValueError,
+        "results.csv, line 2: accuracy 'abc' is not a non-negative number", "none"),
+    Case("vtab.json settings not an object", lambda c: tampered_vtab(
+        c, lambda out: (out / "vtab.json").write_text('{"settings": [1]}')),
+        training.StateFileError, "vtab.json: field 'settings' is [1], expected an object",
+        "none"),
+    # 13. A model of any input size, given an empty image or one without its batch axis.
+    Case("dynamic model called on a 0x0 image", lambda c: dynamic_model()(
+        np.zeros((1, 0, 0, 3), np.float32)), ValueError,
+        "Image height 0 is below 8 pixels (the patch size: it holds no patch)", "files"),
+    Case("dynamic hybrid predicting on a 16x0 image", lambda c: dynamic_model(
+        patch_size=1, resnet={"num_layers": ()}).predict(np.zeros((1, 16, 0, 3)), verbose=0),
+        ValueError, "Image width 0 is below 1 pixel (an empty image)", "files"),
+    Case("exported dynamic model fed one image without its batch axis",
+         lambda c: exported_dynamic_model_fed(c, np.zeros((16, 16, 3))),
+         tf.errors.InvalidArgumentError,
+         "Shape of tensor images [16,16,3] is not compatible with expected shape [?,16,16,3]",
+         "none"),
+    Case("exported dynamic model fed a 0x0 image",
+         lambda c: exported_dynamic_model_fed(c, np.zeros((1, 0, 0, 3))),
+         tf.errors.InvalidArgumentError, "Shape of tensor images [1,0,0,3] is not compatible",
+         "none"),
+    # 14. Arguments of the Python API.
+    Case("layout_map without a mesh", lambda c: keras_distribution.layout_map("Ti/16", None),
+         ValueError, "`mesh` must be a keras.distribution.DeviceMesh", "files"),
+    Case("masked_patch_model of None", lambda c: keras_vit.pretraining.masked_patch_model(None),
+         ValueError, "`vit` must be a keras_vit.ViT model", "files"),
+    Case("vtab tasks=42", lambda c: vtab.run(vtab_model, c.tmp / "vtab", tasks=42),
+         ValueError, "`tasks` must be task or group names", "files"),
+    Case("get_distribution on a device that is not there", lambda c: keras_vit.get_distribution(
+        devices=["gpu:97"]), ValueError, "Device 'gpu:97' is not on this machine", "files"),
+    Case("get_distribution on one device twice", lambda c: keras_vit.get_distribution(
+        devices=["cpu:0", "cpu:0"]), ValueError, "names cpu:0 more than once", "files"),
+    Case("get_distribution on no devices", lambda c: keras_vit.get_distribution(devices=[]),
+         ValueError, "`devices` is empty", "files"),
+    # 15. Minor ones.
+    Case("cli usage error leaves no output folder", new_output_after_a_usage_error,
+         CommandFailed, "hidden_size 9 is not divisible by num_heads 2", "none",
+         after=no_folder("new")),
+    Case("cli predict a folder", lambda c: c.cli("predict", c.tmp, "--weights", c.good),
+         CommandFailed, "is a folder. Expected image files", "files"),
+    Case("register a 300-character name", lambda c: keras_vit.register_checkpoint(
+        "mine/" + "x" * 300, "file:///x.npz"), ValueError, "has a segment of 300 characters",
+        "files"),
+    Case("cli convert on a full disk", on_a_full_disk(lambda c: c.cli(
+        "convert", c.good, c.tmp / "out.npz")), CommandFailed,
+        "out.npz: File too large", "files"),
 ]
 
 
@@ -521,10 +829,12 @@ def test_bad_input(case, ctx):
         ctx.model_unchanged()
     elif case.unchanged == "files":
         assert ctx.files() == before
-    if hasattr(ctx, "run_files"):  # a finished run keeps its results
-        assert ctx.files(ctx.tmp / "run") == ctx.run_files
+    if hasattr(ctx, "run_files"):  # a run keeps its records as they were
+        assert ctx.files(getattr(ctx, "run_dir", ctx.tmp / "run")) == ctx.run_files
     if hasattr(ctx, "export_files"):  # the existing export is untouched
         assert ctx.files(ctx.tmp / "e") == ctx.export_files
+    if case.after is not None:
+        case.after(ctx)
     if case.name == "diverged run":  # no NaN weights written as final or best
         assert not (ctx.tmp / "run" / "final.npz").exists()
         best = ctx.tmp / "run" / "best.npz"
@@ -578,8 +888,11 @@ def test_a_diverged_run_keeps_its_last_finite_backup(ctx, tmp_path):
     backup = pathlib.Path(training.backup_dir(tmp_path / "run"))
     assert training.resume_epoch(backup) == 2  # the epochs before the NaN, not the NaN one
     model = keras_vit.ViT(**TINY)
-    model.load_weights(backup / json.loads((backup / "latest.json").read_text())["dir"]
-                       / "model.weights.h5", skip_mismatch=True)
+    training.compile_finetune(model, total_steps=8, warmup_steps=1)
+    restore = training.BackupAndRestore(backup)
+    restore.set_model(model)
+    restore.on_train_begin()
+    assert int(model.optimizer.iterations) == 2 * 3  # two epochs of three updates
     assert all(np.isfinite(v).all() for v in weights.model_params(model).values())
 
 
@@ -615,11 +928,15 @@ def test_bfloat16_safetensors_load_as_their_float32_values(ctx):
 
 
 def test_timm_architecture_names_outside_the_paper_table_give_their_heads():
-    from keras_vit.weights import hub
+    from keras_vit.weights import config_json
 
-    assert hub._config_heads({"architecture": "vit_small_patch8_224"}, "timm") == 6
-    assert hub._config_heads({"architecture": "vit_huge_patch14_clip_224"}, "timm") == 16
-    assert hub._config_heads({"architecture": "deit_base"}, "timm") is None
+    def heads(architecture):
+        config = {"architecture": architecture}
+        return config_json.timm_heads(config, config_json.declared_timm(config, "c.json")[0])
+
+    assert heads("vit_small_patch8_224") == 6
+    assert heads("vit_huge_patch14_clip_224") == 16
+    assert heads("deit_base") is None
 
 
 def test_corrupt_images_are_named_and_can_be_skipped(ctx, capsys):
@@ -676,3 +993,24 @@ def test_command_line_errors_in_a_real_process(argv, status, phrase, tmp_path):
     assert result.returncode == status, result.stderr[-2000:]
     assert phrase in result.stderr and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_debug_shows_the_traceback_on_every_command_and_a_bug_is_one_line_without_it(
+        tmp_path, capsys, monkeypatch):
+    missing = str(tmp_path / "missing.jpg")
+    for argv in (["--debug", "predict", missing], ["predict", missing, "--debug"]):
+        with pytest.raises(FileNotFoundError, match="missing.jpg does not exist"):
+            cli.main(argv)
+    from keras_vit_cli import models
+
+    def broken(args):
+        raise KeyError("oops")
+
+    monkeypatch.setitem(models.COMMANDS, "models", (models.COMMANDS["models"][0], broken))
+    assert cli.main(["models"]) == 1
+    assert capsys.readouterr().err == (
+        "keras-vit models: error: internal error: KeyError: 'oops'. This is a bug in keras_vit: "
+        "run the command again with --debug for the traceback, and report it.\n")
+    with pytest.raises(KeyError, match="oops"):
+        cli.main(["models", "--debug"])
+    assert "--debug" in cli.build_parser(["train"]).format_help()
