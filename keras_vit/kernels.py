@@ -29,6 +29,10 @@ CHOICES = {
     # identity whose backward pass computes the residual stream's gradient once per block
     # (`gradient_barrier`).
     "block_input": ("plain", "barrier"),
+    # The layout the MLP's products run on (`per_token`): "tokens", the `[B, N, D]` sequence
+    # (Dense through tensordot), or "rows", its `[B * N, D]` rows (2-D matrix products, which
+    # TensorFlow's graph runtime fuses with their bias and GELU in oneDNN).
+    "mlp": ("tokens", "rows"),
 }
 AUTO = "auto"
 
@@ -52,24 +56,28 @@ def check_kernels(kernels):
     return dict(kernels)
 
 
-def _jax_on_cpu():
-    return keras.backend.backend() == "jax" and all(
-        device.startswith("cpu") for device in keras.distribution.list_devices())
+def _on_cpu():
+    """Whether Keras' devices are all CPUs (no GPU or TPU)."""
+    return all(device.lower().startswith("cpu") for device in keras.distribution.list_devices())
 
 
 def default_kernel(name, training):
     """The measured default implementation of choice `name` (BENCHMARKS.md, "Kernels").
 
-    - attention: "fused" at inference, "products" in training. At inference the fused
-      operation is never slower and on a GPU under JAX it runs cuDNN's flash attention; in
-      training its backward was slower than the products' on a GPU and on a CPU.
+    - attention: "fused" at inference on an accelerator (cuDNN's flash attention on a GPU under
+      JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster) and
+      in training (the fused operation's backward was slower, on a GPU and on a CPU).
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
+    - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
     """
     if name == "attention":
-        return "products" if training else "fused"
+        return "products" if training or _on_cpu() else "fused"
     if name == "block_input":
-        return "barrier" if training and _jax_on_cpu() else "plain"
+        jax_on_cpu = keras.backend.backend() == "jax" and _on_cpu()
+        return "barrier" if training and jax_on_cpu else "plain"
+    if name == "mlp":
+        return "tokens" if training else "rows"
     raise ValueError(f"Unknown kernel choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
@@ -120,6 +128,20 @@ def dot_product_attention(query, key, value, dropout=None, training=False, kerne
         dropped = dropout(probs, training=training) if dropping else probs
         context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
     return (context, probs) if return_probabilities else context
+
+
+# --------------------------------------------------------------------------------------------
+# Per-token functions (the MLP).
+
+
+def per_token(fn, x, training=False, kernels=None):
+    """`fn(x)` for a function `fn` of each token alone that keeps the width (the MLP), on
+    `x = [B, N, D]` as it is (route "tokens") or on its `[B * N, D]` rows (route "rows")."""
+    if implementation(kernels, "mlp", training) == "tokens":
+        return fn(x)
+    shape = ops.shape(x)
+    rows = fn(ops.reshape(x, (-1, shape[-1])))  # rows = [B * N, D]
+    return ops.reshape(rows, shape)
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import warnings
 import keras
 from keras import ops
 
-from keras_vit.kernels import block_input, check_kernels, dot_product_attention
+from keras_vit.kernels import block_input, check_kernels, dot_product_attention, per_token
 from keras_vit.checks import (
     check_bool,
     check_choice,
@@ -561,16 +561,20 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         dropout_rate: float. Dropout after each Dense. Defaults to 0.
         gelu_approximate: bool. Tanh-approximate GELU (Flax `nn.gelu`, used to train the
             official checkpoints) if True, exact GELU if False. Defaults to True.
+        kernels: dict or None. Implementation choices of `keras_vit.kernels` (here "mlp");
+            those not named take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
     """
 
-    CONFIG_ARGS = ("mlp_dim", "dropout_rate", "gelu_approximate")
+    CONFIG_ARGS = ("mlp_dim", "dropout_rate", "gelu_approximate", "kernels")
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=GELU_APPROXIMATE, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=GELU_APPROXIMATE,
+                 kernels=None, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)
         self.gelu_approximate = check_bool("gelu_approximate", gelu_approximate)
+        self.kernels = check_kernels(kernels) or None
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -587,11 +591,15 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
-        # inputs = [B, N, D]
-        x = self.dense_0(inputs)  # x = [B, N, mlp_dim]
+        # inputs = [B, N, D]: the same function of each token (`per_token` picks the layout).
+        return per_token(lambda x: self.mlp(x, training), inputs, training, self.kernels)
+
+    def mlp(self, x, training=None):
+        """The MLP of each token: `x = [..., D]` -> `[..., D]`."""
+        x = self.dense_0(x)  # x = [..., mlp_dim]
         x = keras.activations.gelu(x, approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
-        x = self.dense_1(x)  # x = [B, N, D]
+        x = self.dense_1(x)  # x = [..., D]
         return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -676,6 +684,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
             self.mlp_dim,
             dropout_rate=self.dropout_rate,
             gelu_approximate=self.gelu_approximate,
+            kernels=self.kernels,
             name="MlpBlock_3",
             dtype=self.dtype_policy,
         )

@@ -86,14 +86,42 @@ def test_attention_dropout_applies_to_the_probabilities_whatever_the_route():
     assert np.abs(trained - inferred).max() > 1e-3
 
 
-def test_the_defaults_are_the_measured_table():
-    assert kernels.default_kernel("attention", training=False) == "fused"
-    assert kernels.default_kernel("attention", training=True) == "products"
-    # TensorFlow here: the residual stream's barrier is for XLA on CPUs under JAX only.
+def test_the_defaults_are_the_measured_table(monkeypatch):
+    # On this machine's CPU (TensorFlow): the products, the MLP's rows at inference only, no
+    # barrier (the residual stream's barrier is for XLA on CPUs under JAX).
+    assert [kernels.default_kernel("attention", training) for training in (False, True)] == \
+        ["products", "products"]
+    assert [kernels.default_kernel("mlp", training) for training in (False, True)] == \
+        ["rows", "tokens"]
     assert kernels.default_kernel("block_input", training=True) == "plain"
-    assert kernels.implementation({"attention": "products"}, "attention", False) == "products"
+    # On a GPU: the fused attention at inference.
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda: ["gpu:0"])
+    assert [kernels.default_kernel("attention", training) for training in (False, True)] == \
+        ["fused", "products"]
+    assert kernels.implementation({"attention": "fused"}, "attention", True) == "fused"
     assert kernels.implementation({"attention": "auto"}, "attention", False) == "fused"
-    assert kernels.implementation(None, "attention", True) == "products"
+
+
+def test_the_rows_route_feeds_each_matmul_to_its_bias_add():
+    """With the MLP on rows, each inference MatMul of the traced graph feeds its bias add
+    (the pattern TensorFlow's graph runtime fuses with the GELU); on the token sequence, a
+    Reshape of tensordot follows it. Both compute the same, for a dynamic batch too."""
+    block = keras_vit.MlpBlock(48)
+    x = np.random.default_rng(0).normal(size=(2, 5, 32)).astype("float32")
+    block(x)
+    spec = tf.TensorSpec((None, None, 32), tf.float32)
+
+    def matmul_consumers(route):
+        block.kernels = {"mlp": route}
+        traced = tf.function(lambda t: block(t)).get_concrete_function(spec)
+        matmuls = [op for op in traced.graph.get_operations() if op.type == "MatMul"]
+        assert len(matmuls) == 2
+        return {c.type for op in matmuls for c in op.outputs[0].consumers()}, traced(x)
+
+    rows, by_rows = matmul_consumers("rows")
+    tokens, by_tokens = matmul_consumers("tokens")
+    assert "Reshape" not in rows and "Reshape" in tokens
+    np.testing.assert_allclose(by_rows, by_tokens, atol=1e-5)
 
 
 @pytest.mark.parametrize("value, message", [
