@@ -382,17 +382,43 @@ def per_block(model):
     """
     if encoder_layer(model) is None:
         return model
-    config = vit_config(model)
+    return rebuilt(model, scan=False, remat=False)
+
+
+def rebuilt(model, dtype_policy=None, **overrides):
+    """`model` built again by `keras_vit.ViT` from its configuration with `overrides`, under
+    `dtype_policy` (default: the model's own), with a copy of its weights (quantized where the
+    model is).
+
+    Args:
+        model: a model built by `keras_vit.ViT` (or a named builder).
+        dtype_policy: str, `keras.DTypePolicy` or None. E.g. "mixed_bfloat16".
+        **overrides: `keras_vit.ViT` arguments that keep the weights' shapes (e.g. `scan`,
+            `remat`, `kernels`).
+
+    Returns:
+        A `keras.Model`.
+    """
+    config = dict(vit_config(model), **overrides)
     policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(model.get_layer("embedding").dtype_policy)  # the model's
+    keras.config.set_dtype_policy(dtype_policy or model.get_layer("embedding").dtype_policy)
     try:
-        twin = ViT(**dict(config, scan=False, remat=False))
+        twin = ViT(**config)
     finally:
         keras.config.set_dtype_policy(policy)
     blocks = dict(zip((f"encoderblock_{i}" for i in range(config["num_layers"])),
                       encoder_blocks(model)))
+    names = {layer.name for layer in model.layers}
     for layer in twin.layers:
-        source = blocks[layer.name] if layer.name in blocks else model.get_layer(layer.name)
+        if layer.name in names:
+            source = model.get_layer(layer.name)
+        elif layer.name in blocks:
+            source = blocks[layer.name]
+        elif layer.name == ENCODER:  # the twin's Encoder holds the model's top-level blocks
+            for block in layer.blocks:
+                _quantize_like(block, blocks[block.name])
+                block.set_weights(blocks[block.name].get_weights())
+            continue
         _quantize_like(layer, source)
         layer.set_weights(source.get_weights())
     return twin

@@ -22,6 +22,17 @@ import sys
 DEFAULT_WEIGHTS = "default"
 
 
+def add_xla_arguments(parser):
+    """`--xla` / `--no-xla`: force the runtime; neither takes the measured default
+    (`keras_vit.runtime.choose`), which the run records with its reason."""
+    xla = parser.add_mutually_exclusive_group()
+    xla.add_argument("--xla", dest="xla", action="store_const", const=True, default=None,
+                     help="compile with XLA (default: the measured choice for this device and "
+                          "precision)")
+    xla.add_argument("--no-xla", dest="xla", action="store_const", const=False,
+                     help="run in TensorFlow's graph runtime")
+
+
 def select_backend(backend):
     """Sets the Keras backend for this process (before Keras is imported)."""
     if backend is None:
@@ -272,7 +283,7 @@ def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split
     run.add_argument("--target-batch-size", type=positive_int_arg, default=None,
                      help="reach this batch by gradient accumulation, e.g. 512")
     run.add_argument("--precision", default="float32", help="float32, bfloat16 or float16")
-    run.add_argument("--no-xla", action="store_true", help="do not compile with XLA")
+    add_xla_arguments(run)
     run.add_argument("--backend", choices=("tensorflow", "jax"), default=None,
                      help="Keras backend (default: KERAS_BACKEND, else tensorflow); the data "
                           "pipelines are tf.data either way")
@@ -338,7 +349,7 @@ def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, *
             steps=args.steps or (None if args.epochs else default_steps), epochs=args.epochs,
             learning_rate=args.lr, warmup_steps=args.warmup_steps,
             target_batch_size=args.target_batch_size,
-            jit_compile=False if args.no_xla else None, verbose=args.verbose,
+            jit_compile=args.xla, verbose=args.verbose,
             overwrite=args.overwrite, **kwargs)
 
 

@@ -14,6 +14,7 @@ skips the finished tasks and resumes the interrupted one; more --tasks are added
 
 from keras_vit_cli.common import (
     add_model_arguments,
+    add_xla_arguments,
     model_from_args,
     positive_int_arg,
     require_architecture,
@@ -93,7 +94,7 @@ def configure(parser):
     group.add_argument("--strategy", default="auto",
                        help="auto, tpu, mirrored, multiworker or cpu (default auto)")
     group.add_argument("--precision", default="float32", help="float32, bfloat16 or float16")
-    group.add_argument("--no-xla", action="store_true", help="do not compile with XLA")
+    add_xla_arguments(group)
     group.add_argument("--backend", choices=("tensorflow", "jax"), default=None,
                        help="Keras backend (default: KERAS_BACKEND, else tensorflow)")
     group.add_argument("--overwrite", action="store_true",
@@ -134,7 +135,7 @@ def run(args):  # the dispatcher has applied --backend
              sweep=sweep, select=args.select, data_dir=args.data_dir,
              manual_dir=args.manual_dir, seed=args.seed, augment=not args.no_augment,
              keep_weights=args.keep_weights, overwrite=args.overwrite,
-             jit_compile=False if args.no_xla else None,
+             jit_compile=args.xla,
              strategy=strategy,
              description=description, verbose=args.verbose)
     return 0

@@ -371,6 +371,51 @@ def test_mixed_precision_model_exports_float32_outputs(tmp_path):
     assert_outputs_match(signature(images=tf.constant(images)), want, atol=2e-3)
 
 
+# bfloat16 serving: the digits model's held-out images give the float32 export's top-1 classes,
+# and probabilities within this of its (measured: 0.022).
+BFLOAT16_PROBABILITY_TOLERANCE = 0.05
+
+
+def test_a_bfloat16_export_agrees_with_the_float32_export_on_the_digits(tmp_path):
+    from test_demo import held_out_split
+
+    model = keras_vit.from_pretrained("digits")
+    scaled, labels = held_out_split()
+    images = tf.constant(((scaled + 1) * 127.5).astype(np.float32))  # [360, 16, 16, 3]
+    outputs, metadata = {}, {}
+    for precision in ("float32", "bfloat16"):
+        path = export.export_saved_model(model, tmp_path / precision, precision=precision,
+                                         warmup=False)
+        signature = tf.saved_model.load(path).signatures["predict_images"]
+        outputs[precision] = signature(images=images)["probabilities"].numpy()
+        metadata[precision] = json.loads(
+            (pathlib.Path(path) / "assets.extra" / "keras_vit.json").read_text())
+        assert outputs[precision].dtype == np.float32
+    assert [metadata[p]["dtype_policy"] for p in metadata] == ["float32", "mixed_bfloat16"]
+    assert model.get_layer("encoderblock_0").compute_dtype == "float32"  # the model unchanged
+    full, half = outputs["float32"], outputs["bfloat16"]
+    assert np.mean(full.argmax(-1) == half.argmax(-1)) >= 0.99
+    assert np.abs(full - half).max() <= BFLOAT16_PROBABILITY_TOLERANCE
+    assert np.abs(full - half).max() > 1e-4  # bfloat16 inside, not the float32 graph again
+    assert np.mean(half.argmax(-1) == labels) >= 0.97  # the demo's held-out accuracy
+
+
+def test_precision_needs_a_float_keras_vit_model(tmp_path):
+    inputs = keras.Input((32, 32, 3))
+    plain = keras.Model(inputs, keras.layers.Dense(NUM_CLASSES)(
+        keras.layers.GlobalAveragePooling2D()(inputs)))
+    with pytest.raises(ValueError, match="precision='bfloat16' builds the model again in that "
+                                         "precision, which needs a keras_vit model"):
+        export.export_saved_model(plain, tmp_path / "a", precision="bfloat16")
+    quantized = random_model(seed=9)
+    quantized.quantize("int8")
+    with pytest.raises(ValueError, match="int8-quantized. Expected a float model"):
+        export.export_saved_model(quantized, tmp_path / "b", precision="bfloat16")
+    with pytest.raises(ValueError, match="`precision` must be one of 'float32', 'bfloat16'"):
+        export.export_saved_model(random_model(), tmp_path / "c", precision="fp16")
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "c")
+
+
 # The serving graph's image ops: the header's JPEG size, the decoders (JPEG with its exact DCT;
 # every other format) and the resize.
 DECODE_OPS = {"ExtractJpegShape", "DecodeJpeg", "DecodeImage", "ResizeBilinear"}

@@ -452,10 +452,12 @@ def test_mixed_precision_flags():
         training.set_precision("fp8")
 
 
-def test_xla_is_the_default_on_one_device():
+def test_the_recipes_take_the_measured_runtime_by_default():
+    from keras_vit import runtime
+
     model = tiny_model()
     training.compile_finetune(model, total_steps=10, warmup_steps=1)
-    assert model.jit_compile is True
+    assert model.jit_compile is runtime.choose("float32")[0]  # tests/test_runtime.py: the table
 
 
 # ------------------------------------------------------------------------------------------

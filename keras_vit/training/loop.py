@@ -43,10 +43,12 @@ import time
 
 import numpy as np
 
-from keras_vit.parallel import keras_distribution, tf_distribute
+from keras_vit import runtime
+from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.data import InputData
 from keras_vit.fileio import atomic_write_text, check_writable_dir
 from keras_vit.model import vit_config
+from keras_vit.parallel import keras_distribution, tf_distribute
 from keras_vit.training.callbacks import (
     backup_dir,
     finite_params,
@@ -60,7 +62,6 @@ from keras_vit.training.recipes import (
     compile_recipe,
     recipe_defaults,
 )
-from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.weights import save_npz
 
 RUN_FILE = "run.json"
@@ -154,11 +155,22 @@ def _model_config(model):
         return None  # not a keras_vit.ViT model: the .npz alone describes it
 
 
-def _write_run(output_dir, settings, finished, model, class_names):
+def _runtime(model, recipe, jit_compile):
+    """`{"xla": bool, "why": str}`: the runtime the compiled model trains on, and why."""
+    if recipe is None:
+        why = "the model's own compile"
+    elif jit_compile is not None:
+        why = f"asked for (jit_compile={jit_compile})"
+    else:
+        why = runtime.choose(model.dtype_policy, tf_distribute.model_strategy(model))[1]
+    return {"xla": bool(model.jit_compile), "why": why}
+
+
+def _write_run(output_dir, settings, finished, model, class_names, run_time):
     if not tf_distribute.is_chief():
         return
-    atomic_write_text(os.path.join(output_dir, RUN_FILE),
-                      json.dumps({"settings": settings, "finished": finished}, indent=1))
+    atomic_write_text(os.path.join(output_dir, RUN_FILE), json.dumps(
+        {"settings": settings, "finished": finished, "runtime": run_time}, indent=1))
     atomic_write_text(os.path.join(output_dir, CONFIG_FILE), json.dumps(
         {"format": "keras_vit", "model": _model_config(model), "class_names": list(class_names) or None},
         indent=1))
@@ -192,7 +204,9 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         target_batch_size: int or None. Reach this batch size per update by gradient
             accumulation (a multiple of `train.batch_size`), e.g. the paper's 512.
         label_smoothing: float in [0, 1). Defaults to 0.
-        jit_compile: bool or None. XLA; None picks what works under the model's strategy.
+        jit_compile: bool or None. XLA; None takes the measured default for the model's
+            device, precision and strategy (`keras_vit.runtime.choose`), recorded with the
+            reason in `run.json` and the summary.
         monitor: str or None. The log `best.npz` follows. Defaults to "val_accuracy" with
             validation data ("val_loss" for a self-supervised model); without validation data
             and `monitor`, no `best.npz` is kept.
@@ -259,7 +273,8 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     if monitor is None and validation is not None:
         monitor = "val_loss" if self_supervised else "val_accuracy"
     class_names = () if self_supervised else train.class_names
-    _write_run(output_dir, settings, False, model, class_names)
+    run_time = _runtime(model, recipe, jit_compile)
+    _write_run(output_dir, settings, False, model, class_names, run_time)
     if verbose:
         print(f"Training {model.name} ({model.count_params():,} parameters) on "
               f"{train.num_examples} examples, "
@@ -267,9 +282,9 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
               + f": {epochs} epochs of "
               f"{train.steps_per_epoch} batches of {train.batch_size} x {accumulation} "
               f"accumulation = {updates} updates; "
-              f"{tf_distribute.num_replicas(model)} replica(s), XLA "
-              f"{model.jit_compile}" + (f"; resuming at epoch {start_epoch}" if start_epoch
-                                         else ""), flush=True)
+              f"{tf_distribute.num_replicas(model)} replica(s), "
+              f"{'XLA' if run_time['xla'] else 'TensorFlow graph runtime'} ({run_time['why']})"
+              + (f"; resuming at epoch {start_epoch}" if start_epoch else ""), flush=True)
     history = model.fit(
         train.from_epoch(start_epoch).dataset, steps_per_epoch=train.steps_per_epoch,
         epochs=epochs, initial_epoch=start_epoch,
@@ -295,11 +310,12 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         save_npz(params, final)
         if encoder:
             save_npz(model.encoder_params(), encoder)
-    _write_run(output_dir, settings, True, model, class_names)
+    _write_run(output_dir, settings, True, model, class_names, run_time)
     shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
 
     summary = dict(output_dir=output_dir, epochs=epochs, updates=updates,
-                   resumed_at_epoch=start_epoch, final_weights=final)
+                   resumed_at_epoch=start_epoch, final_weights=final, xla=run_time["xla"],
+                   runtime=run_time["why"])
     if encoder:
         summary["encoder_weights"] = encoder
     best_record = os.path.join(output_dir, "best.json")
