@@ -71,11 +71,13 @@ class Contender:
     jax: bool = False
     compile: bool = False
     tree: str = None
+    savedmodel: bool = False
 
     @property
     def name(self):
         xla = {True: "xla", False: "noxla", None: None}[self.xla]
-        tags = [t for t, on in (("jax", self.jax), (xla, xla), ("compile", self.compile)) if on]
+        tags = [t for t, on in (("jax", self.jax), (xla, xla), ("compile", self.compile),
+                                ("savedmodel", self.savedmodel)) if on]
         return "-".join([self.family, *tags, self.precision]) + (f"@{self.tree}" if self.tree
                                                                    else "")
 
@@ -85,7 +87,7 @@ class Contender:
 
     @property
     def modes(self):
-        return ("infer",) if self.precision == "int8" else TRAINING_MODES
+        return ("infer",) if self.precision == "int8" or self.savedmodel else TRAINING_MODES
 
     def label(self, versions=None):
         """The table's name for it, with the framework versions its process reported."""
@@ -96,6 +98,8 @@ class Contender:
         name = f"keras-hub {v['keras_hub']} ViT" if "keras_hub" in v else FAMILIES[self.family][1]
         if self.family == "keras_vit" and "keras_vit" in v:
             name += f" {v['keras_vit']}"
+        if self.savedmodel:
+            name += " SavedModel"
         if self.jax:
             runtime = "JAX (XLA)"
         elif self.xla is None:
@@ -115,19 +119,22 @@ def parse_contender(text, default_precision):
     spec = spec.lower().replace("keras-hub", "keras_hub").replace("keras-vit", "keras_vit")
     family, *tags = spec.split("-")
     expected = (
-        f"Expected FAMILY[-jax][-xla|-noxla][-compile][-PRECISION][@DIR] with FAMILY in "
-        f"{sorted(FAMILIES)} and PRECISION in {list(common.PRECISIONS)}, e.g. "
-        "keras_vit-xla-bf16 (jax for Keras families, compile for timm)."
+        f"Expected FAMILY[-jax][-xla|-noxla][-compile][-savedmodel][-PRECISION][@DIR] with "
+        f"FAMILY in {sorted(FAMILIES)} and PRECISION in {list(common.PRECISIONS)}, e.g. "
+        "keras_vit-xla-bf16 (jax for Keras families, compile for timm, savedmodel for "
+        "keras_vit: its export's predict_images signature, inference only)."
     )
     if family not in FAMILIES:
         raise ValueError(f"Unknown contender {text!r}. {expected}")
     if tree and not os.path.isdir(os.path.join(tree, "benchmarks", "contenders")):
         raise ValueError(f"Contender {text!r}: {tree!r} is not a checkout of this repository "
                          "(no benchmarks/contenders in it).")
-    xla, precision, jax, compiled = None, None, False, False
+    xla, precision, jax, compiled, savedmodel = None, None, False, False, False
     for tag in tags:
         if tag in ("xla", "noxla") and xla is None:
             xla = tag == "xla"
+        elif tag == "savedmodel" and not savedmodel and family == "keras_vit":
+            savedmodel = True
         elif tag == "jax" and not jax and family != "timm":
             jax = True
         elif tag == "compile" and not compiled and family == "timm":
@@ -147,7 +154,7 @@ def parse_contender(text, default_precision):
             f"Contender {text!r}: int8 is measured for keras_vit only (Keras quantize). "
             "Expected keras_vit-int8 or keras_vit-xla-int8."
         )
-    return Contender(family, xla, precision, jax, compiled, tree or None)
+    return Contender(family, xla, precision, jax, compiled, tree or None, savedmodel)
 
 
 def _int_list(name, text, minimum=1):
@@ -333,6 +340,7 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=()):
         *({True: ["--xla"], False: ["--no-xla"], None: []}[contender.xla]),
         *(["--backend", "jax"] if contender.jax else []),
         *(["--compile"] if contender.compile else []),
+        *(["--savedmodel"] if contender.savedmodel else []),
         *(["--agreement-images", str(plan.agreement_images)] if mode == "agreement" else []),
         *extra,
     ]  # fmt: skip
