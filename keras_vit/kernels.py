@@ -91,23 +91,28 @@ def implementation(kernels, name, training):
 # Attention.
 
 
-def attention_probabilities(query, key):
-    """softmax(q k^T / sqrt(k)) per head: `[B, N, h, k]` query and key -> `[B, h, N, N]`.
+def attention_probabilities(query, key, bias=None):
+    """softmax(q k^T / sqrt(k) + bias) per head: `[B, N, h, k]` query and key ->
+    `[B, h, N, N]`.
 
     The softmax runs in float32 at least, so that mixed precision does not overflow; the
     result has the query's dtype.
     """
     scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
-    logits = ops.einsum("bqhk,bshk->bhqs", query * scale, key)  # logits = [B, h, N, N]
-    return ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), query.dtype)
+    logits = ops.cast(ops.einsum("bqhk,bshk->bhqs", query * scale, key), "float32")
+    if bias is not None:
+        logits = logits + ops.cast(bias, "float32")  # logits = [B, h, N, N]
+    return ops.cast(ops.softmax(logits, axis=-1), query.dtype)
 
 
-def dot_product_attention(query, key, value, dropout=None, training=False, kernels=None,
-              return_probabilities=False):
-    """Scaled dot-product attention per head: softmax(q k^T / sqrt(k)) v.
+def dot_product_attention(query, key, value, bias=None, dropout=None, training=False,
+                          kernels=None, return_probabilities=False):
+    """Scaled dot-product attention per head: softmax(q k^T / sqrt(k) + bias) v.
 
     Args:
         query, key, value: `[B, N, h, k]`.
+        bias: `[B, h, N, N]` added to the scaled logits (relative position embeddings), or
+            None.
         dropout: a `keras.layers.Dropout` applied to the probabilities, or None.
         training: bool. Whether dropout is on.
         kernels: the layer's `kernels` option (see the module docstring).
@@ -120,11 +125,12 @@ def dot_product_attention(query, key, value, dropout=None, training=False, kerne
     route = implementation(kernels, "attention", training)
     dropping = training and dropout is not None and dropout.rate > 0
     if route == "fused" and not dropping:
-        context = ops.dot_product_attention(query, key, value,
-                                            scale=1.0 / math.sqrt(query.shape[-1]))
-        probs = attention_probabilities(query, key) if return_probabilities else None
+        context = ops.dot_product_attention(
+            query, key, value, bias=None if bias is None else ops.cast(bias, query.dtype),
+            scale=1.0 / math.sqrt(query.shape[-1]))
+        probs = attention_probabilities(query, key, bias) if return_probabilities else None
     else:
-        probs = attention_probabilities(query, key)  # probs = [B, h, N, N]
+        probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
         dropped = dropout(probs, training=training) if dropping else probs
         context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
     return (context, probs) if return_probabilities else context

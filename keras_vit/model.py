@@ -40,13 +40,16 @@ IMAGE_CHANNELS = 3
 # are then the checkpoint keys (`Transformer/encoderblock_{i}/...`).
 ENCODER = "Transformer"
 # `position_embedding` -> the layer `posembed_input` that adds it (paper appendix D.4, Table 8;
-# "sincos_2d" from big_vision).
+# "sincos_2d" from big_vision). "relative" adds nothing there: each block's attention learns
+# the relative embeddings (`MultiHeadDotProductAttention(relative_positions=...)`).
 POSITION_EMBEDDINGS = {
     "learned": AddPositionEmbs,
     "learned_2d": AddPositionEmbs2D,
     "sincos_2d": AddSinCosPositionEmbs2D,
     "none": NoPositionEmbs,
+    "relative": NoPositionEmbs,
 }
+RELATIVE = "relative"
 
 
 def ViT(
@@ -217,10 +220,10 @@ def ViT(
     num_prefix = int(class_token)
     if class_token:
         x = ClassToken(name="cls")(x)  # x = [B, N + 1, D]
+    base_grid = (height // (patch_h * stride), width // (patch_w * stride))
     if position_embedding == "learned" and not dynamic_image_size:
         posembed = AddPositionEmbs(name="posembed_input")  # sized from the sequence
     else:
-        base_grid = (height // (patch_h * stride), width // (patch_w * stride))
         posembed = POSITION_EMBEDDINGS[position_embedding](
             base_grid, num_prefix_tokens=num_prefix, name="posembed_input")
     x = posembed(x, grid=grid) if dynamic_image_size else posembed(x)  # x = [B, N(+1), D]
@@ -228,6 +231,9 @@ def ViT(
     block_args = dict(dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
                       gelu_approximate=gelu_approximate, layer_norm_epsilon=layer_norm_epsilon,
                       qkv_bias=qkv_bias, kernels=kernels)
+    if position_embedding == RELATIVE:
+        block_args.update(relative_positions=base_grid[0] * base_grid[1],
+                          num_prefix_tokens=num_prefix)
     one_layer = scan or remat
     if one_layer:
         x = Encoder(num_layers, num_heads, mlp_dim, scan=scan, remat=remat, name=ENCODER,
@@ -331,7 +337,7 @@ def vit_config(model):
         class_token="cls" in names,
         fc_norm="fc_norm" in names,
         remat=bool(encoder and encoder.remat),
-        position_embedding=_position_embedding(model.get_layer("posembed_input")),
+        position_embedding=_position_embedding(model.get_layer("posembed_input"), block),
         scan=bool(encoder and encoder.scan),
         kernels=block.kernels,
         name=model.name,
@@ -445,8 +451,10 @@ def _quantize_like(target, source):
         twin.dtype_policy = layer.dtype_policy
 
 
-def _position_embedding(layer):
-    """The `position_embedding` argument that builds `layer` (`posembed_input`)."""
+def _position_embedding(layer, block):
+    """The `position_embedding` argument that builds `layer` (`posembed_input`) and `block`."""
+    if block.relative_positions:
+        return RELATIVE
     for variant, cls in POSITION_EMBEDDINGS.items():
         if type(layer) is cls:
             return variant
