@@ -33,6 +33,14 @@ CHOICES = {
     # (Dense through tensordot), or "rows", its `[B * N, D]` rows (2-D matrix products, which
     # TensorFlow's graph runtime fuses with their bias and GELU in oneDNN).
     "mlp": ("tokens", "rows"),
+    # The GELU's backward pass in training (`gelu`): "autodiff", through its formula (which
+    # keeps the formula's intermediates), or "recompute", a custom gradient that keeps only
+    # the input and computes the derivative from it.
+    "gelu": ("autodiff", "recompute"),
+    # A block's LayerNorms in training (`layer_norm`): "autodiff", Keras' layer (whose
+    # backward keeps its full-size intermediates), or "recompute", a custom gradient that keeps
+    # only the input and recomputes the statistics.
+    "layer_norm": ("autodiff", "recompute"),
 }
 AUTO = "auto"
 
@@ -61,7 +69,7 @@ def _on_cpu():
     return all(device.lower().startswith("cpu") for device in keras.distribution.list_devices())
 
 
-def default_kernel(name, training):
+def default_kernel(name, training, dtype="float32"):
     """The measured default implementation of choice `name` (BENCHMARKS.md, "Kernels").
 
     - attention: "fused" at inference on an accelerator (cuDNN's flash attention on a GPU under
@@ -70,6 +78,10 @@ def default_kernel(name, training):
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
     - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
+    - gelu: "recompute" in training in float32 (less memory at the same speed), "autodiff"
+      in 16-bit precisions (where recomputing cost more time than it saved memory).
+    - layer_norm: "recompute" in training (less memory; in bfloat16 also faster).
+    Both are "autodiff" at inference, which has no backward pass.
     """
     if name == "attention":
         return "products" if training or _on_cpu() else "fused"
@@ -78,13 +90,20 @@ def default_kernel(name, training):
         return "barrier" if training and jax_on_cpu else "plain"
     if name == "mlp":
         return "tokens" if training else "rows"
+    if name == "gelu":
+        return "recompute" if training and dtype == "float32" else "autodiff"
+    if name == "layer_norm":
+        return "recompute" if training else "autodiff"
     raise ValueError(f"Unknown kernel choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
-def implementation(kernels, name, training):
-    """The implementation of choice `name`: the one `kernels` names, else the default."""
+def implementation(kernels, name, training, dtype="float32"):
+    """The implementation of choice `name`: the one `kernels` names, else the default for
+    the mode and the computation's dtype."""
     chosen = (kernels or {}).get(name, AUTO)
-    return default_kernel(name, bool(training)) if chosen == AUTO else chosen
+    if chosen != AUTO:
+        return chosen
+    return default_kernel(name, bool(training), keras.backend.standardize_dtype(dtype))
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,6 +167,64 @@ def per_token(fn, x, training=False, kernels=None):
     shape = ops.shape(x)
     rows = fn(ops.reshape(x, (-1, shape[-1])))  # rows = [B * N, D]
     return ops.reshape(rows, shape)
+
+
+def gelu(x, approximate, training=False, kernels=None):
+    """GELU, the tanh approximation (`approximate`) or the exact one, as
+    `keras.activations.gelu`; in training, by the chosen route for its backward pass."""
+    if not training or implementation(kernels, "gelu", training, x.dtype) == "autodiff":
+        return keras.activations.gelu(x, approximate=approximate)
+
+    @ops.custom_gradient
+    def recompute(x):
+        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
+            g = args[0] if upstream is None else upstream
+            return ops.cast(ops.cast(g, "float32") * gelu_derivative(x, approximate), g.dtype)
+
+        return keras.activations.gelu(x, approximate=approximate), grad
+
+    return recompute(x)
+
+
+def gelu_derivative(x, approximate):
+    """d gelu(x) / dx in float32: with t = tanh(c (x + a x^3)), c = sqrt(2 / pi), a = 0.044715,
+    `0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)`; exact: `Phi(x) + x phi(x)`."""
+    x = ops.cast(x, "float32")
+    if approximate:
+        c, a = math.sqrt(2.0 / math.pi), 0.044715
+        t = ops.tanh(c * (x + a * x * x * x))
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * a * x * x)
+    cdf = 0.5 * (1.0 + ops.erf(x / math.sqrt(2.0)))
+    return cdf + x * ops.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+def layer_norm(layer, x, training=False, kernels=None):
+    """`layer(x)` for a `keras.layers.LayerNormalization` over the last axis with scale and
+    center; in training, by the chosen route for its backward pass. Both routes compute
+    Keras' formula in float32 at least and return the layer's compute dtype."""
+    if not training or implementation(kernels, "layer_norm", training, x.dtype) == "autodiff":
+        return layer(x)
+    epsilon = layer.epsilon
+
+    @ops.custom_gradient
+    def recompute(x, gamma, beta):
+        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
+            g = ops.cast(args[0] if upstream is None else upstream, "float32")
+            x32 = ops.cast(x, "float32")
+            mean, variance = ops.moments(x32, axes=[-1], keepdims=True)
+            rstd = ops.rsqrt(variance + epsilon)
+            xhat = (x32 - mean) * rstd  # xhat = [..., D]
+            axes = tuple(range(len(x.shape) - 1))
+            d_xhat = g * ops.cast(gamma, "float32")
+            d_x = rstd * (d_xhat - ops.mean(d_xhat, axis=-1, keepdims=True)
+                          - xhat * ops.mean(d_xhat * xhat, axis=-1, keepdims=True))
+            return (ops.cast(d_x, x.dtype), ops.cast(ops.sum(g * xhat, axis=axes), gamma.dtype),
+                    ops.cast(ops.sum(g, axis=axes), beta.dtype))
+
+        y = ops.layer_normalization(x, gamma, beta, epsilon=epsilon)
+        return ops.cast(y, layer.compute_dtype), grad
+
+    return recompute(x, layer.gamma.value, layer.beta.value)
 
 
 # --------------------------------------------------------------------------------------------

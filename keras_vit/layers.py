@@ -12,7 +12,14 @@ import warnings
 import keras
 from keras import ops
 
-from keras_vit.kernels import block_input, check_kernels, dot_product_attention, per_token
+from keras_vit.kernels import (
+    block_input,
+    check_kernels,
+    dot_product_attention,
+    gelu,
+    layer_norm,
+    per_token,
+)
 from keras_vit.checks import (
     check_bool,
     check_choice,
@@ -628,8 +635,8 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         dropout_rate: float. Dropout after each Dense. Defaults to 0.
         gelu_approximate: bool. Tanh-approximate GELU (Flax `nn.gelu`, used to train the
             official checkpoints) if True, exact GELU if False. Defaults to True.
-        kernels: dict or None. Implementation choices of `keras_vit.kernels` (here "mlp");
-            those not named take their measured defaults. Defaults to None.
+        kernels: dict or None. Implementation choices of `keras_vit.kernels` (here "mlp" and
+            "gelu"); those not named take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
     """
 
@@ -664,7 +671,7 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
     def mlp(self, x, training=None):
         """The MLP of each token: `x = [..., D]` -> `[..., D]`."""
         x = self.dense_0(x)  # x = [..., mlp_dim]
-        x = keras.activations.gelu(x, approximate=self.gelu_approximate)
+        x = gelu(x, self.gelu_approximate, training, self.kernels)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)  # x = [..., D]
         return self.dropout(x, training=training)
@@ -773,10 +780,11 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         # inputs = [B, N, D]; the identity, which `block_input` may give a cheaper gradient
         # in training (keras_vit.kernels).
         inputs = block_input(inputs, training=training, kernels=self.kernels)
-        x = self.norm_0(inputs)
+        x = layer_norm(self.norm_0, inputs, training, self.kernels)
         x, probs = self.attention(x, training=training, return_attention_scores=True)
         y = inputs + self.dropout(x, training=training)  # y = [B, N, D]
-        outputs = y + self.mlp(self.norm_2(y), training=training)  # outputs = [B, N, D]
+        x = layer_norm(self.norm_2, y, training, self.kernels)
+        outputs = y + self.mlp(x, training=training)  # outputs = [B, N, D]
         return (outputs, probs) if return_attention_scores else outputs  # probs = [B, h, N, N]
 
 
