@@ -22,11 +22,14 @@ _register = keras.saving.register_keras_serializable(package="keras_vit")
 class Encoder(ConfigArgs, keras.layers.Layer):
     """`num_layers` `TransformerBlock`s `encoderblock_{i}` applied in turn.
 
+    The arguments it shares with `TransformerBlock` (`dropout_rate`, `attention_dropout_rate`,
+    `layer_norm_epsilon`, `gelu_approximate`, `qkv_bias`, `relative_positions`,
+    `num_prefix_tokens`, `kernels`) go to every block.
+
     Args:
         num_layers: int. Number of blocks.
-        num_heads, mlp_dim, dropout_rate, attention_dropout_rate, layer_norm_epsilon,
-            gelu_approximate, qkv_bias, relative_positions, num_prefix_tokens, kernels: each
-            block's `TransformerBlock` arguments.
+        num_heads: int. The blocks' attention heads.
+        mlp_dim: int. The blocks' MLP width.
         scan: bool. Run one traced block over the blocks' stacked weights (big_vision's
             scanned layout: one block to trace and compile instead of `num_layers`), where the
             backend can (JAX; on TensorFlow the blocks run in turn). Dropout masks then come

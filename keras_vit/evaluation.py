@@ -382,7 +382,7 @@ def multi_hot(label_sets, num_classes):
     Returns:
         bool array [N, num_classes].
 
-    Example:
+    Examples:
 
     >>> multi_hot([[2], [0, 2], []], 3).astype(int).tolist()
     [[0, 0, 1], [1, 0, 1], [0, 0, 0]]
@@ -434,7 +434,7 @@ def real_accuracy(predictions, label_sets, labels):
         (images with an empty set), `per_class_examples` and `per_class_correct` [K] (the
         scored images of each original class, and how many of them are ReaL-correct).
 
-    Example:
+    Examples:
 
     >>> result = real_accuracy([2, 1, 0], multi_hot([[2], [0, 2], []], 3), labels=[2, 0, 1])
     >>> result["accuracy"], result["original_accuracy"], result["num_left_out"]

@@ -485,7 +485,7 @@ def export_saved_model(
         TypeError: if `model` is not a `keras.Model`.
         ImportError: with `warmup=True` and tensorflow-serving-api not installed.
 
-    Example:
+    Examples:
     >>> model = keras_vit.ViT_B16(num_classes=3)  # doctest: +SKIP
     >>> export_saved_model(model, "/tmp/vit", class_names=["cat", "dog", "bird"])  # doctest: +SKIP
     '/tmp/vit/1'

@@ -140,7 +140,7 @@ class PatchEmbedding(ConfigArgs, keras.layers.Layer):
     Input: `[B, H, W, C]` with H and W divisible by the patch size.
     Output: `[B, (H / ph) * (W / pw), D]` (or the grid, see `flatten`).
 
-    Example:
+    Examples:
     >>> layer = PatchEmbedding(patch_size=16, hidden_size=64)
     >>> layer(keras.ops.zeros((2, 32, 48, 3))).shape
     (2, 6, 64)
@@ -707,7 +707,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
     Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` the tuple
     `([B, N, D], [B, heads, N, N])`: the attention probabilities come from the same forward pass.
 
-    Example:
+    Examples:
     >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
     >>> y, probs = block(keras.ops.zeros((1, 5, 8)), return_attention_scores=True)
     >>> tuple(y.shape), tuple(probs.shape)

@@ -150,7 +150,7 @@ def ViT(
         `keras_vit.preprocess_inputs`) to float32 logits `[B, num_classes]` (zero-initialised
         head, as for fine-tuning), or to the representation `[B, D]` if not `include_top`.
 
-    Example:
+    Examples:
     >>> model = ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4,
     ...             mlp_dim=64, num_classes=10)
     >>> model(keras.ops.zeros((1, 32, 32, 3))).shape

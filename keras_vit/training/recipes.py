@@ -92,7 +92,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         steps_per_update: int. Micro-batches per optimizer update under gradient
             accumulation: the step counter Keras passes is divided by it. Defaults to 1.
 
-    Example:
+    Examples:
     >>> schedule = WarmupDecay(0.03, total_steps=10_000, warmup_steps=500)
     >>> float(schedule(500))  # doctest: +SKIP
     0.03
