@@ -146,8 +146,8 @@ def _print_fewshot(args, table, train_split, test_split, markdown):
         "best": [dict(shots=k, l2=reg, accuracy=accuracy)
                  for k, (reg, accuracy) in table["best"].items()]}
     rows = [("shots from", f"{describe_split(args, train_split)}: "
-                           f"{images(table['train_examples'])}, "
-                           f"{', '.join(map(str, shots))} per class drawn (seed {args.seed})"),
+                           f"{images(table['train_examples'])} (k = {', '.join(map(str, shots))} "
+                           f"per class, seed {args.seed})"),
             ("tested on", f"{describe_split(args, test_split)}: "
                           f"{images(table['test_examples'])}")]
     print_result(args, f"Few-shot linear accuracy of frozen features, {table['num_classes']} "

@@ -44,14 +44,14 @@ def print_result(args, title, rows, machine):
 
 
 def number(value, percent=False):
-    """A number as a person reads it: in percent, or to 4 decimals; "-" for none."""
+    """A number as a person reads it: in percent, or to 4 significant digits; "-" for none."""
     if value is None or not math.isfinite(value):
         return "-"
-    return f"{value:.2%}" if percent else f"{value:.4f}"
+    return f"{value:.2%}" if percent else f"{value:.4g}"
 
 
 def metric(name, value):
-    """A named metric: accuracies in percent, the rest to 4 decimals."""
+    """A named metric: accuracies in percent, the rest to 4 significant digits."""
     return f"{name} {number(value, percent='acc' in name)}"
 
 

@@ -272,8 +272,8 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
     # The sizes used: 2 of the 18 images held out (10%, rounded), 16 to draw the shots from.
     assert lines[:3] == [
         "Few-shot linear accuracy of frozen features, 3 classes",
-        f"  shots from  {tmp_path / 'images'} less its held-out 10%: 16 images, 1, 3 per class "
-        "drawn (seed 0)",
+        f"  shots from  {tmp_path / 'images'} less its held-out 10%: 16 images (k = 1, 3 per "
+        "class, seed 0)",
         f"  tested on   the held-out 10% of {tmp_path / 'images'}: 2 images"]
     assert cli.main(["fewshot", *common, "--shots", "1,3", "--l2", "1,100", "--json"]) == 0
     printed = capsys.readouterr().out
