@@ -21,7 +21,7 @@ so that a slow spell of the machine hits every contender alike. Per round and mo
 Reported: the median over rounds (peak RSS: the maximum), each with its ratio to timm at the
 same precision (or to timm fp32 where timm did not run at it), as a Markdown table on stdout, and everything (every round's raw numbers) as
 JSON with `--json PATH`. On a GPU also the model FLOP utilisation: the analytic FLOP count of
-benchmarks/flops.py times images/s, over `--peak-flops`.
+keras_vit.flops times images/s, over `--peak-flops`.
 """
 
 import argparse
@@ -34,8 +34,8 @@ import subprocess
 import sys
 import time
 
-from benchmarks import flops
 from benchmarks.contenders import common
+from keras_vit import flops
 from keras_vit.fileio import atomic_write_text
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -489,13 +489,7 @@ def summarize(entry, plan):
 
 
 def forward_macs(config, image_size):
-    return flops.vit_forward_macs(
-        image_size,
-        config["patch_size"],
-        hidden_size=config["hidden_size"],
-        num_layers=config["num_layers"],
-        mlp_dim=config["mlp_dim"],
-    )
+    return flops.config_forward_macs(config, image_size)
 
 
 def baseline_for(contender, contenders):

@@ -13,11 +13,12 @@ few-shot linear accuracy, plus a linear probe and batched feature extraction.
   the test features.
 - `linear_probe(...)`: logistic regression on frozen features with `model.fit`.
 
-`data` is a `tf.data.Dataset` of `(images, labels)` batches with images already scaled to
-[-1, 1] (what `keras_vit.data` pipelines give), or a pair of arrays `(images, labels)` with
-RGB images in [0, 255] at the model's resolution. `labels` are class ids `[N]`, or for
-multi-label evaluation a dict: `label` (class ids `[N]`) and `label_set` (multi-hot
-`[N, num_classes]`, see `multi_hot`), as `keras_vit.data` gives for ImageNet-ReaL.
+`data` is a `keras_vit.data` pipeline (`InputData`), a `tf.data.Dataset` of `(images, labels)`
+batches with images already scaled to [-1, 1] (what `keras_vit.data` pipelines give), or a
+pair of arrays `(images, labels)` with RGB images in [0, 255] at the model's resolution.
+`labels` are class ids `[N]`, or for multi-label evaluation a dict: `label` (class ids `[N]`)
+and `label_set` (multi-hot `[N, num_classes]`, see `multi_hot`), as `keras_vit.data` gives for
+ImageNet-ReaL.
 """
 
 import contextlib
@@ -29,6 +30,7 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.data import InputData
 from keras_vit.fileio import atomic_write
 from keras_vit.images import preprocess_inputs
 
@@ -44,9 +46,25 @@ MAX_CONFUSION_CLASSES = 100
 # Data and features.
 
 
-def _batches(data, batch_size):
-    """Yields (images in [-1, 1], labels, label sets or None) NumPy batches from a dataset or
-    an arrays pair."""
+def _batches(data, batch_size, progress):
+    """Yields (images in [-1, 1], labels, label sets or None) NumPy batches from a pipeline, a
+    dataset or an arrays pair; with `progress`, a `keras.utils.Progbar` counts the images
+    used (of how many, where that is known)."""
+    bar = keras.utils.Progbar(_num_examples(data), unit_name="image") if progress else None
+    done = 0
+    for batch in _numpy_batches(data, batch_size):
+        yield batch
+        done += len(batch[1])
+        if bar:
+            bar.update(done, finalize=False)
+    if bar and done:
+        bar.update(done, finalize=True)
+
+
+def _numpy_batches(data, batch_size):
+    """The batches `_batches` yields, without the progress bar."""
+    if isinstance(data, InputData):
+        data = data.dataset
     if isinstance(data, tuple) and len(data) == 2:
         images, labels = data
         if labels is None:
@@ -114,14 +132,16 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
 
     Args:
         model: a keras_vit model (with or without head).
-        data: a dataset of (images, labels) batches or an (images, labels) arrays pair.
+        data: a `keras_vit.data` pipeline (`InputData`), a dataset of (images, labels)
+            batches or an (images, labels) arrays pair.
         batch_size: int. Batch size for arrays. Defaults to 64.
         cache: str or None. A folder: features and labels are stored there under a name
             derived from the model's configuration and weights and `cache_key`
             (`feature_cache_key`), and read back only by the same model on the same data.
         cache_key: JSON-serialisable description of `data` (e.g. data set and split), part of
             the cache name: the cache cannot tell data sets apart otherwise.
-        progress: bool. Show a progress bar. Defaults to True.
+        progress: bool. Show a progress bar (`keras.utils.Progbar`, in images; without a
+            total for a dataset of unknown size). Defaults to True.
         strategy: a `tf.distribute.Strategy` or None: the feature model is built and run under
             its scope (the data should then be batched globally). Defaults to None.
 
@@ -138,15 +158,10 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:
         features_model = representation_model(model)
-    total = _num_examples(data)
-    bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
-    features, labels, done = [], [], 0
-    for images, batch_labels, _ in _batches(data, batch_size):
+    features, labels = [], []
+    for images, batch_labels, _ in _batches(data, batch_size, progress):
         features.append(np.asarray(features_model.predict_on_batch(images), np.float32))
         labels.append(batch_labels.astype(np.int64))
-        done += len(batch_labels)
-        if bar:
-            bar.update(done)
     if not features:
         raise ValueError("The data holds no images.")
     features, labels = np.concatenate(features), np.concatenate(labels)
@@ -157,8 +172,10 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
 
 
 def _num_examples(data):
-    """The number of images for a progress bar: known for arrays; for a dataset of batches,
-    unknown without reading it (None)."""
+    """The number of images for a progress bar: known for arrays and `keras_vit.data`
+    pipelines; for another dataset of batches, unknown without reading it (None)."""
+    if isinstance(data, InputData):
+        return data.num_examples
     return len(data[0]) if isinstance(data, tuple) else None
 
 
@@ -235,7 +252,9 @@ def fewshot_table(train_features, train_labels, test_features, test_labels,
     """Few-shot accuracy for every (shots, l2_reg), and the best l2_reg for each shots.
 
     Returns:
-        dict with `accuracy` {shots: {l2_reg: accuracy}} and `best` {shots: (l2_reg, accuracy)}.
+        dict with `accuracy` {shots: {l2_reg: accuracy}}, `best` {shots: (l2_reg, accuracy)},
+        and the sizes used: `num_classes`, `train_examples` (the images the shots are drawn
+        from) and `test_examples` (the images every accuracy is measured on).
     """
     num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
     accuracy = {
@@ -244,7 +263,8 @@ def fewshot_table(train_features, train_labels, test_features, test_labels,
         for k in shots
     }
     best = {k: max(row.items(), key=lambda item: item[1]) for k, row in accuracy.items()}
-    return {"accuracy": accuracy, "best": best}
+    return {"accuracy": accuracy, "best": best, "num_classes": num_classes,
+            "train_examples": len(train_labels), "test_examples": len(test_labels)}
 
 
 def format_fewshot_table(table):
@@ -301,14 +321,16 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
 
     Args:
         model: a keras_vit classifier (with head).
-        data: a dataset of (images, labels) batches or an (images, labels) arrays pair;
-            `labels` may be a dict with `label` and `label_set` (see the module docstring).
+        data: a `keras_vit.data` pipeline (`InputData`), a dataset of (images, labels)
+            batches or an (images, labels) arrays pair; `labels` may be a dict with `label`
+            and `label_set` (see the module docstring).
         batch_size: int. For arrays. Defaults to 64.
         class_names: list of str or None. For the CSV and the figure.
         out_dir: str or None. If set, writes `per_class_accuracy.csv` (with label sets, also
             `real_examples`, `real_correct` and `real_accuracy` of each original class) and, for
             at most 100 classes, `confusion_matrix.png` there.
-        progress: bool. Defaults to True.
+        progress: bool. Show a progress bar (`keras.utils.Progbar`, in images). Defaults to
+            True.
 
     Returns:
         dict: `top1`, `top5`, `loss`, `num_examples`, `per_class_accuracy` [K] (NaN for
@@ -319,11 +341,9 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     if "head" not in [layer.name for layer in model.layers]:
         raise ValueError(f"Model {model.name!r} has no classification head (include_top=False).")
     num_classes = int(model.output.shape[-1])
-    top5, loss_sum, done = 0, 0.0, 0
+    top5, loss_sum = 0, 0.0
     all_labels, predicted, in_set, has_set = [], [], [], []
-    total = _num_examples(data)
-    bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
-    for images, labels, label_sets in _batches(data, batch_size):
+    for images, labels, label_sets in _batches(data, batch_size, progress):
         labels = _check_labels(labels, num_classes)
         logits = np.asarray(model.predict_on_batch(images), np.float64)
         logits -= logits.max(axis=1, keepdims=True)
@@ -337,10 +357,7 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
             hits, scored = _label_set_hits(order[:, 0], label_sets, num_classes)
             in_set.append(hits)
             has_set.append(scored)
-        done += len(labels)
-        if bar:
-            bar.update(done)
-    if done == 0:
+    if not all_labels:
         raise ValueError("The data holds no images.")
     labels, predicted = np.concatenate(all_labels), np.concatenate(predicted)
     n = len(labels)

@@ -2,8 +2,9 @@
 
 A dispatcher and one module per command group. Only the module of the command that runs is
 imported, and the command modules import the library (and so TensorFlow) inside their `run`
-functions: `keras-vit --help`, `keras-vit COMMAND --help` and `keras-vit models` start without
-TensorFlow. Every command takes its model the same way (`keras_vit_cli.common`).
+functions: `keras-vit --help`, `keras-vit COMMAND --help`, `keras-vit models` and
+`keras-vit checkpoints` start without TensorFlow. Every command takes its model the same way
+(`keras_vit_cli.common`).
 
 Errors a user can fix (a missing file, a bad value, a checkpoint that does not fit) print one
 `keras-vit COMMAND: error: ...` message, without a traceback, and exit with status 2.
@@ -21,7 +22,10 @@ from keras_vit_cli.errors import describe
 # Command name -> (module, one-line help). The modules stay unimported until their command runs.
 COMMANDS = {
     "models": ("keras_vit_cli.models",
-               "list every ViT variant with its configuration and parameter count"),
+               "list every ViT variant with its configuration, parameters and GFLOPs"),
+    "checkpoints": ("keras_vit_cli.checkpoints",
+                    "list the pretrained checkpoints by name (variant, resolution, classes, "
+                    "data, size)"),
     "predict": ("keras_vit_cli.predict", "classify images and print the top classes"),
     "convert": ("keras_vit_cli.convert",
                 "turn a checkpoint into a .keras model, .weights.h5 or .npz file"),
@@ -67,7 +71,7 @@ def build_parser(argv=()):
 
 
 # Commands that never need TensorFlow.
-LIGHT_COMMANDS = ("models",)
+LIGHT_COMMANDS = ("models", "checkpoints")
 
 
 def _quiet_tensorflow():

@@ -264,6 +264,8 @@ def add_data_arguments(parser):
 
 # Image folders: this fraction of the images (seeded) is the validation split of `train`.
 FOLDER_VALIDATION_FRACTION = 0.1
+# An image folder's splits: the training part, the held-out fraction, every image.
+FOLDER_SPLITS = ("train", "validation", "all")
 
 
 def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split):
@@ -339,18 +341,21 @@ def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, *
     from keras_vit import training
 
     validate = args.validation_split != "none"
-    train = load_data(args, "train" if validate or not args.folder else "all", True, strategy,
-                      image_size)
-    validation = load_data(args, args.validation_split, False, strategy, image_size) \
+    splits = dict(train="train" if validate or not args.folder else "all",
+                  validation=args.validation_split if validate else None)
+    train = load_data(args, splits["train"], True, strategy, image_size)
+    validation = load_data(args, splits["validation"], False, strategy, image_size) \
         if validate else None
     with undecodable_files_named(args):
-        return training.fit(  # prints its summary
+        summary = training.fit(
             model, train, validation, output_dir=args.output, recipe=recipe,
             steps=args.steps or (None if args.epochs else default_steps), epochs=args.epochs,
             learning_rate=args.lr, warmup_steps=args.warmup_steps,
             target_batch_size=args.target_batch_size,
             jit_compile=args.xla, verbose=args.verbose,
             overwrite=args.overwrite, **kwargs)
+    return dict(summary, data=data_source(args),
+                splits={role: split and data_split(args, split) for role, split in splits.items()})
 
 
 def load_data(args, split, training, strategy, image_size):
@@ -361,8 +366,7 @@ def load_data(args, split, training, strategy, image_size):
     common = dict(image_size=image_size, batch_size=args.batch_size, training=training,
                   seed=args.seed, strategy=strategy)
     if args.folder:
-        if split not in ("train", "validation", "all"):
-            split = "all"
+        split = data_split(args, split)
         if split != "all":
             common.update(validation_split=FOLDER_VALIDATION_FRACTION,
                           subset="validation" if split == "validation" else "training")
@@ -370,6 +374,27 @@ def load_data(args, split, training, strategy, image_size):
                                 labels=getattr(args, "folder_labels", "inferred"), **common)
     return data.from_tfds(args.dataset, split, data_dir=args.data_dir,
                           manual_dir=args.manual_dir, **common)
+
+
+def data_split(args, split):
+    """The split `load_data(args, split, ...)` reads: the tfds split, or for a folder "train",
+    "validation" (the held-out fraction) or "all" (every image: any other name)."""
+    return split if not args.folder or split in FOLDER_SPLITS else "all"
+
+
+def data_source(args):
+    """The data flags' source: the tfds name or the folder."""
+    return args.dataset or args.folder
+
+
+def describe_split(args, split):
+    """A split of the data flags' source (`data_split`'s name) as a person reads it."""
+    if not args.folder:
+        return f"{args.dataset} '{split}' split"
+    held_out = f"{FOLDER_VALIDATION_FRACTION:.0%}"
+    return {"all": f"every image of {args.folder}",
+            "train": f"{args.folder} less its held-out {held_out}",
+            "validation": f"the held-out {held_out} of {args.folder}"}[split]
 
 
 @contextlib.contextmanager

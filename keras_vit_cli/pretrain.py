@@ -24,6 +24,7 @@ from keras_vit_cli.common import (
     require_architecture,
     start_run,
 )
+from keras_vit_cli.summaries import add_json_argument, print_training
 
 OBJECTIVES = ("masked-patches",)
 # --target -> keras_vit.pretraining.masked_patch_model(objective=...)
@@ -49,6 +50,7 @@ def configure(parser):
                           "L2 regression of the pixels (default mean-color)")
     run.add_argument("--mask-rate", type=float, default=0.5,
                      help="fraction of each image's patches corrupted and predicted (0.5)")
+    add_json_argument(parser)
 
 
 def run(args):  # the dispatcher has applied --backend
@@ -62,8 +64,9 @@ def run(args):  # the dispatcher has applied --backend
         vit, _ = model_from_args(args, include_top=False, architecture=run_architecture(args))
         model = pretraining.masked_patch_model(vit, objective=TARGETS[args.target],
                                                mask_rate=args.mask_rate, seed=args.seed)
-    fit_from_args(args, model, strategy, input_size(vit, args), recipe="pretrain_mpp",
-                  default_steps=training.MPP_STEPS)
+    summary = fit_from_args(args, model, strategy, input_size(vit, args),
+                            recipe="pretrain_mpp", default_steps=training.MPP_STEPS)
+    print_training(args, summary)
     return 0
 
 

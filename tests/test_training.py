@@ -593,7 +593,8 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
         assert code == 0
         train_log = capsys.readouterr().out
         # The architecture, the resolution and the class names come with the weights.
-        code = cli.main(["evaluate", *common, "--weights", str(tmp_path / "final.npz")])
+        code = cli.main(["evaluate", *common, "--weights", str(tmp_path / "final.npz"),
+                         "--json"])
         assert code == 0
         result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         test_split = list(tfds.load("cifar10", split="test", as_supervised=True).as_numpy_iterator())

@@ -218,10 +218,12 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             to 1 (raise it when epochs are short and the model large).
 
     Returns:
-        dict: the summary also printed at the end (with `verbose`): `output_dir`, `epochs`,
-        `updates`, `resumed_at_epoch`, `final_weights`, `encoder_weights` (self-supervised
-        models), `best_weights` (with `monitor`, `best_value`, `best_epoch`), validation
-        metrics, `seconds`.
+        dict, the run's summary: `output_dir`, `epochs`, `updates`, `resumed_at_epoch` (the
+        epochs finished before this call, 0 for a fresh start), `examples` (`train` and
+        `validation` sizes), `final_weights`, `encoder_weights` (self-supervised models),
+        `best_weights` (with `monitor`, `best_value` and `best_epoch`, numbered from 1 as
+        Keras' progress shows "Epoch 1/N"), the validation metrics after the last epoch
+        (`validation_loss`, ...), `seconds`.
 
     Raises:
         RunFinished: if `output_dir` holds a finished run and not `overwrite`.
@@ -284,7 +286,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
               f"accumulation = {updates} updates; "
               f"{tf_distribute.num_replicas(model)} replica(s), "
               f"{'XLA' if run_time['xla'] else 'TensorFlow graph runtime'} ({run_time['why']})"
-              + (f"; resuming at epoch {start_epoch}" if start_epoch else ""), flush=True)
+              + (f"; resuming after epoch {start_epoch}" if start_epoch else ""), flush=True)
     history = model.fit(
         train.from_epoch(start_epoch).dataset, steps_per_epoch=train.steps_per_epoch,
         epochs=epochs, initial_epoch=start_epoch,
@@ -314,19 +316,21 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
 
     summary = dict(output_dir=output_dir, epochs=epochs, updates=updates,
-                   resumed_at_epoch=start_epoch, final_weights=final, xla=run_time["xla"],
-                   runtime=run_time["why"])
+                   resumed_at_epoch=start_epoch,
+                   examples=dict(train=train.num_examples, validation=None
+                                 if validation is None else validation.num_examples),
+                   final_weights=final, xla=run_time["xla"], runtime=run_time["why"])
     if encoder:
         summary["encoder_weights"] = encoder
     best_record = os.path.join(output_dir, "best.json")
     if os.path.exists(best_record):
         record = _read_json(best_record)
+        # best.json keeps the callback's epoch index (from 0); the summary numbers epochs as
+        # Keras' progress does ("Epoch 1/N" is the first).
         summary.update(best_weights=os.path.join(output_dir, BEST_FILE), monitor=monitor,
-                       best_value=record["value"], best_epoch=record["epoch"])
+                       best_value=record["value"], best_epoch=record["epoch"] + 1)
     if validation is not None:
         results = model.evaluate(validation.dataset, verbose=0, return_dict=True)
         summary.update({f"validation_{k}": float(v) for k, v in results.items()})
     summary["seconds"] = round(time.perf_counter() - start_time, 1)
-    if verbose:
-        print(json.dumps(summary))
     return summary
