@@ -35,10 +35,13 @@ import sys
 import time
 
 from benchmarks.contenders import common
-from keras_vit import flops
-from keras_vit.fileio import atomic_write_text
+from keras_vit_cli.catalog import library_module
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The FLOP count and atomic writes, loaded without Keras: the driver stays light beside the
+# measured processes.
+flops = library_module("flops")
+atomic_write_text = library_module("fileio").atomic_write_text
 FAMILIES = {  # name -> (worker module, label in the table)
     "timm": ("benchmarks.contenders.timm_vit", "timm"),
     "keras_hub": ("benchmarks.contenders.keras_hub_vit", "keras-hub ViT"),

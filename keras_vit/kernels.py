@@ -70,7 +70,8 @@ def _on_cpu():
 
 
 def default_kernel(name, training, dtype="float32"):
-    """The measured default implementation of choice `name` (BENCHMARKS.md, "Kernels").
+    """The measured default implementation of choice `name` (BENCHMARKS.md: "The routes
+    behind `keras_vit.kernels`").
 
     - attention: "fused" at inference on an accelerator (cuDNN's flash attention on a GPU under
       JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster) and
