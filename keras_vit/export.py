@@ -24,7 +24,7 @@ Both return the same float32 (and int32, string) outputs, whatever the model's d
   names, stored in the export as the asset `assets/labels.txt`, one name a line).
 
 The batch size is dynamic. `assets.extra/keras_vit.json` records what the export was made with
-(resolution, classes, `max_pixels`). With tensorflow-serving-api installed,
+(resolution, classes, `max_pixels`, the signatures). With tensorflow-serving-api installed,
 `assets.extra/tf_serving_warmup_requests` holds PredictionLog records that TF Serving replays
 when it loads the model, so that the first real request does not pay for graph initialisation.
 """
@@ -521,7 +521,9 @@ def export_saved_model(
                     image_dtype=image_dtype, max_pixels=max_pixels, max_patches=max_patches,
                     warmup=bool(records), dtype_policy=_policy_name(model),
                     xla=bool(jit_compile), runtime=why,
-                    formats=list(image_ops.FORMATS))
+                    formats=list(image_ops.FORMATS),
+                    signatures=[SERVING_SIGNATURE, IMAGES_SIGNATURE]
+                    + ([NATIVE_SIZE_SIGNATURE] if max_patches else []))
 
     with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:
         labels_path = os.path.join(scratch, LABELS_ASSET)
@@ -535,6 +537,30 @@ def export_saved_model(
                      lambda f: f.write(json.dumps(metadata, indent=1).encode()))
         _version_dir(export_dir, version, overwrite)  # still free (or overwritable) now
     return path
+
+
+def read_metadata(path):
+    """What a SavedModel of `export_saved_model` was made with: its `assets.extra/keras_vit.json`
+    (resolution, classes, dtype policy, XLA and why, the signatures) as a dict.
+
+    Args:
+        path: str or path. The version folder `export_saved_model` returned.
+
+    Raises:
+        ValueError: if the folder holds no such file, or the file is not a JSON object.
+    """
+    file = os.path.join(os.fspath(path), METADATA_FILE)
+    try:
+        with open(file, encoding="utf-8") as f:
+            metadata = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{file} does not exist. Expected the version folder of a keras_vit "
+                         "SavedModel export.") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{file} is not readable JSON ({e}).") from None
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{file} is not a JSON object.")
+    return metadata
 
 
 # --------------------------------------------------------------------------------------------

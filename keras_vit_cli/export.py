@@ -45,6 +45,14 @@ def configure(parser):
                      help="serve in TensorFlow's graph runtime")
     saved_model.add_argument("--max-pixels", type=positive_int_arg,
                              help="serving_default refuses larger images (64 million)")
+    saved_model.add_argument("--dynamic-image-size", action="store_true",
+                             help="build the model for any input size and add the "
+                                  "serving_native_size signature, which classifies each image "
+                                  "at its own size (accurate near the resolution the weights "
+                                  "were trained at; far from it, accuracy drops)")
+    saved_model.add_argument("--max-patches", type=positive_int_arg,
+                             help="serving_native_size scales larger images down to this many "
+                                  "patches (4 times the model's own)")
     tflite = parser.add_argument_group("TFLite")
     tflite.add_argument("--quantize", choices=("dynamic-int8",),
                         help="dynamic-range int8 weights (default: float32)")
@@ -59,7 +67,9 @@ def _check_format_args(args):
                         "--class-names": args.class_names, "--top-k": args.top_k,
                         "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
                         "--xla/--no-xla": args.xla, "--max-pixels": args.max_pixels,
-                        "--precision": args.precision}
+                        "--precision": args.precision,
+                        "--dynamic-image-size": args.dynamic_image_size,
+                        "--max-patches": args.max_patches}
     wrong = tflite_only if args.format == "saved_model" else saved_model_only
     given = [flag for flag, value in wrong.items() if value not in (None, False)]
     if given:
@@ -72,7 +82,9 @@ def run(args):
 
     from keras_vit import export, images
 
-    model, checkpoint_names = model_from_args(args, num_classes=args.num_classes)
+    architecture = {"dynamic_image_size": True} if args.dynamic_image_size else None
+    model, checkpoint_names = model_from_args(args, num_classes=args.num_classes,
+                                              architecture=architecture)
     num_classes = model.outputs[0].shape[-1]
     if args.format == "saved_model":
         path = export.export_saved_model(
@@ -81,9 +93,9 @@ def run(args):
             top_k=args.top_k or export.DEFAULT_TOP_K, image_dtype=args.image_dtype or "float32",
             overwrite=args.overwrite, warmup=False if args.no_warmup else "auto",
             jit_compile=args.xla, max_pixels=args.max_pixels or images.DEFAULT_MAX_PIXELS,
-            precision=args.precision)
-        print(f"SavedModel written to {path} (signatures {export.SERVING_SIGNATURE}, "
-              f"{export.IMAGES_SIGNATURE})")
+            precision=args.precision, max_patches=args.max_patches or "auto")
+        metadata = export.read_metadata(path)
+        print(f"SavedModel written to {path} (signatures {', '.join(metadata['signatures'])})")
         return 0
     export.export_tflite(model, args.output, quantize=args.quantize)
     height, width, _ = export.check_model(model)

@@ -175,7 +175,9 @@ def test_export_layout_stores_each_weight_once(exported):
                             image_dtype="float32", max_pixels=64_000_000, max_patches=None,
                             warmup=True, dtype_policy="float32",
                             xla=runtime.choose("float32")[0], runtime=runtime.choose("float32")[1],
-                            formats=["JPEG", "PNG", "GIF", "BMP", "WebP"])
+                            formats=["JPEG", "PNG", "GIF", "BMP", "WebP"],
+                            signatures=["serving_default", "predict_images"])
+    assert export.read_metadata(path) == metadata
 
 
 def test_probabilities_are_not_trivial(exported):
