@@ -243,13 +243,14 @@ def class_names_from_args(args, num_classes, checkpoint_names=None):
     return labels.default_class_names(num_classes)
 
 
-def add_data_arguments(parser):
-    """The data flags of train, evaluate and fewshot."""
+def add_data_arguments(parser, folder_help="image folder with one subfolder per class"):
+    """The data flags of train, pretrain, evaluate and fewshot (`folder_help`: what `--folder`
+    holds for the command)."""
     group = parser.add_argument_group("data")
     source = group.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="tensorflow-datasets name: cifar10, cifar100, "
                         "oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet2012_real")
-    source.add_argument("--folder", help="image folder with one subfolder per class")
+    source.add_argument("--folder", help=folder_help)
     group.add_argument("--data-dir", help="tensorflow-datasets data directory")
     group.add_argument("--manual-dir", help="hand-downloaded files (imagenet2012, imagenet2012_real)")
     group.add_argument("--batch-size", type=positive_int_arg, default=64,
