@@ -84,8 +84,9 @@ def add_model_arguments(parser, weights_help=""):
                             '\'{"patch_size": 4, "hidden_size": 64, "num_layers": 4, '
                             '"num_heads": 4, "mlp_dim": 128}\'')
     group.add_argument("--weights", "--pretrained", dest="weights", metavar="SOURCE",
-                       help="a registry name (keras_vit.list_checkpoints()), an .npz path or "
-                            f"URL, or '{DEFAULT_WEIGHTS}' for the variant's default checkpoint"
+                       help="a registry name (keras-vit checkpoints), an .npz or .safetensors "
+                            f"path, a URL, hf://ORG/NAME, or '{DEFAULT_WEIGHTS}' for the "
+                            "variant's default checkpoint"
                             + weights_help)
     group.add_argument("--image-size", type=image_size_arg, metavar="N|HxW",
                        help="input resolution (default: the checkpoint's, else 224)")
