@@ -28,7 +28,8 @@ COMMANDS = {
                     "data, size)"),
     "predict": ("keras_vit_cli.predict", "classify images and print the top classes"),
     "convert": ("keras_vit_cli.convert",
-                "turn a checkpoint into a .keras model, .weights.h5 or .npz file"),
+                "turn a checkpoint into a .keras model, .weights.h5, .npz (official layout) or "
+                "timm's .safetensors file"),
     "train": ("keras_vit_cli.train",
               "train or fine-tune a ViT with the paper's recipe (resumes after a crash)"),
     "pretrain": ("keras_vit_cli.pretrain",

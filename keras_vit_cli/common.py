@@ -84,8 +84,9 @@ def add_model_arguments(parser, weights_help=""):
                             '\'{"patch_size": 4, "hidden_size": 64, "num_layers": 4, '
                             '"num_heads": 4, "mlp_dim": 128}\'')
     group.add_argument("--weights", "--pretrained", dest="weights", metavar="SOURCE",
-                       help="a registry name (keras_vit.list_checkpoints()), an .npz path or "
-                            f"URL, or '{DEFAULT_WEIGHTS}' for the variant's default checkpoint"
+                       help="a registry name (keras-vit checkpoints), an .npz or .safetensors "
+                            f"path, a URL, hf://ORG/NAME, or '{DEFAULT_WEIGHTS}' for the "
+                            "variant's default checkpoint"
                             + weights_help)
     group.add_argument("--image-size", type=image_size_arg, metavar="N|HxW",
                        help="input resolution (default: the checkpoint's, else 224)")
@@ -243,13 +244,14 @@ def class_names_from_args(args, num_classes, checkpoint_names=None):
     return labels.default_class_names(num_classes)
 
 
-def add_data_arguments(parser):
-    """The data flags of train, evaluate and fewshot."""
+def add_data_arguments(parser, folder_help="image folder with one subfolder per class"):
+    """The data flags of train, pretrain, evaluate and fewshot (`folder_help`: what `--folder`
+    holds for the command)."""
     group = parser.add_argument_group("data")
     source = group.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="tensorflow-datasets name: cifar10, cifar100, "
                         "oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet2012_real")
-    source.add_argument("--folder", help="image folder with one subfolder per class")
+    source.add_argument("--folder", help=folder_help)
     group.add_argument("--data-dir", help="tensorflow-datasets data directory")
     group.add_argument("--manual-dir", help="hand-downloaded files (imagenet2012, imagenet2012_real)")
     group.add_argument("--batch-size", type=positive_int_arg, default=64,

@@ -34,7 +34,8 @@ TARGETS = {"mean-color": "mean_color", "downsized-color": "downsized_color",
 
 def configure(parser):
     add_model_arguments(parser, " to start from; without it, random initialisation")
-    add_data_arguments(parser)
+    add_data_arguments(parser, folder_help="image folder: every image under it, in "
+                                           "subfolders or not (labels are not used)")
     run = add_run_arguments(
         parser, outputs="encoder.npz, config.json, final.npz (with the pre-training head), "
                         "run.json, backup/, logs/",

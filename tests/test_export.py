@@ -198,7 +198,7 @@ def test_rest_json_request_as_tf_serving_parses_it(exported, loaded, tmp_path):
     jpeg, png = (export_serving.encode(im, fmt) for im, fmt in zip(
         export_serving.sample_images(rng, [(50, 40), (32, 32)]), ("JPEG", "PNG")))
     (tmp_path / "cat.jpg").write_bytes(jpeg)
-    # The README's shell line builds the body.
+    # The documented shell line builds the body.
     subprocess.run(["bash", "-c", export_serving.REST_REQUEST_COMMAND], cwd=tmp_path, check=True)
     body = (tmp_path / "request.json").read_text()
     bytes_input = {"image_bytes": object}
@@ -261,7 +261,7 @@ def test_grpc_predict_request_proto_and_client_example(exported, loaded, tmp_pat
     signature = loaded.signatures[parsed.model_spec.signature_name]
     assert_outputs_match(signature(image_bytes=tf.constant(array)), want)
 
-    # The README's client, over a real gRPC channel to a PredictionService on the export.
+    # The serving guide's client, over a real gRPC channel to a PredictionService on the export.
     server, address = export_serving.start_grpc_server(export_serving.prediction_service(loaded))
     try:
         (tmp_path / "cat.jpg").write_bytes(encoded[0])
@@ -735,8 +735,12 @@ def test_fresh_process_without_keras_matches_keras_on_both_signatures(exported):
     assert_outputs_match(after, expected["serving_default_0"])
 
 
-def test_readme_serving_examples_are_the_tested_ones():
-    text = (pathlib.Path(HERE).parent / "README.md").read_text()
-    for example in (export_serving.REST_REQUEST_COMMAND, export_serving.REST_CURL_COMMAND,
-                    export_serving.GRPC_CLIENT_EXAMPLE):
-        assert example in text
+def test_documented_serving_examples_are_the_tested_ones():
+    root = pathlib.Path(HERE).parent
+    readme = (root / "README.md").read_text()
+    guide = (root / "docs" / "guides" / "serving.md").read_text()
+    rest = (export_serving.REST_REQUEST_COMMAND, export_serving.REST_CURL_COMMAND)
+    for example in rest:
+        assert example in readme
+    for example in (*rest, export_serving.GRPC_CLIENT_EXAMPLE):
+        assert example in guide
