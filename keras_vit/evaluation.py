@@ -55,7 +55,7 @@ def _batches(data, batch_size, progress):
     for batch in _numpy_batches(data, batch_size):
         yield batch
         done += len(batch[1])
-        if bar:
+        if bar and (bar.target is None or done < bar.target):  # the last one: finalize's
             bar.update(done, finalize=False)
     if bar and done:
         bar.update(done, finalize=True)

@@ -130,7 +130,10 @@ def ViT(
             D.4, Table 8): "learned" (one learned vector per position, `AddPositionEmbs`),
             "learned_2d" (learned row and column embeddings of D/2 each, concatenated:
             `AddPositionEmbs2D`), "sincos_2d" (big_vision's fixed 2-D sine-cosine embedding,
-            no weights: `AddSinCosPositionEmbs2D`) or "none" (no position information:
+            no weights: `AddSinCosPositionEmbs2D`), "relative" (D.4's relative embeddings:
+            nothing is added to the tokens; each block's attention learns an embedding per
+            relative offset between two patches, per head, and adds the query's product with
+            it to their logit, as Shaw et al., 2018) or "none" (no position information:
             `NoPositionEmbs`). Defaults to "learned".
         scan: bool. If True, the blocks live in one `keras_vit.Encoder` layer named
             `Transformer`, which runs one traced block over their stacked weights on JAX

@@ -294,6 +294,9 @@ def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split
     run.add_argument("--scan", action="store_true",
                      help="build the encoder as one scanned layer (keras_vit.ViT scan=True: "
                           "one block traced and compiled, on the JAX backend)")
+    run.add_argument("--remat", action="store_true",
+                     help="recompute each encoder block in the backward pass (keras_vit.ViT "
+                          "remat=True): less training memory, slower steps")
     run.add_argument("--compile-cache", metavar="DIR", default=None,
                      help="keep compiled XLA programs in DIR for the next run (JAX backend)")
     run.add_argument("--validation-split", default=validation_split,
@@ -333,8 +336,10 @@ def start_run(args):
 
 
 def run_architecture(args):
-    """The `keras_vit.ViT` arguments the run flags add to the model flags' (`--scan`)."""
-    return {"scan": True} if args.scan else None
+    """The `keras_vit.ViT` arguments the run flags add to the model flags' (`--scan`,
+    `--remat`)."""
+    architecture = {name: True for name in ("scan", "remat") if getattr(args, name)}
+    return architecture or None
 
 
 def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, **kwargs):
