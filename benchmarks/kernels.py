@@ -22,9 +22,15 @@ its first call (tracing and compiling included) and the process's peak resident 
 table gives the median over rounds, and each variant's ratio to the first. Inference is
 `predict_on_batch`, training one step of `keras_vit.training.compile_model` (the recipes'
 path); `--xla`/`--no-xla` force XLA on or off (default: the library's choice).
+
+`--profile DIR` records the first variant's timed calls of the last round with the backend's
+profiler (JAX: `jax.profiler.trace`; TensorFlow: `tf.profiler.experimental`), for
+TensorBoard's profile plugin or Perfetto: the op-level time of a step. `--device gpu` runs on
+the first GPU (the default hides GPUs, for CPU measurements).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -82,6 +88,28 @@ def build(text, args):
     return call, first, time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def profiling(folder):
+    """The backend's profiler recording into `folder` while the block runs (none without one)."""
+    import keras
+
+    if not folder:
+        yield
+    elif keras.backend.backend() == "jax":
+        import jax  # the JAX backend's own profiler
+
+        with jax.profiler.trace(folder):
+            yield
+    else:
+        import tensorflow as tf
+
+        tf.profiler.experimental.start(folder)
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
+
+
 def worker(args):
     """One variant in this process (`--fresh`): prints its first output and its times."""
     call, first, first_call_s = build(args.worker, args)
@@ -117,11 +145,15 @@ def parse_args(argv):
     parser.add_argument("--fresh", action="store_true",
                         help="each variant in a fresh process per round (start-up and memory)")
     parser.add_argument("--json", help="write every round's numbers here")
+    parser.add_argument("--profile", help="write a profile of the first variant's last round "
+                                          "here (a folder)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     # What a fresh worker process is given: the options, not the variants.
     args.passed = [f"--model={args.model}", f"--mode={args.mode}", f"--batch={args.batch}",
-                   f"--precision={args.precision}", f"--steps={args.steps}"]
+                   f"--precision={args.precision}", f"--steps={args.steps}",
+                   f"--device={args.device}"]
     if args.xla is not None:
         args.passed.append("--xla" if args.xla else "--no-xla")
     if args.worker is None:
@@ -138,6 +170,8 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if args.device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # before the backend is imported
     import keras
     import numpy as np
 
@@ -156,8 +190,10 @@ def main(argv=None):
                 result = fresh_round(args, text)
                 firsts.setdefault(text, np.asarray(result["first"]))
             else:
-                result = dict(step_s=common.median_seconds(built[text][0], args.steps,
-                                                           warmup=1))
+                last = text == names[0] and round_index == args.rounds - 1
+                with profiling(args.profile if last else None):
+                    step_s = common.median_seconds(built[text][0], args.steps, warmup=1)
+                result = dict(step_s=step_s)
             results[text].append(result)
     tolerance = 2e-2 if args.precision == "bf16" else 1e-4
     for text in names:

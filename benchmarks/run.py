@@ -21,7 +21,7 @@ so that a slow spell of the machine hits every contender alike. Per round and mo
 Reported: the median over rounds (peak RSS: the maximum), each with its ratio to timm at the
 same precision (or to timm fp32 where timm did not run at it), as a Markdown table on stdout, and everything (every round's raw numbers) as
 JSON with `--json PATH`. On a GPU also the model FLOP utilisation: the analytic FLOP count of
-benchmarks/flops.py times images/s, over `--peak-flops`.
+keras_vit.flops times images/s, over `--peak-flops`.
 """
 
 import argparse
@@ -34,11 +34,14 @@ import subprocess
 import sys
 import time
 
-from benchmarks import flops
 from benchmarks.contenders import common
-from keras_vit.fileio import atomic_write_text
+from keras_vit_cli.catalog import library_module
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The FLOP count and atomic writes, loaded without Keras: the driver stays light beside the
+# measured processes.
+flops = library_module("flops")
+atomic_write_text = library_module("fileio").atomic_write_text
 FAMILIES = {  # name -> (worker module, label in the table)
     "timm": ("benchmarks.contenders.timm_vit", "timm"),
     "keras_hub": ("benchmarks.contenders.keras_hub_vit", "keras-hub ViT"),
@@ -71,11 +74,13 @@ class Contender:
     jax: bool = False
     compile: bool = False
     tree: str = None
+    savedmodel: bool = False
 
     @property
     def name(self):
         xla = {True: "xla", False: "noxla", None: None}[self.xla]
-        tags = [t for t, on in (("jax", self.jax), (xla, xla), ("compile", self.compile)) if on]
+        tags = [t for t, on in (("jax", self.jax), (xla, xla), ("compile", self.compile),
+                                ("savedmodel", self.savedmodel)) if on]
         return "-".join([self.family, *tags, self.precision]) + (f"@{self.tree}" if self.tree
                                                                    else "")
 
@@ -85,7 +90,7 @@ class Contender:
 
     @property
     def modes(self):
-        return ("infer",) if self.precision == "int8" else TRAINING_MODES
+        return ("infer",) if self.precision == "int8" or self.savedmodel else TRAINING_MODES
 
     def label(self, versions=None):
         """The table's name for it, with the framework versions its process reported."""
@@ -96,6 +101,8 @@ class Contender:
         name = f"keras-hub {v['keras_hub']} ViT" if "keras_hub" in v else FAMILIES[self.family][1]
         if self.family == "keras_vit" and "keras_vit" in v:
             name += f" {v['keras_vit']}"
+        if self.savedmodel:
+            name += " SavedModel"
         if self.jax:
             runtime = "JAX (XLA)"
         elif self.xla is None:
@@ -115,19 +122,22 @@ def parse_contender(text, default_precision):
     spec = spec.lower().replace("keras-hub", "keras_hub").replace("keras-vit", "keras_vit")
     family, *tags = spec.split("-")
     expected = (
-        f"Expected FAMILY[-jax][-xla|-noxla][-compile][-PRECISION][@DIR] with FAMILY in "
-        f"{sorted(FAMILIES)} and PRECISION in {list(common.PRECISIONS)}, e.g. "
-        "keras_vit-xla-bf16 (jax for Keras families, compile for timm)."
+        f"Expected FAMILY[-jax][-xla|-noxla][-compile][-savedmodel][-PRECISION][@DIR] with "
+        f"FAMILY in {sorted(FAMILIES)} and PRECISION in {list(common.PRECISIONS)}, e.g. "
+        "keras_vit-xla-bf16 (jax for Keras families, compile for timm, savedmodel for "
+        "keras_vit: its export's predict_images signature, inference only)."
     )
     if family not in FAMILIES:
         raise ValueError(f"Unknown contender {text!r}. {expected}")
     if tree and not os.path.isdir(os.path.join(tree, "benchmarks", "contenders")):
         raise ValueError(f"Contender {text!r}: {tree!r} is not a checkout of this repository "
                          "(no benchmarks/contenders in it).")
-    xla, precision, jax, compiled = None, None, False, False
+    xla, precision, jax, compiled, savedmodel = None, None, False, False, False
     for tag in tags:
         if tag in ("xla", "noxla") and xla is None:
             xla = tag == "xla"
+        elif tag == "savedmodel" and not savedmodel and family == "keras_vit":
+            savedmodel = True
         elif tag == "jax" and not jax and family != "timm":
             jax = True
         elif tag == "compile" and not compiled and family == "timm":
@@ -147,7 +157,7 @@ def parse_contender(text, default_precision):
             f"Contender {text!r}: int8 is measured for keras_vit only (Keras quantize). "
             "Expected keras_vit-int8 or keras_vit-xla-int8."
         )
-    return Contender(family, xla, precision, jax, compiled, tree or None)
+    return Contender(family, xla, precision, jax, compiled, tree or None, savedmodel)
 
 
 def _int_list(name, text, minimum=1):
@@ -333,6 +343,7 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=()):
         *({True: ["--xla"], False: ["--no-xla"], None: []}[contender.xla]),
         *(["--backend", "jax"] if contender.jax else []),
         *(["--compile"] if contender.compile else []),
+        *(["--savedmodel"] if contender.savedmodel else []),
         *(["--agreement-images", str(plan.agreement_images)] if mode == "agreement" else []),
         *extra,
     ]  # fmt: skip
@@ -481,13 +492,7 @@ def summarize(entry, plan):
 
 
 def forward_macs(config, image_size):
-    return flops.vit_forward_macs(
-        image_size,
-        config["patch_size"],
-        hidden_size=config["hidden_size"],
-        num_layers=config["num_layers"],
-        mlp_dim=config["mlp_dim"],
-    )
+    return flops.config_forward_macs(config, image_size)
 
 
 def baseline_for(contender, contenders):

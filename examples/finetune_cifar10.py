@@ -38,8 +38,9 @@ def main(argv=None):
     with strategy.scope():  # new zero head for the 10 classes, position embedding resized
         model = keras_vit.create_model(args.variant, image_size=args.image_size,
                                        num_classes=train.num_classes, pretrained=args.weights)
-    training.fit(model, train, validation, output_dir=args.output, steps=args.steps,
-                 learning_rate=args.lr, target_batch_size=training.FINETUNE_BATCH_SIZE)
+    summary = training.fit(model, train, validation, output_dir=args.output, steps=args.steps,
+                           learning_rate=args.lr, target_batch_size=training.FINETUNE_BATCH_SIZE)
+    print("run:", summary)
     test = data.from_tfds("cifar10", "test", **common)
     print("test:", model.evaluate(test.dataset, verbose=0, return_dict=True))
 

@@ -43,8 +43,9 @@ def main(argv=None):
     else:
         model = keras_vit.create_model(args.variant, image_size=args.image_size,
                                        num_classes=train.num_classes, pretrained=args.weights)
-    training.fit(model, train, validation, output_dir=args.output, steps=args.steps,
-                 learning_rate=args.lr, verbose=2)
+    summary = training.fit(model, train, validation, output_dir=args.output, steps=args.steps,
+                           learning_rate=args.lr, verbose=2)
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -41,9 +41,10 @@ def main(argv=None):
     with strategy.scope():
         model = keras_vit.create_model(args.variant, image_size=args.image_size,
                                        num_classes=train.num_classes)
-    training.fit(model, train, validation, output_dir=args.output, epochs=args.epochs,
-                 recipe="pretrain", learning_rate=args.lr, weight_decay=args.weight_decay,
-                 target_batch_size=args.target_batch_size)
+    summary = training.fit(model, train, validation, output_dir=args.output, epochs=args.epochs,
+                           recipe="pretrain", learning_rate=args.lr,
+                           weight_decay=args.weight_decay, target_batch_size=args.target_batch_size)
+    print("run:", summary)
 
 
 if __name__ == "__main__":

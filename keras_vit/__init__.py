@@ -70,8 +70,8 @@ _LAZY = {
     "get_strategy": "keras_vit.parallel.tf_distribute",
     **dict.fromkeys(("get_distribution", "layout_map"), "keras_vit.parallel.keras_distribution"),
 }
-_LAZY_MODULES = ("data", "evaluation", "export", "fileio", "framework", "images", "inspection",
-                 "labels", "parallel", "pretraining", "training", "vtab")
+_LAZY_MODULES = ("data", "evaluation", "export", "fileio", "flops", "framework", "images",
+                 "inspection", "labels", "parallel", "pretraining", "training", "vtab")
 # Module names kept for one release (each warns when imported).
 _DEPRECATED_MODULES = ("distribute", "sharding", "validation")
 # Names kept for one release: name -> (the module that defines it, the message).

@@ -168,7 +168,7 @@ def from_pretrained(source, progress=True, **overrides):
         **overrides: arguments of `keras_vit.ViT` to change (e.g. `image_size`, `num_classes`,
             `include_top`); position embeddings and head follow the usual loading rules.
 
-    Example:
+    Examples:
     >>> model = from_pretrained("digits")  # the shipped demo, 10 classes at 16x16
     """
     return build_from_checkpoint(source, progress, **overrides)[0]

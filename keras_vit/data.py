@@ -563,6 +563,8 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
     such files, and `skip_corrupt=True` leaves them out (one decoding pass over the folder
     first; their number and names are printed and kept in `InputData.skipped`).
 
+    The arguments it shares with `from_arrays` mean the same as there.
+
     Args:
         validation_split: float in [0, 1). Hold out this fraction of the images (a seeded
             random choice, the same for both subsets). Defaults to 0.
@@ -573,7 +575,6 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
         labels: "inferred" (from the subfolders) or None (unlabelled: every image under
             `directory`, all of class 0, as `from_arrays(images, None)`). Defaults to
             "inferred".
-        Other arguments as in `from_arrays`.
 
     Raises:
         FileNotFoundError: if `directory` does not exist.
@@ -638,6 +639,8 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
               manual_dir=None, download=True, seed=0, start_epoch=0, augment=True, strategy=None):
     """A pipeline over a tensorflow-datasets dataset the paper uses.
 
+    The arguments it shares with `from_arrays` mean the same as there.
+
     Args:
         name: str. One of `DATASETS`: cifar10, cifar100, oxford_iiit_pet, oxford_flowers102,
             imagenet2012, imagenet2012_real (evaluation only: its labels are a dict with the
@@ -649,7 +652,6 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
         manual_dir: str or None. Where the hand-downloaded files are (imagenet2012 needs the
             ILSVRC2012 tars there, imagenet2012_real ILSVRC2012_img_val.tar).
         download: bool. Let tfds download and prepare the dataset if it is missing.
-        Other arguments as in `from_arrays`.
 
     Raises:
         ValueError: for an unknown dataset name, imagenet2012 without `manual_dir` when it
@@ -698,12 +700,13 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     (still encoded) and gets epoch-deterministic, resumable orders; larger ones (and decoded
     images of varying sizes) stream, as does every evaluation split.
 
+    The arguments it shares with `from_arrays` mean the same as there.
+
     Args:
         dataset: `tf.data.Dataset` of `(image, label)`.
         num_classes: int. Labels lie in `[0, num_classes)`.
         decode: a function from one raw image to a uint8 `[H, W, C]` tensor, or None: decode
             encoded images, pass decoded ones through.
-        Other arguments as in `from_arrays`.
 
     Returns:
         `InputData`.

@@ -22,10 +22,14 @@ _register = keras.saving.register_keras_serializable(package="keras_vit")
 class Encoder(ConfigArgs, keras.layers.Layer):
     """`num_layers` `TransformerBlock`s `encoderblock_{i}` applied in turn.
 
+    The arguments it shares with `TransformerBlock` (`dropout_rate`, `attention_dropout_rate`,
+    `layer_norm_epsilon`, `gelu_approximate`, `qkv_bias`, `relative_positions`,
+    `num_prefix_tokens`, `kernels`) go to every block.
+
     Args:
         num_layers: int. Number of blocks.
-        num_heads, mlp_dim, dropout_rate, attention_dropout_rate, layer_norm_epsilon,
-            gelu_approximate, qkv_bias, kernels: each block's `TransformerBlock` arguments.
+        num_heads: int. The blocks' attention heads.
+        mlp_dim: int. The blocks' MLP width.
         scan: bool. Run one traced block over the blocks' stacked weights (big_vision's
             scanned layout: one block to trace and compile instead of `num_layers`), where the
             backend can (JAX; on TensorFlow the blocks run in turn). Dropout masks then come
@@ -44,14 +48,15 @@ class Encoder(ConfigArgs, keras.layers.Layer):
 
     def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0,
                  attention_dropout_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON,
-                 gelu_approximate=GELU_APPROXIMATE, qkv_bias=True, kernels=None, scan=False,
-                 remat=False, **kwargs):
+                 gelu_approximate=GELU_APPROXIMATE, qkv_bias=True, relative_positions=None,
+                 num_prefix_tokens=0, kernels=None, scan=False, remat=False, **kwargs):
         super().__init__(**kwargs)
         self.num_layers = check_positive_int("num_layers", num_layers)
         self.scan = check_bool("scan", scan)
         self.remat = check_bool("remat", remat)
         block = TransformerBlock(num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
-                                 layer_norm_epsilon, gelu_approximate, qkv_bias, kernels)
+                                 layer_norm_epsilon, gelu_approximate, qkv_bias,
+                                 relative_positions, num_prefix_tokens, kernels)
         for name in self.BLOCK_ARGS:  # validated by the block
             setattr(self, name, getattr(block, name))
 

@@ -13,13 +13,13 @@ few-shot linear accuracy, plus a linear probe and batched feature extraction.
   the test features.
 - `linear_probe(...)`: logistic regression on frozen features with `model.fit`.
 
-`data` is a `tf.data.Dataset` of `(images, labels)` batches with images already scaled to
-[-1, 1] (what `keras_vit.data` pipelines give), or a pair of arrays `(images, labels)` with
-RGB images at the model's resolution: integers in [0, 255], or floats in the range
-`value_range` says ((0, 255) or (0, 1), as `keras_vit.data.from_arrays` takes them). `labels`
-are class ids `[N]`, or for
-multi-label evaluation a dict: `label` (class ids `[N]`) and `label_set` (multi-hot
-`[N, num_classes]`, see `multi_hot`), as `keras_vit.data` gives for ImageNet-ReaL.
+`data` is a `keras_vit.data` pipeline (`InputData`), a `tf.data.Dataset` of `(images, labels)`
+batches with images already scaled to [-1, 1] (what `keras_vit.data` pipelines give), or a
+pair of arrays `(images, labels)` with RGB images at the model's resolution: integers in
+[0, 255], or floats in the range `value_range` says ((0, 255) or (0, 1), as
+`keras_vit.data.from_arrays` takes them). `labels` are class ids `[N]`, or for multi-label
+evaluation a dict: `label` (class ids `[N]`) and `label_set` (multi-hot `[N, num_classes]`,
+see `multi_hot`), as `keras_vit.data` gives for ImageNet-ReaL.
 """
 
 import contextlib
@@ -33,7 +33,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit.data import to_0_255
+from keras_vit.data import InputData, to_0_255
 from keras_vit.fileio import atomic_write
 from keras_vit.images import preprocess_inputs
 
@@ -53,9 +53,26 @@ def _is_arrays(data):
     return isinstance(data, tuple) and len(data) == 2
 
 
-def _batches(data, batch_size, value_range=None):
-    """Yields (images in [-1, 1], labels, label sets or None) NumPy batches from a dataset or
-    an arrays pair (whose float images need their `value_range`)."""
+def _batches(data, batch_size, progress, value_range=None):
+    """Yields (images in [-1, 1], labels, label sets or None) NumPy batches from a pipeline, a
+    dataset or an arrays pair (whose float images need their `value_range`); with
+    `progress`, a `keras.utils.Progbar` counts the images used (of how many, where that is
+    known)."""
+    bar = keras.utils.Progbar(_num_examples(data), unit_name="image") if progress else None
+    done = 0
+    for batch in _numpy_batches(data, batch_size, value_range):
+        yield batch
+        done += len(batch[1])
+        if bar and (bar.target is None or done < bar.target):  # the last one: finalize's
+            bar.update(done, finalize=False)
+    if bar and done:
+        bar.update(done, finalize=True)
+
+
+def _numpy_batches(data, batch_size, value_range=None):
+    """The batches `_batches` yields, without the progress bar."""
+    if isinstance(data, InputData):
+        data = data.dataset
     if _is_arrays(data):
         images, labels = data
         if labels is None:
@@ -122,8 +139,8 @@ def feature_cache_key(model, extra=None):
 
 def data_digest(data, batch_size=64, value_range=None):
     """A hex digest of the data's content: every image and label an arrays pair holds (with
-    its `value_range`), or every batch a dataset yields (one pass over it: decoding and
-    resizing, no model)."""
+    its `value_range`), or every batch a pipeline or dataset yields (one pass over it:
+    decoding and resizing, no model)."""
     digest = hashlib.sha256()
 
     def add(*arrays):
@@ -137,7 +154,7 @@ def data_digest(data, batch_size=64, value_range=None):
         add(np.asarray(data[0]), *_split_labels(data[1]))
         digest.update(repr(None if value_range is None else tuple(value_range)).encode())
     else:
-        for batch in _batches(data, batch_size, value_range):
+        for batch in _numpy_batches(data, batch_size, value_range):
             add(*batch)
     return digest.hexdigest()[:20]
 
@@ -167,7 +184,8 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
 
     Args:
         model: a keras_vit model (with or without head).
-        data: a dataset of (images, labels) batches or an (images, labels) arrays pair.
+        data: a `keras_vit.data` pipeline (`InputData`), a dataset of (images, labels)
+            batches or an (images, labels) arrays pair.
         batch_size: int. Batch size for arrays. Defaults to 64.
         cache: str or None. A folder: features and labels are stored there in a file named
             by everything that produced them: the model's configuration and weights
@@ -176,7 +194,8 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
             again.
         cache_key: JSON-serialisable description of `data` (e.g. data set and split), part of
             the cache name. Defaults to None.
-        progress: bool. Show a progress bar. Defaults to True.
+        progress: bool. Show a progress bar (`keras.utils.Progbar`, in images; without a
+            total for a dataset of unknown size). Defaults to True.
         strategy: a `tf.distribute.Strategy` or None: the feature model is built and run under
             its scope (the data should then be batched globally). Defaults to None.
         value_range: (0, 255) or (0, 1): the range of float images in an arrays pair (as
@@ -196,15 +215,10 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:
         features_model = representation_model(model)
-    total = _num_examples(data)
-    bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
-    features, labels, done = [], [], 0
-    for images, batch_labels, _ in _batches(data, batch_size, value_range):
+    features, labels = [], []
+    for images, batch_labels, _ in _batches(data, batch_size, progress, value_range):
         features.append(np.asarray(features_model.predict_on_batch(images), np.float32))
         labels.append(batch_labels.astype(np.int64))
-        done += len(batch_labels)
-        if bar:
-            bar.update(done)
     if not features:
         raise ValueError("The data holds no images.")
     features, labels = np.concatenate(features), np.concatenate(labels)
@@ -214,8 +228,10 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
 
 
 def _num_examples(data):
-    """The number of images for a progress bar: known for arrays; for a dataset of batches,
-    unknown without reading it (None)."""
+    """The number of images for a progress bar: known for arrays and `keras_vit.data`
+    pipelines; for another dataset of batches, unknown without reading it (None)."""
+    if isinstance(data, InputData):
+        return data.num_examples
     return len(data[0]) if isinstance(data, tuple) else None
 
 
@@ -292,7 +308,9 @@ def fewshot_table(train_features, train_labels, test_features, test_labels,
     """Few-shot accuracy for every (shots, l2_reg), and the best l2_reg for each shots.
 
     Returns:
-        dict with `accuracy` {shots: {l2_reg: accuracy}} and `best` {shots: (l2_reg, accuracy)}.
+        dict with `accuracy` {shots: {l2_reg: accuracy}}, `best` {shots: (l2_reg, accuracy)},
+        and the sizes used: `num_classes`, `train_examples` (the images the shots are drawn
+        from) and `test_examples` (the images every accuracy is measured on).
     """
     num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
     accuracy = {
@@ -301,7 +319,8 @@ def fewshot_table(train_features, train_labels, test_features, test_labels,
         for k in shots
     }
     best = {k: max(row.items(), key=lambda item: item[1]) for k, row in accuracy.items()}
-    return {"accuracy": accuracy, "best": best}
+    return {"accuracy": accuracy, "best": best, "num_classes": num_classes,
+            "train_examples": len(train_labels), "test_examples": len(test_labels)}
 
 
 def format_fewshot_table(table):
@@ -359,14 +378,16 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
 
     Args:
         model: a keras_vit classifier (with head).
-        data: a dataset of (images, labels) batches or an (images, labels) arrays pair;
-            `labels` may be a dict with `label` and `label_set` (see the module docstring).
+        data: a `keras_vit.data` pipeline (`InputData`), a dataset of (images, labels)
+            batches or an (images, labels) arrays pair; `labels` may be a dict with `label`
+            and `label_set` (see the module docstring).
         batch_size: int. For arrays. Defaults to 64.
         class_names: list of str or None. For the CSV and the figure.
         out_dir: str or None. If set, writes `per_class_accuracy.csv` (with label sets, also
             `real_examples`, `real_correct` and `real_accuracy` of each original class) and, for
             at most 100 classes, `confusion_matrix.png` there.
-        progress: bool. Defaults to True.
+        progress: bool. Show a progress bar (`keras.utils.Progbar`, in images). Defaults to
+            True.
         value_range: (0, 255) or (0, 1): the range of float images in an arrays pair (as
             `keras_vit.data.from_arrays`). Defaults to None (integer images).
         allow_fresh_head: bool. Evaluate a head that is all zeros (a fresh head: no trained
@@ -384,11 +405,9 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     if not allow_fresh_head:
         _check_trained_head(model)
     num_classes = int(model.output.shape[-1])
-    top5, loss_sum, done = 0, 0.0, 0
+    top5, loss_sum = 0, 0.0
     all_labels, predicted, in_set, has_set = [], [], [], []
-    total = _num_examples(data)
-    bar = keras.utils.Progbar(total, unit_name="image") if progress and total else None
-    for images, labels, label_sets in _batches(data, batch_size, value_range):
+    for images, labels, label_sets in _batches(data, batch_size, progress, value_range):
         labels = _check_labels(labels, num_classes)
         logits = np.asarray(model.predict_on_batch(images), np.float64)
         logits -= logits.max(axis=1, keepdims=True)
@@ -402,10 +421,7 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
             hits, scored = _label_set_hits(order[:, 0], label_sets, num_classes)
             in_set.append(hits)
             has_set.append(scored)
-        done += len(labels)
-        if bar:
-            bar.update(done)
-    if done == 0:
+    if not all_labels:
         raise ValueError("The data holds no images.")
     labels, predicted = np.concatenate(all_labels), np.concatenate(predicted)
     n = len(labels)
@@ -458,7 +474,7 @@ def multi_hot(label_sets, num_classes):
     Returns:
         bool array [N, num_classes].
 
-    Example:
+    Examples:
 
     >>> multi_hot([[2], [0, 2], []], 3).astype(int).tolist()
     [[0, 0, 1], [1, 0, 1], [0, 0, 0]]
@@ -510,7 +526,7 @@ def real_accuracy(predictions, label_sets, labels):
         (images with an empty set), `per_class_examples` and `per_class_correct` [K] (the
         scored images of each original class, and how many of them are ReaL-correct).
 
-    Example:
+    Examples:
 
     >>> result = real_accuracy([2, 1, 0], multi_hot([[2], [0, 2], []], 3), labels=[2, 0, 1])
     >>> result["accuracy"], result["original_accuracy"], result["num_left_out"]

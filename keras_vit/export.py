@@ -24,7 +24,7 @@ Both return the same float32 (and int32, string) outputs, whatever the model's d
   names, stored in the export as the asset `assets/labels.txt`, one name a line).
 
 The batch size is dynamic. `assets.extra/keras_vit.json` records what the export was made with
-(resolution, classes, `max_pixels`). With tensorflow-serving-api installed,
+(resolution, classes, `max_pixels`, the signatures). With tensorflow-serving-api installed,
 `assets.extra/tf_serving_warmup_requests` holds PredictionLog records that TF Serving replays
 when it loads the model, so that the first real request does not pay for graph initialisation.
 """
@@ -40,11 +40,11 @@ import tensorflow as tf
 
 from keras_vit import images as image_ops
 from keras_vit import labels as label_sets
+from keras_vit import runtime
 from keras_vit.fileio import atomic_write, naming_write_errors, staging_dir
-from keras_vit.layers import TokenPooling
-from keras_vit.model import model_image_size, patch_grid
 from keras_vit.checks import check_choice, check_int
-from keras_vit.weights.keymap import is_quantized
+from keras_vit.layers import TokenPooling, sublayers
+from keras_vit.model import model_image_size, patch_grid, rebuilt, vit_config
 
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
@@ -63,6 +63,8 @@ IMAGE_DTYPES = ("float32", "uint8")
 # Written beside the signatures: what the export was made with (labels, limits).
 METADATA_FILE = os.path.join("assets.extra", "keras_vit.json")
 TFLITE_QUANTIZATIONS = (None, "dynamic-int8")
+# `precision` -> the Keras dtype policy the exported signatures compute in.
+PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
 # The float32 TFLite file must reproduce the Keras probabilities to this absolute tolerance.
 TFLITE_FLOAT_TOLERANCE = 1e-4
 IMAGE_CHANNELS = image_ops.CHANNELS
@@ -166,6 +168,45 @@ def _check_tensorflow_backend(what):
             f"{what} needs the TensorFlow backend (KERAS_BACKEND=tensorflow). Received backend "
             f"{keras.backend.backend()!r}."
         )
+
+
+def at_precision(model, precision):
+    """`model` computing in `precision`: the model itself where it does already (or for
+    None), else its twin built by `keras_vit.ViT` under that precision's Keras policy with
+    the same weights ("bfloat16": `mixed_bfloat16`, float32 weights and logits, bfloat16
+    computation).
+
+    Raises:
+        ValueError: for a model `keras_vit.ViT` did not build, or an int8-quantized one.
+    """
+    if precision is None:
+        return model
+    check_choice("precision", precision, tuple(PRECISIONS))
+    try:
+        vit_config(model)
+    except ValueError as e:
+        raise ValueError(f"precision={precision!r} builds the model again in that precision, "
+                         f"which needs a keras_vit model: {e}") from None
+    if _policy_name(model) == PRECISIONS[precision]:
+        return model
+    if _quantized(model):
+        raise ValueError("precision= changes a float model's precision; this model is "
+                         "int8-quantized. Expected a float model (quantize after).")
+    return rebuilt(model, PRECISIONS[precision])
+
+
+def _quantized(model):
+    """Whether `model` has quantized layers (`model.quantize("int8")`)."""
+    return any(sub.quantization_mode for layer in model.layers
+               for sub in (layer, *sublayers(layer)))
+
+
+def _policy_name(model):
+    """The dtype policy a model computes in: a keras_vit model's layers' (a functional model
+    keeps the policy of the moment it was built), else the model's."""
+    names = {layer.name for layer in model.layers}
+    layer = model.get_layer("embedding") if "embedding" in names else model
+    return layer.dtype_policy.name
 
 
 # --------------------------------------------------------------------------------------------
@@ -399,9 +440,10 @@ def export_saved_model(
     image_dtype="float32",
     overwrite=False,
     warmup="auto",
-    jit_compile=False,
+    jit_compile=None,
     max_pixels=image_ops.DEFAULT_MAX_PIXELS,
     max_patches="auto",
+    precision=None,
 ):
     """Exports a classifier as a SavedModel that TF Serving serves as is.
 
@@ -425,8 +467,11 @@ def export_saved_model(
             Serving's PredictionLog records, which need tensorflow-serving-api: `pip install
             keras-vit[serving]`); "auto" writes them when that package is installed. Defaults
             to "auto".
-        jit_compile: bool. Compile the model's forward pass with XLA; the image decoding stays
-            outside the compiled function, on the CPU. Defaults to False.
+        jit_compile: bool or None. Compile the model's forward pass with XLA (the image
+            decoding stays outside the compiled function, on the CPU); None takes the measured
+            default for this machine's device and the served precision
+            (`keras_vit.runtime.choose`), recorded in `assets.extra/keras_vit.json`.
+            Defaults to None.
         max_pixels: int or None. `serving_default` refuses images whose header declares more
             pixels, before decoding them (recorded in `assets.extra/keras_vit.json`). Defaults
             to `keras_vit.images.DEFAULT_MAX_PIXELS`.
@@ -434,6 +479,11 @@ def export_saved_model(
             most patches `serving_native_size` classifies an image with (larger images are
             scaled down); "auto" is 4 times the model's own. Refused for other models.
             Defaults to "auto".
+        precision: None, "float32" or "bfloat16". What the signatures compute in: None keeps
+            the model's own policy; "bfloat16" serves the model's twin under `mixed_bfloat16`
+            (float32 weights, bfloat16 products, float32 LayerNorm statistics, softmax and
+            logits); the outputs are float32 either way. A keras_vit model only. Defaults to
+            None.
 
     Returns:
         str: the version folder.
@@ -446,13 +496,18 @@ def export_saved_model(
         keras_vit.fileio.WriteError: naming the version folder, if it cannot be written (a
             full disk); nothing is left of the new export.
 
-    Example:
+    Examples:
     >>> model = keras_vit.ViT_B16(num_classes=3)  # doctest: +SKIP
     >>> export_saved_model(model, "/tmp/vit", class_names=["cat", "dog", "bird"])  # doctest: +SKIP
     '/tmp/vit/1'
     """
     _check_tensorflow_backend("export_saved_model")
     height, width, num_classes = check_model(model)
+    model = at_precision(model, precision)
+    if jit_compile is None:
+        jit_compile, why = runtime.choose(_policy_name(model))
+    else:
+        why = f"asked for (jit_compile={jit_compile})"
     class_names = check_class_names(class_names, num_classes)
     version = check_int("version", version, 0)
     top_k = min(check_int("top_k", top_k, 1), num_classes)
@@ -475,8 +530,11 @@ def export_saved_model(
     records = _warmup_requests(model.name, height, width, image_dtype) if warmup else []
     metadata = dict(image_size=[height, width], num_classes=num_classes, top_k=top_k,
                     image_dtype=image_dtype, max_pixels=max_pixels, max_patches=max_patches,
-                    warmup=bool(records),
-                    formats=list(image_ops.FORMATS))
+                    warmup=bool(records), dtype_policy=_policy_name(model),
+                    xla=bool(jit_compile), runtime=why,
+                    formats=list(image_ops.FORMATS),
+                    signatures=[SERVING_SIGNATURE, IMAGES_SIGNATURE]
+                    + ([NATIVE_SIZE_SIGNATURE] if max_patches else []))
 
     with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:
         labels_path = os.path.join(scratch, LABELS_ASSET)
@@ -490,6 +548,30 @@ def export_saved_model(
                      lambda f: f.write(json.dumps(metadata, indent=1).encode()))
         _version_dir(export_dir, version, overwrite)  # still free (or overwritable) now
     return path
+
+
+def read_metadata(path):
+    """What a SavedModel of `export_saved_model` was made with: its `assets.extra/keras_vit.json`
+    (resolution, classes, dtype policy, XLA and why, the signatures) as a dict.
+
+    Args:
+        path: str or path. The version folder `export_saved_model` returned.
+
+    Raises:
+        ValueError: if the folder holds no such file, or the file is not a JSON object.
+    """
+    file = os.path.join(os.fspath(path), METADATA_FILE)
+    try:
+        with open(file, encoding="utf-8") as f:
+            metadata = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{file} does not exist. Expected the version folder of a keras_vit "
+                         "SavedModel export.") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{file} is not readable JSON ({e}).") from None
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{file} is not a JSON object.")
+    return metadata
 
 
 # --------------------------------------------------------------------------------------------
@@ -544,7 +626,7 @@ def export_tflite(model, path, quantize=None):
     """
     _check_tensorflow_backend("export_tflite")
     check_choice("quantize", quantize, TFLITE_QUANTIZATIONS)
-    if is_quantized(variable.path for variable in model.weights):
+    if _quantized(model):
         raise ValueError(
             f"Model {model.name!r} is int8-quantized (model.quantize('int8')): the TFLite "
             "converter cannot convert Keras' int8 layers. Expected the float model; "

@@ -46,7 +46,7 @@ def preprocess_inputs(images):
     Raises:
         ValueError: if the last axis is not 3 RGB channels.
 
-    Example:
+    Examples:
     >>> preprocess_inputs(np.array([[[[0, 127.5, 255]]]]))  # doctest: +SKIP
     array([[[[-1., 0., 1.]]]], dtype=float32)
     """

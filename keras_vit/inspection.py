@@ -40,9 +40,16 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.fileio import atomic_write
-from keras_vit.model import encoder_blocks, encoder_layer, model_image_size, patch_grid, per_block
 from keras_vit.checks import check_index, check_positive_int
+from keras_vit.fileio import atomic_write
+from keras_vit.model import (
+    encoder_blocks,
+    encoder_layer,
+    model_image_size,
+    patch_grid,
+    per_block,
+    vit_config,
+)
 
 # Figure layout, in pixels (PNGs are written at `DPI` dots per inch).
 DPI = 100
@@ -378,8 +385,15 @@ def position_embedding_similarity(model):
         if any, is left out.
 
     Raises:
-        ValueError: for a model built with `position_embedding="none"`: it has none.
+        ValueError: for a model built with `position_embedding="none"` or `"relative"`: it
+            has no embedding per position.
     """
+    if vit_config(model)["position_embedding"] == "relative":
+        raise ValueError(
+            "The model's position information is relative (position_embedding='relative'): "
+            "its attention learns an embedding per offset between patches, not one per "
+            "position, so there is no position embedding to compare. Expected a model built "
+            "with position_embedding 'learned', 'learned_2d' or 'sincos_2d'.")
     geo = geometry(model)
     embedding = model.get_layer("posembed_input").embedding(*geo.grid)  # [1, prefix + P, D]
     posemb = _weight(embedding)[0, geo.num_prefix:]

@@ -29,6 +29,18 @@ CHOICES = {
     # identity whose backward pass computes the residual stream's gradient once per block
     # (`gradient_barrier`).
     "block_input": ("plain", "barrier"),
+    # The layout the MLP's products run on (`per_token`): "tokens", the `[B, N, D]` sequence
+    # (Dense through tensordot), or "rows", its `[B * N, D]` rows (2-D matrix products, which
+    # TensorFlow's graph runtime fuses with their bias and GELU in oneDNN).
+    "mlp": ("tokens", "rows"),
+    # The GELU's backward pass in training (`gelu`): "autodiff", through its formula (which
+    # keeps the formula's intermediates), or "recompute", a custom gradient that keeps only
+    # the input and computes the derivative from it.
+    "gelu": ("autodiff", "recompute"),
+    # A block's LayerNorms in training (`layer_norm`): "autodiff", Keras' layer (whose
+    # backward keeps its full-size intermediates), or "recompute", a custom gradient that keeps
+    # only the input and recomputes the statistics.
+    "layer_norm": ("autodiff", "recompute"),
 }
 AUTO = "auto"
 
@@ -52,54 +64,75 @@ def check_kernels(kernels):
     return dict(kernels)
 
 
-def _jax_on_cpu():
-    return keras.backend.backend() == "jax" and all(
-        device.startswith("cpu") for device in keras.distribution.list_devices())
+def _on_cpu():
+    """Whether Keras' devices are all CPUs (no GPU or TPU)."""
+    return all(device.lower().startswith("cpu") for device in keras.distribution.list_devices())
 
 
-def default_kernel(name, training):
-    """The measured default implementation of choice `name` (BENCHMARKS.md, "Kernels").
+def default_kernel(name, training, dtype="float32"):
+    """The measured default implementation of choice `name` (BENCHMARKS.md: "The routes
+    behind `keras_vit.kernels`").
 
-    - attention: "fused" at inference, "products" in training. At inference the fused
-      operation is never slower and on a GPU under JAX it runs cuDNN's flash attention; in
-      training its backward was slower than the products' on a GPU and on a CPU.
+    - attention: "fused" at inference on an accelerator (cuDNN's flash attention on a GPU under
+      JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster) and
+      in training (the fused operation's backward was slower, on a GPU and on a CPU).
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
+    - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
+    - gelu: "recompute" in training in float32 (less memory at the same speed), "autodiff"
+      in 16-bit precisions (where recomputing cost more time than it saved memory).
+    - layer_norm: "recompute" in training (less memory; in bfloat16 also faster).
+    Both are "autodiff" at inference, which has no backward pass.
     """
     if name == "attention":
-        return "products" if training else "fused"
+        return "products" if training or _on_cpu() else "fused"
     if name == "block_input":
-        return "barrier" if training and _jax_on_cpu() else "plain"
+        jax_on_cpu = keras.backend.backend() == "jax" and _on_cpu()
+        return "barrier" if training and jax_on_cpu else "plain"
+    if name == "mlp":
+        return "tokens" if training else "rows"
+    if name == "gelu":
+        return "recompute" if training and dtype == "float32" else "autodiff"
+    if name == "layer_norm":
+        return "recompute" if training else "autodiff"
     raise ValueError(f"Unknown kernel choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
-def implementation(kernels, name, training):
-    """The implementation of choice `name`: the one `kernels` names, else the default."""
+def implementation(kernels, name, training, dtype="float32"):
+    """The implementation of choice `name`: the one `kernels` names, else the default for
+    the mode and the computation's dtype."""
     chosen = (kernels or {}).get(name, AUTO)
-    return default_kernel(name, bool(training)) if chosen == AUTO else chosen
+    if chosen != AUTO:
+        return chosen
+    return default_kernel(name, bool(training), keras.backend.standardize_dtype(dtype))
 
 
 # --------------------------------------------------------------------------------------------
 # Attention.
 
 
-def attention_probabilities(query, key):
-    """softmax(q k^T / sqrt(k)) per head: `[B, N, h, k]` query and key -> `[B, h, N, N]`.
+def attention_probabilities(query, key, bias=None):
+    """softmax(q k^T / sqrt(k) + bias) per head: `[B, N, h, k]` query and key ->
+    `[B, h, N, N]`.
 
     The softmax runs in float32 at least, so that mixed precision does not overflow; the
     result has the query's dtype.
     """
     scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
-    logits = ops.einsum("bqhk,bshk->bhqs", query * scale, key)  # logits = [B, h, N, N]
-    return ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), query.dtype)
+    logits = ops.cast(ops.einsum("bqhk,bshk->bhqs", query * scale, key), "float32")
+    if bias is not None:
+        logits = logits + ops.cast(bias, "float32")  # logits = [B, h, N, N]
+    return ops.cast(ops.softmax(logits, axis=-1), query.dtype)
 
 
-def dot_product_attention(query, key, value, dropout=None, training=False, kernels=None,
-              return_probabilities=False):
-    """Scaled dot-product attention per head: softmax(q k^T / sqrt(k)) v.
+def dot_product_attention(query, key, value, bias=None, dropout=None, training=False,
+                          kernels=None, return_probabilities=False):
+    """Scaled dot-product attention per head: softmax(q k^T / sqrt(k) + bias) v.
 
     Args:
         query, key, value: `[B, N, h, k]`.
+        bias: `[B, h, N, N]` added to the scaled logits (relative position embeddings), or
+            None.
         dropout: a `keras.layers.Dropout` applied to the probabilities, or None.
         training: bool. Whether dropout is on.
         kernels: the layer's `kernels` option (see the module docstring).
@@ -112,14 +145,87 @@ def dot_product_attention(query, key, value, dropout=None, training=False, kerne
     route = implementation(kernels, "attention", training)
     dropping = training and dropout is not None and dropout.rate > 0
     if route == "fused" and not dropping:
-        context = ops.dot_product_attention(query, key, value,
-                                            scale=1.0 / math.sqrt(query.shape[-1]))
-        probs = attention_probabilities(query, key) if return_probabilities else None
+        context = ops.dot_product_attention(
+            query, key, value, bias=None if bias is None else ops.cast(bias, query.dtype),
+            scale=1.0 / math.sqrt(query.shape[-1]))
+        probs = attention_probabilities(query, key, bias) if return_probabilities else None
     else:
-        probs = attention_probabilities(query, key)  # probs = [B, h, N, N]
+        probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
         dropped = dropout(probs, training=training) if dropping else probs
         context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
     return (context, probs) if return_probabilities else context
+
+
+# --------------------------------------------------------------------------------------------
+# Per-token functions (the MLP).
+
+
+def per_token(fn, x, training=False, kernels=None):
+    """`fn(x)` for a function `fn` of each token alone that keeps the width (the MLP), on
+    `x = [B, N, D]` as it is (route "tokens") or on its `[B * N, D]` rows (route "rows")."""
+    if implementation(kernels, "mlp", training) == "tokens":
+        return fn(x)
+    shape = ops.shape(x)
+    rows = fn(ops.reshape(x, (-1, shape[-1])))  # rows = [B * N, D]
+    return ops.reshape(rows, shape)
+
+
+def gelu(x, approximate, training=False, kernels=None):
+    """GELU, the tanh approximation (`approximate`) or the exact one, as
+    `keras.activations.gelu`; in training, by the chosen route for its backward pass."""
+    if not training or implementation(kernels, "gelu", training, x.dtype) == "autodiff":
+        return keras.activations.gelu(x, approximate=approximate)
+
+    @ops.custom_gradient
+    def recompute(x):
+        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
+            g = args[0] if upstream is None else upstream
+            return ops.cast(ops.cast(g, "float32") * gelu_derivative(x, approximate), g.dtype)
+
+        return keras.activations.gelu(x, approximate=approximate), grad
+
+    return recompute(x)
+
+
+def gelu_derivative(x, approximate):
+    """d gelu(x) / dx in float32: with t = tanh(c (x + a x^3)), c = sqrt(2 / pi), a = 0.044715,
+    `0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)`; exact: `Phi(x) + x phi(x)`."""
+    x = ops.cast(x, "float32")
+    if approximate:
+        c, a = math.sqrt(2.0 / math.pi), 0.044715
+        t = ops.tanh(c * (x + a * x * x * x))
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * a * x * x)
+    cdf = 0.5 * (1.0 + ops.erf(x / math.sqrt(2.0)))
+    return cdf + x * ops.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+def layer_norm(layer, x, training=False, kernels=None):
+    """`layer(x)` for a `keras.layers.LayerNormalization` over the last axis with scale and
+    center; in training, by the chosen route for its backward pass. Both routes compute
+    Keras' formula in float32 at least and return the layer's compute dtype."""
+    if not training or implementation(kernels, "layer_norm", training, x.dtype) == "autodiff":
+        return layer(x)
+    epsilon = layer.epsilon
+
+    @ops.custom_gradient
+    def recompute(x, gamma, beta):
+        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
+            g = ops.cast(args[0] if upstream is None else upstream, "float32")
+            x32 = ops.cast(x, "float32")
+            mean, variance = ops.moments(x32, axes=[-1], keepdims=True)
+            rstd = ops.rsqrt(variance + epsilon)
+            xhat = (x32 - mean) * rstd  # xhat = [..., D]
+            axes = tuple(range(len(x.shape) - 1))
+            d_xhat = g * ops.cast(gamma, "float32")
+            d_x = rstd * (d_xhat - ops.mean(d_xhat, axis=-1, keepdims=True)
+                          - xhat * ops.mean(d_xhat * xhat, axis=-1, keepdims=True))
+            return (ops.cast(d_x, x.dtype), ops.cast(ops.sum(g * xhat, axis=axes), gamma.dtype),
+                    ops.cast(ops.sum(g, axis=axes), beta.dtype))
+
+        y = ops.layer_normalization(x, gamma, beta, epsilon=epsilon)
+        return ops.cast(y, layer.compute_dtype), grad
+
+    return recompute(x, layer.gamma.value, layer.beta.value)
 
 
 # --------------------------------------------------------------------------------------------

@@ -85,8 +85,9 @@ def decode_predictions(logits, top=5, class_names=None):
         For each image, a list of `(class_id, name, probability)`, most likely first;
         `class_id` is the WordNet id for the ImageNet label sets, else the class index.
 
-    Example:
-    >>> decode_predictions(np.eye(1000)[[1]] * 10, top=1)[0][0][:2]
+    Examples:
+    >>> (wnid, name, probability), = decode_predictions(np.eye(1000)[[1]] * 10, top=1)[0]
+    >>> wnid, name
     ('n01443537', 'goldfish')
     """
     logits = np.asarray(logits, dtype=np.float64)

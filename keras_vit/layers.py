@@ -12,7 +12,14 @@ import warnings
 import keras
 from keras import ops
 
-from keras_vit.kernels import block_input, check_kernels, dot_product_attention
+from keras_vit.kernels import (
+    block_input,
+    check_kernels,
+    dot_product_attention,
+    gelu,
+    layer_norm,
+    per_token,
+)
 from keras_vit.checks import (
     check_bool,
     check_choice,
@@ -134,7 +141,7 @@ class PatchEmbedding(ConfigArgs, keras.layers.Layer):
     Input: `[B, H, W, C]` with H and W divisible by the patch size.
     Output: `[B, (H / ph) * (W / pw), D]` (or the grid, see `flatten`).
 
-    Example:
+    Examples:
     >>> layer = PatchEmbedding(patch_size=16, hidden_size=64)
     >>> layer(keras.ops.zeros((2, 32, 48, 3))).shape
     (2, 6, 64)
@@ -490,16 +497,24 @@ class _ReturnsAttention:
 class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
     """Multi-head self-attention with the official checkpoint's weight layout.
 
-        softmax(q k^T / sqrt(head_dim)) v per head, q, k, v = x W_{q,k,v} + b_{q,k,v}
+        softmax(q k^T / sqrt(head_dim) + bias) v per head, q, k, v = x W_{q,k,v} + b_{q,k,v}
 
-    Sublayers `query`, `key`, `value` (kernel (D, heads, head_dim), bias (heads, head_dim))
-    and `out` (kernel (heads, head_dim, D), bias (D,)).
+    with `bias` the relative attention of `relative_attention_bias` when `relative_positions`
+    is set, else 0. Sublayers `query`, `key`, `value` (kernel (D, heads, head_dim), bias
+    (heads, head_dim)) and `out` (kernel (heads, head_dim, D), bias (D,)); with relative
+    positions also the weights `rel_embedding` (2P - 1, heads, head_dim) and, with prefix
+    tokens, `rel_embedding_cls` (1, heads, head_dim).
 
     Args:
         num_heads: int. Number of attention heads; must divide the input width D.
         attention_dropout_rate: float. Dropout on the attention probabilities. Defaults to 0.
         qkv_bias: bool. Whether query, key and value have biases (False: timm's and
             transformers' `qkv_bias=False` models). Defaults to True.
+        relative_positions: int or None. P, the number of patches a table of relative
+            position embeddings is learned for (paper appendix D.4; other sequence lengths
+            resize it), or None for none. Defaults to None.
+        num_prefix_tokens: int. Leading tokens that are not patches (the class token), which
+            take `rel_embedding_cls` in every pair. Defaults to 0.
         kernels: dict or None. Implementation choices of `keras_vit.kernels` (here
             "attention"); those not named take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
@@ -509,14 +524,18 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
     (before dropout).
     """
 
-    CONFIG_ARGS = ("num_heads", "attention_dropout_rate", "qkv_bias", "kernels")
+    CONFIG_ARGS = ("num_heads", "attention_dropout_rate", "qkv_bias", "relative_positions",
+                   "num_prefix_tokens", "kernels")
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, kernels=None,
-                 **kwargs):
+    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True,
+                 relative_positions=None, num_prefix_tokens=0, kernels=None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
         self.qkv_bias = check_bool("qkv_bias", qkv_bias)
+        self.relative_positions = check_positive_int("relative_positions", relative_positions,
+                                                     allow_none=True)
+        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
         self.kernels = check_kernels(kernels) or None
 
     def build(self, input_shape):
@@ -541,15 +560,70 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
         )
         self.out.build((*input_shape[:-1], self.num_heads, head_dim))
         self.dropout = keras.layers.Dropout(self.attention_dropout_rate, dtype=self.dtype_policy)
+        if self.relative_positions:
+            init = keras.initializers.RandomNormal(stddev=POSITION_EMBEDDING_STDDEV)
+            self.rel_embedding = self.add_weight(
+                shape=(2 * self.relative_positions - 1, self.num_heads, head_dim),
+                initializer=init, name="rel_embedding")
+            if self.num_prefix_tokens:
+                self.rel_embedding_cls = self.add_weight(
+                    shape=(1, self.num_heads, head_dim), initializer=init,
+                    name="rel_embedding_cls")
 
     def call(self, inputs, training=None, return_attention_scores=False):
         # inputs = [B, N, D]; query, key, value = [B, N, h, k]
         query, key, value = (layer(inputs) for layer in (self.query, self.key, self.value))
+        bias = None
+        if self.relative_positions:
+            bias = relative_attention_bias(  # bias = [B, h, N, N]
+                query, self.rel_embedding,
+                self.rel_embedding_cls if self.num_prefix_tokens else None,
+                self.num_prefix_tokens)
         context, probs = dot_product_attention(  # context = [B, N, h, k], probs = [B, h, N, N]
-            query, key, value, dropout=self.dropout, training=training, kernels=self.kernels,
-            return_probabilities=True)
+            query, key, value, bias=bias, dropout=self.dropout, training=training,
+            kernels=self.kernels, return_probabilities=True)
         outputs = self.out(context)  # outputs = [B, N, D]
         return (outputs, probs) if return_attention_scores else outputs
+
+
+def relative_attention_bias(query, table, prefix_table=None, num_prefix=0):
+    """The paper's 1-D relative attention (appendix D.4) as a bias of the attention logits.
+
+    Each query also attends to learned embeddings of the relative offsets between patches,
+    used as keys (Shaw et al., 2018): for patches q and k, numbered in row-major order,
+    `bias[b, h, q, k] = query[b, q, h] . table[P - 1 + q - k, h] / sqrt(head_dim)`, where the
+    table holds the offsets -(P - 1) .. P - 1; every pair with a prefix token (the class
+    token) takes `prefix_table[0]` instead. A sequence of another number of patches p gets the
+    table resized linearly to 2p - 1 offsets, end points aligned.
+
+    Args:
+        query: `[B, N, h, k]`, N = `num_prefix` + the patches.
+        table: `[2P - 1, h, k]`.
+        prefix_table: `[1, h, k]`, or None when `num_prefix` is 0.
+        num_prefix: int.
+
+    Returns:
+        `[B, h, N, N]`, float32.
+    """
+    batch, length, heads, head_dim = (ops.shape(query)[i] for i in range(4))
+    patches = length - num_prefix
+    offsets = 2 * patches - 1
+    table = ops.cast(table, "float32")
+    rows = _resize_positions(ops.reshape(table, (table.shape[0], -1)), offsets)
+    table = ops.reshape(rows, (offsets, table.shape[1], table.shape[2]))  # [2p - 1, h, k]
+    q = ops.cast(query, "float32") / math.sqrt(query.shape[-1])
+    logits = ops.einsum("bqhk,ohk->bhqo", q, table)  # logits = [B, h, N, 2p - 1]
+    width = offsets
+    if num_prefix:
+        prefix = ops.einsum("bqhk,hk->bhq", q, ops.cast(prefix_table[0], "float32"))
+        logits = ops.concatenate([logits, prefix[..., None]], axis=-1)  # [B, h, N, 2p]
+        width = offsets + 1
+    q_index = ops.arange(length)[:, None]
+    k_index = ops.arange(length)[None, :]
+    both_patches = (q_index >= num_prefix) & (k_index >= num_prefix)
+    column = ops.where(both_patches, q_index - k_index + patches - 1, width - 1)  # [N, N]
+    flat = ops.reshape(logits, (batch, heads, length * width))
+    return ops.take(flat, q_index * width + column, axis=-1)  # [B, h, N, N]
 
 
 @_register
@@ -563,16 +637,20 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         dropout_rate: float. Dropout after each Dense. Defaults to 0.
         gelu_approximate: bool. Tanh-approximate GELU (Flax `nn.gelu`, used to train the
             official checkpoints) if True, exact GELU if False. Defaults to True.
+        kernels: dict or None. Implementation choices of `keras_vit.kernels` (here "mlp" and
+            "gelu"); those not named take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
     """
 
-    CONFIG_ARGS = ("mlp_dim", "dropout_rate", "gelu_approximate")
+    CONFIG_ARGS = ("mlp_dim", "dropout_rate", "gelu_approximate", "kernels")
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=GELU_APPROXIMATE, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=GELU_APPROXIMATE,
+                 kernels=None, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)
         self.gelu_approximate = check_bool("gelu_approximate", gelu_approximate)
+        self.kernels = check_kernels(kernels) or None
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -589,11 +667,15 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
-        # inputs = [B, N, D]
-        x = self.dense_0(inputs)  # x = [B, N, mlp_dim]
-        x = keras.activations.gelu(x, approximate=self.gelu_approximate)
+        # inputs = [B, N, D]: the same function of each token (`per_token` picks the layout).
+        return per_token(lambda x: self.mlp(x, training), inputs, training, self.kernels)
+
+    def mlp(self, x, training=None):
+        """The MLP of each token: `x = [..., D]` -> `[..., D]`."""
+        x = self.dense_0(x)  # x = [..., mlp_dim]
+        x = gelu(x, self.gelu_approximate, training, self.kernels)
         x = self.dropout(x, training=training)
-        x = self.dense_1(x)  # x = [B, N, D]
+        x = self.dense_1(x)  # x = [..., D]
         return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -617,6 +699,9 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         gelu_approximate: bool. Tanh-approximate GELU if True (official), exact if False.
             Defaults to True.
         qkv_bias: bool. Whether query, key and value have biases. Defaults to True.
+        relative_positions: int or None. The attention's relative position embeddings (see
+            `MultiHeadDotProductAttention`). Defaults to None.
+        num_prefix_tokens: int. Leading tokens that are not patches. Defaults to 0.
         kernels: dict or None. Implementation choices of `keras_vit.kernels`; those not named
             take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
@@ -624,7 +709,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
     Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` the tuple
     `([B, N, D], [B, heads, N, N])`: the attention probabilities come from the same forward pass.
 
-    Example:
+    Examples:
     >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
     >>> y, probs = block(keras.ops.zeros((1, 5, 8)), return_attention_scores=True)
     >>> tuple(y.shape), tuple(probs.shape)
@@ -633,7 +718,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
 
     CONFIG_ARGS = (
         "num_heads", "mlp_dim", "dropout_rate", "attention_dropout_rate", "layer_norm_epsilon",
-        "gelu_approximate", "qkv_bias", "kernels",
+        "gelu_approximate", "qkv_bias", "relative_positions", "num_prefix_tokens", "kernels",
     )
 
     def __init__(
@@ -645,6 +730,8 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         gelu_approximate=GELU_APPROXIMATE,
         qkv_bias=True,
+        relative_positions=None,
+        num_prefix_tokens=0,
         kernels=None,
         **kwargs,
     ):
@@ -658,6 +745,9 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         self.layer_norm_epsilon = check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
         self.gelu_approximate = check_bool("gelu_approximate", gelu_approximate)
         self.qkv_bias = check_bool("qkv_bias", qkv_bias)
+        self.relative_positions = check_positive_int("relative_positions", relative_positions,
+                                                     allow_none=True)
+        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
         self.kernels = check_kernels(kernels) or None
 
     def build(self, input_shape):
@@ -669,6 +759,8 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
             self.num_heads,
             attention_dropout_rate=self.attention_dropout_rate,
             qkv_bias=self.qkv_bias,
+            relative_positions=self.relative_positions,
+            num_prefix_tokens=self.num_prefix_tokens,
             kernels=self.kernels,
             name="MultiHeadDotProductAttention_1",
             dtype=self.dtype_policy,
@@ -678,6 +770,7 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
             self.mlp_dim,
             dropout_rate=self.dropout_rate,
             gelu_approximate=self.gelu_approximate,
+            kernels=self.kernels,
             name="MlpBlock_3",
             dtype=self.dtype_policy,
         )
@@ -689,10 +782,11 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         # inputs = [B, N, D]; the identity, which `block_input` may give a cheaper gradient
         # in training (keras_vit.kernels).
         inputs = block_input(inputs, training=training, kernels=self.kernels)
-        x = self.norm_0(inputs)
+        x = layer_norm(self.norm_0, inputs, training, self.kernels)
         x, probs = self.attention(x, training=training, return_attention_scores=True)
         y = inputs + self.dropout(x, training=training)  # y = [B, N, D]
-        outputs = y + self.mlp(self.norm_2(y), training=training)  # outputs = [B, N, D]
+        x = layer_norm(self.norm_2, y, training, self.kernels)
+        outputs = y + self.mlp(x, training=training)  # outputs = [B, N, D]
         return (outputs, probs) if return_attention_scores else outputs  # probs = [B, h, N, N]
 
 

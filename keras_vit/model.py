@@ -40,13 +40,16 @@ IMAGE_CHANNELS = 3
 # are then the checkpoint keys (`Transformer/encoderblock_{i}/...`).
 ENCODER = "Transformer"
 # `position_embedding` -> the layer `posembed_input` that adds it (paper appendix D.4, Table 8;
-# "sincos_2d" from big_vision).
+# "sincos_2d" from big_vision). "relative" adds nothing there: each block's attention learns
+# the relative embeddings (`MultiHeadDotProductAttention(relative_positions=...)`).
 POSITION_EMBEDDINGS = {
     "learned": AddPositionEmbs,
     "learned_2d": AddPositionEmbs2D,
     "sincos_2d": AddSinCosPositionEmbs2D,
     "none": NoPositionEmbs,
+    "relative": NoPositionEmbs,
 }
+RELATIVE = "relative"
 
 
 def ViT(
@@ -127,7 +130,10 @@ def ViT(
             D.4, Table 8): "learned" (one learned vector per position, `AddPositionEmbs`),
             "learned_2d" (learned row and column embeddings of D/2 each, concatenated:
             `AddPositionEmbs2D`), "sincos_2d" (big_vision's fixed 2-D sine-cosine embedding,
-            no weights: `AddSinCosPositionEmbs2D`) or "none" (no position information:
+            no weights: `AddSinCosPositionEmbs2D`), "relative" (D.4's relative embeddings:
+            nothing is added to the tokens; each block's attention learns an embedding per
+            relative offset between two patches, per head, and adds the query's product with
+            it to their logit, as Shaw et al., 2018) or "none" (no position information:
             `NoPositionEmbs`). Defaults to "learned".
         scan: bool. If True, the blocks live in one `keras_vit.Encoder` layer named
             `Transformer`, which runs one traced block over their stacked weights on JAX
@@ -147,7 +153,7 @@ def ViT(
         `keras_vit.preprocess_inputs`) to float32 logits `[B, num_classes]` (zero-initialised
         head, as for fine-tuning), or to the representation `[B, D]` if not `include_top`.
 
-    Example:
+    Examples:
     >>> model = ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4,
     ...             mlp_dim=64, num_classes=10)
     >>> model(keras.ops.zeros((1, 32, 32, 3))).shape
@@ -217,10 +223,10 @@ def ViT(
     num_prefix = int(class_token)
     if class_token:
         x = ClassToken(name="cls")(x)  # x = [B, N + 1, D]
+    base_grid = (height // (patch_h * stride), width // (patch_w * stride))
     if position_embedding == "learned" and not dynamic_image_size:
         posembed = AddPositionEmbs(name="posembed_input")  # sized from the sequence
     else:
-        base_grid = (height // (patch_h * stride), width // (patch_w * stride))
         posembed = POSITION_EMBEDDINGS[position_embedding](
             base_grid, num_prefix_tokens=num_prefix, name="posembed_input")
     x = posembed(x, grid=grid) if dynamic_image_size else posembed(x)  # x = [B, N(+1), D]
@@ -228,6 +234,9 @@ def ViT(
     block_args = dict(dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
                       gelu_approximate=gelu_approximate, layer_norm_epsilon=layer_norm_epsilon,
                       qkv_bias=qkv_bias, kernels=kernels)
+    if position_embedding == RELATIVE:
+        block_args.update(relative_positions=base_grid[0] * base_grid[1],
+                          num_prefix_tokens=num_prefix)
     one_layer = scan or remat
     if one_layer:
         x = Encoder(num_layers, num_heads, mlp_dim, scan=scan, remat=remat, name=ENCODER,
@@ -331,7 +340,7 @@ def vit_config(model):
         class_token="cls" in names,
         fc_norm="fc_norm" in names,
         remat=bool(encoder and encoder.remat),
-        position_embedding=_position_embedding(model.get_layer("posembed_input")),
+        position_embedding=_position_embedding(model.get_layer("posembed_input"), block),
         scan=bool(encoder and encoder.scan),
         kernels=block.kernels,
         name=model.name,
@@ -382,17 +391,43 @@ def per_block(model):
     """
     if encoder_layer(model) is None:
         return model
-    config = vit_config(model)
+    return rebuilt(model, scan=False, remat=False)
+
+
+def rebuilt(model, dtype_policy=None, **overrides):
+    """`model` built again by `keras_vit.ViT` from its configuration with `overrides`, under
+    `dtype_policy` (default: the model's own), with a copy of its weights (quantized where the
+    model is).
+
+    Args:
+        model: a model built by `keras_vit.ViT` (or a named builder).
+        dtype_policy: str, `keras.DTypePolicy` or None. E.g. "mixed_bfloat16".
+        **overrides: `keras_vit.ViT` arguments that keep the weights' shapes (e.g. `scan`,
+            `remat`, `kernels`).
+
+    Returns:
+        A `keras.Model`.
+    """
+    config = dict(vit_config(model), **overrides)
     policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(model.get_layer("embedding").dtype_policy)  # the model's
+    keras.config.set_dtype_policy(dtype_policy or model.get_layer("embedding").dtype_policy)
     try:
-        twin = ViT(**dict(config, scan=False, remat=False))
+        twin = ViT(**config)
     finally:
         keras.config.set_dtype_policy(policy)
     blocks = dict(zip((f"encoderblock_{i}" for i in range(config["num_layers"])),
                       encoder_blocks(model)))
+    names = {layer.name for layer in model.layers}
     for layer in twin.layers:
-        source = blocks[layer.name] if layer.name in blocks else model.get_layer(layer.name)
+        if layer.name in names:
+            source = model.get_layer(layer.name)
+        elif layer.name in blocks:
+            source = blocks[layer.name]
+        elif layer.name == ENCODER:  # the twin's Encoder holds the model's top-level blocks
+            for block in layer.blocks:
+                _quantize_like(block, blocks[block.name])
+                block.set_weights(blocks[block.name].get_weights())
+            continue
         _quantize_like(layer, source)
         layer.set_weights(source.get_weights())
     return twin
@@ -419,8 +454,10 @@ def _quantize_like(target, source):
         twin.dtype_policy = layer.dtype_policy
 
 
-def _position_embedding(layer):
-    """The `position_embedding` argument that builds `layer` (`posembed_input`)."""
+def _position_embedding(layer, block):
+    """The `position_embedding` argument that builds `layer` (`posembed_input`) and `block`."""
+    if block.relative_positions:
+        return RELATIVE
     for variant, cls in POSITION_EMBEDDINGS.items():
         if type(layer) is cls:
             return variant

@@ -395,7 +395,7 @@ def masked_patch_model(vit, objective="mean_color", mask_rate=MASK_RATE,
     Returns:
         A `MaskedPatchModel` sharing `vit`'s layers and weights.
 
-    Example:
+    Examples:
     >>> vit = keras_vit.ViT(image_size=16, patch_size=4, hidden_size=32, num_layers=1,
     ...                     num_heads=2, mlp_dim=64, include_top=False)
     >>> model = masked_patch_model(vit, seed=0)

@@ -33,6 +33,7 @@ def model_fn(num_classes):
     return keras_vit.ViT_B16(num_classes=num_classes, image_size=384, pretrained=True)
 
 table = vtab.run(model_fn, "runs/vtab", tasks=["natural"], batch_size=64)
+print(vtab.summary_markdown(table))
 ```
 
 `run` writes, under `output_dir`: `results.csv` (one row per finished task), `sweep.csv` (one row
@@ -419,9 +420,12 @@ def summarize(results):
 
     Returns:
         dict: `tasks` {name: accuracy}, `groups` {group: {"mean", "tasks", "of"}}, `mean`
-        {"mean", "tasks", "of"}, `complete` (all 19 tasks done).
+        {"mean", "tasks", "of"}, `complete` (all 19 tasks done), `examples` {name: {"train",
+        "test"}} (the images each task was fine-tuned on and scored on).
     """
     accuracies = {row["task"]: float(row["accuracy"]) for row in results}
+    sizes = {row["task"]: dict(train=int(row["train_examples"]), test=int(row["test_examples"]))
+             for row in results}
     groups = {}
     for group in GROUPS:
         names = [name for name, task in TASKS.items() if task.group == group]
@@ -431,7 +435,8 @@ def summarize(results):
     ordered = {name: accuracies[name] for name in TASKS if name in accuracies}
     mean = dict(mean=sum(ordered.values()) / len(ordered) if ordered else None,
                 tasks=len(ordered), of=len(TASKS))
-    return dict(tasks=ordered, groups=groups, mean=mean, complete=len(ordered) == len(TASKS))
+    return dict(tasks=ordered, groups=groups, mean=mean, complete=len(ordered) == len(TASKS),
+                examples={name: sizes[name] for name in ordered})
 
 
 def _percent(value):
@@ -447,8 +452,10 @@ def summary_markdown(summary):
              "| " + " | ".join(_percent(summary["groups"][g]["mean"]) + covered(summary["groups"][g])
                              for g in GROUPS)
              + f" | {_percent(summary['mean']['mean'])}{covered(summary['mean'])} |",
-             "", "| task | group | accuracy (%) |", "|---|---|---|"]
-    lines += [f"| {name} | {TASKS[name].group} | {_percent(accuracy)} |"
+             "", "| task | group | accuracy (%) | train images | test images |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {name} | {TASKS[name].group} | {_percent(accuracy)} | "
+              f"{summary['examples'][name]['train']:,} | {summary['examples'][name]['test']:,} |"
               for name, accuracy in summary["tasks"].items()]
     return "\n".join(lines) + "\n"
 
@@ -488,6 +495,22 @@ def _jsonable(value):
     return json.loads(json.dumps(value, default=str))
 
 
+class _UpdateProgress(keras.callbacks.Callback):
+    """A bar of one fine-tuning run's optimizer updates (`keras.utils.Progbar`) with the loss,
+    moved at each epoch's end: a task's run is thousands of one-batch epochs, too many for
+    Keras' bar per epoch."""
+
+    def __init__(self, updates, steps_per_epoch, accumulation):
+        super().__init__()
+        self.updates, self.steps_per_epoch, self.accumulation = \
+            updates, steps_per_epoch, accumulation
+        self.bar = keras.utils.Progbar(updates, unit_name="update", stateful_metrics=["loss"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        done = min(self.updates, (epoch + 1) * self.steps_per_epoch // self.accumulation)
+        self.bar.update(done, values=[("loss", float((logs or {}).get("loss", float("nan"))))])
+
+
 def _finetune(model_fn, task, train_split, eval_split, run_dir, *, learning_rate, steps,
               batch_size, target_batch_size, image_size, data_kwargs, jit_compile, verbose,
               callbacks, strategy):
@@ -511,7 +534,10 @@ def _finetune(model_fn, task, train_split, eval_split, run_dir, *, learning_rate
                            training=False, **{k: v for k, v in data_kwargs.items()
                                               if k not in ("seed", "augment")})
     accumulation = (target_batch_size or batch_size) // batch_size
-    epochs, _ = training.plan(train.steps_per_epoch, steps=steps, accumulation=accumulation)
+    epochs, updates = training.plan(train.steps_per_epoch, steps=steps,
+                                    accumulation=accumulation)
+    if verbose == 1:  # verbose 2 shows Keras' own progress instead
+        callbacks = [*callbacks, _UpdateProgress(updates, train.steps_per_epoch, accumulation)]
     try:
         training.fit(model, train, output_dir=run_dir, steps=steps, recipe="finetune",
                      learning_rate=learning_rate, target_batch_size=target_batch_size,
@@ -566,10 +592,12 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
         callbacks: more Keras callbacks for every fine-tuning run.
         description: JSON-serialisable description of the model (e.g. its variant and weights),
             recorded in `vtab.json`: a run is resumed only with the same description.
-        verbose: 0 (silent), 1 (a line per run) or 2 (also Keras' progress). Defaults to 1.
+        verbose: 0 (silent), 1 (a line and a bar of its updates per run) or 2 (a line per run
+            and Keras' progress per epoch). Defaults to 1.
 
     Returns:
-        dict: the summary (see `summarize`), with `output_dir` and, after a sweep, `chosen`.
+        dict: the summary (see `summarize`; `summary_markdown` writes it as a table), with
+        `output_dir` and, after a sweep, `chosen`.
 
     Raises:
         ValueError: for unknown tasks, bad settings, a folder holding a run with other
@@ -634,22 +662,23 @@ def _run_suite(model_fn, output_dir, chosen_tasks, grid, settings, *, overwrite,
     chosen = {}
     if grid:
         done = {(r["task"], r["learning_rate"], r["steps"]) for r in sweep_rows}
-        for lr, n in grid:
-            for task in chosen_tasks:
-                if (task.name, lr, n) in done:
-                    continue
-                say(f"vtab sweep {task.name}: learning rate {lr:g}, {n} steps, train800 -> "
-                    "val200")
-                start = time.perf_counter()
-                run_dir = os.path.join(runs, "sweep", _setting_key(lr, n), task.name)
-                accuracy, examples, _ = _finetune(model_fn, task, "train800", "val200", run_dir,
-                                                  learning_rate=lr, steps=n, **common)
-                sweep_rows.append(dict(task=task.name, learning_rate=lr, steps=n,
-                                       val_accuracy=accuracy, val_examples=examples,
-                                       seconds=round(time.perf_counter() - start, 1)))
-                _write_rows(sweep_path, SWEEP_FIELDS, sweep_rows)
-                finish_run(run_dir)
-                say(f"vtab sweep {task.name}: val200 accuracy {100 * accuracy:.2f}%")
+        runs_of_sweep = [(lr, n, task) for lr, n in grid for task in chosen_tasks]
+        for index, (lr, n, task) in enumerate(runs_of_sweep, 1):
+            counter = f"vtab sweep [{index}/{len(runs_of_sweep)}] {task.name}"
+            if (task.name, lr, n) in done:
+                say(f"{counter}: learning rate {lr:g}, {n} steps: already done")
+                continue
+            say(f"{counter}: learning rate {lr:g}, {n} steps, train800 -> val200")
+            start = time.perf_counter()
+            run_dir = os.path.join(runs, "sweep", _setting_key(lr, n), task.name)
+            accuracy, examples, _ = _finetune(model_fn, task, "train800", "val200", run_dir,
+                                              learning_rate=lr, steps=n, **common)
+            sweep_rows.append(dict(task=task.name, learning_rate=lr, steps=n,
+                                   val_accuracy=accuracy, val_examples=examples,
+                                   seconds=round(time.perf_counter() - start, 1)))
+            _write_rows(sweep_path, SWEEP_FIELDS, sweep_rows)
+            finish_run(run_dir)
+            say(f"{counter}: val200 accuracy {100 * accuracy:.2f}% on {examples} images")
         chosen = _choose(sweep_rows, chosen_tasks, grid, settings["select"])
         record["chosen"] = {name: dict(learning_rate=lr, steps=n)
                             for name, (lr, n) in chosen.items()}
@@ -681,8 +710,6 @@ def _run_suite(model_fn, output_dir, chosen_tasks, grid, settings, *, overwrite,
     if not keep_weights and os.path.isdir(runs) and not os.listdir(runs):
         os.rmdir(runs)
     summary = summarize(results)
-    if verbose:
-        print(summary_markdown(summary), end="", flush=True)
     summary["output_dir"] = output_dir
     if chosen:
         summary["chosen"] = record["chosen"]

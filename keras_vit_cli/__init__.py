@@ -2,8 +2,9 @@
 
 A dispatcher and one module per command group. Only the module of the command that runs is
 imported, and the command modules import the library (and so TensorFlow) inside their `run`
-functions: `keras-vit --help`, `keras-vit COMMAND --help` and `keras-vit models` start without
-TensorFlow. Every command takes its model the same way (`keras_vit_cli.common`).
+functions: `keras-vit --help`, `keras-vit COMMAND --help`, `keras-vit models` and
+`keras-vit checkpoints` start without TensorFlow. Every command takes its model the same way
+(`keras_vit_cli.common`).
 
 Errors a user can fix (a missing file, a bad value, a checkpoint that does not fit, a full
 disk) print one `keras-vit COMMAND: error: ...` message, without a traceback, and exit with
@@ -25,10 +26,14 @@ from keras_vit_cli.errors import FAILURE, describe
 # Command name -> (module, one-line help). The modules stay unimported until their command runs.
 COMMANDS = {
     "models": ("keras_vit_cli.models",
-               "list every ViT variant with its configuration and parameter count"),
+               "list every ViT variant with its configuration, parameters and GFLOPs"),
+    "checkpoints": ("keras_vit_cli.checkpoints",
+                    "list the pretrained checkpoints by name (variant, resolution, classes, "
+                    "data, size)"),
     "predict": ("keras_vit_cli.predict", "classify images and print the top classes"),
     "convert": ("keras_vit_cli.convert",
-                "turn a checkpoint into a .keras model, .weights.h5 or .npz file"),
+                "turn a checkpoint into a .keras model, .weights.h5, .npz (official layout) or "
+                "timm's .safetensors file"),
     "train": ("keras_vit_cli.train",
               "train or fine-tune a ViT with the paper's recipe (resumes after a crash)"),
     "pretrain": ("keras_vit_cli.pretrain",
@@ -75,7 +80,7 @@ def build_parser(argv=()):
 
 
 # Commands that never need TensorFlow.
-LIGHT_COMMANDS = ("models",)
+LIGHT_COMMANDS = ("models", "checkpoints")
 DEBUG_HELP = "on an error, show the full traceback (for a bug report) instead of one line"
 # The arguments that name an output folder or file a command may create.
 OUTPUT_ARGUMENTS = ("output", "out")
@@ -122,10 +127,9 @@ def _new_folders(args):
 
 def _remove_empty(folders):
     """Removes the folders of `folders` (deepest first) that a failed command left empty."""
-    fileio = library_module("fileio")  # without importing Keras, for a command that did not
     for folder in folders:
-        if os.path.isdir(folder):
-            fileio.remove_if_unused(folder)
+        if os.path.isdir(folder):  # fileio by path: a light command does not import Keras
+            library_module("fileio").remove_if_unused(folder)
 
 
 def _bug(error):

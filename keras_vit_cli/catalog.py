@@ -2,17 +2,20 @@
 
 `import keras_vit` imports Keras (and with it TensorFlow), so that every layer is registered
 for `.keras` files. `keras-vit models` and `keras-vit checkpoints` only read tables: the
-variant table (`keras_vit/configs.py`, a module that imports nothing) is loaded from its file
-here, and the checkpoint registry is the data package `keras_vit_checkpoints`.
+variant table (`keras_vit/configs.py`) and the FLOP count (`keras_vit/flops.py`), modules that
+import nothing, are loaded from their files here, and the checkpoint registry is the data
+package `keras_vit_checkpoints`.
 """
 
+import importlib.resources
 import importlib.util
+import json
 import os
 import sys
 
 
 def library_module(name):
-    """keras_vit's module `name`, one that imports nothing (`configs`), without running
+    """keras_vit's module `name`, one that imports nothing (`configs`, `flops`), without running
     `keras_vit/__init__.py`; the module itself where keras_vit is imported already."""
     if "keras_vit" in sys.modules:
         return importlib.import_module(f"keras_vit.{name}")
@@ -25,3 +28,9 @@ def library_module(name):
         spec.loader.exec_module(module)
         sys.modules[key] = module
     return sys.modules[key]
+
+
+def registry_entries():
+    """The built-in checkpoint registry's entries (`checkpoints/registry.json`), in its order."""
+    text = importlib.resources.files("keras_vit_checkpoints").joinpath("registry.json").read_text()
+    return json.loads(text)["checkpoints"]

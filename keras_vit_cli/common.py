@@ -22,6 +22,17 @@ import sys
 DEFAULT_WEIGHTS = "default"
 
 
+def add_xla_arguments(parser):
+    """`--xla` / `--no-xla`: force the runtime; neither takes the measured default
+    (`keras_vit.runtime.choose`), which the run records with its reason."""
+    xla = parser.add_mutually_exclusive_group()
+    xla.add_argument("--xla", dest="xla", action="store_const", const=True, default=None,
+                     help="compile with XLA (default: the measured choice for this device and "
+                          "precision)")
+    xla.add_argument("--no-xla", dest="xla", action="store_const", const=False,
+                     help="run in TensorFlow's graph runtime")
+
+
 def select_backend(backend):
     """Sets the Keras backend for this process (before Keras is imported)."""
     if backend is None:
@@ -73,8 +84,9 @@ def add_model_arguments(parser, weights_help=""):
                             '\'{"patch_size": 4, "hidden_size": 64, "num_layers": 4, '
                             '"num_heads": 4, "mlp_dim": 128}\'')
     group.add_argument("--weights", "--pretrained", dest="weights", metavar="SOURCE",
-                       help="a registry name (keras_vit.list_checkpoints()), an .npz path or "
-                            f"URL, or '{DEFAULT_WEIGHTS}' for the variant's default checkpoint"
+                       help="a registry name (keras-vit checkpoints), an .npz or .safetensors "
+                            f"path, a URL, hf://ORG/NAME, or '{DEFAULT_WEIGHTS}' for the "
+                            "variant's default checkpoint"
                             + weights_help)
     group.add_argument("--image-size", type=image_size_arg, metavar="N|HxW",
                        help="input resolution (default: the checkpoint's, else 224)")
@@ -235,13 +247,14 @@ def class_names_from_args(args, num_classes, checkpoint_names=None):
     return labels.default_class_names(num_classes)
 
 
-def add_data_arguments(parser):
-    """The data flags of train, evaluate and fewshot."""
+def add_data_arguments(parser, folder_help="image folder with one subfolder per class"):
+    """The data flags of train, pretrain, evaluate and fewshot (`folder_help`: what `--folder`
+    holds for the command)."""
     group = parser.add_argument_group("data")
     source = group.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="tensorflow-datasets name: cifar10, cifar100, "
                         "oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet2012_real")
-    source.add_argument("--folder", help="image folder with one subfolder per class")
+    source.add_argument("--folder", help=folder_help)
     group.add_argument("--data-dir", help="tensorflow-datasets data directory")
     group.add_argument("--manual-dir", help="hand-downloaded files (imagenet2012, imagenet2012_real)")
     group.add_argument("--batch-size", type=positive_int_arg, default=64,
@@ -256,6 +269,8 @@ def add_data_arguments(parser):
 
 # Image folders: this fraction of the images (seeded) is the validation split of `train`.
 FOLDER_VALIDATION_FRACTION = 0.1
+# An image folder's splits: the training part, the held-out fraction, every image.
+FOLDER_SPLITS = ("train", "validation", "all")
 
 
 def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split):
@@ -275,13 +290,16 @@ def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split
     run.add_argument("--target-batch-size", type=positive_int_arg, default=None,
                      help="reach this batch by gradient accumulation, e.g. 512")
     run.add_argument("--precision", default="float32", help="float32, bfloat16 or float16")
-    run.add_argument("--no-xla", action="store_true", help="do not compile with XLA")
+    add_xla_arguments(run)
     run.add_argument("--backend", choices=("tensorflow", "jax"), default=None,
                      help="Keras backend (default: KERAS_BACKEND, else tensorflow); the data "
                           "pipelines are tf.data either way")
     run.add_argument("--scan", action="store_true",
                      help="build the encoder as one scanned layer (keras_vit.ViT scan=True: "
                           "one block traced and compiled, on the JAX backend)")
+    run.add_argument("--remat", action="store_true",
+                     help="recompute each encoder block in the backward pass (keras_vit.ViT "
+                          "remat=True): less training memory, slower steps")
     run.add_argument("--compile-cache", metavar="DIR", default=None,
                      help="keep compiled XLA programs in DIR for the next run (JAX backend)")
     run.add_argument("--validation-split", default=validation_split,
@@ -321,8 +339,10 @@ def start_run(args):
 
 
 def run_architecture(args):
-    """The `keras_vit.ViT` arguments the run flags add to the model flags' (`--scan`)."""
-    return {"scan": True} if args.scan else None
+    """The `keras_vit.ViT` arguments the run flags add to the model flags' (`--scan`,
+    `--remat`)."""
+    architecture = {name: True for name in ("scan", "remat") if getattr(args, name)}
+    return architecture or None
 
 
 def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, **kwargs):
@@ -331,18 +351,21 @@ def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, *
     from keras_vit import training
 
     validate = args.validation_split != "none"
-    train = load_data(args, "train" if validate or not args.folder else "all", True, strategy,
-                      image_size)
-    validation = load_data(args, args.validation_split, False, strategy, image_size) \
+    splits = dict(train="train" if validate or not args.folder else "all",
+                  validation=args.validation_split if validate else None)
+    train = load_data(args, splits["train"], True, strategy, image_size)
+    validation = load_data(args, splits["validation"], False, strategy, image_size) \
         if validate else None
     with undecodable_files_named(args):
-        return training.fit(  # prints its summary
+        summary = training.fit(
             model, train, validation, output_dir=args.output, recipe=recipe,
             steps=args.steps or (None if args.epochs else default_steps), epochs=args.epochs,
             learning_rate=args.lr, warmup_steps=args.warmup_steps,
             target_batch_size=args.target_batch_size,
-            jit_compile=False if args.no_xla else None, verbose=args.verbose,
+            jit_compile=args.xla, verbose=args.verbose,
             overwrite=args.overwrite, **kwargs)
+    return dict(summary, data=data_source(args),
+                splits={role: split and data_split(args, split) for role, split in splits.items()})
 
 
 def load_data(args, split, training, strategy, image_size):
@@ -353,8 +376,7 @@ def load_data(args, split, training, strategy, image_size):
     common = dict(image_size=image_size, batch_size=args.batch_size, training=training,
                   seed=args.seed, strategy=strategy)
     if args.folder:
-        if split not in ("train", "validation", "all"):
-            split = "all"
+        split = data_split(args, split)
         if split != "all":
             common.update(validation_split=FOLDER_VALIDATION_FRACTION,
                           subset="validation" if split == "validation" else "training")
@@ -362,6 +384,27 @@ def load_data(args, split, training, strategy, image_size):
                                 labels=getattr(args, "folder_labels", "inferred"), **common)
     return data.from_tfds(args.dataset, split, data_dir=args.data_dir,
                           manual_dir=args.manual_dir, **common)
+
+
+def data_split(args, split):
+    """The split `load_data(args, split, ...)` reads: the tfds split, or for a folder "train",
+    "validation" (the held-out fraction) or "all" (every image: any other name)."""
+    return split if not args.folder or split in FOLDER_SPLITS else "all"
+
+
+def data_source(args):
+    """The data flags' source: the tfds name or the folder."""
+    return args.dataset or args.folder
+
+
+def describe_split(args, split):
+    """A split of the data flags' source (`data_split`'s name) as a person reads it."""
+    if not args.folder:
+        return f"{args.dataset} '{split}' split"
+    held_out = f"{FOLDER_VALIDATION_FRACTION:.0%}"
+    return {"all": f"every image of {args.folder}",
+            "train": f"{args.folder} less its held-out {held_out}",
+            "validation": f"the held-out {held_out} of {args.folder}"}[split]
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ H5_OVERHEAD = 1 << 20
 
 
 def configure(parser):
-    parser.add_argument("source", help="weights: a registry name, an .npz path or URL")
+    parser.add_argument("source", help="weights: a registry name, an .npz or .safetensors path, a URL "
+                                       "or hf://ORG/NAME")
     parser.add_argument("out", help="output file: .keras, .weights.h5, .npz (official layout) "
                                     "or .safetensors (timm's layout)")
     add_model_arguments(parser)

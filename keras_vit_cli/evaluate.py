@@ -1,7 +1,8 @@
 """`keras-vit evaluate` and `keras-vit fewshot`: the paper's two metrics (section 4.1), and
-ReaL accuracy (`--dataset imagenet2012_real`, Table 2)."""
+ReaL accuracy (`--dataset imagenet2012_real`, Table 2).
 
-import json
+Each ends with a table naming the images it used and how many (`--json`: one JSON object
+instead)."""
 
 from keras_vit_cli.common import (
     add_class_names_argument,
@@ -9,24 +10,30 @@ from keras_vit_cli.common import (
     add_model_arguments,
     class_names_from_args,
     data_num_classes,
+    data_source,
+    data_split,
+    describe_split,
     input_size,
     load_data,
     model_from_args,
     positive_int_arg,
     undecodable_files_named,
 )
+from keras_vit_cli.summaries import add_json_argument, images, number, print_result
 
 
-def _add_common(parser):
+def _add_common(parser, test_split_help):
     add_model_arguments(parser)
     add_data_arguments(parser)
-    parser.add_argument("--split", default="test",
-                        help="tfds split (test); for --folder: all, train or validation (the "
-                             "held-out 10%%; fewshot's default there)")
+    parser.add_argument("--split", default="test", help=test_split_help)
+    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1),
+                        help="progress bars: 0 or 1")
+    add_json_argument(parser)
 
 
 def configure_evaluate(parser):
-    _add_common(parser)
+    _add_common(parser, "tfds split (test); for --folder: every image by default, or train "
+                        "or validation (the held-out 10%%)")
     add_class_names_argument(parser)
     parser.add_argument("--out", default=None,
                         help="write per_class_accuracy.csv and confusion_matrix.png here")
@@ -47,22 +54,29 @@ def run_evaluate(args):
     data = load_data(args, args.split, False, strategy, input_size(model, args))
     names = class_names_from_args(args, num_classes, data.class_names or names)
     with undecodable_files_named(args):
-        report = evaluation.evaluate(model, data.dataset, class_names=names, out_dir=args.out,
-                                     progress=False, allow_fresh_head=args.allow_fresh_head)
-    summary = {"split": args.split, "examples": report["num_examples"], "loss": report["loss"],
-               "accuracy": report["top1"], "top5": report["top5"], "files": report["files"]}
+        report = evaluation.evaluate(model, data, class_names=names, out_dir=args.out,
+                                     progress=args.verbose > 0,
+                                     allow_fresh_head=args.allow_fresh_head)
+    split = data_split(args, args.split)
+    summary = {"data": data_source(args), "split": split, "examples": report["num_examples"],
+               "classes": num_classes, "loss": report["loss"], "accuracy": report["top1"],
+               "top5": report["top5"], "files": report["files"]}
+    rows = [("top-1 accuracy", number(report["top1"], percent=True)),
+            ("top-5 accuracy", number(report["top5"], percent=True)),
+            ("loss", number(report["loss"]))]
     if "real" in report:  # label sets (ImageNet-ReaL): scored on the images with a set
         real = report["real"]
-        summary["real"] = {"accuracy": _json_number(real["accuracy"]),
-                           "original_accuracy": _json_number(real["original_accuracy"]),
+        summary["real"] = {"accuracy": real["accuracy"],
+                           "original_accuracy": real["original_accuracy"],
                            "examples": real["num_examples"], "left_out": real["num_left_out"]}
-    print(json.dumps(summary))
+        rows.append(("ReaL accuracy", f"{number(real['accuracy'], percent=True)} on "
+                                      f"{images(real['num_examples'])} ({real['num_left_out']:,} "
+                                      "without a label set left out); original labels "
+                                      f"{number(real['original_accuracy'], percent=True)}"))
+    rows.append(("files", ", ".join(report["files"])))
+    print_result(args, f"Evaluated on {describe_split(args, split)}: "
+                       f"{images(report['num_examples'])}, {num_classes} classes", rows, summary)
     return 0
-
-
-def _json_number(value):
-    """NaN (no image scored) as JSON's null: strict JSON has no NaN."""
-    return None if value != value else value
 
 
 def _int_list(flag, text):
@@ -76,7 +90,8 @@ def _int_list(flag, text):
 
 
 def configure_fewshot(parser):
-    _add_common(parser)
+    _add_common(parser, "tfds split the accuracy is measured on (test); for --folder: "
+                        "validation (the held-out 10%%, the default there) or train")
     parser.add_argument("--train-split", default="train",
                         help="split the k images per class are drawn from (train)")
     parser.add_argument("--shots", default="1,5,10,25", help="images per class (1,5,10,25)")
@@ -84,8 +99,6 @@ def configure_fewshot(parser):
     parser.add_argument("--cache", default=None,
                         help="cache the features in this folder (keyed by model, weights and "
                              "data)")
-    parser.add_argument("--verbose", type=int, default=1, choices=(0, 1),
-                        help="progress bars: 0 or 1")
 
 
 def run_fewshot(args):
@@ -115,13 +128,36 @@ def run_fewshot(args):
         data = load_data(args, role_split, False, strategy, size)
         with undecodable_files_named(args):
             features[role] = evaluation.extract_features(
-                model, data.dataset, cache=args.cache, cache_key=dict(
+                model, data, cache=args.cache, cache_key=dict(
                     role=role, split=role_split, dataset=args.dataset, folder=args.folder,
                     weights=args.weights), progress=args.verbose > 0, strategy=strategy)
     table = evaluation.fewshot_table(*features["train"], *features["test"], shots=shots,
                                      l2_regs=l2_regs, seed=args.seed)
-    print(evaluation.format_fewshot_table(table))
+    _print_fewshot(args, table, data_split(args, args.train_split), data_split(args, split),
+                   evaluation.format_fewshot_table(table))
     return 0
+
+
+def _print_fewshot(args, table, train_split, test_split, markdown):
+    """The sizes used and the few-shot table (`markdown`), or with --json the machine form."""
+    shots = list(table["accuracy"])
+    summary = {
+        "data": data_source(args), "train_split": train_split,
+        "train_examples": table["train_examples"], "test_split": test_split,
+        "test_examples": table["test_examples"], "classes": table["num_classes"],
+        "accuracy": [dict(shots=k, l2=reg, accuracy=accuracy)
+                     for k, row in table["accuracy"].items() for reg, accuracy in row.items()],
+        "best": [dict(shots=k, l2=reg, accuracy=accuracy)
+                 for k, (reg, accuracy) in table["best"].items()]}
+    rows = [("shots from", f"{describe_split(args, train_split)}: "
+                           f"{images(table['train_examples'])} (k = {', '.join(map(str, shots))} "
+                           f"per class, seed {args.seed})"),
+            ("tested on", f"{describe_split(args, test_split)}: "
+                          f"{images(table['test_examples'])}")]
+    print_result(args, f"Few-shot linear accuracy of frozen features, {table['num_classes']} "
+                       "classes", rows, summary)
+    if not args.json:
+        print(markdown)
 
 
 COMMANDS = {"evaluate": (configure_evaluate, run_evaluate),

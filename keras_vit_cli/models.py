@@ -1,4 +1,6 @@
-"""`keras-vit models`: the variant table (no TensorFlow unless `--time` is given)."""
+"""`keras-vit models`: the variant table with each variant's parameters and forward GFLOPs per
+224 px image (`keras_vit.flops`, the count the benchmarks use); no TensorFlow unless `--time`
+is given."""
 
 import time
 
@@ -32,12 +34,18 @@ def _time_forward(variant):
     return float(np.median(times))
 
 
+def forward_gflops(variant):
+    """GFLOPs of one image through `variant`'s forward pass at 224 px with 1000 classes."""
+    flops = library_module("flops")
+    return flops.step_flops(flops.config_forward_macs(variant.config()), training=False) / 1e9
+
+
 def run(args):
     configs = library_module("configs")
     variants = ([configs.get_variant(v) for v in args.variant] if args.variant
                 else list(configs.VARIANTS.values()))
     header = (f"{'variant':9} {'builder':12} {'ResNet':12} {'patch':>5} {'width':>5} {'mlp':>5} "
-              f"{'heads':>5} {'layers':>6} {'params (224px, 1000 cls)':>25}")
+              f"{'heads':>5} {'layers':>6} {'params':>12} {'GFLOPs':>7}")
     if args.time:
         header += f" {'forward, 1 image':>17}"
     print(header)
@@ -46,10 +54,13 @@ def run(args):
         resnet = "-" if variant.resnet is None else str(variant.resnet or "root-only")
         line = (f"{variant.name:9} {variant.builder_name:12} {resnet.replace(' ', ''):12} "
                 f"{variant.patch_size:>5} {size['hidden_size']:>5} {size['mlp_dim']:>5} "
-                f"{size['num_heads']:>5} {size['num_layers']:>6} {variant.params:>25,}")
+                f"{size['num_heads']:>5} {size['num_layers']:>6} {variant.params:>12,} "
+                f"{forward_gflops(variant):>7.1f}")
         if args.time:
             line += f" {_time_forward(variant) * 1000:>14.0f} ms"
         print(line, flush=True)
+    print("params and GFLOPs at 224x224 px with a 1000-class head; GFLOPs: one image's forward "
+          "pass (2 per multiply-add, keras_vit.flops)")
     return 0
 
 

@@ -24,6 +24,7 @@ from keras_vit_cli.common import (
     require_architecture,
     start_run,
 )
+from keras_vit_cli.summaries import add_json_argument, print_training
 
 OBJECTIVES = ("masked-patches",)
 # --target -> keras_vit.pretraining.masked_patch_model(objective=...)
@@ -33,7 +34,8 @@ TARGETS = {"mean-color": "mean_color", "downsized-color": "downsized_color",
 
 def configure(parser):
     add_model_arguments(parser, " to start from; without it, random initialisation")
-    add_data_arguments(parser)
+    add_data_arguments(parser, folder_help="image folder: every image under it, in "
+                                           "subfolders or not (labels are not used)")
     run = add_run_arguments(
         parser, outputs="encoder.npz, config.json, final.npz (with the pre-training head), "
                         "run.json, backup/, logs/",
@@ -49,6 +51,7 @@ def configure(parser):
                           "L2 regression of the pixels (default mean-color)")
     run.add_argument("--mask-rate", type=float, default=0.5,
                      help="fraction of each image's patches corrupted and predicted (0.5)")
+    add_json_argument(parser)
 
 
 def run(args):  # the dispatcher has applied --backend
@@ -62,8 +65,9 @@ def run(args):  # the dispatcher has applied --backend
         vit, _ = model_from_args(args, include_top=False, architecture=run_architecture(args))
         model = pretraining.masked_patch_model(vit, objective=TARGETS[args.target],
                                                mask_rate=args.mask_rate, seed=args.seed)
-    fit_from_args(args, model, strategy, input_size(vit, args), recipe="pretrain_mpp",
-                  default_steps=training.MPP_STEPS)
+    summary = fit_from_args(args, model, strategy, input_size(vit, args),
+                            recipe="pretrain_mpp", default_steps=training.MPP_STEPS)
+    print_training(args, summary)
     return 0
 
 

@@ -5,7 +5,8 @@
         --output runs/cifar10
 
 Running the same command again after an interruption resumes from the last finished epoch;
-on a finished run it says so (`--overwrite` starts over).
+on a finished run it says so (`--overwrite` starts over). It ends with a table of what was
+trained on, the best epoch and the files written (`--json`: one JSON object instead).
 """
 
 from keras_vit_cli.common import (
@@ -19,6 +20,7 @@ from keras_vit_cli.common import (
     run_architecture,
     start_run,
 )
+from keras_vit_cli.summaries import add_json_argument, print_training
 
 DEFAULT_STEPS = 10_000  # the paper's CIFAR fine-tuning (appendix B.1.1)
 
@@ -36,6 +38,7 @@ def configure(parser):
                           "decay, warm-up + linear decay (default finetune)")
     run.add_argument("--weight-decay", type=float, default=0.1, help="pretrain only (0.1)")
     run.add_argument("--label-smoothing", type=float, default=0.0)
+    add_json_argument(parser)
 
 
 def run(args):  # the dispatcher has applied --backend
@@ -46,9 +49,10 @@ def run(args):  # the dispatcher has applied --backend
     with strategy.scope():
         model, _ = model_from_args(args, num_classes=num_classes,
                                    architecture=run_architecture(args))
-    fit_from_args(args, model, strategy, input_size(model, args), recipe=args.recipe,
-                  default_steps=DEFAULT_STEPS, weight_decay=args.weight_decay,
-                  label_smoothing=args.label_smoothing)
+    summary = fit_from_args(args, model, strategy, input_size(model, args), recipe=args.recipe,
+                            default_steps=DEFAULT_STEPS, weight_decay=args.weight_decay,
+                            label_smoothing=args.label_smoothing)
+    print_training(args, summary)
     return 0
 
 

@@ -12,12 +12,16 @@ natural/specialized/structured/mean table) under --output. Running the same comm
 skips the finished tasks and resumes the interrupted one; more --tasks are added to the table.
 """
 
+import os
+
 from keras_vit_cli.common import (
     add_model_arguments,
+    add_xla_arguments,
     model_from_args,
     positive_int_arg,
     require_architecture,
 )
+from keras_vit_cli.summaries import add_json_argument, print_result
 
 
 def _positive_list(cast, kind):
@@ -93,17 +97,18 @@ def configure(parser):
     group.add_argument("--strategy", default="auto",
                        help="auto, tpu, mirrored, multiworker or cpu (default auto)")
     group.add_argument("--precision", default="float32", help="float32, bfloat16 or float16")
-    group.add_argument("--no-xla", action="store_true", help="do not compile with XLA")
+    add_xla_arguments(group)
     group.add_argument("--backend", choices=("tensorflow", "jax"), default=None,
                        help="Keras backend (default: KERAS_BACKEND, else tensorflow)")
     group.add_argument("--overwrite", action="store_true",
                        help="start over in an --output folder that holds a VTAB run")
-    group.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+    group.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
+                       help="0: the table only; 1: a line and a bar of its updates per task "
+                            "(default); 2: a line per task and Keras' progress per epoch")
+    add_json_argument(parser)
 
 
 def run(args):  # the dispatcher has applied --backend
-    import os
-
     from keras_vit import training, vtab
     from keras_vit.parallel import tf_distribute
 
@@ -128,16 +133,31 @@ def run(args):  # the dispatcher has applied --backend
                        if args.weights and os.path.exists(os.path.expanduser(args.weights))
                        else args.weights, precision=args.precision)
     sweep = [(lr, n) for lr in args.sweep_lr for n in args.sweep_steps] if args.sweep else None
-    vtab.run(model_fn, args.output, tasks=[t.name for t in tasks], learning_rate=args.lr,
-             steps=args.steps, batch_size=args.batch_size,
-             target_batch_size=args.target_batch_size, image_size=tuple(args.image_size),
-             sweep=sweep, select=args.select, data_dir=args.data_dir,
-             manual_dir=args.manual_dir, seed=args.seed, augment=not args.no_augment,
-             keep_weights=args.keep_weights, overwrite=args.overwrite,
-             jit_compile=False if args.no_xla else None,
-             strategy=strategy,
-             description=description, verbose=args.verbose)
+    summary = vtab.run(
+        model_fn, args.output, tasks=[t.name for t in tasks], learning_rate=args.lr,
+        steps=args.steps, batch_size=args.batch_size, target_batch_size=args.target_batch_size,
+        image_size=tuple(args.image_size), sweep=sweep, select=args.select,
+        data_dir=args.data_dir, manual_dir=args.manual_dir, seed=args.seed,
+        augment=not args.no_augment, keep_weights=args.keep_weights, overwrite=args.overwrite,
+        jit_compile=args.xla, strategy=strategy, description=description,
+        verbose=args.verbose)
+    _print_summary(args, summary, vtab)
     return 0
+
+
+def _print_summary(args, summary, vtab):
+    """The suite's table (the setting, the files, then `vtab.summary_markdown`), or with
+    --json the summary `keras_vit.vtab.run` returned."""
+    settings = sorted({(c["learning_rate"], c["steps"]) for c in summary["chosen"].values()}) \
+        if "chosen" in summary else [(args.lr, args.steps)]
+    rows = [("tasks", f"{summary['mean']['tasks']} of {summary['mean']['of']}"),
+            ("setting", "; ".join(f"learning rate {lr:g}, {n:,} steps" for lr, n in settings)
+             + (" (chosen by the sweep)" if "chosen" in summary else "")),
+            ("files", ", ".join(os.path.join(args.output, name) for name in (
+                vtab.RESULTS_FILE, vtab.SUMMARY_MD, vtab.SUMMARY_JSON)))]
+    print_result(args, f"VTAB-1k in {summary['output_dir']}", rows, summary)
+    if not args.json:
+        print(vtab.summary_markdown(summary), end="")
 
 
 COMMANDS = {"vtab": (configure, run)}

@@ -7,7 +7,7 @@
   client example runs against the real stub, protos and transport.
 - `decode_image` / `resize_bilinear`: the client-side view of an image (PIL's decoder, and
   `tf.image.resize`'s bilinear resize with half-pixel centres written in NumPy).
-- The serving commands of the README, which the tests run.
+- The serving commands of README and the serving guide, which the tests run.
 """
 
 import base64
@@ -17,13 +17,14 @@ import json
 import numpy as np
 from PIL import Image
 
-# The README's REST request: a JSON body with the base64 image, written to a file for curl.
+# The documented REST request (README, docs/guides/serving.md): a JSON body with the base64
+# image, written to a file for curl.
 REST_REQUEST_COMMAND = (
     """printf '{"instances": [{"b64": "%s"}]}' "$(base64 -w0 cat.jpg)" > request.json"""
 )
 REST_CURL_COMMAND = "curl -s -d @request.json http://localhost:8501/v1/models/vit:predict"
 
-# The README's gRPC client, verbatim.
+# The serving guide's gRPC client (docs/guides/serving.md), verbatim.
 GRPC_CLIENT_EXAMPLE = '''\
 import grpc
 import tensorflow as tf

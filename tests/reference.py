@@ -109,13 +109,48 @@ def encoder_block(x, p, prefix, approximate=True):
     q = np.einsum("bnd,dhk->bnhk", y, g(a + "query/kernel")) + g(a + "query/bias")
     k = np.einsum("bnd,dhk->bnhk", y, g(a + "key/kernel")) + g(a + "key/bias")
     v = np.einsum("bnd,dhk->bnhk", y, g(a + "value/kernel")) + g(a + "value/bias")
-    probs = softmax(np.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(q.shape[-1]))
+    logits = np.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(q.shape[-1])
+    if prefix + a + "rel_embedding" in p:
+        logits = logits + relative_bias(q, g(a + "rel_embedding"),
+                                        p.get(prefix + a + "rel_embedding_cls"))
+    probs = softmax(logits)
     ctx = np.einsum("bhqs,bshk->bqhk", probs, v)
     x = x + np.einsum("bqhk,hkd->bqd", ctx, g(a + "out/kernel")) + g(a + "out/bias")
     y = layer_norm(x, g("LayerNorm_2/scale"), g("LayerNorm_2/bias"))
     y = gelu(y @ g("MlpBlock_3/Dense_0/kernel") + g("MlpBlock_3/Dense_0/bias"), approximate)
     y = y @ g("MlpBlock_3/Dense_1/kernel") + g("MlpBlock_3/Dense_1/bias")
     return x + y, probs
+
+
+def linear_resize(table, new):
+    """`table` [old, ...] resized to `new` rows, linearly, end points aligned."""
+    old = len(table)
+    if new == old:
+        return table
+    coords = np.arange(new) * ((old - 1) / (new - 1) if new > 1 else 0.0)
+    low = np.floor(coords).astype(int)
+    high = np.minimum(low + 1, old - 1)
+    frac = (coords - low).reshape(-1, *([1] * (table.ndim - 1)))
+    return table[low] * (1 - frac) + table[high] * frac
+
+
+def relative_bias(q, table, cls_table):
+    """The paper's 1-D relative attention (appendix D.4), pair by pair: query i and key j get
+    q_i . r / sqrt(k), with r the table's entry for the patches' offset i - j, or the class
+    token's entry for a pair with the class token (Shaw et al., 2018)."""
+    batch, length, heads, head_dim = q.shape
+    prefix = 0 if cls_table is None else 1
+    patches = length - prefix
+    table = linear_resize(np.asarray(table, np.float64), 2 * patches - 1)
+    bias = np.zeros((batch, heads, length, length))
+    for i in range(length):
+        for j in range(length):
+            if i < prefix or j < prefix:
+                r = np.asarray(cls_table, np.float64)[0]
+            else:
+                r = table[(i - prefix) - (j - prefix) + patches - 1]
+            bias[:, :, i, j] = np.einsum("bhk,hk->bh", q[:, i], r)
+    return bias / math.sqrt(head_dim)
 
 
 def forward(p, images, classifier="token", approximate=True, include_top=True):
@@ -128,7 +163,8 @@ def forward(p, images, classifier="token", approximate=True, include_top=True):
     if classifier == "token":
         cls = np.broadcast_to(p64["cls"], (x.shape[0], 1, x.shape[-1]))
         x = np.concatenate([cls, x], axis=1)
-    x = x + p64["Transformer/posembed_input/pos_embedding"]
+    if "Transformer/posembed_input/pos_embedding" in p64:  # relative: none to add
+        x = x + p64["Transformer/posembed_input/pos_embedding"]
     n_blocks = len({k.split("/")[1] for k in p if k.startswith("Transformer/encoderblock_")})
     attentions = []
     for i in range(n_blocks):

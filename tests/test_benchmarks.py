@@ -18,12 +18,13 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
+from keras_vit import flops
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # benchmarks/ is not installed with the package: import it from the checkout, as
 # `python -m benchmarks.run` does, also when pytest is started from elsewhere.
 sys.path.insert(0, REPO_ROOT)
-from benchmarks import flops, run  # noqa: E402
+from benchmarks import run  # noqa: E402
 from benchmarks.contenders import common  # noqa: E402
 
 # ------------------------------------------------------------------------------------------
@@ -51,7 +52,7 @@ def graph_macs(model, batch):
     """MACs of every matrix product in the TensorFlow graph of `model`'s forward pass.
 
     Counted op by op from the traced graph's static shapes (MatMul, BatchMatMul, Einsum,
-    Conv2D), independently of the formula in benchmarks/flops.py, over the ops the outputs
+    Conv2D), independently of the formula in keras_vit/flops.py, over the ops the outputs
     depend on (the ones TensorFlow runs: the attention probabilities the blocks also return
     are computed apart and dropped when nothing reads them).
     """
@@ -113,11 +114,64 @@ def test_forward_macs_equal_the_matrix_products_in_the_model_graph(config):
     assert graph_macs(model, batch) == batch * expected
 
 
+@pytest.mark.parametrize("resnet, image_size, patch_size", [
+    ((3, 4, 9), 64, 1),  # R50's stages: stride 16, projections on every stage's first unit
+    ((2, 2, 2, 2), 96, 1),  # R26's: stride 32, a 3x3 feature map
+    ((), 48, 4),  # the root block alone (R+Ti/16): 64 channels, 12x12 cells
+])
+def test_hybrid_macs_equal_the_convolutions_and_products_in_the_model_graph(resnet, image_size,
+                                                                           patch_size):
+    sizes = dict(hidden_size=16, num_layers=1, mlp_dim=24)
+    config = dict(image_size=image_size, patch_size=patch_size, num_heads=2, num_classes=5,
+                  resnet={"num_layers": resnet}, **sizes)
+    model = keras_vit.ViT(**config)
+    assert graph_macs(model, 2) == 2 * flops.config_forward_macs(config)
+    stem, (height, width, channels) = flops.resnet_forward_macs(image_size, resnet)
+    resnet_layer = model.get_layer("resnet")
+    assert (height, width, channels) == resnet_layer.compute_output_shape(
+        (None, image_size, image_size, 3))[1:]
+    assert 0 < stem < flops.config_forward_macs(config)
+
+
+@pytest.mark.parametrize("name", ["R+Ti/16", "R26+S/32", "R50+B/16"])
+def test_hybrid_variant_macs_at_224_px_equal_its_graph(name):
+    config = keras_vit.get_variant(name).config()
+    assert graph_macs(keras_vit.ViT(**config), 1) == flops.config_forward_macs(config)
+
+
+def test_variant_macs_at_224_px():
+    """The paper's variants at 224 px with 1000 classes, as `keras-vit models` shows them."""
+    variants = keras_vit.VARIANTS
+    b16 = flops.config_forward_macs(variants["B/16"].config())
+    assert round(b16 / 1e9, 2) == 17.56 and round(2 * b16 / 1e9, 1) == 35.1  # GFLOPs
+    # A plain ViT by hand: 196 patches + the class token, 12 blocks of width 768.
+    assert b16 == 196 * 768 * 768 + 12 * (4 * 197 * 768**2 + 2 * 197**2 * 768
+                                          + 2 * 197 * 768 * 3072) + 768 * 1000
+    # R50+B/16: the ResNet's stages (3, 4, 9) by hand, then B on its 14x14 feature map.
+    convs = 112 * 112 * 49 * 3 * 64  # the 7x7/2 root on 224 px
+    size, channels = 56, 64  # after the 3x3/2 max-pool
+    for stage, units in enumerate((3, 4, 9)):
+        f = 64 * 2**stage
+        for unit in range(units):
+            out = size // 2 if stage and not unit else size
+            convs += size * size * channels * f + out * out * 9 * f * f + out * out * f * 4 * f
+            if not unit:
+                convs += out * out * channels * 4 * f
+            size, channels = out, 4 * f
+    hybrid = flops.config_forward_macs(variants["R50+B/16"].config())
+    assert hybrid == convs + b16 - 196 * 768 * 768 + 196 * 1024 * 768
+    assert flops.config_forward_macs(dict(variants["B/16"].config(), include_top=False)) == \
+        b16 - 768 * 1000
+
+
 def test_flop_counter_rejects_bad_input():
     with pytest.raises(ValueError, match=r"image_size \(32, 32\) is not divisible by patch_size"):
         flops.vit_forward_macs(32, 6, hidden_size=8, num_layers=1, mlp_dim=8)
     with pytest.raises(ValueError, match="Received: patch_size=0"):
         flops.vit_forward_macs(32, 0, hidden_size=8, num_layers=1, mlp_dim=8)
+    with pytest.raises(ValueError, match=r"feature map \(4, 4\) is not divisible by patch_size"):
+        flops.vit_forward_macs(64, 3, hidden_size=8, num_layers=1, mlp_dim=8,
+                               resnet={"num_layers": (1, 1, 1)})
     with pytest.raises(ValueError, match="'token' or 'gap'. Received: 'cls'"):
         flops.vit_forward_macs(32, 8, hidden_size=8, num_layers=1, mlp_dim=8, classifier="cls")
     with pytest.raises(ValueError, match="Received: -1"):

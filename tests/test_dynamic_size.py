@@ -181,6 +181,31 @@ def test_export_adds_a_native_size_signature(tmp_path):
     assert fixed["probabilities"].shape == (1, 5)
 
 
+def test_cli_export_dynamic_image_size_lists_every_signature(tmp_path, capsys):
+    import keras_vit_cli as cli
+
+    config = json.dumps(dict(TINY, image_size=32))
+    assert cli.main(["export", str(tmp_path / "out"), "--model-config", config,
+                     "--dynamic-image-size", "--max-patches", "20", "--no-warmup"]) == 0
+    out = capsys.readouterr().out
+    assert "signatures serving_default, predict_images, serving_native_size" in out
+    metadata = export.read_metadata(tmp_path / "out" / "1")
+    assert metadata["max_patches"] == 20 and metadata["signatures"][-1] == "serving_native_size"
+    loaded = tf.saved_model.load(os.fspath(tmp_path / "out" / "1"))
+    assert set(metadata["signatures"]) <= set(loaded.signatures)
+    # A fixed-size export names its two signatures; --max-patches needs --dynamic-image-size.
+    assert cli.main(["export", str(tmp_path / "fixed"), "--model-config", config,
+                     "--no-warmup"]) == 0
+    assert "signatures serving_default, predict_images)" in capsys.readouterr().out
+    assert cli.main(["export", str(tmp_path / "bad"), "--model-config", config,
+                     "--max-patches", "20", "--no-warmup"]) == 2
+    assert "dynamic_image_size=True" in capsys.readouterr().err
+    assert cli.main(["export", str(tmp_path / "m.tflite"), "--model-config", config,
+                     "--format", "tflite", "--dynamic-image-size"]) == 2
+    assert "--dynamic-image-size does not apply to --format tflite" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_max_patches_is_for_models_of_any_size(tmp_path):
     fixed = keras_vit.ViT(image_size=32, **TINY)
     with pytest.raises(ValueError, match="dynamic_image_size=True"):

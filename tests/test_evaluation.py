@@ -252,9 +252,16 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
     config = json.dumps(dict(patch_size=8, **TINY))
     common = ["--folder", str(tmp_path / "images"), "--model-config", config,
               "--image-size", "32", "--weights", str(tmp_path / "tiny.npz"), "--batch-size", "4"]
-    assert cli.main(["evaluate", *common, "--out", str(tmp_path / "report")]) == 0
+    assert cli.main(["evaluate", *common, "--out", str(tmp_path / "report"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["examples"] == 18 and 0 <= result["accuracy"] <= result["top5"] == 1.0
+    # Every image of the folder was used, and the result says so.
+    assert (result["data"], result["split"], result["classes"]) == (
+        str(tmp_path / "images"), "all", 3)
+    assert cli.main(["evaluate", *common, "--verbose", "0"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == f"Evaluated on every image of {tmp_path / 'images'}: 18 images, 3 classes"
+    assert table[1].split() == ["top-1", "accuracy", f"{result['accuracy']:.2%}"]
     rows = (tmp_path / "report" / "per_class_accuracy.csv").read_text().splitlines()
     assert rows[1].startswith('0,"blue",6,')  # folder classes in sorted order
     assert (tmp_path / "report" / "confusion_matrix.png").exists()
@@ -263,6 +270,24 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
                      "--verbose", "0"]) == 0  # folder: train (90%) and validation (10%)
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-5] == "| l2 reg | 1-shot | 3-shot |" and lines[-1].startswith("| best |")
+    # The sizes used: 2 of the 18 images held out (10%, rounded), 16 to draw the shots from.
+    assert lines[:3] == [
+        "Few-shot linear accuracy of frozen features, 3 classes",
+        f"  shots from  {tmp_path / 'images'} less its held-out 10%: 16 images (k = 1, 3 per "
+        "class, seed 0)",
+        f"  tested on   the held-out 10% of {tmp_path / 'images'}: 2 images"]
+    assert cli.main(["fewshot", *common, "--shots", "1,3", "--l2", "1,100", "--json"]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b[1m16/16\x1b[0m" in printed and "\x1b[1m2/2\x1b[0m" in printed  # the bars
+    result = json.loads(printed.strip().splitlines()[-1])
+    assert (result["train_split"], result["train_examples"], result["test_split"],
+            result["test_examples"], result["classes"]) == ("train", 16, "validation", 2, 3)
+    best = {row["shots"]: row for row in result["best"]}
+    cells = {(row["shots"], row["l2"]): row["accuracy"] for row in result["accuracy"]}
+    assert set(cells) == {(1, 1.0), (1, 100.0), (3, 1.0), (3, 100.0)}
+    assert best[3]["accuracy"] == max(cells[3, 1.0], cells[3, 100.0])
+    assert lines[-1] == "| best | " + " | ".join(
+        f"**{best[k]['accuracy']:.2%}** (l2 {best[k]['l2']:g})" for k in (1, 3)) + " |"
 
     # --cache is a folder: the train and test features of this model, weights and data are
     # written there, and a second run reads them instead of running the model.
@@ -392,7 +417,7 @@ def test_evaluate_command_on_imagenet2012_real(tmp_path, capsys):
     weights.save_npz(model, tmp_path / "tiny.npz")
     command = ["evaluate", "--dataset", "imagenet2012_real", "--manual-dir", str(tmp_path),
                "--model-config", json.dumps(dict(patch_size=8, **TINY)), "--image-size", "32",
-               "--weights", str(tmp_path / "tiny.npz"), "--batch-size", "4"]
+               "--weights", str(tmp_path / "tiny.npz"), "--batch-size", "4", "--json"]
     with tfds.testing.mock_data(num_examples=10):
         assert cli.main(command) == 0
         pipeline = data.from_tfds("imagenet2012_real", "test", image_size=32, batch_size=4,

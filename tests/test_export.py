@@ -26,7 +26,7 @@ from PIL import Image
 
 import keras_vit
 import keras_vit_cli as cli
-from keras_vit import export, weights
+from keras_vit import export, runtime, weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
@@ -173,8 +173,11 @@ def test_export_layout_stores_each_weight_once(exported):
     metadata = json.loads((pathlib.Path(path) / "assets.extra" / "keras_vit.json").read_text())
     assert metadata == dict(image_size=[32, 32], num_classes=NUM_CLASSES, top_k=TOP_K,
                             image_dtype="float32", max_pixels=64_000_000, max_patches=None,
-                            warmup=True,
-                            formats=["JPEG", "PNG", "GIF", "BMP", "WebP"])
+                            warmup=True, dtype_policy="float32",
+                            xla=runtime.choose("float32")[0], runtime=runtime.choose("float32")[1],
+                            formats=["JPEG", "PNG", "GIF", "BMP", "WebP"],
+                            signatures=["serving_default", "predict_images"])
+    assert export.read_metadata(path) == metadata
 
 
 def test_probabilities_are_not_trivial(exported):
@@ -195,7 +198,7 @@ def test_rest_json_request_as_tf_serving_parses_it(exported, loaded, tmp_path):
     jpeg, png = (export_serving.encode(im, fmt) for im, fmt in zip(
         export_serving.sample_images(rng, [(50, 40), (32, 32)]), ("JPEG", "PNG")))
     (tmp_path / "cat.jpg").write_bytes(jpeg)
-    # The README's shell line builds the body.
+    # The documented shell line builds the body.
     subprocess.run(["bash", "-c", export_serving.REST_REQUEST_COMMAND], cwd=tmp_path, check=True)
     body = (tmp_path / "request.json").read_text()
     bytes_input = {"image_bytes": object}
@@ -258,7 +261,7 @@ def test_grpc_predict_request_proto_and_client_example(exported, loaded, tmp_pat
     signature = loaded.signatures[parsed.model_spec.signature_name]
     assert_outputs_match(signature(image_bytes=tf.constant(array)), want)
 
-    # The README's client, over a real gRPC channel to a PredictionService on the export.
+    # The serving guide's client, over a real gRPC channel to a PredictionService on the export.
     server, address = export_serving.start_grpc_server(export_serving.prediction_service(loaded))
     try:
         (tmp_path / "cat.jpg").write_bytes(encoded[0])
@@ -369,6 +372,51 @@ def test_mixed_precision_model_exports_float32_outputs(tmp_path):
     want = expected_outputs(model, images, class_names=[str(i) for i in range(NUM_CLASSES)])
     # bfloat16 inside: the same computation, up to the order of roundings.
     assert_outputs_match(signature(images=tf.constant(images)), want, atol=2e-3)
+
+
+# bfloat16 serving: the digits model's held-out images give the float32 export's top-1 classes,
+# and probabilities within this of its (measured: 0.022).
+BFLOAT16_PROBABILITY_TOLERANCE = 0.05
+
+
+def test_a_bfloat16_export_agrees_with_the_float32_export_on_the_digits(tmp_path):
+    from test_demo import held_out_split
+
+    model = keras_vit.from_pretrained("digits")
+    scaled, labels = held_out_split()
+    images = tf.constant(((scaled + 1) * 127.5).astype(np.float32))  # [360, 16, 16, 3]
+    outputs, metadata = {}, {}
+    for precision in ("float32", "bfloat16"):
+        path = export.export_saved_model(model, tmp_path / precision, precision=precision,
+                                         warmup=False)
+        signature = tf.saved_model.load(path).signatures["predict_images"]
+        outputs[precision] = signature(images=images)["probabilities"].numpy()
+        metadata[precision] = json.loads(
+            (pathlib.Path(path) / "assets.extra" / "keras_vit.json").read_text())
+        assert outputs[precision].dtype == np.float32
+    assert [metadata[p]["dtype_policy"] for p in metadata] == ["float32", "mixed_bfloat16"]
+    assert model.get_layer("encoderblock_0").compute_dtype == "float32"  # the model unchanged
+    full, half = outputs["float32"], outputs["bfloat16"]
+    assert np.mean(full.argmax(-1) == half.argmax(-1)) >= 0.99
+    assert np.abs(full - half).max() <= BFLOAT16_PROBABILITY_TOLERANCE
+    assert np.abs(full - half).max() > 1e-4  # bfloat16 inside, not the float32 graph again
+    assert np.mean(half.argmax(-1) == labels) >= 0.97  # the demo's held-out accuracy
+
+
+def test_precision_needs_a_float_keras_vit_model(tmp_path):
+    inputs = keras.Input((32, 32, 3))
+    plain = keras.Model(inputs, keras.layers.Dense(NUM_CLASSES)(
+        keras.layers.GlobalAveragePooling2D()(inputs)))
+    with pytest.raises(ValueError, match="precision='bfloat16' builds the model again in that "
+                                         "precision, which needs a keras_vit model"):
+        export.export_saved_model(plain, tmp_path / "a", precision="bfloat16")
+    quantized = random_model(seed=9)
+    quantized.quantize("int8")
+    with pytest.raises(ValueError, match="int8-quantized. Expected a float model"):
+        export.export_saved_model(quantized, tmp_path / "b", precision="bfloat16")
+    with pytest.raises(ValueError, match="`precision` must be one of 'float32', 'bfloat16'"):
+        export.export_saved_model(random_model(), tmp_path / "c", precision="fp16")
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "c")
 
 
 # The serving graph's image ops: the header's JPEG size, the decoders (JPEG with its exact DCT;
@@ -687,8 +735,12 @@ def test_fresh_process_without_keras_matches_keras_on_both_signatures(exported):
     assert_outputs_match(after, expected["serving_default_0"])
 
 
-def test_readme_serving_examples_are_the_tested_ones():
-    text = (pathlib.Path(HERE).parent / "README.md").read_text()
-    for example in (export_serving.REST_REQUEST_COMMAND, export_serving.REST_CURL_COMMAND,
-                    export_serving.GRPC_CLIENT_EXAMPLE):
-        assert example in text
+def test_documented_serving_examples_are_the_tested_ones():
+    root = pathlib.Path(HERE).parent
+    readme = (root / "README.md").read_text()
+    guide = (root / "docs" / "guides" / "serving.md").read_text()
+    rest = (export_serving.REST_REQUEST_COMMAND, export_serving.REST_CURL_COMMAND)
+    for example in rest:
+        assert example in readme
+    for example in (*rest, export_serving.GRPC_CLIENT_EXAMPLE):
+        assert example in guide

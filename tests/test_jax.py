@@ -94,7 +94,8 @@ def test_train_command_on_jax(tmp_path, image_folder):
         [sys.executable, "-c", code, "train", "--backend", "jax", "--scan", "--folder",
          str(folder),
          "--model-config", config, "--image-size", "16", "--batch-size", "4", "--epochs", "2",
-         "--validation-split", "none", "--verbose", "2", "--output", str(tmp_path / "run"),
+         "--validation-split", "none", "--verbose", "2", "--json", "--output",
+         str(tmp_path / "run"),
          "--compile-cache", str(tmp_path / "xla_cache")],
         capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,6 +1,7 @@
 """`ViT(position_embedding=...)`: the variants of paper appendix D.4 (Table 8) and big_vision's
-fixed 2-D sine-cosine embedding, against NumPy computations of each, through files, resizing,
-models of any input size, inspection and export."""
+fixed 2-D sine-cosine embedding, against NumPy computations of each (the relative attention
+pair by pair, in `reference.relative_bias`), through files, resizing, models of any input
+size, inspection and export."""
 
 import json
 
@@ -14,11 +15,12 @@ import keras_vit
 from keras_vit import inspection, weights
 from keras_vit.layers import AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D
 
-VARIANTS = ("learned", "learned_2d", "sincos_2d", "none")
+VARIANTS = ("learned", "learned_2d", "sincos_2d", "none", "relative")
 HIDDEN, HEADS, MLP, PATCH, CLASSES = 16, 2, 24, 8, 3
 TINY = dict(patch_size=PATCH, hidden_size=HIDDEN, num_layers=1, num_heads=HEADS, mlp_dim=MLP,
             num_classes=CLASSES)
 PREFIX = "Transformer/posembed_input/"
+RELATIVE = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/rel_embedding"
 
 
 def sincos_2d(rows, cols, width, temperature=10_000.0):
@@ -41,11 +43,11 @@ def interp(table, length):
     return np.stack([np.interp(new, np.arange(len(table)), ch) for ch in table.T], axis=1)
 
 
-def variant_params(variant, grid, classifier="token", seed=0):
+def variant_params(variant, grid, classifier="token", seed=0, layers=1):
     """Random official-layout weights for `variant`, and the effective 1-D embedding
     `[1, prefix + rows * cols, D]` that `reference.forward` adds, computed in NumPy."""
     rng = np.random.default_rng(seed)
-    params = reference.official_params(rng, hidden=HIDDEN, mlp=MLP, heads=HEADS, layers=1,
+    params = reference.official_params(rng, hidden=HIDDEN, mlp=MLP, heads=HEADS, layers=layers,
                                        patch=PATCH, grid=grid, num_classes=CLASSES,
                                        classifier=classifier)
     learned = params.pop(PREFIX + "pos_embedding")
@@ -65,15 +67,22 @@ def variant_params(variant, grid, classifier="token", seed=0):
             np.zeros((grid[0] * grid[1], HIDDEN))
         if token:
             effective = np.concatenate([np.zeros((1, HIDDEN)), effective])
+        for i in range(layers if variant == "relative" else 0):  # each block's offsets table
+            key = RELATIVE.replace("encoderblock_0", f"encoderblock_{i}")
+            params[key] = rng.normal(
+                size=(2 * grid[0] * grid[1] - 1, HEADS, HIDDEN // HEADS)).astype("float32")
+            if token:
+                params[key + "_cls"] = rng.normal(size=(1, HEADS, HIDDEN // HEADS)) \
+                    .astype("float32")
     return params, np.asarray(effective, np.float64).reshape(1, -1, HIDDEN)
 
 
-def loaded_model(variant, image_size=(16, 24), classifier="token", **kwargs):
+def loaded_model(variant, image_size=(16, 24), classifier="token", layers=1, **kwargs):
     """A model with `variant_params` loaded, and the params with the effective embedding."""
     grid = (image_size[0] // PATCH, image_size[1] // PATCH)
-    params, effective = variant_params(variant, grid, classifier)
+    params, effective = variant_params(variant, grid, classifier, layers=layers)
     model = keras_vit.ViT(image_size=image_size, classifier=classifier,
-                          position_embedding=variant, **TINY, **kwargs)
+                          position_embedding=variant, **dict(TINY, num_layers=layers), **kwargs)
     weights.load_params(model, params)
     return model, dict(params, **{PREFIX + "pos_embedding": effective})
 
@@ -123,10 +132,26 @@ def test_model_equals_the_numpy_forward_with_the_effective_embedding(variant, cl
     np.testing.assert_allclose(model(x), want, atol=2e-5)
 
 
+@pytest.mark.parametrize("route", ["products", "fused"])
+def test_relative_positions_through_either_attention_route(route):
+    """The relative bias reaches the logits through both routes of keras_vit.kernels, and the
+    training path's gradients agree with the products'."""
+    model, params = loaded_model("relative", kernels={"attention": route})
+    x = images((16, 24))
+    want, _, attentions = reference.forward(params, x)
+    np.testing.assert_allclose(model(x), want, atol=2e-5)
+    probe = keras.Model(model.input, model.get_layer("encoderblock_0").output[1])
+    np.testing.assert_allclose(probe(x), attentions[0], atol=1e-5)
+    np.testing.assert_allclose(model(x, training=True), want, atol=2e-5)
+
+
 @pytest.mark.parametrize("classifier", ["gap", "token"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_only_none_is_blind_to_where_the_patches_are(variant, classifier):
-    model, _ = loaded_model(variant, image_size=(32, 32), classifier=classifier)
+    # A relative model's class token attends to every patch with the same relative embedding,
+    # so it sees where the patches are only through the patches of the block before it.
+    layers = 2 if variant == "relative" and classifier == "token" else 1
+    model, _ = loaded_model(variant, image_size=(32, 32), classifier=classifier, layers=layers)
     x = images((32, 32))
     patches = x.reshape(2, 4, 8, 4, 8, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 16, 8, 8, 3)
     order = np.random.default_rng(3).permutation(16)
@@ -140,7 +165,7 @@ def test_only_none_is_blind_to_where_the_patches_are(variant, classifier):
 
 @pytest.mark.parametrize("variant,width,message", [
     ("sincos_2d", 18, "multiple of 4"), ("sincos_2d", 4, "at least 8"),
-    ("learned_2d", 15, "multiple of 2"), ("relative", 16, "position_embedding"),
+    ("learned_2d", 15, "multiple of 2"), ("rotary", 16, "position_embedding"),
 ])
 def test_widths_and_names_are_checked(variant, width, message):
     with pytest.raises(ValueError, match=message):
@@ -190,9 +215,10 @@ def test_config_keras_file_and_npz_round_trip(tmp_path, variant, dynamic):
     ("learned_2d", dict(image_size=(16, 24), position_embedding="learned_2d")),
     ("sincos_2d", dict(image_size=224, position_embedding="sincos_2d")),
     ("none", dict(image_size=224, position_embedding="sincos_2d")),  # no arrays either
+    ("relative", dict(image_size=16, position_embedding="relative")),  # 7 offsets: 2 x 2
 ])
 def test_the_variant_is_read_off_the_keys(variant, want):
-    image_size = (16, 16) if variant == "learned" else (16, 24)
+    image_size = (16, 16) if variant in ("learned", "relative") else (16, 24)
     model, _ = loaded_model(variant, image_size=image_size)
     config = weights.config_from_params(weights.model_params(model))
     assert {k: config.get(k) for k in want} == want
@@ -227,6 +253,34 @@ def test_learned_2d_tables_are_resized_at_load_time():
                                interp(params[PREFIX + "pos_embedding_col"][0], 7), atol=1e-6)
     np.testing.assert_array_equal(got[PREFIX + "pos_embedding_cls"],
                                   params[PREFIX + "pos_embedding_cls"])
+
+
+def test_relative_tables_are_resized_at_load_time():
+    small, _ = loaded_model("relative", image_size=(24, 16))  # 6 patches: 11 offsets
+    params = weights.model_params(small)
+    large = keras_vit.ViT(image_size=(40, 56), position_embedding="relative", **TINY)
+    weights.load_params(large, params)  # 35 patches: 69 offsets
+    got = weights.model_params(large)
+    table = params[RELATIVE].reshape(11, -1)
+    np.testing.assert_allclose(got[RELATIVE].reshape(69, -1), interp(table, 69), atol=1e-6)
+    np.testing.assert_array_equal(got[RELATIVE + "_cls"], params[RELATIVE + "_cls"])
+
+
+def test_relative_bias_by_hand():
+    """One head, two patches and a class token: each pair's logit gains q . r / sqrt(k), r
+    the table's entry for the offset (patch 1 to patch 0: +1), the class token's entry for
+    every pair with it."""
+    from keras_vit.layers import relative_attention_bias
+
+    q = np.array([[[[1.0, 0.0]], [[0.0, 2.0]], [[3.0, 1.0]]]], np.float32)  # [1, 3, 1, 2]
+    table = np.array([[[1.0, 1.0]], [[2.0, 0.0]], [[0.0, 4.0]]], np.float32)  # -1, 0, +1
+    cls = np.array([[[5.0, 7.0]]], np.float32)
+    got = keras.ops.convert_to_numpy(relative_attention_bias(q, table, cls, 1))[0, 0]
+    s = np.sqrt(2.0)
+    want = np.array([[5, 5, 5],  # the class token: q0 . cls
+                     [14, 0 * 2 + 2 * 0, 0 * 1 + 2 * 1],  # patch 0: offsets 0, -1
+                     [22, 3 * 0 + 1 * 4, 3 * 2 + 1 * 0]]) / s  # patch 1: offsets +1, 0
+    np.testing.assert_allclose(got, want, atol=1e-6)
 
 
 @pytest.mark.parametrize("variant", ["sincos_2d", "none"])
@@ -268,13 +322,14 @@ def test_position_embedding_similarity(variant, dynamic):
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def test_no_position_embedding_has_no_similarity():
-    model, _ = loaded_model("none")
-    with pytest.raises(ValueError, match="position_embedding='none'"):
+@pytest.mark.parametrize("variant", ["none", "relative"])
+def test_no_position_embedding_has_no_similarity(variant):
+    model, _ = loaded_model(variant)
+    with pytest.raises(ValueError, match=f"position_embedding={variant!r}"):
         inspection.position_embedding_similarity(model)
 
 
-@pytest.mark.parametrize("variant", ["learned_2d", "sincos_2d", "none"])
+@pytest.mark.parametrize("variant", ["learned_2d", "sincos_2d", "none", "relative"])
 def test_export(tmp_path, variant):
     model, _ = loaded_model(variant, image_size=(16, 16))
     path = keras_vit.export_saved_model(model, tmp_path / "export", warmup=False)

@@ -323,7 +323,7 @@ def test_pretrain_command_writes_an_encoder_that_train_fine_tunes(tmp_path, caps
               "--verbose", "2"]
     code = cli.main(["pretrain", "--objective", "masked-patches", "--target", "pixels",
                      "--model-config", tiny, "--image-size", "8", "--steps", "4",
-                     "--output", str(tmp_path / "mpp"), *common])
+                     "--output", str(tmp_path / "mpp"), "--json", *common])
     assert code == 0, capsys.readouterr().err
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["updates"] == 4 and summary["encoder_weights"].endswith("encoder.npz")

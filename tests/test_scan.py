@@ -132,17 +132,17 @@ def test_scanned_encoder_config_round_trips_and_checks_its_arguments():
         keras_vit.ViT(scan="yes", **CONFIG)
 
 
-def test_scan_flag_reaches_the_run_config(tmp_path, image_folder):
+def test_scan_and_remat_flags_reach_the_run_config(tmp_path, image_folder):
     from keras_vit_cli import main
 
     folder = image_folder
     config = json.dumps({k: v for k, v in CONFIG.items() if k != "num_classes"})
-    status = main(["train", "--scan", "--folder", str(folder), "--model-config", config,
+    status = main(["train", "--scan", "--remat", "--folder", str(folder), "--model-config", config,
                    "--batch-size", "4", "--epochs", "1", "--validation-split", "none",
                    "--verbose", "0", "--output", str(tmp_path / "run")])
     assert status == 0
     written = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert written["model"]["scan"] is True
+    assert written["model"]["scan"] is True and written["model"]["remat"] is True
     # The run's sidecar rebuilds the scanned model; its weights load into either layout.
     scanned = keras_vit.from_pretrained(tmp_path / "run" / "final.npz")
     plain = keras_vit.from_pretrained(tmp_path / "run" / "final.npz", scan=False)

@@ -141,7 +141,8 @@ def test_the_command_line_package_imports_neither_keras_vit_nor_keras():
     assert not [m for m in loaded if m.split(".")[0] in ("tensorflow", "keras", "keras_vit")]
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["models"], ["train", "--help"],
+@pytest.mark.parametrize("argv", [["--help"], ["models"], ["checkpoints"],
+                                  ["checkpoints", "ViT_B16", "--json"], ["train", "--help"],
                                   ["predict", "--help"], ["export", "--help"],
                                   ["vtab", "--help"]])
 def test_help_and_models_start_without_tensorflow(argv):

@@ -452,10 +452,12 @@ def test_mixed_precision_flags():
         training.set_precision("fp8")
 
 
-def test_xla_is_the_default_on_one_device():
+def test_the_recipes_take_the_measured_runtime_by_default():
+    from keras_vit import runtime
+
     model = tiny_model()
     training.compile_finetune(model, total_steps=10, warmup_steps=1)
-    assert model.jit_compile is True
+    assert model.jit_compile is runtime.choose("float32")[0]  # tests/test_runtime.py: the table
 
 
 # ------------------------------------------------------------------------------------------
@@ -593,7 +595,8 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
         assert code == 0
         train_log = capsys.readouterr().out
         # The architecture, the resolution and the class names come with the weights.
-        code = cli.main(["evaluate", *common, "--weights", str(tmp_path / "final.npz")])
+        code = cli.main(["evaluate", *common, "--weights", str(tmp_path / "final.npz"),
+                         "--json"])
         assert code == 0
         result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         test_split = list(tfds.load("cifar10", split="test", as_supervised=True).as_numpy_iterator())

@@ -319,12 +319,19 @@ def test_an_interrupted_task_resumes_where_it_stopped(tmp_path):
         read_csv(tmp_path / "whole" / "results.csv")[0]["accuracy"]
 
 
-def test_sweep_picks_the_best_validation_setting(tmp_path):
+def test_sweep_picks_the_best_validation_setting(tmp_path, capsys):
     out = tmp_path / "vtab"
     grid = [(0.01, 2), (0.001, 4)]
     with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES):
         summary = vtab.run(model_fn, out, tasks="dtd,dmlab", sweep=grid,
-                           **{k: v for k, v in SMALL.items() if k != "steps"})
+                           **{k: v for k, v in SMALL.items() if k not in ("steps", "verbose")},
+                           verbose=1)
+    # A line and a bar of its updates per run: 4 sweep runs, then 2 tasks.
+    printed = capsys.readouterr().out
+    started = [line.split(":")[0] for line in printed.splitlines() if "->" in line]
+    assert started == [f"vtab sweep [{i}/4] {t}" for i, t in enumerate(
+        ["dtd", "dmlab"] * 2, 1)] + ["vtab [1/2] dtd", "vtab [2/2] dmlab"]
+    assert printed.count("\x1b[1m2/2\x1b[0m") + printed.count("\x1b[1m4/4\x1b[0m") == 6
     rows = read_csv(out / "sweep.csv")
     assert sorted((r["task"], float(r["learning_rate"]), int(r["steps"])) for r in rows) == \
         sorted((t, lr, n) for t in ("dtd", "dmlab") for lr, n in grid)
@@ -371,7 +378,21 @@ def test_command_line(tmp_path, capsys):
         assert cli_main(args) == 0
     printed = capsys.readouterr().out
     assert "vtab [1/1] dtd: test accuracy" in printed and "| natural |" in printed
-    assert [r["task"] for r in read_csv(out / "results.csv")] == ["dtd"]
+    assert "\x1b[1m2/2\x1b[0m" in printed  # the task's bar: 2 of 2 updates
+    (row,) = read_csv(out / "results.csv")
+    assert row["task"] == "dtd"
+    accuracy = f"{100 * float(row['accuracy']):.1f}"
+    assert f"| dtd | natural | {accuracy} | {MOCK_EXAMPLES} | {MOCK_EXAMPLES} |" in printed
+    assert "  setting  learning rate 0.01, 2 steps\n" in printed
+    # Run again: the task is done; --json prints the summary vtab.run returns.
+    with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES):
+        assert cli_main([*args, "--json"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[0] == "vtab [1/1] dtd: already done"
+    summary = json.loads(printed[-1])
+    assert summary["tasks"] == {"dtd": float(row["accuracy"])}
+    assert summary["examples"] == {"dtd": {"train": MOCK_EXAMPLES, "test": MOCK_EXAMPLES}}
+    assert summary["output_dir"] == str(out)
     settings = json.loads((out / "vtab.json").read_text())["settings"]
     assert settings["image_size"] == [16, 16] and settings["steps"] == 2
 

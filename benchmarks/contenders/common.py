@@ -88,6 +88,9 @@ def parse_args(argv=None):
                         help="Keras contenders: the Keras backend (jax always compiles with XLA)")
     parser.add_argument("--compile", action="store_true",
                         help="timm: torch.compile the model (PyTorch's graph compiler)")
+    parser.add_argument("--savedmodel", action="store_true",
+                        help="keras_vit: time the SavedModel's predict_images signature "
+                             "(keras_vit.export_saved_model, loaded with tf.saved_model.load)")
     parser.add_argument("--steps", type=_positive, default=3, help="timed steps")
     parser.add_argument(
         "--warmup", type=_non_negative, default=1, help="untimed steps after the first"

@@ -45,7 +45,22 @@ def build_model(args, config):
 
 
 def build_inference(args, config):
-    return keras_common.inference_step(build_model(args, config), args)
+    if not args.savedmodel:
+        return keras_common.inference_step(build_model(args, config), args)
+    import tempfile
+
+    import tensorflow as tf
+
+    from keras_vit import export
+
+    # What TF Serving runs: the export's predict_images signature (bf16: the model built under
+    # mixed_bfloat16, as export_saved_model(precision="bfloat16") serves a float32 one).
+    model = build_model(args, config)
+    path = export.export_saved_model(model, tempfile.mkdtemp(), warmup=False,
+                                     jit_compile=args.xla)
+    signature = tf.saved_model.load(path).signatures[export.IMAGES_SIGNATURE]
+    images = tf.constant((common.random_batch(args)[0] + 1) * 127.5)  # [0, 255]
+    return lambda: signature(images=images)["probabilities"].numpy()
 
 
 def build_training(args, config):

@@ -45,7 +45,8 @@ import time
 
 import numpy as np
 
-from keras_vit.parallel import keras_distribution, tf_distribute
+from keras_vit import runtime
+from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.data import InputData
 from keras_vit.fileio import (
     atomic_write_text,
@@ -54,6 +55,7 @@ from keras_vit.fileio import (
     remove_temporaries,
 )
 from keras_vit.model import vit_config
+from keras_vit.parallel import keras_distribution, tf_distribute
 from keras_vit.training.callbacks import (
     BACKUP_FOLDER,
     BACKUP_POINTER,
@@ -73,7 +75,6 @@ from keras_vit.training.recipes import (
     compile_recipe,
     recipe_defaults,
 )
-from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.weights import save_npz
 
 RUN_FILE = "run.json"
@@ -171,11 +172,22 @@ def _model_config(model):
         return None  # not a keras_vit.ViT model: the .npz alone describes it
 
 
-def _write_run(output_dir, settings, finished, model, class_names):
+def _runtime(model, recipe, jit_compile):
+    """`{"xla": bool, "why": str}`: the runtime the compiled model trains on, and why."""
+    if recipe is None:
+        why = "the model's own compile"
+    elif jit_compile is not None:
+        why = f"asked for (jit_compile={jit_compile})"
+    else:
+        why = runtime.choose(model.dtype_policy, tf_distribute.model_strategy(model))[1]
+    return {"xla": bool(model.jit_compile), "why": why}
+
+
+def _write_run(output_dir, settings, finished, model, class_names, run_time):
     if not tf_distribute.is_chief():
         return
-    atomic_write_text(os.path.join(output_dir, RUN_FILE),
-                      json.dumps({"settings": settings, "finished": finished}, indent=1))
+    atomic_write_text(os.path.join(output_dir, RUN_FILE), json.dumps(
+        {"settings": settings, "finished": finished, "runtime": run_time}, indent=1))
     atomic_write_text(os.path.join(output_dir, CONFIG_FILE), json.dumps(
         {"format": "keras_vit", "model": _model_config(model), "class_names": list(class_names) or None},
         indent=1))
@@ -209,7 +221,9 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         target_batch_size: int or None. Reach this batch size per update by gradient
             accumulation (a multiple of `train.batch_size`), e.g. the paper's 512.
         label_smoothing: float in [0, 1). Defaults to 0.
-        jit_compile: bool or None. XLA; None picks what works under the model's strategy.
+        jit_compile: bool or None. XLA; None takes the measured default for the model's
+            device, precision and strategy (`keras_vit.runtime.choose`), recorded with the
+            reason in `run.json` and the summary.
         monitor: str or None. The log `best.npz` follows. Defaults to "val_accuracy" with
             validation data ("val_loss" for a self-supervised model); without validation data
             and `monitor`, no `best.npz` is kept.
@@ -221,10 +235,12 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             to 1 (raise it when epochs are short and the model large).
 
     Returns:
-        dict: the summary also printed at the end (with `verbose`): `output_dir`, `epochs`,
-        `updates`, `resumed_at_epoch`, `final_weights`, `encoder_weights` (self-supervised
-        models), `best_weights` (with `monitor`, `best_value`, `best_epoch`), validation
-        metrics, `seconds`.
+        dict, the run's summary: `output_dir`, `epochs`, `updates`, `resumed_at_epoch` (the
+        epochs finished before this call, 0 for a fresh start), `examples` (`train` and
+        `validation` sizes), `final_weights`, `encoder_weights` (self-supervised models),
+        `best_weights` (with `monitor`, `best_value` and `best_epoch`, numbered from 1 as
+        Keras' progress shows "Epoch 1/N"), the validation metrics after the last epoch
+        (`validation_loss`, ...), `seconds`.
 
     Raises:
         RunFinished: if `output_dir` holds a finished run and not `overwrite`.
@@ -289,14 +305,13 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         new_run = not os.path.exists(os.path.join(output_dir, RUN_FILE))
         try:
             summary = _run(model, train, validation, output_dir, settings, monitor, callbacks,
-                           verbose, backup_every, self_supervised)
+                           verbose, backup_every, self_supervised,
+                           _runtime(model, recipe, jit_compile))
         except BaseException:
             if new_run and chief and not _any_epoch_kept(output_dir):
                 _remove_started(output_dir)  # nothing to resume: leave nothing
             raise
     summary["seconds"] = round(time.perf_counter() - start_time, 1)
-    if verbose:
-        print(json.dumps(summary))
     return summary
 
 
@@ -316,13 +331,14 @@ def _any_epoch_kept(output_dir):
 
 
 def _run(model, train, validation, output_dir, settings, monitor, callbacks, verbose,
-         backup_every, self_supervised):
-    """`fit` from the resume check on: the training, the final checkpoint, the summary."""
+         backup_every, self_supervised, run_time):
+    """`fit` from the resume check on: the training, the final checkpoint, the summary
+    (`run_time`: the runtime and why, `_runtime`)."""
     epochs, updates = settings["epochs"], settings["updates"]
     start_epoch = resume_epoch(backup_dir(output_dir))  # the state files, checked before
     best_record(os.path.join(output_dir, BEST_FILE))    # anything is written
     class_names = () if self_supervised else train.class_names
-    _write_run(output_dir, settings, False, model, class_names)
+    _write_run(output_dir, settings, False, model, class_names, run_time)
     if verbose:
         print(f"Training {model.name} ({model.count_params():,} parameters) on "
               f"{train.num_examples} examples, "
@@ -330,9 +346,9 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
               + f": {epochs} epochs of "
               f"{train.steps_per_epoch} batches of {train.batch_size} x "
               f"{settings['accumulation']} accumulation = {updates} updates; "
-              f"{tf_distribute.num_replicas(model)} replica(s), XLA "
-              f"{model.jit_compile}" + (f"; resuming at epoch {start_epoch}" if start_epoch
-                                         else ""), flush=True)
+              f"{tf_distribute.num_replicas(model)} replica(s), "
+              f"{'XLA' if run_time['xla'] else 'TensorFlow graph runtime'} ({run_time['why']})"
+              + (f"; resuming after epoch {start_epoch}" if start_epoch else ""), flush=True)
     history = model.fit(
         train.from_epoch(start_epoch).dataset, steps_per_epoch=train.steps_per_epoch,
         epochs=epochs, initial_epoch=start_epoch,
@@ -358,17 +374,22 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
         save_npz(params, final)
         if encoder:
             save_npz(model.encoder_params(), encoder)
-    _write_run(output_dir, settings, True, model, class_names)
+    _write_run(output_dir, settings, True, model, class_names, run_time)
     shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
 
     summary = dict(output_dir=output_dir, epochs=epochs, updates=updates,
-                   resumed_at_epoch=start_epoch, final_weights=final)
+                   resumed_at_epoch=start_epoch,
+                   examples=dict(train=train.num_examples, validation=None
+                                 if validation is None else validation.num_examples),
+                   final_weights=final, xla=run_time["xla"], runtime=run_time["why"])
     if encoder:
         summary["encoder_weights"] = encoder
     record = best_record(os.path.join(output_dir, BEST_FILE))
     if record is not None:
+        # best.json keeps the callback's epoch index (from 0); the summary numbers epochs as
+        # Keras' progress does ("Epoch 1/N" is the first).
         summary.update(best_weights=os.path.join(output_dir, BEST_FILE), monitor=monitor,
-                       best_value=record["value"], best_epoch=record["epoch"])
+                       best_value=record["value"], best_epoch=record["epoch"] + 1)
     if validation is not None:
         results = model.evaluate(validation.dataset, verbose=0, return_dict=True)
         summary.update({f"validation_{k}": float(v) for k, v in results.items()})

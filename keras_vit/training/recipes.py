@@ -19,14 +19,15 @@ Schedules count optimizer updates: under gradient accumulation (Keras evaluates 
 at every micro-batch) `WarmupDecay(steps_per_update=k)` divides the counter by k, so that
 update n uses the learning rate of step n exactly as without accumulation.
 
-XLA (`jit_compile=True`) is on by default where it works in Keras 3.15 / TensorFlow 2.21: on
-one device (CPU or GPU, default strategy or OneDeviceStrategy). Under MirroredStrategy over
+Whether a step compiles with XLA (`jit_compile=None`) is `keras_vit.runtime.choose`'s
+measured table: the faster runtime for the device, the CPU's features and the precision.
+Where XLA does not work it is off whatever the table says: under MirroredStrategy over
 several devices, Keras' XLA-compiled step reads the other replicas' variables across devices
 and fails ("Trying to access resource ... located in device ... CPU:1 from device ... CPU:0");
 under MultiWorkerMirroredStrategy on CPUs XLA has no collectives ("Collectives are not yet
-implemented for CPU devices when compiling with XLA"). The default is therefore False with
-more than one replica (TPUStrategy always compiles with XLA), and under
-`tf.config.experimental.enable_op_determinism()`, which Keras does not combine with XLA.
+implemented for CPU devices when compiling with XLA"); and under
+`tf.config.experimental.enable_op_determinism()`, which Keras does not combine with XLA
+(TPUStrategy always compiles with XLA).
 """
 
 import math
@@ -35,7 +36,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_vit import framework
+from keras_vit import framework, runtime
 from keras_vit.parallel import tf_distribute
 from keras_vit.training.optimizers import AdamW
 from keras_vit.checks import (
@@ -91,7 +92,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         steps_per_update: int. Micro-batches per optimizer update under gradient
             accumulation: the step counter Keras passes is divided by it. Defaults to 1.
 
-    Example:
+    Examples:
     >>> schedule = WarmupDecay(0.03, total_steps=10_000, warmup_steps=500)
     >>> float(schedule(500))  # doctest: +SKIP
     0.03
@@ -260,15 +261,10 @@ def set_precision(precision):
     return PRECISIONS[precision]
 
 
-def default_jit_compile(strategy=None):
-    """Whether XLA works for `fit` under `strategy` here (see the module docstring); always on
-    the JAX backend, which compiles every step with XLA."""
-    if keras.backend.backend() == "jax":
-        return True
-    if framework.op_determinism_enabled():
-        return False  # Keras turns XLA off under op determinism (not every op supports it)
-    strategy = strategy or tf.distribute.get_strategy()
-    return strategy.num_replicas_in_sync == 1 or isinstance(strategy, tf.distribute.TPUStrategy)
+def default_jit_compile(strategy=None, policy=None):
+    """Whether a training step compiles with XLA by default under `strategy` for a model of
+    dtype `policy` (`keras_vit.runtime.choose`, see the module docstring)."""
+    return runtime.choose(policy, strategy or tf.distribute.get_strategy())[0]
 
 
 def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metrics=("accuracy",),
@@ -287,8 +283,8 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
         model: a `keras.Model` with float32 logits.
         optimizer: a `keras.optimizers.Optimizer` (e.g. from `finetune_optimizer`).
         label_smoothing: float in [0, 1). Defaults to 0.
-        jit_compile: bool or None. XLA; None picks `default_jit_compile` of the model's
-            strategy.
+        jit_compile: bool or None. XLA; None picks the measured default for the model's
+            device, precision and strategy (`keras_vit.runtime.choose`).
         metrics: sequence of Keras metrics. Defaults to ("accuracy",).
         steps_per_execution: int. Steps per compiled call. Defaults to 1.
 
@@ -296,7 +292,7 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
         The model.
     """
     if jit_compile is None:
-        jit_compile = default_jit_compile(tf_distribute.model_strategy(model))
+        jit_compile = default_jit_compile(tf_distribute.model_strategy(model), model.dtype_policy)
     classifier = not getattr(model, "self_supervised", False)
     model.compile(
         optimizer=optimizer,

@@ -25,6 +25,9 @@ POSEMB_2D_KEYS = ("Transformer/posembed_input/pos_embedding_row",
 # a fixed embedding ("sincos_2d", big_vision's plain ViTs) is more common than none. A
 # `config.json` beside the file (`keras_vit.training.fit`), or overrides, say otherwise.
 FIXED_POSEMB_DEFAULTS = dict(image_size=224, position_embedding="sincos_2d")
+# Relative position embeddings (`position_embedding="relative"`): each block's table of the
+# offsets between its P patches, (2P - 1, heads, head_dim), resized along its first axis.
+RELATIVE_SUFFIX = "MultiHeadDotProductAttention_1/rel_embedding"
 BLOCK_KEY = re.compile(r"Transformer/encoderblock_(\d+)/")
 UNIT_KEY = re.compile(r"^block(\d+)/unit(\d+)/")
 
@@ -99,14 +102,16 @@ def resize_pos_embedding(posemb, grid, has_class_token):
     return patches if token is None else np.concatenate([token, patches], axis=1)
 
 
-def resize_pos_table(table, length):
-    """Resizes a row or column table of a learned 2-D position embedding (1, n, D/2) to
-    `length` positions, with the interpolation of `resize_pos_embedding` along its one axis.
+def resize_pos_table(table, length, axis=1):
+    """Resizes a table of positions along `axis` to `length` positions, with the
+    interpolation of `resize_pos_embedding`: a row or column table of a learned 2-D position
+    embedding (1, n, D/2) along axis 1, a table of relative offsets (2P - 1, heads, head_dim)
+    along axis 0.
 
     Returns:
-        Array (1, length, D/2).
+        The array with `length` positions along `axis`.
     """
-    return _linear_resize(np.asarray(table, np.float64), length, axis=1).astype(table.dtype)
+    return _linear_resize(np.asarray(table, np.float64), length, axis=axis).astype(table.dtype)
 
 
 def _linear_resize(x, new, axis):
@@ -158,7 +163,8 @@ def config_from_params(params, image_size=None):
     norm on the pooled features (`fc_norm`) and the resolution (the position embedding,
     assumed a square grid unless `image_size` is given). The position embedding's variant is
     in the keys: `pos_embedding` is "learned", `pos_embedding_row` and `pos_embedding_col`
-    are "learned_2d"; a file with neither is read as "sincos_2d" at 224 pixels unless
+    are "learned_2d", the blocks' `rel_embedding` "relative"; a file with none of them is read
+    as "sincos_2d" at 224 pixels unless
     `image_size` is given (`FIXED_POSEMB_DEFAULTS`: "none" has no arrays either, and neither
     records a resolution; pass `position_embedding="none"` to `from_pretrained` for it). What
     the shapes cannot tell (the GELU form, dropout, an average of the patches beside a class
@@ -217,11 +223,20 @@ def _resolution(params, image_size, cell, posemb_has_cls):
     """(image_size, position_embedding) read off the position-embedding arrays: a learned
     1-D embedding (a square grid unless `image_size` is given), learned row and column tables,
     or none (`FIXED_POSEMB_DEFAULTS`). `cell`: (height, width) in input pixels of one patch."""
-    posemb, row, col = (params.get(k) for k in (POSEMB_KEY, *POSEMB_2D_KEYS))
-    for key, value in zip((POSEMB_KEY, *POSEMB_2D_KEYS), (posemb, row, col)):
+    relative = next((k for k in sorted(params) if k.endswith(RELATIVE_SUFFIX)), None)
+    posemb, row, col, rel = (params.get(k) for k in (POSEMB_KEY, *POSEMB_2D_KEYS, relative))
+    for key, value in zip((POSEMB_KEY, *POSEMB_2D_KEYS, relative), (posemb, row, col, rel)):
         if value is not None and np.ndim(value) != 3:
             raise CheckpointError(f"Not a ViT checkpoint: {key} has shape {np.shape(value)}. "
                                   "Expected 3 axes.")
+    if rel is not None:
+        patches = (rel.shape[0] + 1) // 2
+        grid = int(round(np.sqrt(patches)))
+        if image_size is None and (grid * grid != patches or rel.shape[0] % 2 == 0):
+            raise CheckpointError(
+                f"{relative} holds {rel.shape[0]} offsets, not those of a square grid of "
+                "patches (2 * rows * cols - 1); pass the image size explicitly.")
+        return image_size or int(grid * cell[0]), "relative"
     if posemb is not None:
         patches = posemb.shape[1] - posemb_has_cls
         grid = int(round(np.sqrt(patches)))

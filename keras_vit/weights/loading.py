@@ -15,6 +15,7 @@ from keras_vit.weights.keymap import checkpoint_variables, is_quantized
 from keras_vit.weights.layouts import (
     POSEMB_2D_KEYS,
     POSEMB_KEY,
+    RELATIVE_SUFFIX,
     canonicalize,
     describe,
     resize_pos_embedding,
@@ -62,6 +63,9 @@ def _adapt(key, value, shape, model, has_cls):
     if key in POSEMB_2D_KEYS and value.ndim == 3 and value.shape != shape \
             and value.shape[::2] == shape[::2]:
         return resize_pos_table(value, shape[1])  # a row or column table of learned_2d
+    if key.endswith(RELATIVE_SUFFIX) and value.ndim == 3 and value.shape != shape \
+            and value.shape[1:] == shape[1:]:
+        return resize_pos_table(value, shape[0], axis=0)  # the offsets of another grid
     return value
 
 

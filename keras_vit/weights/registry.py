@@ -49,9 +49,10 @@ def list_checkpoints(variant=None):
         A list of dicts with name, url, variant, resolution, num_classes, representation_size,
         pretraining, finetuning, labels, size_mib, sha256, imagenet_top1, name_source.
 
-    Example:
-    >>> [c["name"] for c in list_checkpoints("Ti/16")][:1]
-    ['augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0']
+    Examples:
+    >>> names = [c["name"] for c in list_checkpoints("Ti/16")]
+    >>> names[0]
+    'augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0'
     """
     wanted = configs.get_variant(variant).name if variant else None
     return [copy.deepcopy(entry) for entry in _registry().values()

@@ -1,0 +1,87 @@
+"""The runtime defaults (`keras_vit.runtime`): XLA or TensorFlow's graph runtime, from the
+measured table, for the device, the CPU's features and the precision; what training, the
+recipes and the export choose by default; the choice recorded with its reason."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import data, export, runtime, training
+
+TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
+            num_classes=3)
+AMX = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})
+ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16"})
+AVX2 = frozenset({"avx2", "fma"})
+
+
+@pytest.mark.parametrize("device, flags, precision, xla", [
+    ("cpu", AMX, "bfloat16", False),
+    ("cpu", AMX, "float32", False),
+    ("cpu", ZEN4, "bfloat16", False),
+    ("cpu", ZEN4, "float32", False),
+    ("cpu", AVX2, "float32", True),
+    ("cpu", frozenset(), "bfloat16", True),
+    ("gpu", frozenset(), "bfloat16", True),
+    ("gpu", AMX, "float32", True),
+])
+def test_the_table_chooses_per_device_cpu_and_precision(device, flags, precision, xla):
+    row = runtime.table_row(precision, device, flags)
+    assert row.xla is xla
+    assert ("AMX" in row.why) == (device == "cpu" and "amx_tile" in flags)
+
+
+def test_choose_reads_this_machine_and_the_policy(monkeypatch):
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: AVX2)
+    assert runtime.choose("mixed_bfloat16") == (True, runtime.TABLE[-1].why)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: ZEN4)
+    assert runtime.choose("mixed_bfloat16")[0] is False
+    assert runtime.precision_of("mixed_bfloat16") == "bfloat16"
+    assert runtime.precision_of(keras.DTypePolicy("float32")) == "float32"
+
+
+def test_where_xla_does_not_work_it_is_off_whatever_the_table(monkeypatch):
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: AVX2)  # a table that says XLA
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) \
+        if len(tf.config.list_logical_devices("CPU")) > 1 else None
+    if strategy is not None:
+        xla, why = runtime.choose("float32", strategy)
+        assert xla is False and "2 replicas" in why
+    monkeypatch.setattr(runtime.framework, "op_determinism_enabled", lambda: True)
+    xla, why = runtime.choose("float32")
+    assert xla is False and "op determinism" in why
+
+
+@pytest.mark.parametrize("flags, xla", [(AVX2, True), (ZEN4, False)])
+def test_the_recipes_and_export_take_the_table_by_default(monkeypatch, tmp_path, flags, xla):
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: flags)
+    model = keras_vit.ViT(**TINY)
+    training.compile_model(model, training.AdamW(1e-3))
+    assert model.jit_compile is xla
+    training.compile_model(model, training.AdamW(1e-3), jit_compile=not xla)
+    assert model.jit_compile is (not xla)  # an explicit choice overrides
+    path = export.export_saved_model(keras_vit.ViT(**TINY), tmp_path / "vit", warmup=False)
+    metadata = json.loads((tmp_path / "vit" / "1" / "assets.extra" / "keras_vit.json")
+                          .read_text())
+    assert (metadata["xla"], metadata["runtime"]) == (xla, runtime.choose("float32")[1])
+    assert path.endswith("1")
+
+
+def test_fit_records_the_runtime_and_why(monkeypatch, tmp_path):
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: ZEN4)
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (8, 8, 8, 3), dtype=np.uint8), np.arange(8) % 3
+    train = data.from_arrays(x, y, image_size=8, batch_size=4, training=True)
+    summary = training.fit(keras_vit.ViT(**TINY), train, output_dir=tmp_path / "run", epochs=1,
+                           verbose=0)
+    why = runtime.choose("float32")[1]
+    assert (summary["xla"], summary["runtime"]) == (False, why)
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["runtime"]
+    assert recorded == {"xla": False, "why": why}
+    summary = training.fit(keras_vit.ViT(**TINY), train, output_dir=tmp_path / "xla", epochs=1,
+                           jit_compile=True, verbose=0)
+    assert (summary["xla"], summary["runtime"]) == (True, "asked for (jit_compile=True)")
