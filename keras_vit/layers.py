@@ -611,13 +611,14 @@ def relative_attention_bias(query, table, prefix_table=None, num_prefix=0):
     table = ops.cast(table, "float32")
     rows = _resize_positions(ops.reshape(table, (table.shape[0], -1)), offsets)
     table = ops.reshape(rows, (offsets, table.shape[1], table.shape[2]))  # [2p - 1, h, k]
-    q = ops.cast(query, "float32") / math.sqrt(query.shape[-1])
-    logits = ops.einsum("bqhk,ohk->bhqo", q, table)  # logits = [B, h, N, 2p - 1]
     width = offsets
     if num_prefix:
-        prefix = ops.einsum("bqhk,hk->bhq", q, ops.cast(prefix_table[0], "float32"))
-        logits = ops.concatenate([logits, prefix[..., None]], axis=-1)  # [B, h, N, 2p]
-        width = offsets + 1
+        # The prefix pairs' embedding as the table's last entry: one product for both (the
+        # TFLite converter shapes a separate "bqhk,hk->bhq" wrongly when N is not static).
+        table = ops.concatenate([table, ops.cast(prefix_table, "float32")], axis=0)
+        width = offsets + 1  # table = [2p, h, k]
+    q = ops.cast(query, "float32") / math.sqrt(query.shape[-1])
+    logits = ops.einsum("bqhk,ohk->bhqo", q, table)  # logits = [B, h, N, width]
     q_index = ops.arange(length)[:, None]
     k_index = ops.arange(length)[None, :]
     both_patches = (q_index >= num_prefix) & (k_index >= num_prefix)

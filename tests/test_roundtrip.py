@@ -25,6 +25,7 @@ KINDS = {
     "learned_2d": dict(position_embedding="learned_2d"),
     "sincos_2d": dict(position_embedding="sincos_2d"),
     "no_position": dict(position_embedding="none"),
+    "relative": dict(position_embedding="relative"),
     "dynamic": dict(dynamic_image_size=True),
     "scanned": dict(scan=True),
     "int8": {},  # quantized once built (`model.quantize("int8")`)
@@ -38,6 +39,7 @@ REFUSALS = {
     ("safetensors", "sincos_2d"): (keras_vit.CheckpointError, "no learned position embedding"),
     ("safetensors", "no_position"): (keras_vit.CheckpointError,
                                      "no learned position embedding"),
+    ("safetensors", "relative"): (keras_vit.CheckpointError, "relative position embeddings"),
     ("tflite", "int8"): (ValueError, "the TFLite converter cannot convert Keras' int8 layers"),
 }
 IMAGES = np.random.default_rng(1).uniform(0, 255, (3, 16, 16, 3)).astype(np.float32)

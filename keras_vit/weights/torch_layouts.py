@@ -29,7 +29,7 @@ import numpy as np
 
 from keras_vit import configs
 from keras_vit.weights.errors import CheckpointError
-from keras_vit.weights.layouts import BLOCK_KEY, POSEMB_KEY
+from keras_vit.weights.layouts import BLOCK_KEY, POSEMB_KEY, RELATIVE_SUFFIX
 
 LAYOUTS = ("official", "timm", "transformers")
 BLOCK = "Transformer/encoderblock_{}/"
@@ -195,9 +195,12 @@ def to_timm(official):
     refused, naming the arrays."""
     official = _Source(official, "official")
     if POSEMB_KEY not in official:
-        kind = ("the learned 2-D position embedding (position_embedding='learned_2d')"
-                if any(k.endswith("pos_embedding_row") for k in official)
-                else "no learned position embedding (position_embedding='sincos_2d' or 'none')")
+        if any(k.endswith("pos_embedding_row") for k in official):
+            kind = "the learned 2-D position embedding (position_embedding='learned_2d')"
+        elif any(k.endswith(RELATIVE_SUFFIX) for k in official):
+            kind = "relative position embeddings (position_embedding='relative')"
+        else:
+            kind = "no learned position embedding (position_embedding='sincos_2d' or 'none')"
         raise CheckpointError(f"This model has {kind}; timm's VisionTransformer holds a learned "
                               f"1-D table ('pos_embed', from {POSEMB_KEY}) only: it cannot be "
                               "written in timm's layout.")
