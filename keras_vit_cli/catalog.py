@@ -15,8 +15,9 @@ import sys
 
 
 def library_module(name):
-    """keras_vit's module `name`, one that imports nothing (`configs`, `flops`), without running
-    `keras_vit/__init__.py`; the module itself where keras_vit is imported already."""
+    """keras_vit's module `name`, one that imports nothing of keras_vit's or Keras (`configs`,
+    `flops`, `fileio`), without running `keras_vit/__init__.py`; the module itself where
+    keras_vit is imported already."""
     if "keras_vit" in sys.modules:
         return importlib.import_module(f"keras_vit.{name}")
     key = f"keras_vit_cli._library_{name}"
