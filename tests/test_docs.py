@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from keras_vit import weights
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The first line of the one kind of block that is not run: it downloads the official weights.
 DOWNLOADS = "# Downloads the official weights"
@@ -58,6 +60,7 @@ def checkout_files():
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_python_block_runs(page, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the blocks name files of the checkout (the shipped fixtures)
+    monkeypatch.setattr(weights.registry, "_REGISTERED", {})  # a block's registrations end here
     monkeypatch.setenv("KERAS_VIT_HOME", str(tmp_path / "keras_vit_home"))
     blocks = python_blocks(page)
     offline = [b for b in blocks if not b.startswith(DOWNLOADS)]
