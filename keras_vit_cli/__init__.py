@@ -81,6 +81,8 @@ def build_parser(argv=()):
 
 # Commands that never need TensorFlow.
 LIGHT_COMMANDS = ("models", "checkpoints")
+# The exit status of a command whose standard output was closed by its reader (128 + SIGPIPE).
+CLOSED_PIPE = 141
 DEBUG_HELP = "on an error, show the full traceback (for a bug report) instead of one line"
 # The arguments that name an output folder or file a command may create.
 OUTPUT_ARGUMENTS = ("output", "out")
@@ -158,6 +160,8 @@ def main(argv=None):
         return 130
     except Exception as error:  # noqa: BLE001 - one line, or the traceback with --debug
         _remove_empty(new_folders)
+        if isinstance(error, BrokenPipeError) and _stdout_closed():
+            return _stopped_by_closed_pipe()
         if args.debug:
             raise
         message, status = describe(error)
@@ -165,6 +169,28 @@ def main(argv=None):
             message, status = _bug(error), FAILURE
         print(f"keras-vit {args.command}: error: {message}", file=sys.stderr)
         return status
+
+
+def _stdout_closed():
+    """Whether the reader of standard output has gone (`keras-vit checkpoints | head`): the
+    pipe reports an error to a writer (POSIX `poll`)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no file descriptor
+        return False
+
+
+def _stopped_by_closed_pipe():
+    """Ends quietly, as a shell command stopped by SIGPIPE does (status 128 + 13): the rest of
+    the output is discarded instead of failing again when the interpreter flushes at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return CLOSED_PIPE
 
 
 if __name__ == "__main__":

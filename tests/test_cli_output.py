@@ -3,8 +3,11 @@ that end the long commands (epochs numbered as Keras numbers them, the data name
 read, the sizes used) with their `--json` machine form."""
 
 import json
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -58,6 +61,20 @@ def test_checkpoints_of_an_unknown_variant_is_one_line(capsys):
     err = capsys.readouterr().err
     assert err.startswith("keras-vit checkpoints: error: Unknown ViT variant 'B/17'. Expected ")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["checkpoints", "models"])
+def test_a_closed_output_pipe_ends_the_command_quietly(command):
+    """`keras-vit checkpoints | head -1`: the reader goes away; the command stops as a shell
+    command stopped by SIGPIPE does (status 141), without an error line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to the pipe now fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "keras_vit_cli", command], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")
 
 
 def test_models_shows_parameters_and_gflops(capsys):
