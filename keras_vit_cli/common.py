@@ -273,7 +273,8 @@ FOLDER_VALIDATION_FRACTION = 0.1
 FOLDER_SPLITS = ("train", "validation", "all")
 
 
-def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split):
+def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split,
+                      warmup_steps="500 finetune, 10000 pretrain"):
     """The flags of a training run that `train` and `pretrain` share (the `run` group, which
     is returned for the command's own flags). The other arguments fill in the help texts."""
     run = parser.add_argument_group("run")
@@ -285,8 +286,8 @@ def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split
     run.add_argument("--lr", type=float, default=None,
                      help=f"peak learning rate ({learning_rate})")
     run.add_argument("--warmup-steps", type=int, default=None,
-                     help="linear warm-up updates (default: 500 finetune, 10000 pre-training, "
-                          "at most 10%% of the updates)")
+                     help=f"linear warm-up updates (default: {warmup_steps}, at most 10%% "
+                          "of the updates)")
     run.add_argument("--target-batch-size", type=positive_int_arg, default=None,
                      help="reach this batch by gradient accumulation, e.g. 512")
     run.add_argument("--precision", default="float32", help="float32, bfloat16 or float16")

@@ -40,7 +40,7 @@ def configure(parser):
         parser, outputs="encoder.npz, config.json, final.npz (with the pre-training head), "
                         "run.json, backup/, logs/",
         steps="1000000, the paper's", learning_rate="0.0002, the paper's",
-        validation_split="none")
+        validation_split="none", warmup_steps="10000, the paper's")
     run.add_argument("--objective", choices=OBJECTIVES, default="masked-patches",
                      help="masked-patches: corrupt half the patch embeddings (80%% [mask], "
                           "10%% another patch, 10%% kept) and predict each one's target "

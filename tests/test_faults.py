@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import resource
+import select
 import signal
 import socket
 import subprocess
@@ -146,6 +147,8 @@ def test_a_folder_lock_is_released_when_its_holder_dies(tmp_path):
             time.sleep(600)
         """)], stdout=subprocess.PIPE, text=True, env=ENV)
     try:
+        ready, _, _ = select.select([holder.stdout], [], [], CHILD_TIMEOUT)
+        assert ready, "the holder did not take the lock"
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(keras_vit.fileio.FolderInUse, match=f"process {holder.pid} on"):
             with keras_vit.fileio.folder_lock(out):

@@ -46,11 +46,13 @@ IMAGES = np.random.default_rng(1).uniform(0, 255, (3, 16, 16, 3)).astype(np.floa
 OTHER_SIZE = np.random.default_rng(2).uniform(0, 255, (2, 24, 32, 3)).astype(np.float32)
 
 
-def build(kind, quantize=True):
-    """The kind's model with random weights (seeded: the same for every call)."""
-    keras.utils.set_random_seed(0)
+def build(kind, quantize=True, seed=0):
+    """The kind's model with random weights (the same for every call with one `seed`); the
+    models the files are read into take another seed, so that only the file can give them
+    the written model's outputs."""
+    keras.utils.set_random_seed(seed)
     model = keras_vit.ViT(**dict(BASE, **KINDS[kind]))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     model.set_weights([rng.normal(0, 0.3, w.shape).astype(w.dtype) for w in model.get_weights()])
     if kind == "int8" and quantize:
         model.quantize("int8")
@@ -77,7 +79,7 @@ def requantized(model, kind):
 # read-back model's outputs, and whether they are probabilities (else logits).
 def via_npz(model, kind, folder):
     path = weights.save_npz(model, folder / "m.npz")
-    back = build(kind, quantize=False)
+    back = build(kind, quantize=False, seed=1)
     keras_vit.load_pretrained(back, path)
     back = requantized(back, kind)
     return lambda batch: logits(back, batch), False
@@ -102,7 +104,7 @@ def via_keras(model, kind, folder):
 
 def via_weights_h5(model, kind, folder):
     model.save_weights(folder / "m.weights.h5")
-    back = build(kind)
+    back = build(kind, seed=1)
     back.load_weights(folder / "m.weights.h5")
     return lambda batch: logits(back, batch), False
 

@@ -79,7 +79,7 @@ from keras_vit.weights import save_npz
 
 RUN_FILE = "run.json"
 CONFIG_FILE = "config.json"
-# Settings a run.json written before they existed holds implicitly.
+# The values of settings that a run.json may lack.
 SETTING_DEFAULTS = {"scan": False, "remat": False}
 FINAL_FILE = "final.npz"
 ENCODER_FILE = "encoder.npz"
