@@ -1,0 +1,61 @@
+"""timm reads the `.safetensors` files keras_vit writes: `timm.create_model("local-dir:DIR",
+pretrained=True)` on the folder `keras_vit.weights.hub.save_safetensors` wrote gives keras_vit's
+logits.
+
+timm and torch are not dependencies of the package or of its tests: this runs where
+`KERAS_VIT_TIMM_PYTHON` names an interpreter that has them (the benchmarks' environment,
+`bash benchmarks/setup_peers.sh`), for example
+`KERAS_VIT_TIMM_PYTHON=.venv-bench/bin/python .venv/bin/python -m pytest tests/test_timm_interop.py`,
+and is skipped elsewhere."""
+
+import json
+import os
+import pathlib
+import subprocess
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.weights import hub
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TIMM_PYTHON = os.environ.get("KERAS_VIT_TIMM_PYTHON")
+# Reads the folder with timm and prints its logits of the images as JSON.
+READ_WITH_TIMM = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {root!r})
+from benchmarks.contenders.timm_vit import import_timm
+timm, _ = import_timm()
+import torch
+model = timm.create_model("local-dir:" + {folder!r}, pretrained=True).eval()
+images = np.load({images!r}) / 127.5 - 1.0
+with torch.no_grad():
+    logits = model(torch.from_numpy(images).permute(0, 3, 1, 2).float())
+print(json.dumps(logits.numpy().tolist()))
+"""
+
+
+@pytest.mark.skipif(not TIMM_PYTHON, reason="KERAS_VIT_TIMM_PYTHON names no interpreter with timm")
+@pytest.mark.parametrize("config", [
+    dict(hidden_size=64, num_heads=4, mlp_dim=128),   # a width no paper variant has
+    dict(hidden_size=48, num_heads=3, mlp_dim=192, classifier="gap"),
+])
+def test_timm_reads_the_safetensors_keras_vit_writes(tmp_path, config):
+    keras.utils.set_random_seed(0)
+    model = keras_vit.ViT(image_size=32, patch_size=8, num_layers=2, num_classes=3, **config)
+    rng = np.random.default_rng(0)
+    model.set_weights([rng.normal(0, 0.2, w.shape).astype(w.dtype) for w in model.get_weights()])
+    hub.save_safetensors(model, tmp_path / "model.safetensors", ["a", "b", "c"])
+    images = rng.uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+    np.save(tmp_path / "images.npy", images)
+    code = READ_WITH_TIMM.format(root=str(ROOT), folder=str(tmp_path),
+                                 images=str(tmp_path / "images.npy"))
+    done = subprocess.run([TIMM_PYTHON, "-c", code], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    want = keras.ops.convert_to_numpy(model(keras_vit.preprocess_inputs(images)))
+    np.testing.assert_allclose(got, want, atol=1e-5)
