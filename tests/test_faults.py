@@ -6,7 +6,6 @@ before a given file is renamed into place (Python's audit hooks see every rename
 must end in one clear line (or, for a kill, a resume that works), leave no temporary files,
 and keep the previous state loadable."""
 
-import contextlib
 import json
 import os
 import pathlib
@@ -26,6 +25,7 @@ from PIL import Image
 import keras_vit
 import keras_vit_cli as cli
 from keras_vit import evaluation, training, weights
+from test_errors import file_size_limit as file_size_limit_here  # this process's, for a block
 
 TESTS = pathlib.Path(__file__).resolve().parent
 CHILD = TESTS / "fault_child.py"
@@ -280,17 +280,6 @@ def test_a_full_disk_during_each_kind_of_write_is_one_error_naming_the_file(tmp_
                  "model.tflite"):
         assert (tmp_path / name).read_bytes() == b"previous", name
     assert not (tmp_path / "backup" / "latest.json").exists()
-
-
-@contextlib.contextmanager
-def file_size_limit_here(limit):
-    """This process's file-size limit, for the block (Python ignores SIGXFSZ: EFBIG)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 def test_best_npz_and_its_record_stay_a_pair_when_a_write_fails(tmp_path):
