@@ -41,7 +41,14 @@ import tensorflow as tf
 from keras_vit import images as image_ops
 from keras_vit import labels as label_sets
 from keras_vit import runtime
-from keras_vit.fileio import atomic_write, naming_write_errors, staging_dir
+from keras_vit.fileio import (
+    atomic_write,
+    check_destination,
+    check_not_in_use,
+    naming_write_errors,
+    refuse_link,
+    staging_dir,
+)
 from keras_vit.checks import check_choice, check_int
 from keras_vit.layers import TokenPooling, sublayers
 from keras_vit.model import model_image_size, patch_grid, rebuilt, vit_config
@@ -413,8 +420,10 @@ def _version_dir(export_dir, version, overwrite):
     """The final `export_dir/<version>` path; refuses a non-empty one unless `overwrite`."""
     path = os.path.join(os.fspath(export_dir), str(version))
     for where in (os.fspath(export_dir), path):
+        refuse_link(where)
         if os.path.exists(where) and not os.path.isdir(where):
             raise ValueError(f"{where} is a file. Expected a folder (or nothing) there.")
+    check_not_in_use(export_dir)
     if os.path.isdir(path) and os.listdir(path) and not overwrite:
         raise ValueError(
             f"The version folder {path} already holds an export. Pass overwrite=True "
@@ -602,7 +611,7 @@ def tflite_converter(model):
         )
 
 
-def export_tflite(model, path, quantize=None):
+def export_tflite(model, path, quantize=None, overwrite=False):
     """Converts a classifier to a TFLite file, written atomically.
 
     The file has one signature (`serving_default`) from `images` `[B, H, W, 3]` float32 RGB in
@@ -614,11 +623,14 @@ def export_tflite(model, path, quantize=None):
         path: str or path of the `.tflite` file.
         quantize: None (float32) or "dynamic-int8" (weights stored as int8, dequantised or
             used by hybrid kernels at run time; about 4x smaller). Defaults to None.
+        overwrite: bool. Replace a file already at `path`. Defaults to False.
 
     Returns:
         str: `path`.
 
     Raises:
+        keras_vit.fileio.DestinationExists: before anything is converted, if `path` exists
+            (without `overwrite`) or is a folder.
         ValueError: for an int8-quantized model (`model.quantize("int8")`), which the
             converter cannot convert: export the float model, with `quantize="dynamic-int8"`.
         keras_vit.fileio.WriteError: naming `path`, if it (or the converter's scratch
@@ -626,6 +638,7 @@ def export_tflite(model, path, quantize=None):
     """
     _check_tensorflow_backend("export_tflite")
     check_choice("quantize", quantize, TFLITE_QUANTIZATIONS)
+    check_destination(path, overwrite)
     if _quantized(model):
         raise ValueError(
             f"Model {model.name!r} is int8-quantized (model.quantize('int8')): the TFLite "
@@ -636,6 +649,7 @@ def export_tflite(model, path, quantize=None):
             # Optimize.DEFAULT without a representative dataset: dynamic-range quantisation.
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
         data = converter.convert()
+    check_destination(path, overwrite)  # still free (or replaceable) now
     atomic_write(path, lambda f: f.write(data))
     return os.fspath(path)
 

@@ -14,13 +14,21 @@ temporary file or folder is removed.
 
 `folder_lock` gives a run folder one writer at a time (see its docstring for the file systems
 on which it holds).
+
+Ownership: keras_vit deletes or replaces only what it can show it wrote. Its temporaries carry
+names no user picks (`.keras_vit-tmp-HOST-PID-...`, with this host's digest and the writing
+process's id), and `remove_temporaries` removes only those whose process has ended. A file
+that exists is replaced only when the caller says so (`check_destination`), and no write goes
+through a symbolic link or replaces one (`refuse_link`).
 """
 
 import contextlib
 import datetime
 import errno
+import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -37,6 +45,8 @@ NO_ROOM_MESSAGES = {os.strerror(code): code for code in NO_ROOM_ERRNOS}
 WRITE_ERRNOS = NO_ROOM_ERRNOS + (errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM,
                                  errno.ENAMETOOLONG)
 LOCK_FILE = ".keras_vit.lock"
+# The folders whose lock this process holds (their real paths): its own writes there are its.
+_HELD = set()
 
 
 class WriteError(OSError):
@@ -45,6 +55,11 @@ class WriteError(OSError):
 
 class FolderInUse(ValueError):
     """Another process is writing the folder; the message names it (pid, host, start, command)."""
+
+
+class DestinationExists(ValueError):
+    """An output path holds a file or folder that would be replaced; the message says how to
+    replace it (`overwrite=True`, `--overwrite`) or where else to write."""
 
 
 def _write_failure(error):
@@ -146,18 +161,21 @@ def _fsync(path):
 def atomic_file(path):
     """Yields a temporary path beside `path`; when the block ends without an error, the file
     written there is synced and renamed to `path`. On an error it is removed and any file
-    already at `path` stays as it was.
+    already at `path` stays as it was. What a killed writer of `path` left is removed first
+    (`remove_temporaries`); a link at `path` is refused.
 
     The temporary name keeps `path`'s suffix, for writers that choose the format by it
     (`model.save("x.keras")`).
     """
     path = os.fspath(path)
+    refuse_link(path)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
     with naming_write_errors(path):
         try:
             os.makedirs(directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIXES[0],
+            remove_temporaries(directory, os.path.basename(path))  # of a killed writer
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=_temporary_prefix("tmp"),
                                        suffix="-" + os.path.basename(path))
             os.close(fd)
             yield tmp
@@ -165,7 +183,7 @@ def atomic_file(path):
             chmod_as_umask(tmp, 0o666)
             os.replace(tmp, path)
         finally:
-            if tmp is not None and os.path.exists(tmp):
+            if tmp is not None and os.path.lexists(tmp):
                 os.remove(tmp)
 
 
@@ -186,18 +204,20 @@ def staging_dir(path):
     replaces `path` (a folder or nothing) by renames only, so `path` is at every moment
     absent, the old folder or the new one. On an error the staging folder is removed."""
     path = os.fspath(path).rstrip(os.sep)
+    refuse_link(path)
     parent = os.path.dirname(os.path.abspath(path))
     staging = None
     with naming_write_errors(path):
         try:
             os.makedirs(parent, exist_ok=True)
-            staging = tempfile.mkdtemp(dir=parent,
-                                       prefix=f"{TEMPORARY_PREFIXES[0]}{os.path.basename(path)}-")
+            remove_temporaries(parent, os.path.basename(path))  # of a killed writer
+            staging = tempfile.mkdtemp(dir=parent, prefix=_temporary_prefix("tmp"),
+                                       suffix="-" + os.path.basename(path))
             chmod_as_umask(staging, 0o777)  # mkdtemp makes it 0700
             yield staging
             old = None
             if os.path.exists(path):
-                old = tempfile.mkdtemp(dir=parent, prefix=TEMPORARY_PREFIXES[1])
+                old = tempfile.mkdtemp(dir=parent, prefix=_temporary_prefix("old"))
                 os.replace(path, os.path.join(old, "previous"))
             os.replace(staging, path)
             if old:
@@ -207,23 +227,117 @@ def staging_dir(path):
                 shutil.rmtree(staging, ignore_errors=True)
 
 
-TEMPORARY_PREFIXES = (".tmp-", ".old-")  # the names `atomic_file` and `staging_dir` use
+# The temporaries of `atomic_file` and `staging_dir`: `.keras_vit-tmp-HOST-PID-...` (and
+# `-old-` for a folder being replaced), HOST a digest of this machine's name, PID the writer's.
+TEMPORARY_NAME = re.compile(
+    r"\.keras_vit-(?P<kind>tmp|old)-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-")
 
 
-def remove_temporaries(folder):
-    """Removes what interrupted writes left in `folder` (a process killed before its rename):
-    the temporary files and folders of `atomic_file` and `staging_dir`. Call it only where
-    no other process writes, e.g. under `folder_lock`."""
+def _host_digest():
+    return hashlib.sha256(socket.gethostname().encode("utf-8")).hexdigest()[:8]
+
+
+def _temporary_prefix(kind):
+    return f".keras_vit-{kind}-{_host_digest()}-{os.getpid()}-"
+
+
+def _process_alive(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # another user's process, or a pid this OS cannot ask about: keep
+    return True
+
+
+def is_temporary(entry):
+    """Whether the name `entry` is one of keras_vit's temporaries."""
+    return TEMPORARY_NAME.match(entry) is not None
+
+
+def remove_temporaries(folder, name=None):
+    """Removes what interrupted writes of keras_vit left in `folder`: the temporary files and
+    folders of `atomic_file` and `staging_dir` (of the destination `name` only, if given) that
+    a process on this machine which has ended wrote. Nothing else is touched: not a user's
+    `.tmp-x`, not a link, not the temporaries of a process that still runs or of another
+    machine."""
     if not os.path.isdir(folder):
         return
+    host = _host_digest()
     for entry in os.listdir(folder):
-        if entry.startswith(TEMPORARY_PREFIXES):
-            path = os.path.join(folder, entry)
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    os.remove(path)
+        match = TEMPORARY_NAME.match(entry)
+        if match is None or match["host"] != host or _process_alive(int(match["pid"])):
+            continue
+        if name is not None and match["kind"] == "tmp" and not entry.endswith("-" + name):
+            continue
+        path = os.path.join(folder, entry)
+        if os.path.islink(path):
+            continue
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
+def refuse_link(path, what=None):
+    """Raises `WriteError` if `path` is a symbolic link: keras_vit neither writes through a link
+    nor replaces one."""
+    if os.path.islink(path):
+        error = WriteError(
+            f"{what or os.fspath(path)} is a symbolic link (to {os.readlink(path)}): keras_vit "
+            "does not write through links or replace them. Nothing was changed; expected a "
+            "regular file or folder there, or none.")
+        error.errno = errno.ELOOP
+        raise error
+
+
+def check_destination(path, overwrite, kind="file", flag="--overwrite"):
+    """Checks that writing `path` replaces nothing without `overwrite`: raises
+    `DestinationExists` if something is at `path` (a folder where a file is to go, or the
+    reverse, is refused even with `overwrite`), `WriteError` for a link, and `FolderInUse` if a
+    running keras_vit job holds a folder above it. Returns `path`."""
+    path = os.fspath(path)
+    refuse_link(path)
+    check_not_in_use(os.path.dirname(os.path.abspath(path)))
+    if not os.path.exists(path):
+        return path
+    if kind == "file" and os.path.isdir(path):
+        raise DestinationExists(f"{path} is a folder. Expected the path of a file to write.")
+    if kind == "folder" and not os.path.isdir(path):
+        raise DestinationExists(f"{path} is a file. Expected the path of a folder to write.")
+    if not overwrite:
+        raise DestinationExists(
+            f"{path} already exists. Nothing was written; pass overwrite=True ({flag}) to "
+            f"replace it, or choose another path.")
+    return path
+
+
+def check_not_in_use(folder):
+    """Raises `FolderInUse` if a running keras_vit job (a training run, a VTAB suite) holds
+    `folder` or a folder above it: its files are that job's to write."""
+    folder = os.path.abspath(os.fspath(folder))
+    while True:
+        lock_path = os.path.join(folder, LOCK_FILE)
+        if os.path.realpath(folder) in _HELD:
+            return  # this process's own job
+        if os.path.isfile(lock_path) and not os.path.islink(lock_path):
+            with contextlib.suppress(OSError):
+                fd = os.open(lock_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+                try:
+                    if not _try_lock(fd, lock_path, shared=True):
+                        raise FolderInUse(
+                            f"{folder} is in use by {_describe_holder(fd)}. Nothing was "
+                            "written; wait for it to finish, or write elsewhere.")
+                finally:
+                    os.close(fd)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return
+        folder = parent
 
 
 def check_writable_dir(path, what="Output folder"):
@@ -235,7 +349,8 @@ def check_writable_dir(path, what="Output folder"):
     path = os.path.expanduser(os.fspath(path))
     try:
         os.makedirs(path, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
+        fd, probe = tempfile.mkstemp(dir=path, prefix=_temporary_prefix("tmp"),
+                                     suffix="-write-test")
         os.close(fd)
         os.remove(probe)
     except OSError as e:
@@ -262,25 +377,30 @@ def _describe_holder(fd):
         return "another process (which has not recorded itself yet)"
 
 
-def _try_lock(fd, lock_path):
-    """Takes the exclusive lock of an open lock file: True, or False if another process holds
-    it. Where the platform or the file system has no locks, warns and returns True."""
+def _try_lock(fd, lock_path, shared=False):
+    """Takes the exclusive (or `shared`) lock of an open lock file: True, or False if another
+    process holds it. Where the platform or the file system has no locks, warns and returns
+    True."""
     try:
         import fcntl  # POSIX only: elsewhere a folder is not locked (see folder_lock)
     except ImportError:
         return True
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     except OSError as e:  # ENOLCK, EOPNOTSUPP: a file system without locks
-        warnings.warn(f"{lock_path}: this file system cannot lock files ({e.strerror}); a "
-                      "second run on the same folder will not be refused.", stacklevel=3)
+        if not shared:
+            warnings.warn(f"{lock_path}: this file system cannot lock files ({e.strerror}); a "
+                          "second run on the same folder will not be refused.", stacklevel=3)
+        return True
+    if shared:
+        fcntl.flock(fd, fcntl.LOCK_UN)
     return True
 
 
 @contextlib.contextmanager
-def folder_lock(path, what="run"):
+def folder_lock(path, what="run", remove=False):
     """Holds the lock of the folder `path` while the block runs: one writer per folder.
 
     The lock is `fcntl.flock` on `path/.keras_vit.lock`, which records the holder (what it
@@ -292,37 +412,69 @@ def folder_lock(path, what="run"):
     released when the server notices, within its lease time), and not on file systems that
     lock locally or not at all (most FUSE file systems, SMB mounted with `nobrl`): there, and
     where `fcntl` does not exist (Windows), runs are not locked (with a warning where the file
-    system refuses locks).
+    system refuses locks). The lock file is never followed through a symbolic link.
 
     Args:
         path: str or path. An existing folder.
         what: str. What this process does there, for the message another one meets ("run",
             "VTAB run"). Defaults to "run".
+        remove: bool or callable. Remove the lock file on release if this call created it
+            (a callable is asked then, so that a job decides at its end whether it left
+            anything). Defaults to False.
 
     Raises:
         FolderInUse: naming the holder, if another process holds the lock.
-        WriteError: if the lock file cannot be created.
+        WriteError: if the lock file cannot be created, or is a symbolic link.
     """
     path = os.fspath(path)
     lock_path = os.path.join(path, LOCK_FILE)
-    with naming_write_errors(lock_path):
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
+    while True:
+        refuse_link(lock_path)
+        created = not os.path.lexists(lock_path)
+        with naming_write_errors(lock_path):
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                             0o666)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    refuse_link(lock_path)
+                raise
         if not _try_lock(fd, lock_path):
-            raise FolderInUse(
-                f"{path} is in use by {_describe_holder(fd)}. Wait for it to finish (or stop "
-                "it), or choose another folder.")
+            try:
+                raise FolderInUse(
+                    f"{path} is in use by {_describe_holder(fd)}. Wait for it to finish (or "
+                    "stop it), or choose another folder.")
+            finally:
+                os.close(fd)
+        if _same_file(fd, lock_path):
+            break
+        os.close(fd)  # a holder removed the file as we opened it: take the one there now
+    held = os.path.realpath(path)
+    try:
         with naming_write_errors(lock_path):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, json.dumps(_holder(what)).encode("utf-8"))
+        _HELD.add(held)
         try:
             yield
         finally:
+            _HELD.discard(held)
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)  # an unheld lock records no holder
+            if created and (remove() if callable(remove) else remove):
+                with contextlib.suppress(OSError):
+                    os.remove(lock_path)  # still held: a waiting process retries on the new one
     finally:
         os.close(fd)  # releases the lock
+
+
+def _same_file(fd, path):
+    """Whether the open file `fd` is still the file at `path`."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+    except OSError:
+        return False
 
 
 def remove_if_unused(path):

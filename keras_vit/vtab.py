@@ -62,6 +62,7 @@ from keras_vit.fileio import (
     atomic_write_text,
     check_writable_dir,
     folder_lock,
+    refuse_link,
     remove_temporaries,
 )
 from keras_vit.model import model_image_size
@@ -467,17 +468,23 @@ def summary_markdown(summary):
 def _check_settings(output_dir, settings, overwrite):
     """Refuses a folder holding a suite run with other settings; clears it with `overwrite`."""
     path = os.path.join(output_dir, SETTINGS_FILE)
+    names = (RESULTS_FILE, SWEEP_FILE, SETTINGS_FILE, SUMMARY_JSON, SUMMARY_MD, RUNS_DIR)
+    for name in names:
+        refuse_link(os.path.join(output_dir, name))
     if overwrite:
-        for name in (RESULTS_FILE, SWEEP_FILE, SETTINGS_FILE, SUMMARY_JSON, SUMMARY_MD):
+        for name in names[:-1]:
             if os.path.exists(os.path.join(output_dir, name)):
                 os.remove(os.path.join(output_dir, name))
         shutil.rmtree(os.path.join(output_dir, RUNS_DIR), ignore_errors=True)
         return {}
     if not os.path.exists(path):
-        if os.path.exists(os.path.join(output_dir, RESULTS_FILE)):
-            raise ValueError(f"{output_dir} holds {RESULTS_FILE} but not {SETTINGS_FILE}: it "
-                             "cannot tell which settings made them. Pass overwrite=True "
-                             "(--overwrite) to start over, or another folder.")
+        found = [name for name in names if os.path.lexists(os.path.join(output_dir, name))]
+        if found:
+            raise ValueError(f"{output_dir} holds {', '.join(found)} but not {SETTINGS_FILE}: "
+                             "they are not a keras_vit VTAB run's (which settings made them "
+                             "cannot be told), and the suite would write over them. Nothing was "
+                             "changed; pass overwrite=True (--overwrite) to start over, or "
+                             "choose another folder.")
         return {}
     record = read_json_state(
         path, {"settings": dict}, "pass overwrite=True (--overwrite) to start the suite over")
@@ -622,7 +629,9 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
             raise ValueError("sweep is empty. Expected (learning_rate, steps) pairs, or True.")
     check_data(chosen_tasks, data_dir, manual_dir, download)  # before hours of training
     output_dir = check_writable_dir(output_dir)
-    with folder_lock(output_dir, "VTAB run"):  # one suite run per folder
+    # One suite run per folder; the lock file goes too if the call leaves no suite record.
+    with folder_lock(output_dir, "VTAB run",
+                     remove=lambda: not os.path.exists(os.path.join(output_dir, SETTINGS_FILE))):
         return _run_suite(model_fn, output_dir, chosen_tasks, grid, dict(
             model=description, image_size=image_size, batch_size=batch_size,
             target_batch_size=target_batch_size, seed=seed, augment=bool(augment),

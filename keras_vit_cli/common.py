@@ -329,6 +329,7 @@ def start_run(args):
     if args.folder and args.validation_split not in ("validation", "none"):
         raise ValueError(f"--validation-split {args.validation_split!r} with --folder: expected "
                          "'validation' (a held-out 10%) or 'none'.")
+    training.check_output_dir(args.output, args.overwrite)  # before the folder is created
     check_writable_dir(args.output)
     if args.compile_cache:
         training.enable_compilation_cache(args.compile_cache)

@@ -18,6 +18,8 @@ def configure(parser):
     parser.add_argument("out", help="output file: .keras, .weights.h5, .npz (official layout) "
                                     "or .safetensors (timm's layout)")
     add_model_arguments(parser)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a file already at OUT (never one a running job holds)")
 
 
 def run(args):
@@ -25,16 +27,18 @@ def run(args):
         raise ValueError(f"OUT must end in {', '.join(FORMATS)}. Received: {args.out}")
     if args.weights:
         raise ValueError("SOURCE is the weights; --weights is not needed.")
-    from keras_vit.fileio import atomic_file, check_room
+    from keras_vit.fileio import atomic_file, check_destination, check_room
     from keras_vit.weights import hub, save_npz
 
+    check_destination(args.out, args.overwrite)  # before the model is loaded
     args.weights = args.source
     model, class_names = model_from_args(args)
     if args.out.endswith(".npz"):
-        save_npz(model, args.out)
+        save_npz(model, args.out, overwrite=args.overwrite)
     elif args.out.endswith(".safetensors"):
-        hub.save_safetensors(model, args.out, class_names)
+        hub.save_safetensors(model, args.out, class_names, overwrite=args.overwrite)
     else:
+        check_destination(args.out, args.overwrite)  # still free (or replaceable) now
         if args.out.endswith(".weights.h5"):  # HDF5 does not survive a disk that fills up
             check_room(args.out, H5_BYTES_PER_PARAMETER * model.count_params() + H5_OVERHEAD)
         with atomic_file(args.out) as tmp:  # Keras picks the format from the suffix

@@ -22,10 +22,10 @@ def configure(parser):
     parser.add_argument("--num-classes", type=positive_int_arg, default=None,
                         help="head size for a variant without --weights (1000)")
     parser.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing version folder (SavedModel) or file (TFLite)")
     saved_model = parser.add_argument_group("SavedModel")
     saved_model.add_argument("--version", type=int, help="the version folder (1)")
-    saved_model.add_argument("--overwrite", action="store_true",
-                             help="replace an existing version folder")
     add_class_names_argument(saved_model)
     saved_model.add_argument("--top-k", type=positive_int_arg,
                              help="classes in top_k_* (5)")
@@ -63,8 +63,7 @@ def configure(parser):
 
 def _check_format_args(args):
     tflite_only = {"--quantize": args.quantize, "--parity-images": args.parity_images}
-    saved_model_only = {"--version": args.version, "--overwrite": args.overwrite,
-                        "--class-names": args.class_names, "--top-k": args.top_k,
+    saved_model_only = {"--version": args.version, "--class-names": args.class_names, "--top-k": args.top_k,
                         "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
                         "--xla/--no-xla": args.xla, "--max-pixels": args.max_pixels,
                         "--precision": args.precision,
@@ -81,6 +80,10 @@ def run(args):
     import numpy as np
 
     from keras_vit import export, images
+    from keras_vit.fileio import check_destination
+
+    if args.format == "tflite":
+        check_destination(args.output, args.overwrite)  # before the model is loaded
 
     architecture = {"dynamic_image_size": True} if args.dynamic_image_size else None
     model, checkpoint_names = model_from_args(args, num_classes=args.num_classes,
@@ -97,7 +100,7 @@ def run(args):
         metadata = export.read_metadata(path)
         print(f"SavedModel written to {path} (signatures {', '.join(metadata['signatures'])})")
         return 0
-    export.export_tflite(model, args.output, quantize=args.quantize)
+    export.export_tflite(model, args.output, quantize=args.quantize, overwrite=args.overwrite)
     height, width, _ = export.check_model(model)
     count = args.parity_images or TFLITE_PARITY_IMAGES
     batch = np.random.default_rng(0).uniform(0, 255, (count, height, width, 3))

@@ -175,15 +175,25 @@ def changed_run(ctx):
     fit_tiny(ctx, output, epochs=3)
 
 
+def unfinished_run(ctx):
+    """A run folder as a run killed after its first backup leaves it (run.json unfinished), its
+    backup folder still to be written by the case."""
+    output = ctx.tmp / "run"
+    fit_tiny(ctx, output)
+    record = json.loads((output / "run.json").read_text())
+    (output / "run.json").write_text(json.dumps(dict(record, finished=False)))
+    return pathlib.Path(training.backup_dir(output))
+
+
 def corrupt_pointer(ctx):
-    backup = pathlib.Path(training.backup_dir(ctx.tmp / "run"))
+    backup = unfinished_run(ctx)
     backup.mkdir(parents=True)
     (backup / "latest.json").write_text('{"epoch": "one"')
     fit_tiny(ctx, ctx.tmp / "run")
 
 
 def corrupt_backup(ctx):
-    backup = pathlib.Path(training.backup_dir(ctx.tmp / "run"))
+    backup = unfinished_run(ctx)
     (backup / "epoch-000001").mkdir(parents=True)
     (backup / "epoch-000001" / "state.npz").write_bytes(b"not a zip")
     (backup / "latest.json").write_text('{"epoch": 1, "dir": "epoch-000001"}')

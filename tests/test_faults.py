@@ -24,7 +24,7 @@ from PIL import Image
 
 import keras_vit
 import keras_vit_cli as cli
-from keras_vit import evaluation, training, weights
+from keras_vit import evaluation, fileio, training, weights
 from test_errors import file_size_limit as file_size_limit_here  # this process's, for a block
 
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -76,7 +76,7 @@ def run_cli(argv, limit=None, fault=None):
 def leftovers(root):
     """Temporary files or folders of keras_vit's atomic writes under `root`."""
     return sorted(str(p.relative_to(root)) for p in pathlib.Path(root).rglob("*")
-                  if p.name.startswith((".tmp-", ".old-")))
+                  if fileio.is_temporary(p.name))
 
 
 def snapshot(root):

@@ -21,7 +21,7 @@ from keras_vit.training.callbacks import (
     training_callbacks,
 )
 from keras_vit.training.compilation import enable_compilation_cache
-from keras_vit.training.loop import RunFinished, TrainingDiverged, fit, plan
+from keras_vit.training.loop import RunFinished, TrainingDiverged, check_output_dir, fit, plan
 from keras_vit.training.optimizers import AdamW
 from keras_vit.training.recipes import (
     DECAYS,

@@ -49,9 +49,11 @@ from keras_vit import runtime
 from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.data import InputData
 from keras_vit.fileio import (
+    LOCK_FILE,
     atomic_write_text,
     check_writable_dir,
     folder_lock,
+    refuse_link,
     remove_temporaries,
 )
 from keras_vit.model import vit_config
@@ -87,8 +89,11 @@ LOGS_DIR = "logs"
 # What `overwrite=True` removes from an output folder before starting over.
 RUN_OUTPUTS = (RUN_FILE, CONFIG_FILE, FINAL_FILE, BEST_FILE, BEST_RECORD, ENCODER_FILE,
                BACKUP_FOLDER)
-# What a new run that failed before finishing an epoch leaves nothing of.
+# What a new run that failed before finishing an epoch leaves nothing of (of what it created).
 STARTED_OUTPUTS = (RUN_FILE, CONFIG_FILE, LOGS_DIR)
+# Every name a run writes in its folder: in a folder that no run.json marks as a keras_vit
+# run, a new run refuses to start where one of them exists (it is not keras_vit's to replace).
+RUN_NAMES = RUN_OUTPUTS + (LOGS_DIR,)
 
 
 class TrainingDiverged(RuntimeError):
@@ -133,6 +138,38 @@ def _remove(output_dir, names):
             shutil.rmtree(path)
         elif os.path.exists(path):
             os.remove(path)
+
+
+def check_output_dir(output_dir, overwrite=False):
+    """Refuses an output folder a run may not write: links among the names a run writes, and,
+    in a folder that no run.json marks as a keras_vit run, those names held by files keras_vit
+    did not write (unless `overwrite`). `fit` checks this; the command line checks it first.
+
+    Raises:
+        ValueError: naming the files, and the way to go on.
+        keras_vit.fileio.WriteError: naming a symbolic link among them.
+    """
+    output_dir = os.path.expanduser(os.fspath(output_dir))
+    if os.path.isdir(output_dir):
+        _check_ownership(output_dir, overwrite)
+
+
+def _check_ownership(output_dir, overwrite):
+    """Refuses links among the run's names, and, in a folder no run.json marks as a keras_vit
+    run, the run's names held by files keras_vit did not write (unless `overwrite`)."""
+    for name in RUN_NAMES + (LOCK_FILE,):
+        refuse_link(os.path.join(output_dir, name))
+    if tf_distribute.is_chief():
+        refuse_link(backup_dir(output_dir))
+    if overwrite or os.path.exists(os.path.join(output_dir, RUN_FILE)):
+        return
+    found = [name + ("/" if os.path.isdir(os.path.join(output_dir, name)) else "")
+             for name in RUN_NAMES if os.path.lexists(os.path.join(output_dir, name))]
+    if found:
+        raise ValueError(
+            f"{output_dir} holds {', '.join(found)} but no {RUN_FILE}: they are not a keras_vit "
+            "run's, and a run would write over them. Nothing was changed; choose a new or empty "
+            "folder, or pass overwrite=True (--overwrite) to replace them.")
 
 
 def _check_resume(output_dir, settings, overwrite):
@@ -295,32 +332,60 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
                            accumulation, label_smoothing, jit_compile)
     if monitor is None and validation is not None:
         monitor = "val_loss" if self_supervised else "val_accuracy"
+    new_folder = not os.path.exists(os.path.expanduser(os.fspath(output_dir)))
     output_dir = check_writable_dir(output_dir)
     # One run per folder: the chief holds its lock (each worker writes only its own backup).
     chief = tf_distribute.is_chief()
-    with folder_lock(output_dir) if chief else contextlib.nullcontext():
-        for folder in ([output_dir] if chief else []) + [backup_dir(output_dir)]:
-            remove_temporaries(folder)  # of a run killed mid-write: nobody else writes here
-        _check_resume(output_dir, settings, overwrite)
-        new_run = not os.path.exists(os.path.join(output_dir, RUN_FILE))
-        try:
-            summary = _run(model, train, validation, output_dir, settings, monitor, callbacks,
-                           verbose, backup_every, self_supervised,
-                           _runtime(model, recipe, jit_compile))
-        except BaseException:
-            if new_run and chief and not _any_epoch_kept(output_dir):
-                _remove_started(output_dir)  # nothing to resume: leave nothing
-            raise
+    run_path = os.path.join(output_dir, RUN_FILE)
+    try:
+        # The lock file goes too if the call leaves no run (it failed before its first epoch).
+        with folder_lock(output_dir, remove=lambda: not os.path.exists(run_path)) if chief \
+                else contextlib.nullcontext():
+            _check_ownership(output_dir, overwrite)
+            for folder in ([output_dir] if chief else []) + [backup_dir(output_dir)]:
+                remove_temporaries(folder)  # of a run killed mid-write: nobody else writes
+            _check_resume(output_dir, settings, overwrite)
+            new_run = not os.path.exists(run_path)
+            created = [name for name in STARTED_OUTPUTS + (BACKUP_FOLDER,)
+                       if not os.path.lexists(os.path.join(output_dir, name))]
+            logs_before = _new_in(output_dir, LOGS_DIR)
+            try:
+                summary = _run(model, train, validation, output_dir, settings, monitor,
+                               callbacks, verbose, backup_every, self_supervised,
+                               _runtime(model, recipe, jit_compile))
+            except BaseException:
+                if new_run and chief and not _any_epoch_kept(output_dir):
+                    # Nothing to resume: leave nothing.
+                    _remove_started(output_dir, created, logs_before)
+                raise
+    except BaseException:
+        if new_folder and os.path.isdir(output_dir) and not os.listdir(output_dir):
+            with contextlib.suppress(OSError):
+                os.rmdir(output_dir)  # created by this call, and empty again
+        raise
     summary["seconds"] = round(time.perf_counter() - start_time, 1)
     return summary
 
 
-def _remove_started(output_dir):
-    """Removes what a new run wrote before it failed with no epoch kept."""
-    _remove(output_dir, STARTED_OUTPUTS)
+def _new_in(output_dir, folder, before=None):
+    """The names in `output_dir/folder` now; with `before`, only those not in it."""
+    path = os.path.join(output_dir, folder)
+    names = set(os.listdir(path)) if os.path.isdir(path) else set()
+    return names if before is None else names - before
+
+
+def _remove_started(output_dir, created, logs_before):
+    """Removes what a new run wrote before it failed with no epoch kept: of the names it
+    writes, those that did not exist before it started (`created`), and in a logs/ folder that
+    did, the entries TensorBoard added (not in `logs_before`)."""
+    _remove(output_dir, [name for name in STARTED_OUTPUTS if name in created])
+    if LOGS_DIR not in created:
+        _remove(output_dir, [os.path.join(LOGS_DIR, name)
+                             for name in _new_in(output_dir, LOGS_DIR, logs_before)])
     shutil.rmtree(backup_dir(output_dir), ignore_errors=True)  # empty: no pointer
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(output_dir, BACKUP_FOLDER))  # if no other worker's is left
+    if BACKUP_FOLDER in created:
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(output_dir, BACKUP_FOLDER))  # if no other worker's is left
 
 
 def _any_epoch_kept(output_dir):
@@ -371,9 +436,9 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
     encoder = os.path.join(output_dir, ENCODER_FILE) if hasattr(model, "encoder_params") \
         else None
     if tf_distribute.is_chief():
-        save_npz(params, final)
+        save_npz(params, final, overwrite=True)  # the run's own files
         if encoder:
-            save_npz(model.encoder_params(), encoder)
+            save_npz(model.encoder_params(), encoder, overwrite=True)
     _write_run(output_dir, settings, True, model, class_names, run_time)
     shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
 

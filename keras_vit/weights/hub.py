@@ -25,7 +25,7 @@ from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntr
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
-from keras_vit.fileio import atomic_file, atomic_write_text
+from keras_vit.fileio import DestinationExists, atomic_file, atomic_write_text, check_destination
 from keras_vit.model import vit_config
 from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError, DownloadError
@@ -224,7 +224,7 @@ def load_safetensors(weights_path, config_path=None, num_heads=None):
     return official, architecture, names
 
 
-def save_safetensors(model, path, class_names=None):
+def save_safetensors(model, path, class_names=None, overwrite=False):
     """Writes a `keras_vit.ViT` model as a `.safetensors` file in timm's layout, atomically,
     with its keras_vit configuration (and `class_names`) in the file's metadata, and beside it
     the `config.json` timm writes for such a file (`config_json.timm_config`), so that
@@ -232,22 +232,33 @@ def save_safetensors(model, path, class_names=None):
     `timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(file=path),
     **model_args)` loads it.
 
+    A file already at `path`, or a `config.json` beside it, is replaced only with
+    `overwrite=True`, and a `config.json` that keras_vit did not write for such a file never.
+
     Raises:
         CheckpointError: before anything is written, for a model timm's layout cannot hold
             (a hybrid, a position embedding other than the learned 1-D table, `pre_logits`).
         ValueError: for a model `keras_vit.ViT` did not build, or a `config.json` beside `path`
             that keras_vit did not write for such a file (it would be replaced).
+        keras_vit.fileio.DestinationExists: if `path` or the `config.json` beside it exists
+            (without `overwrite`); nothing is written.
         keras_vit.fileio.WriteError: naming the file, if it cannot be written (a full disk).
     """
     config = vit_config(model)
     params = to_timm(model_params(model))
     timm = config_json.timm_config(config, class_names)
     config_path = os.path.join(os.path.dirname(os.path.abspath(os.fspath(path))), CONFIG_FILE)
+    check_destination(path, overwrite)
     existing = read_config(config_path) if os.path.exists(config_path) else None
     if existing is not None and existing.get("written_by") != config_json.WRITTEN_BY:
         raise ValueError(f"{config_path} exists and was not written by keras_vit for a "
                          f".safetensors file: writing {path} would replace it. Expected a "
                          "folder without another model's config.json.")
+    if existing is not None and not overwrite:
+        raise DestinationExists(
+            f"{config_path} already exists (it describes another .safetensors file there). "
+            "Nothing was written; pass overwrite=True (--overwrite) to replace it, or choose "
+            "another folder.")
     document = dict(format=config_json.KERAS_VIT_FORMAT, model=config,
                     class_names=list(class_names) if class_names else None)
     with atomic_file(path) as tmp:

@@ -12,7 +12,7 @@ import zipfile
 
 import numpy as np
 
-from keras_vit.fileio import atomic_write
+from keras_vit.fileio import atomic_write, check_destination
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import model_params
 
@@ -83,16 +83,21 @@ def npz_bytes(model_or_params):
     return buffer.getvalue()
 
 
-def save_npz(model_or_params, path):
+def save_npz(model_or_params, path, overwrite=False):
     """Writes a model (or a dict of arrays) as an `.npz` in the official layout, atomically.
+
+    A file already at `path` is replaced only with `overwrite=True`.
 
     An int8-quantized model (`model.quantize("int8")`) is written as its dequantized float
     weights: the file loads into the float model, which `quantize("int8")` turns back into
     the same quantized model.
 
     Raises:
+        keras_vit.fileio.DestinationExists: if `path` exists (without `overwrite`) or is a
+            folder; nothing is written.
         keras_vit.fileio.WriteError: naming `path`, if it cannot be written (a full disk).
     """
+    check_destination(path, overwrite)
     data = npz_bytes(model_or_params)
     atomic_write(path, lambda f: f.write(data))
     return os.fspath(path)
