@@ -7,7 +7,7 @@ rest of the package (data, training, export, evaluation, inspection, ...) loads 
 line is the separate package `keras_vit_cli`, which answers `--help` without importing Keras.
 """
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 import importlib
 import warnings

@@ -914,7 +914,7 @@ def test_a_file_url_is_fetched_again_when_the_file_changes(ctx, tmp_path):
     keras_vit.load_pretrained(first, "mine/run", progress=False)
     retrained = keras_vit.ViT(**TINY)
     retrained.get_layer("head").kernel.assign(np.ones((8, 3), np.float32))
-    weights.save_npz(retrained, source)
+    weights.save_npz(retrained, source, overwrite=True)
     os.utime(source, (os.path.getatime(source), os.path.getmtime(source) + 10))
     second = keras_vit.ViT(**TINY)
     keras_vit.load_pretrained(second, "mine/run", progress=False)

@@ -234,15 +234,15 @@ WRITES = textwrap.dedent("""
     model.stop_training = False  # as model.fit sets it
 
     def convert(path):  # the command line's writer, its error raised (--debug)
-        keras_vit_cli.main(["--debug", "convert", source, path])
+        keras_vit_cli.main(["--debug", "convert", source, path, "--overwrite"])
 
     WRITES = {
-        "model.npz": lambda p: weights.save_npz(model, p),
-        "model.safetensors": lambda p: hub.save_safetensors(model, p),
+        "model.npz": lambda p: weights.save_npz(model, p, overwrite=True),
+        "model.safetensors": lambda p: hub.save_safetensors(model, p, overwrite=True),
         "model.keras": convert,
         "model.weights.h5": convert,
         "export": lambda p: export.export_saved_model(model, p, warmup=False),
-        "model.tflite": lambda p: export.export_tflite(model, p),
+        "model.tflite": lambda p: export.export_tflite(model, p, overwrite=True),
         "cache": lambda p: evaluation.extract_features(model, (images, np.zeros(300, int)),
                                                        cache=p, progress=False),
         "download.npz": lambda p: download.fetch_cached(
