@@ -1,0 +1,145 @@
+"""A hostile user's command lines: closed and full standard streams, signals during a command,
+out-of-range numbers, paths of the wrong kind. Each ends in exit 0 with the work done, or in one
+`keras-vit CMD: error: ...` line (or a signal's status) with nothing left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_vit_cli as cli
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY_JSON = json.dumps(dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                            num_heads=2, mlp_dim=8))
+
+
+def keras_vit(*argv, cwd, **kwargs):
+    """`python -m keras_vit_cli ARGV` in a process of its own, started in `cwd`."""
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen([sys.executable, "-m", "keras_vit_cli", *map(str, argv)], cwd=cwd,
+                            env=env, text=True, **kwargs)
+
+
+def finished(process, timeout=240):
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out or "", err or ""
+
+
+def error_lines(err):
+    """stderr without TensorFlow's own start-up lines."""
+    return [line for line in err.splitlines()
+            if line.startswith("keras-vit") or "Traceback" in line or "rror" in line]
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    rng = np.random.default_rng(0)
+    for c in range(2):
+        (tmp_path / "images" / f"c{c}").mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), np.uint8)).save(
+                tmp_path / "images" / f"c{c}" / f"{i}.png")
+    return tmp_path / "images"
+
+
+# --------------------------------------------------------------------------------------------
+# Standard streams.
+
+
+def test_train_with_stdout_closed_trains_and_writes_its_files(tmp_path, image_folder):
+    run = keras_vit("train", "--model-config", TINY_JSON, "--folder", image_folder,
+                    "--steps", 1, "--batch-size", 4, "--validation-split", "none",
+                    "--output", tmp_path / "run", cwd=tmp_path, stderr=subprocess.PIPE,
+                    preexec_fn=lambda: os.close(1))
+    status, _, err = finished(run)
+    assert status == 0, err[-3000:]
+    assert "Traceback" not in err and "internal error" not in err
+    assert (tmp_path / "run" / "final.npz").is_file()
+
+
+def test_predict_with_stderr_closed_prints_its_classes(tmp_path, image_folder):
+    run = keras_vit("predict", "--weights", "digits", image_folder / "c0" / "0.png",
+                    cwd=tmp_path, stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2))
+    status, out, _ = finished(run)
+    assert status == 0
+    assert out.startswith(str(image_folder / "c0" / "0.png")) and "%" in out
+
+
+def test_full_stdout_is_one_error_line(tmp_path):
+    with open("/dev/full", "w") as full:
+        run = keras_vit("checkpoints", cwd=tmp_path, stdout=full, stderr=subprocess.PIPE)
+        status, _, err = finished(run)
+    assert status == 2
+    assert err.splitlines() == ["keras-vit checkpoints: error: cannot write to standard "
+                                "output: No space left on device"]
+
+
+# --------------------------------------------------------------------------------------------
+# Signals.
+
+
+def _signal_export(tmp_path, name, sig, when):
+    """Starts `keras-vit export` of the shipped digits model into tmp_path/name and sends `sig`
+    `when` seconds after the start, or (when="writing") once its temporary folder exists."""
+    run = keras_vit("export", "--weights", "digits", "--no-warmup", tmp_path / name,
+                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return run, sig, when
+
+
+def _deliver(runs, tmp_path):
+    start = time.monotonic()
+    pending = list(runs)
+    while pending and time.monotonic() - start < 240:
+        for item in list(pending):
+            run, sig, when = item
+            name = run.args[-1]
+            writing = os.path.isdir(name) and any(entry.startswith(".tmp-")
+                                                 for entry in os.listdir(name))
+            due = writing if when == "writing" else time.monotonic() - start >= when
+            if due or run.poll() is not None:
+                run.send_signal(sig)
+                pending.remove(item)
+        time.sleep(0.02)
+
+
+def test_signals_end_export_with_their_status_and_nothing_written(tmp_path):
+    runs = [_signal_export(tmp_path, "early", signal.SIGINT, 1.0),
+            _signal_export(tmp_path, "writing", signal.SIGINT, "writing"),
+            _signal_export(tmp_path, "terminated", signal.SIGTERM, "writing")]
+    _deliver(runs, tmp_path)
+    for run, sig, when in runs:
+        status, _, err = finished(run)
+        words = "interrupted" if sig == signal.SIGINT else "terminated"
+        assert status == 128 + sig, (when, status, err[-3000:])
+        assert error_lines(err) == [f"keras-vit export: {words}"], (when, err[-3000:])
+        assert not os.path.exists(run.args[-1]), (when, os.listdir(run.args[-1]))
+
+
+def test_an_interrupt_swallowed_by_a_garbage_collection_callback_is_raised_again():
+    import gc
+
+    from keras_vit_cli.interrupts import Interrupts
+
+    def interrupt_once(phase, info):
+        if phase == "start" and not sent:
+            sent.append(phase)
+            signal.raise_signal(signal.SIGTERM)  # raised inside the callback: swallowed
+
+    sent = []
+    with Interrupts().installed() as interrupts:
+        gc.callbacks.append(interrupt_once)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                gc.collect()
+                len([])  # the next call
+        finally:
+            gc.callbacks.remove(interrupt_once)
+    assert sent and interrupts.status() == 143
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
