@@ -7,6 +7,7 @@ from keras_vit_cli.common import (
     add_class_names_argument,
     add_model_arguments,
     class_names_from_args,
+    int_arg,
     model_from_args,
     positive_int_arg,
 )
@@ -23,7 +24,7 @@ def configure(parser):
                         help="head size for a variant without --weights (1000)")
     parser.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model")
     saved_model = parser.add_argument_group("SavedModel")
-    saved_model.add_argument("--version", type=int, help="the version folder (1)")
+    saved_model.add_argument("--version", type=int_arg(0), help="the version folder (1)")
     saved_model.add_argument("--overwrite", action="store_true",
                              help="replace an existing version folder")
     add_class_names_argument(saved_model)

@@ -143,3 +143,69 @@ def test_an_interrupt_swallowed_by_a_garbage_collection_callback_is_raised_again
             gc.callbacks.remove(interrupt_once)
     assert sent and interrupts.status() == 143
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers out of range: refused by the flag's parser, naming the flag and the range.
+
+
+def usage_error(capsys, argv):
+    """argparse's error for `argv`: its last line, after the exit with status 2."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv, phrase", [
+    (["train", "--weight-decay", "nan"], "argument --weight-decay: expected a finite number in "
+                                         "[0, inf). Received: 'nan'"),
+    (["train", "--weight-decay", "-1"], "argument --weight-decay: expected a finite number"),
+    (["train", "--label-smoothing", "1"], "argument --label-smoothing: expected a finite number "
+                                          "in [0, 1)"),
+    (["train", "--lr", "inf"], "argument --lr: expected a finite number in (0, inf)"),
+    (["pretrain", "--lr", "0"], "argument --lr: expected a finite number in (0, inf)"),
+    (["pretrain", "--mask-rate", "nan"], "argument --mask-rate: expected a finite number in "
+                                         "(0, 1)"),
+    (["fewshot", "--l2", "-1"], "argument --l2: expected a finite number in (0, inf). "
+                                "Received: '-1'"),
+    (["fewshot", "--l2", "1e-3,nan"], "argument --l2: expected a finite number in (0, inf). "
+                                      "Received: 'nan'"),
+    (["vtab", "--sweep-lr", "0.01,inf"], "argument --sweep-lr: expected a finite number"),
+    (["vtab", "--lr", "-0.01"], "argument --lr: expected a finite number in (0, inf)"),
+    (["train", "--seed", "-1"], "argument --seed: expected a non-negative integer. "
+                                "Received: '-1'"),
+    (["vtab", "--seed", str(2**32)], "argument --seed: expected a non-negative integer up to "
+                                     "4294967295"),
+    (["train", "--warmup-steps", "-5"], "argument --warmup-steps: expected a non-negative "
+                                        "integer"),
+    (["export", "out", "--version", str(2**63)], "argument --version: expected a non-negative "
+                                                 "integer up to 9223372036854775807"),
+    (["export", "out", "--version", "-1"], "argument --version: expected a non-negative integer"),
+    (["train", "--batch-size", str(10**30)], "argument --batch-size: expected a positive integer "
+                                             "up to"),
+])
+def test_out_of_range_numbers_are_refused_naming_the_flag(capsys, argv, phrase):
+    assert phrase in usage_error(capsys, argv)
+
+
+def test_recipes_and_fewshot_refuse_out_of_range_numbers():
+    import keras_vit
+    from keras_vit import evaluation, training
+
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                          mlp_dim=8, num_classes=3)
+    for recipe in ("finetune", "pretrain"):
+        with pytest.raises(ValueError, match=r"`weight_decay` must be a number in \[0, inf\)"):
+            training.compile_recipe(model, recipe, 10, weight_decay=float("nan"))
+        with pytest.raises(ValueError, match=r"`label_smoothing` must be a number in \[0, 1\)"):
+            training.compile_recipe(model, recipe, 10, label_smoothing=-1.0)
+    with pytest.raises(ValueError, match="`weight_decay` must be a number"):
+        training.pretrain_optimizer(weight_decay=-1.0)
+    rng = np.random.default_rng(0)
+    features, labels = rng.normal(size=(12, 4)), np.arange(12) % 3
+    for bad in (-1.0, 0.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"`l2_regs` must be a number in \(0, inf\)"):
+            evaluation.fewshot_table(features, labels, features, labels, shots=(2,),
+                                     l2_regs=(1.0, bad))
