@@ -151,6 +151,22 @@ def check_images_exist(paths):
             raise FileNotFoundError(f"Image file {path} does not exist.")
 
 
+def check_output_file(flag, path, what):
+    """Refuses an output file path that is an existing folder (`what`: the file, for the
+    message)."""
+    if os.path.isdir(os.path.expanduser(path)):
+        raise ValueError(f"{flag} {path} is a folder; expected a file path for {what}.")
+
+
+def check_output_folder(flag, path, what):
+    """Refuses an output folder path that is an existing file (`what`: the folder's contents,
+    for the message)."""
+    path_ = os.path.expanduser(path)
+    if os.path.exists(path_) and not os.path.isdir(path_):
+        raise ValueError(f"{flag} {path} is a file; expected a folder (or a new name) for "
+                         f"{what}.")
+
+
 def add_class_names_argument(parser):
     parser.add_argument("--class-names", metavar="FILE",
                         help="a UTF-8 text file with one class name a line, in label order "
@@ -377,6 +393,7 @@ def start_run(args):
     if args.folder and args.validation_split not in ("validation", "none"):
         raise ValueError(f"--validation-split {args.validation_split!r} with --folder: expected "
                          "'validation' (a held-out 10%) or 'none'.")
+    check_output_folder("--output", args.output, "the run")
     check_writable_dir(args.output)
     if args.compile_cache:
         training.enable_compilation_cache(args.compile_cache)

@@ -8,6 +8,7 @@ from keras_vit_cli.common import (
     add_class_names_argument,
     add_data_arguments,
     add_model_arguments,
+    check_output_folder,
     class_names_from_args,
     data_num_classes,
     data_source,
@@ -48,6 +49,8 @@ def run_evaluate(args):
     from keras_vit import evaluation
     from keras_vit.parallel import tf_distribute
 
+    if args.out:
+        check_output_folder("--out", args.out, "the reports")
     num_classes = data_num_classes(args)
     strategy = tf_distribute.get_strategy(args.strategy)
     tf_distribute.global_batch_size(args.batch_size, strategy)

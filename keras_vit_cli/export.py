@@ -6,6 +6,8 @@ import sys
 from keras_vit_cli.common import (
     add_class_names_argument,
     add_model_arguments,
+    check_output_file,
+    check_output_folder,
     class_names_from_args,
     int_arg,
     model_from_args,
@@ -79,6 +81,10 @@ def _check_format_args(args):
 
 def run(args):
     _check_format_args(args)
+    if args.format == "tflite":
+        check_output_file("OUTPUT", args.output, "the TFLite file")
+    else:
+        check_output_folder("OUTPUT", args.output, "the SavedModel's version folders")
     import numpy as np
 
     from keras_vit import export, images

@@ -16,6 +16,7 @@ import os
 
 from keras_vit_cli.common import (
     add_model_arguments,
+    check_output_folder,
     add_xla_arguments,
     list_arg,
     model_from_args,
@@ -95,6 +96,7 @@ def run(args):  # the dispatcher has applied --backend
     from keras_vit.parallel import tf_distribute
 
     require_architecture(args)
+    check_output_folder("--output", args.output, "the suite")
     tasks = vtab.get_tasks(args.tasks)  # bad flags fail before the folder is made
     if args.target_batch_size and args.target_batch_size % args.batch_size:
         raise ValueError(f"--target-batch-size {args.target_batch_size} is not a multiple of "

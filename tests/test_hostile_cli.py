@@ -209,3 +209,83 @@ def test_recipes_and_fewshot_refuse_out_of_range_numbers():
         with pytest.raises(ValueError, match=r"`l2_regs` must be a number in \(0, inf\)"):
             evaluation.fewshot_table(features, labels, features, labels, shots=(2,),
                                      l2_regs=(1.0, bad))
+
+
+# --------------------------------------------------------------------------------------------
+# Paths of the wrong kind, sources and arguments that name nothing keras_vit reads.
+
+
+def one_error(capsys, argv):
+    """The one `keras-vit CMD: error: ...` line of a command that exits with status 2."""
+    status = cli.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, (status, err)
+    assert lines[0].startswith(f"keras-vit {argv[0]}: error: ")
+    return lines[0]
+
+
+def test_output_paths_of_the_wrong_kind_are_named(tmp_path, capsys, image_folder):
+    folder = tmp_path / "x.tflite"
+    (folder / "inside").mkdir(parents=True)
+    (tmp_path / "dir.npz").mkdir()
+    file = tmp_path / "file"
+    file.write_text("mine")
+    cases = [
+        (["export", folder, "--weights", "digits", "--format", "tflite"],
+         f"OUTPUT {folder} is a folder; expected a file path for the TFLite file."),
+        (["convert", "digits", tmp_path / "dir.npz"],
+         f"OUT {tmp_path / 'dir.npz'} is a folder; expected a file path for the .npz file."),
+        (["train", "--model-config", TINY_JSON, "--folder", image_folder, "--output", file],
+         f"--output {file} is a file; expected a folder (or a new name) for the run."),
+        (["evaluate", "--weights", "digits", "--folder", image_folder, "--out", file],
+         f"--out {file} is a file; expected a folder (or a new name) for the reports."),
+    ]
+    for argv, message in cases:
+        assert one_error(capsys, argv).endswith(message)
+    assert os.listdir(folder) == ["inside"] and not os.listdir(tmp_path / "dir.npz")
+    assert file.read_text() == "mine"
+
+
+def test_convert_reads_a_keras_model(tmp_path, capsys):
+    from keras_vit import weights
+
+    assert cli.main(["convert", "digits", str(tmp_path / "m.keras")]) == 0
+    assert cli.main(["convert", str(tmp_path / "m.keras"), str(tmp_path / "o.npz")]) == 0
+    shipped, _ = weights.fetch_params("digits")
+    converted = weights.read_npz(tmp_path / "o.npz")
+    assert sorted(converted) == sorted(shipped)
+    for key, value in shipped.items():
+        np.testing.assert_array_equal(converted[key], value, err_msg=key)
+    capsys.readouterr()
+    assert "--model and --model-config do not apply" in one_error(
+        capsys, ["convert", tmp_path / "m.keras", tmp_path / "p.npz", "--model", "B/16"])
+
+
+def test_unsupported_url_schemes_are_named(capsys, image_folder):
+    import keras_vit
+
+    message = ("Checkpoint source ftp://host/x.npz: unsupported URL scheme 'ftp'; expected a "
+               "local path, file://, http(s):// or hf://.")
+    assert one_error(capsys, ["predict", "--weights", "ftp://host/x.npz",
+                              image_folder / "c0" / "0.png"]).endswith(message)
+    with pytest.raises(ValueError, match="unsupported URL scheme 's3'"):
+        keras_vit.from_pretrained("s3://bucket/x.npz")
+
+
+def test_library_arguments_that_name_nothing_are_refused():
+    import keras_vit
+    from keras_vit import data, export
+
+    with pytest.raises(ValueError, match="Checkpoint source True is not understood. Expected a "
+                                         "registry name"):
+        keras_vit.from_pretrained(True)
+    with pytest.raises(ValueError, match=r"`images` holds no images \(shape \(0, 16, 16, 3\)\)"):
+        data.from_arrays(np.zeros((0, 16, 16, 3), np.uint8), np.zeros((0,), int),
+                         image_size=16, batch_size=2, training=False)
+    with pytest.raises(ValueError, match="'digits' is a built-in registry entry. Expected "
+                                         "another name, or overwrite=True"):
+        keras_vit.register_checkpoint("digits", "file:///nowhere/x.npz")
+    assert keras_vit.weights.get_checkpoint("digits")["file"]  # still the shipped file
+    with pytest.raises(ValueError, match=r"class_names\[0\] is '', an empty name"):
+        export.check_class_names([""] * 10, 10)
