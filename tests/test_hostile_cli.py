@@ -277,7 +277,7 @@ def test_library_arguments_that_name_nothing_are_refused():
     import keras_vit
     from keras_vit import data, export
 
-    with pytest.raises(ValueError, match="Checkpoint source True is not understood. Expected a "
+    with pytest.raises(ValueError, match="pretrained=True is not understood. Expected a "
                                          "registry name"):
         keras_vit.from_pretrained(True)
     with pytest.raises(ValueError, match=r"`images` holds no images \(shape \(0, 16, 16, 3\)\)"):

@@ -31,8 +31,8 @@ def check_source(source):
     """Raises ValueError for a source that is not a name, path or URL, or a URL of a scheme
     keras_vit does not read (ftp://, s3://)."""
     if not isinstance(source, (str, os.PathLike)) or isinstance(source, bytes):
-        raise ValueError(f"Checkpoint source {source!r} is not understood. Expected a registry "
-                         f"name, a local .npz or .safetensors path, or a {SCHEMES_TEXT} URL.")
+        raise ValueError(f"pretrained={source!r} is not understood. Expected a registry name, a "
+                         f"local .npz or .safetensors path, or a {SCHEMES_TEXT} URL.")
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", os.fspath(source))
     if scheme and scheme[1].lower() not in (*registry.URL_SCHEMES, hub.HF_SCHEME.split(":")[0]):
         raise ValueError(f"Checkpoint source {os.fspath(source)}: unsupported URL scheme "
