@@ -305,6 +305,9 @@ def class_names_from_args(args, num_classes, checkpoint_names=None):
     from keras_vit import labels
 
     if getattr(args, "class_names", None):
+        if os.path.isdir(os.path.expanduser(args.class_names)):
+            raise ValueError(f"--class-names {args.class_names} is a folder. Expected a UTF-8 "
+                             "text file with one class name a line.")
         return labels.read_class_names(args.class_names, num_classes)
     if checkpoint_names and len(checkpoint_names) == num_classes:
         return list(checkpoint_names)

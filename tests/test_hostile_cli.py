@@ -289,3 +289,29 @@ def test_library_arguments_that_name_nothing_are_refused():
     assert keras_vit.weights.get_checkpoint("digits")["file"]  # still the shipped file
     with pytest.raises(ValueError, match=r"class_names\[0\] is '', an empty name"):
         export.check_class_names([""] * 10, 10)
+
+
+# --------------------------------------------------------------------------------------------
+# What the fuzzer (tests/test_fuzz_cli.py) found.
+
+
+def test_a_class_names_folder_is_one_line(capsys, image_folder):
+    image = image_folder / "c0" / "0.png"
+    assert one_error(capsys, ["predict", "--weights", "digits", "--class-names", image_folder,
+                              image]).endswith(
+        f"--class-names {image_folder} is a folder. Expected a UTF-8 text file with one class "
+        "name a line.")
+
+
+def test_out_of_memory_is_the_users_to_fix():
+    import tensorflow as tf
+
+    from keras_vit_cli.errors import describe
+
+    oom = tf.errors.ResourceExhaustedError(None, None, "{{function_node Fill}} OOM when "
+                                           "allocating tensor with shape[8,1099511627776] and "
+                                           "type float on /job:localhost")
+    assert describe(oom) == ("out of memory allocating tensor with shape[8,1099511627776]. "
+                             "Expected a smaller model, image size, number of classes or batch "
+                             "size.", 2)
+    assert describe(MemoryError())[0].startswith("out of memory. Expected a smaller model")
