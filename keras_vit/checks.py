@@ -33,6 +33,24 @@ def check_positive_int(name, value, allow_none=False):
     return check_int(name, value, 1, allow_none=allow_none)
 
 
+def in_range(value, low=None, high=None, low_inclusive=True, high_inclusive=False):
+    """Whether `value` is a finite real number (not a bool) in the range `check_number` takes."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    ok = ok and bool(np.isfinite(value))
+    if ok and low is not None:
+        ok = value >= low if low_inclusive else value > low
+    if ok and high is not None:
+        ok = value <= high if high_inclusive else value < high
+    return ok
+
+
+def range_text(low=None, high=None, low_inclusive=True, high_inclusive=False):
+    """The range `check_number` takes, as a person reads it: `[0, 1)`, `(0, inf)`."""
+    left = "(-inf" if low is None else ("[" if low_inclusive else "(") + f"{low:g}"
+    right = "inf)" if high is None else f"{high:g}" + ("]" if high_inclusive else ")")
+    return f"{left}, {right}"
+
+
 def check_number(name, value, low=None, high=None, low_inclusive=True, high_inclusive=False):
     """Returns `value` as a float if it is a real number in the given range.
 
@@ -41,16 +59,9 @@ def check_number(name, value, low=None, high=None, low_inclusive=True, high_incl
     Raises:
         ValueError: naming the range.
     """
-    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-    ok = ok and np.isfinite(value)
-    if ok and low is not None:
-        ok = value >= low if low_inclusive else value > low
-    if ok and high is not None:
-        ok = value <= high if high_inclusive else value < high
-    if not ok:
-        left = "(-inf" if low is None else ("[" if low_inclusive else "(") + f"{low:g}"
-        right = "inf)" if high is None else f"{high:g}" + ("]" if high_inclusive else ")")
-        raise ValueError(f"`{name}` must be a number in {left}, {right}. Received: "
+    bounds = (low, high, low_inclusive, high_inclusive)
+    if not in_range(value, *bounds):
+        raise ValueError(f"`{name}` must be a number in {range_text(*bounds)}. Received: "
                          f"{name}={value!r}")
     return float(value)
 

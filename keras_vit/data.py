@@ -418,6 +418,9 @@ def from_arrays(
             f"`labels` must be a vector of one label per image ({len(images)}). "
             f"Received shape {labels.shape}"
         )
+    if not len(images):
+        raise ValueError(f"`images` holds no images (shape {images.shape}). Expected at least "
+                         "one image.")
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"`labels` must be integers. Received dtype {labels.dtype}")
     images = to_0_255(images, value_range)

@@ -33,6 +33,7 @@ import zipfile
 import keras
 import numpy as np
 
+from keras_vit.checks import check_positive_number
 from keras_vit.data import InputData, to_0_255
 from keras_vit.fileio import atomic_write
 from keras_vit.images import preprocess_inputs
@@ -265,6 +266,7 @@ def lsr_weights(features, labels, num_classes, l2_reg):
     Returns:
         w: [D, num_classes].
     """
+    l2_reg = check_positive_number("l2_reg", l2_reg)
     x = np.asarray(features, np.float64)
     y = 2.0 * np.eye(num_classes)[np.asarray(labels)] - 1.0
     n, d = x.shape
@@ -312,6 +314,7 @@ def fewshot_table(train_features, train_labels, test_features, test_labels,
         and the sizes used: `num_classes`, `train_examples` (the images the shots are drawn
         from) and `test_examples` (the images every accuracy is measured on).
     """
+    l2_regs = [check_positive_number("l2_regs", reg) for reg in l2_regs]
     num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
     accuracy = {
         k: {reg: fewshot_accuracy(train_features, train_labels, test_features, test_labels, k,

@@ -161,6 +161,9 @@ def check_class_names(class_names, num_classes):
             f"classes. Expected {num_classes} names."
         )
     for i, name in enumerate(class_names):
+        if not name.strip():
+            raise ValueError(f"class_names[{i}] is {name!r}, an empty name. Expected a name for "
+                             "every class (or class_names=None for the defaults).")
         if "\n" in name or "\r" in name:
             raise ValueError(
                 f"class_names[{i}] = {name!r} contains a line break; the names are stored one "

@@ -22,6 +22,13 @@ import tempfile
 from keras_vit_cli.catalog import library_module
 from keras_vit_cli.common import select_backend
 from keras_vit_cli.errors import FAILURE, describe
+from keras_vit_cli.interrupts import Interrupts
+from keras_vit_cli.streams import (
+    StandardOutputError,
+    checked_stdout,
+    discard_stdout,
+    open_closed_streams,
+)
 
 # Command name -> (module, one-line help). The modules stay unimported until their command runs.
 COMMANDS = {
@@ -105,7 +112,7 @@ def _start_tensorflow_quietly():
             import tensorflow as tf  # the import the command would make next
 
             tf.config.list_physical_devices()
-        except BaseException:
+        except Exception:
             os.dup2(saved, 2)
             captured.seek(0)
             sys.stderr.write(captured.read().decode(errors="replace"))
@@ -144,24 +151,37 @@ def _bug(error):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    open_closed_streams()
     _quiet_tensorflow()
     args = build_parser(argv).parse_args(argv)
+    with Interrupts().installed() as interrupts:
+        return _run(args, interrupts)
+
+
+def _run(args, interrupts):
+    """Runs the parsed command: its exit status, with its errors reported as one line."""
     new_folders = _new_folders(args)
     try:
-        select_backend(getattr(args, "backend", None))  # before TensorFlow imports Keras
-        if args.command not in LIGHT_COMMANDS or getattr(args, "time", False):
-            _start_tensorflow_quietly()
-        return args.run(args) or 0
+        with checked_stdout():
+            with interrupts.deferred():  # a signal during the imports is raised after them
+                select_backend(getattr(args, "backend", None))  # before TensorFlow imports Keras
+                if args.command not in LIGHT_COMMANDS or getattr(args, "time", False):
+                    _start_tensorflow_quietly()
+            status = args.run(args) or 0
+            interrupts.raise_pending()  # a signal whose KeyboardInterrupt something swallowed
+        return status
     except KeyboardInterrupt:
         _remove_empty(new_folders)
         if args.debug:
             raise
-        print(f"keras-vit {args.command}: interrupted", file=sys.stderr)
-        return 130
+        print(f"keras-vit {args.command}: {interrupts.words()}", file=sys.stderr)
+        return interrupts.status()
     except Exception as error:  # noqa: BLE001 - one line, or the traceback with --debug
         _remove_empty(new_folders)
         if isinstance(error, BrokenPipeError) and _stdout_closed():
             return _stopped_by_closed_pipe()
+        if isinstance(error, StandardOutputError):
+            discard_stdout()
         if args.debug:
             raise
         message, status = describe(error)
@@ -187,9 +207,7 @@ def _stdout_closed():
 def _stopped_by_closed_pipe():
     """Ends quietly, as a shell command stopped by SIGPIPE does (status 128 + 13): the rest of
     the output is discarded instead of failing again when the interpreter flushes at exit."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    discard_stdout()
     return CLOSED_PIPE
 
 

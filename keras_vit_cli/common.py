@@ -19,6 +19,8 @@ import os
 import re
 import sys
 
+from keras_vit_cli.catalog import library_module
+
 DEFAULT_WEIGHTS = "default"
 
 
@@ -53,15 +55,61 @@ def image_size_arg(text):
     return (int(match[1]), int(match[2] or match[1]))
 
 
-def positive_int_arg(text):
-    """A positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer. Received: {text!r}")
-    return value
+# The largest integer a flag takes: TensorFlow and NumPy count in int64.
+INT64_MAX = 2**63 - 1
+# The largest seed: NumPy's and Keras' seeds are 32-bit.
+SEED_MAX = 2**32 - 1
+
+
+def int_arg(low=None, high=INT64_MAX):
+    """An argparse type: an integer in [low, high] (None: no lower bound)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or (low is not None and value < low) or value > high:
+            rule = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
+                low, f"an integer >= {low}")
+            limit = f" up to {high}" if value is not None and value > high else ""
+            raise argparse.ArgumentTypeError(f"expected {rule}{limit}. Received: {text!r}")
+        return value
+
+    return parse
+
+
+positive_int_arg = int_arg(1)
+seed_arg = int_arg(0, SEED_MAX)
+
+
+def number_arg(low=None, high=None, low_inclusive=True, high_inclusive=False):
+    """An argparse type: a finite number in a range (`keras_vit.checks.check_number`'s)."""
+    checks = library_module("checks")
+    bounds = (low, high, low_inclusive, high_inclusive)
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if not checks.in_range(value, *bounds):
+            raise argparse.ArgumentTypeError(f"expected a finite number in "
+                                             f"{checks.range_text(*bounds)}. Received: {text!r}")
+        return value
+
+    return parse
+
+
+def list_arg(item):
+    """An argparse type: comma-separated values of the argparse type `item`, as a list."""
+    def parse(text):
+        parts = text.split(",")
+        if not all(part.strip() for part in parts):
+            raise argparse.ArgumentTypeError(f"expected values separated by commas. Received: "
+                                             f"{text!r}")
+        return [item(part) for part in parts]
+
+    return parse
 
 
 def json_object_arg(text):
@@ -101,6 +149,22 @@ def check_images_exist(paths):
                              f"{os.path.join(path, '*.jpg')}).")
         if not os.path.isfile(os.path.expanduser(path)):
             raise FileNotFoundError(f"Image file {path} does not exist.")
+
+
+def check_output_file(flag, path, what):
+    """Refuses an output file path that is an existing folder (`what`: the file, for the
+    message)."""
+    if os.path.isdir(os.path.expanduser(path)):
+        raise ValueError(f"{flag} {path} is a folder; expected a file path for {what}.")
+
+
+def check_output_folder(flag, path, what):
+    """Refuses an output folder path that is an existing file (`what`: the folder's contents,
+    for the message)."""
+    path_ = os.path.expanduser(path)
+    if os.path.exists(path_) and not os.path.isdir(path_):
+        raise ValueError(f"{flag} {path} is a file; expected a folder (or a new name) for "
+                         f"{what}.")
 
 
 def add_class_names_argument(parser):
@@ -241,6 +305,9 @@ def class_names_from_args(args, num_classes, checkpoint_names=None):
     from keras_vit import labels
 
     if getattr(args, "class_names", None):
+        if os.path.isdir(os.path.expanduser(args.class_names)):
+            raise ValueError(f"--class-names {args.class_names} is a folder. Expected a UTF-8 "
+                             "text file with one class name a line.")
         return labels.read_class_names(args.class_names, num_classes)
     if checkpoint_names and len(checkpoint_names) == num_classes:
         return list(checkpoint_names)
@@ -261,7 +328,7 @@ def add_data_arguments(parser, folder_help="image folder with one subfolder per 
                        help="global batch size (64)")
     group.add_argument("--strategy", default="auto",
                        help="auto, tpu, mirrored, multiworker or cpu (default auto)")
-    group.add_argument("--seed", type=int, default=0, help="data order and initialisation seed")
+    group.add_argument("--seed", type=seed_arg, default=0, help="data order and initialisation seed")
     group.add_argument("--skip-corrupt", action="store_true",
                        help="image folders: leave out files that cannot be decoded (counted "
                             "and reported) instead of stopping at the first")
@@ -283,9 +350,9 @@ def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split
     length.add_argument("--steps", type=positive_int_arg,
                         help=f"optimizer updates, rounded up to whole epochs (default {steps})")
     length.add_argument("--epochs", type=positive_int_arg, help="whole passes over the data")
-    run.add_argument("--lr", type=float, default=None,
+    run.add_argument("--lr", type=number_arg(0, low_inclusive=False), default=None,
                      help=f"peak learning rate ({learning_rate})")
-    run.add_argument("--warmup-steps", type=int, default=None,
+    run.add_argument("--warmup-steps", type=int_arg(0), default=None,
                      help=f"linear warm-up updates (default: {warmup_steps}, at most 10%% "
                           "of the updates)")
     run.add_argument("--target-batch-size", type=positive_int_arg, default=None,
@@ -329,6 +396,7 @@ def start_run(args):
     if args.folder and args.validation_split not in ("validation", "none"):
         raise ValueError(f"--validation-split {args.validation_split!r} with --folder: expected "
                          "'validation' (a held-out 10%) or 'none'.")
+    check_output_folder("--output", args.output, "the run")
     training.check_output_dir(args.output, args.overwrite)  # before the folder is created
     check_writable_dir(args.output)
     if args.compile_cache:

@@ -4,7 +4,7 @@ writes beside it (`keras_vit.weights.hub.save_safetensors`: `keras_vit.from_pret
 rebuilds the model, and `timm.create_model(name, pretrained=True,
 pretrained_cfg_overlay=dict(file=OUT), **model_args)` loads it)."""
 
-from keras_vit_cli.common import add_model_arguments, model_from_args
+from keras_vit_cli.common import add_model_arguments, check_output_file, model_from_args
 
 FORMATS = (".keras", ".weights.h5", ".npz", ".safetensors")
 # A .weights.h5 file's size, at most: 4 bytes a parameter and HDF5's own records.
@@ -14,7 +14,7 @@ H5_OVERHEAD = 1 << 20
 
 def configure(parser):
     parser.add_argument("source", help="weights: a registry name, an .npz or .safetensors path, a URL "
-                                       "or hf://ORG/NAME")
+                                       "or hf://ORG/NAME; or a .keras model")
     parser.add_argument("out", help="output file: .keras, .weights.h5, .npz (official layout) "
                                     "or .safetensors (timm's layout)")
     add_model_arguments(parser)
@@ -27,11 +27,19 @@ def run(args):
         raise ValueError(f"OUT must end in {', '.join(FORMATS)}. Received: {args.out}")
     if args.weights:
         raise ValueError("SOURCE is the weights; --weights is not needed.")
+    suffix = next(suffix for suffix in FORMATS if args.out.endswith(suffix))
+    check_output_file("OUT", args.out, f"the {suffix} file")
     from keras_vit.fileio import atomic_file, check_destination, check_room
     from keras_vit.weights import hub, save_npz
 
     check_destination(args.out, args.overwrite)  # before the model is loaded
-    args.weights = args.source
+    if args.source.endswith(".keras"):  # a saved model: its architecture and weights
+        if args.model or args.model_config is not None:
+            raise ValueError(f"SOURCE {args.source} is a saved model; --model and "
+                             "--model-config do not apply to it.")
+        args.model = args.source
+    else:
+        args.weights = args.source
     model, class_names = model_from_args(args)
     if args.out.endswith(".npz"):
         save_npz(model, args.out, overwrite=args.overwrite)

@@ -1,5 +1,6 @@
 """Which exceptions are the user's to fix, and the one line the command line prints for them."""
 
+import re
 import sys
 
 USAGE_ERROR = 2
@@ -23,6 +24,12 @@ def describe(error):
     if isinstance(error, ImportError) and isinstance(missing, ModuleNotFoundError) \
             and not (missing.name or "keras_vit").startswith("keras_vit"):
         return f"{error} (a package this command needs is not installed)", USAGE_ERROR
+    out_of_memory = isinstance(error, MemoryError) or (
+        tf is not None and isinstance(error, tf.errors.ResourceExhaustedError))
+    if out_of_memory:
+        tensor = re.search(r"allocating tensor with shape\[[^\]]*\]", str(error))
+        return (f"out of memory{' ' + tensor[0] if tensor else ''}. Expected a smaller model, "
+                "image size, number of classes or batch size."), USAGE_ERROR
     if tf is not None and type(error).__name__ in _TF_INPUT_ERRORS \
             and isinstance(error, tf.errors.OpError):
         from keras_vit.images import first_line  # TensorFlow is loaded by now

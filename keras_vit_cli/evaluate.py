@@ -8,14 +8,17 @@ from keras_vit_cli.common import (
     add_class_names_argument,
     add_data_arguments,
     add_model_arguments,
+    check_output_folder,
     class_names_from_args,
     data_num_classes,
     data_source,
     data_split,
     describe_split,
     input_size,
+    list_arg,
     load_data,
     model_from_args,
+    number_arg,
     positive_int_arg,
     undecodable_files_named,
 )
@@ -46,6 +49,8 @@ def run_evaluate(args):
     from keras_vit import evaluation
     from keras_vit.parallel import tf_distribute
 
+    if args.out:
+        check_output_folder("--out", args.out, "the reports")
     num_classes = data_num_classes(args)
     strategy = tf_distribute.get_strategy(args.strategy)
     tf_distribute.global_batch_size(args.batch_size, strategy)
@@ -95,7 +100,8 @@ def configure_fewshot(parser):
     parser.add_argument("--train-split", default="train",
                         help="split the k images per class are drawn from (train)")
     parser.add_argument("--shots", default="1,5,10,25", help="images per class (1,5,10,25)")
-    parser.add_argument("--l2", default=None, help="L2 regularisation values, comma-separated")
+    parser.add_argument("--l2", type=list_arg(number_arg(0, low_inclusive=False)), default=None,
+                        help="L2 regularisation values, comma-separated, each > 0")
     parser.add_argument("--cache", default=None,
                         help="cache the features in this folder (keyed by model, weights and "
                              "data)")
@@ -106,11 +112,7 @@ def run_fewshot(args):
     from keras_vit.parallel import tf_distribute
 
     shots = _int_list("--shots", args.shots)
-    try:
-        l2_regs = [float(v) for v in args.l2.split(",")] if args.l2 else \
-            evaluation.DEFAULT_L2_REGS
-    except ValueError:
-        raise ValueError(f"--l2 must be numbers separated by commas. Received: {args.l2}") from None
+    l2_regs = args.l2 or evaluation.DEFAULT_L2_REGS
     data_num_classes(args)
     split = args.split
     if args.folder and split == "test":  # a folder's test images: its held-out 10%

@@ -6,7 +6,10 @@ import sys
 from keras_vit_cli.common import (
     add_class_names_argument,
     add_model_arguments,
+    check_output_file,
+    check_output_folder,
     class_names_from_args,
+    int_arg,
     model_from_args,
     positive_int_arg,
 )
@@ -25,7 +28,7 @@ def configure(parser):
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing version folder (SavedModel) or file (TFLite)")
     saved_model = parser.add_argument_group("SavedModel")
-    saved_model.add_argument("--version", type=int, help="the version folder (1)")
+    saved_model.add_argument("--version", type=int_arg(0), help="the version folder (1)")
     add_class_names_argument(saved_model)
     saved_model.add_argument("--top-k", type=positive_int_arg,
                              help="classes in top_k_* (5)")
@@ -63,8 +66,8 @@ def configure(parser):
 
 def _check_format_args(args):
     tflite_only = {"--quantize": args.quantize, "--parity-images": args.parity_images}
-    saved_model_only = {"--version": args.version, "--class-names": args.class_names, "--top-k": args.top_k,
-                        "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
+    saved_model_only = {"--version": args.version, "--class-names": args.class_names,
+                        "--top-k": args.top_k, "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
                         "--xla/--no-xla": args.xla, "--max-pixels": args.max_pixels,
                         "--precision": args.precision,
                         "--dynamic-image-size": args.dynamic_image_size,
@@ -77,6 +80,10 @@ def _check_format_args(args):
 
 def run(args):
     _check_format_args(args)
+    if args.format == "tflite":
+        check_output_file("OUTPUT", args.output, "the TFLite file")
+    else:
+        check_output_folder("OUTPUT", args.output, "the SavedModel's version folders")
     import numpy as np
 
     from keras_vit import export, images
@@ -84,7 +91,6 @@ def run(args):
 
     if args.format == "tflite":
         check_destination(args.output, args.overwrite)  # before the model is loaded
-
     architecture = {"dynamic_image_size": True} if args.dynamic_image_size else None
     model, checkpoint_names = model_from_args(args, num_classes=args.num_classes,
                                               architecture=architecture)

@@ -4,6 +4,7 @@ from keras_vit_cli.common import (
     add_model_arguments,
     check_images_exist,
     check_model_flags,
+    check_output_folder,
     model_from_args,
 )
 
@@ -30,6 +31,7 @@ def run(args):
 
     check_model_flags(args)
     check_images_exist(args.images)
+    check_output_folder("--out", args.out, "the figures")
     architecture = {"classifier": args.classifier} if args.classifier else None
     model, _ = model_from_args(args, include_top=False, architecture=architecture)
     if args.weights is None and not (args.model or "").endswith(".keras"):

@@ -20,6 +20,7 @@ from keras_vit_cli.common import (
     fit_from_args,
     input_size,
     model_from_args,
+    number_arg,
     run_architecture,
     require_architecture,
     start_run,
@@ -49,7 +50,7 @@ def configure(parser):
                      help="mean-color: the patch's 3-bit mean colour, 512 classes (the "
                           "paper's); downsized-color: 4x4 sub-patches' 3-bit colours; pixels: "
                           "L2 regression of the pixels (default mean-color)")
-    run.add_argument("--mask-rate", type=float, default=0.5,
+    run.add_argument("--mask-rate", type=number_arg(0, 1, low_inclusive=False), default=0.5,
                      help="fraction of each image's patches corrupted and predicted (0.5)")
     add_json_argument(parser)
 

@@ -17,6 +17,7 @@ from keras_vit_cli.common import (
     fit_from_args,
     input_size,
     model_from_args,
+    number_arg,
     run_architecture,
     start_run,
 )
@@ -36,8 +37,10 @@ def configure(parser):
     run.add_argument("--recipe", choices=("finetune", "pretrain"), default="finetune",
                      help="finetune: SGD 0.9, clip 1, warm-up + cosine; pretrain: AdamW, weight "
                           "decay, warm-up + linear decay (default finetune)")
-    run.add_argument("--weight-decay", type=float, default=0.1, help="pretrain only (0.1)")
-    run.add_argument("--label-smoothing", type=float, default=0.0)
+    run.add_argument("--weight-decay", type=number_arg(0), default=0.1,
+                     help="pretrain only (0.1)")
+    run.add_argument("--label-smoothing", type=number_arg(0, 1), default=0.0,
+                     help="in [0, 1) (0)")
     add_json_argument(parser)
 
 

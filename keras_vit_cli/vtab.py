@@ -16,33 +16,16 @@ import os
 
 from keras_vit_cli.common import (
     add_model_arguments,
+    check_output_folder,
     add_xla_arguments,
+    list_arg,
     model_from_args,
+    number_arg,
     positive_int_arg,
     require_architecture,
+    seed_arg,
 )
 from keras_vit_cli.summaries import add_json_argument, print_result
-
-
-def _positive_list(cast, kind):
-    """An argparse type: comma-separated positive values of `cast` (float or int)."""
-    def parse(text):
-        import argparse
-
-        try:
-            values = [cast(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {kind}. Received: "
-                                             f"{text!r}") from None
-        if not values or any(v <= 0 for v in values):
-            raise argparse.ArgumentTypeError(f"expected positive {kind}. Received: {text!r}")
-        return values
-
-    return parse
-
-
-_float_list = _positive_list(float, "numbers")
-_int_list = _positive_list(int, "integers")
 
 
 # The paper's protocol (keras_vit.vtab holds the same numbers; it imports TensorFlow, which
@@ -68,7 +51,7 @@ def configure(parser):
                             "sweep.csv, runs/")
     group.add_argument("--steps", type=positive_int_arg, default=STEPS,
                        help=f"updates per task ({STEPS}, the paper's)")
-    group.add_argument("--lr", type=float, default=LEARNING_RATE,
+    group.add_argument("--lr", type=number_arg(0, low_inclusive=False), default=LEARNING_RATE,
                        help=f"learning rate ({LEARNING_RATE}, the paper's)")
     group.add_argument("--batch-size", type=positive_int_arg, default=BATCH_SIZE,
                        help=f"global batch size ({BATCH_SIZE}, the paper's)")
@@ -78,10 +61,10 @@ def configure(parser):
     group.add_argument("--sweep", action="store_true",
                        help="choose the learning rate and steps on the 200 validation "
                             "examples first (the paper's sweep), then train on all 1,000")
-    group.add_argument("--sweep-lr", type=_float_list,
+    group.add_argument("--sweep-lr", type=list_arg(number_arg(0, low_inclusive=False)),
                        default=list(SWEEP_LEARNING_RATES), metavar="LR,LR",
                        help="learning rates of the sweep (0.001,0.01)")
-    group.add_argument("--sweep-steps", type=_int_list, default=list(SWEEP_STEPS),
+    group.add_argument("--sweep-steps", type=list_arg(positive_int_arg), default=list(SWEEP_STEPS),
                        metavar="N,N", help="run lengths of the sweep (500,2500)")
     group.add_argument("--select", choices=("suite", "task"), default="suite",
                        help="suite: one setting for every task, as the paper; task: each "
@@ -89,7 +72,7 @@ def configure(parser):
     group.add_argument("--data-dir", help="tensorflow-datasets data directory")
     group.add_argument("--manual-dir",
                        help="hand-downloaded files (diabetic_retinopathy, resisc45)")
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--seed", type=seed_arg, default=0)
     group.add_argument("--no-augment", action="store_true",
                        help="no random flips (by default: natural and specialized tasks)")
     group.add_argument("--keep-weights", action="store_true",
@@ -113,6 +96,7 @@ def run(args):  # the dispatcher has applied --backend
     from keras_vit.parallel import tf_distribute
 
     require_architecture(args)
+    check_output_folder("--output", args.output, "the suite")
     tasks = vtab.get_tasks(args.tasks)  # bad flags fail before the folder is made
     if args.target_batch_size and args.target_batch_size % args.batch_size:
         raise ValueError(f"--target-batch-size {args.target_batch_size} is not a multiple of "

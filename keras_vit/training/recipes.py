@@ -205,6 +205,7 @@ def pretrain_optimizer(learning_rate=1e-3, total_steps=100_000, warmup_steps=PRE
     Returns:
         A `keras_vit.training.AdamW` (plain Adam with `weight_decay=0`).
     """
+    weight_decay = check_number("weight_decay", weight_decay, 0.0)
     check_int("accumulation_steps", accumulation_steps, 1)
     return AdamW(
         learning_rate=WarmupDecay(learning_rate, total_steps, warmup_steps, decay,
@@ -401,6 +402,8 @@ def compile_recipe(model, recipe, total_steps, learning_rate=None, warmup_steps=
     """`compile_finetune`, `compile_pretrain` or `compile_masked_patches` ("pretrain_mpp") by
     name, with `recipe_defaults`. `weight_decay` is for "pretrain", `label_smoothing` for the
     classification recipes."""
+    check_number("weight_decay", weight_decay, 0.0)  # refused by every recipe, used by one
+    check_number("label_smoothing", label_smoothing, 0.0, 1.0)
     learning_rate, warmup_steps = recipe_defaults(recipe, total_steps, learning_rate,
                                                   warmup_steps)
     common = dict(learning_rate=learning_rate, total_steps=total_steps, warmup_steps=warmup_steps,

@@ -14,6 +14,7 @@ import json
 import re
 
 from keras_vit import configs
+from keras_vit.checks import check_bool
 
 _REGISTERED = {}  # name -> entry, added with `register_checkpoint`
 URL_SCHEMES = ("http", "https", "file")
@@ -82,8 +83,11 @@ def normalize_sha256(sha256, what="sha256"):
     return digest
 
 
-def register_checkpoint(name, url, variant=None, sha256=None, **info):
+def register_checkpoint(name, url, variant=None, sha256=None, overwrite=False, **info):
     """Adds a checkpoint to the registry for this process (e.g. a mirror or your own file).
+
+    A name of the built-in registry (the official files, the shipped `digits`) is replaced
+    only with `overwrite=True`; a name registered at run time is replaced by the new entry.
 
     Args:
         name: str. Registry name: letters, digits and `._+-`, segments joined by `/` (no `..`).
@@ -92,6 +96,7 @@ def register_checkpoint(name, url, variant=None, sha256=None, **info):
             which is then read off the file (or from `config=`).
         sha256: str or None. Expected SHA-256 of the file; checked on download and on every
             cache hit.
+        overwrite: bool. Replace a built-in entry of the same name. Defaults to False.
         **info: other registry fields (resolution, num_classes, representation_size,
             class_names, config, ...).
 
@@ -101,6 +106,9 @@ def register_checkpoint(name, url, variant=None, sha256=None, **info):
     if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name.split("/"):
         raise ValueError(f"Checkpoint name {name!r} is not valid. Expected letters, digits and "
                          "'._+-', in segments joined by '/' (e.g. 'mine/vit-b16-cifar').")
+    if name in _builtin_entries() and not check_bool("overwrite", overwrite):
+        raise ValueError(f"Checkpoint name {name!r} is a built-in registry entry. Expected "
+                         "another name, or overwrite=True to replace it in this process.")
     longest = max(name.split("/"), key=len)
     if len(longest) > MAX_SEGMENT:
         raise ValueError(f"Checkpoint name {name[:40]!r}... has a segment of {len(longest)} "

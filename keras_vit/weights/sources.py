@@ -13,6 +13,7 @@
 
 import importlib.resources
 import os
+import re
 
 from keras_vit.weights import download, hub, registry
 from keras_vit.weights.errors import CheckpointError
@@ -24,6 +25,21 @@ def is_url(source):
     """Whether `source` is an http(s):// or file:// URL."""
     return isinstance(source, str) and source.split("://", 1)[0] in registry.URL_SCHEMES \
         and "://" in source
+
+
+def check_source(source):
+    """Raises ValueError for a source that is not a name, path or URL, or a URL of a scheme
+    keras_vit does not read (ftp://, s3://)."""
+    if not isinstance(source, (str, os.PathLike)) or isinstance(source, bytes):
+        raise ValueError(f"pretrained={source!r} is not understood. Expected a registry name, a "
+                         f"local .npz or .safetensors path, or a {SCHEMES_TEXT} URL.")
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", os.fspath(source))
+    if scheme and scheme[1].lower() not in (*registry.URL_SCHEMES, hub.HF_SCHEME.split(":")[0]):
+        raise ValueError(f"Checkpoint source {os.fspath(source)}: unsupported URL scheme "
+                         f"{scheme[1]!r}; expected a local path, {SCHEMES_TEXT}.")
+
+
+SCHEMES_TEXT = "file://, http(s):// or hf://"
 
 
 def _read_shipped(entry):
@@ -50,6 +66,7 @@ def fetch_params(source, progress=True, num_heads=None):
         FileNotFoundError: for a path with no file.
         CheckpointError, DownloadError: for a bad file or a failed download.
     """
+    check_source(source)
     if hub.is_hub(source):
         config_path, weights_path = hub.hub_files(source)
         return _torch_layout(weights_path, config_path, source, num_heads)

@@ -1,0 +1,328 @@
+"""A hostile user's command lines: closed and full standard streams, signals during a command,
+out-of-range numbers, paths of the wrong kind. Each ends in exit 0 with the work done, or in one
+`keras-vit CMD: error: ...` line (or a signal's status) with nothing left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_vit_cli as cli
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY_JSON = json.dumps(dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                            num_heads=2, mlp_dim=8))
+
+
+def keras_vit(*argv, cwd, **kwargs):
+    """`python -m keras_vit_cli ARGV` in a process of its own, started in `cwd`."""
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen([sys.executable, "-m", "keras_vit_cli", *map(str, argv)], cwd=cwd,
+                            env=env, text=True, **kwargs)
+
+
+def finished(process, timeout=240):
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out or "", err or ""
+
+
+def error_lines(err):
+    """stderr without TensorFlow's own start-up lines."""
+    return [line for line in err.splitlines()
+            if line.startswith("keras-vit") or "Traceback" in line or "rror" in line]
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    rng = np.random.default_rng(0)
+    for c in range(2):
+        (tmp_path / "images" / f"c{c}").mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), np.uint8)).save(
+                tmp_path / "images" / f"c{c}" / f"{i}.png")
+    return tmp_path / "images"
+
+
+# --------------------------------------------------------------------------------------------
+# Standard streams.
+
+
+def test_train_with_stdout_closed_trains_and_writes_its_files(tmp_path, image_folder):
+    run = keras_vit("train", "--model-config", TINY_JSON, "--folder", image_folder,
+                    "--steps", 1, "--batch-size", 4, "--validation-split", "none",
+                    "--output", tmp_path / "run", cwd=tmp_path, stderr=subprocess.PIPE,
+                    preexec_fn=lambda: os.close(1))
+    status, _, err = finished(run)
+    assert status == 0, err[-3000:]
+    assert "Traceback" not in err and "internal error" not in err
+    assert (tmp_path / "run" / "final.npz").is_file()
+
+
+def test_predict_with_stderr_closed_prints_its_classes(tmp_path, image_folder):
+    run = keras_vit("predict", "--weights", "digits", image_folder / "c0" / "0.png",
+                    cwd=tmp_path, stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2))
+    status, out, _ = finished(run)
+    assert status == 0
+    assert out.startswith(str(image_folder / "c0" / "0.png")) and "%" in out
+
+
+def test_full_stdout_is_one_error_line(tmp_path):
+    with open("/dev/full", "w") as full:
+        run = keras_vit("checkpoints", cwd=tmp_path, stdout=full, stderr=subprocess.PIPE)
+        status, _, err = finished(run)
+    assert status == 2
+    assert err.splitlines() == ["keras-vit checkpoints: error: cannot write to standard "
+                                "output: No space left on device"]
+
+
+# --------------------------------------------------------------------------------------------
+# Signals.
+
+
+def _signal_export(tmp_path, name, sig, when):
+    """Starts `keras-vit export` of the shipped digits model into tmp_path/name, to be sent
+    `sig` once the command line handles signals (when="started": it is still importing
+    TensorFlow) or once the export's temporary folder exists (when="writing")."""
+    run = keras_vit("export", "--weights", "digits", "--no-warmup", tmp_path / name,
+                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return run, sig, when
+
+
+def _handles_sigterm(pid):
+    """Whether process `pid` has a handler for SIGTERM (Linux: /proc/PID/status SigCgt)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            fields = dict(line.split(":", 1) for line in status if ":" in line)
+    except OSError:
+        return False
+    return bool(int(fields.get("SigCgt", "0"), 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def _deliver(runs, tmp_path):
+    start = time.monotonic()
+    pending = list(runs)
+    while pending and time.monotonic() - start < 240:
+        for item in list(pending):
+            run, sig, when = item
+            name = run.args[-1]
+            writing = os.path.isdir(name) and any(entry.startswith(".tmp-")
+                                                 for entry in os.listdir(name))
+            due = writing if when == "writing" else _handles_sigterm(run.pid)
+            if due or run.poll() is not None:
+                run.send_signal(sig)
+                pending.remove(item)
+        time.sleep(0.02)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+def test_signals_end_export_with_their_status_and_nothing_written(tmp_path):
+    runs = [_signal_export(tmp_path, "early", signal.SIGINT, "started"),
+            _signal_export(tmp_path, "terminated", signal.SIGTERM, "writing")]
+    _deliver(runs, tmp_path)
+    for run, sig, when in runs:
+        status, _, err = finished(run)
+        words = "interrupted" if sig == signal.SIGINT else "terminated"
+        assert status == 128 + sig, (when, status, err[-3000:])
+        assert error_lines(err) == [f"keras-vit export: {words}"], (when, err[-3000:])
+        assert not os.path.exists(run.args[-1]), (when, os.listdir(run.args[-1]))
+
+
+def test_an_interrupt_swallowed_by_a_garbage_collection_callback_is_raised_again():
+    import gc
+
+    from keras_vit_cli.interrupts import Interrupts
+
+    def interrupt_once(phase, info):
+        if phase == "start" and not sent:
+            sent.append(phase)
+            signal.raise_signal(signal.SIGTERM)  # raised inside the callback: swallowed
+
+    sent = []
+    with Interrupts().installed() as interrupts:
+        gc.callbacks.append(interrupt_once)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                gc.collect()
+                len([])  # the next call
+        finally:
+            gc.callbacks.remove(interrupt_once)
+    assert sent and interrupts.status() == 143
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers out of range: refused by the flag's parser, naming the flag and the range.
+
+
+def usage_error(capsys, argv):
+    """argparse's error for `argv`: its last line, after the exit with status 2."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv, phrase", [
+    (["train", "--weight-decay", "nan"], "argument --weight-decay: expected a finite number in "
+                                         "[0, inf). Received: 'nan'"),
+    (["train", "--weight-decay", "-1"], "argument --weight-decay: expected a finite number"),
+    (["train", "--label-smoothing", "1"], "argument --label-smoothing: expected a finite number "
+                                          "in [0, 1)"),
+    (["train", "--lr", "inf"], "argument --lr: expected a finite number in (0, inf)"),
+    (["pretrain", "--lr", "0"], "argument --lr: expected a finite number in (0, inf)"),
+    (["pretrain", "--mask-rate", "nan"], "argument --mask-rate: expected a finite number in "
+                                         "(0, 1)"),
+    (["fewshot", "--l2", "-1"], "argument --l2: expected a finite number in (0, inf). "
+                                "Received: '-1'"),
+    (["fewshot", "--l2", "1e-3,nan"], "argument --l2: expected a finite number in (0, inf). "
+                                      "Received: 'nan'"),
+    (["vtab", "--sweep-lr", "0.01,inf"], "argument --sweep-lr: expected a finite number"),
+    (["vtab", "--lr", "-0.01"], "argument --lr: expected a finite number in (0, inf)"),
+    (["train", "--seed", "-1"], "argument --seed: expected a non-negative integer. "
+                                "Received: '-1'"),
+    (["vtab", "--seed", str(2**32)], "argument --seed: expected a non-negative integer up to "
+                                     "4294967295"),
+    (["train", "--warmup-steps", "-5"], "argument --warmup-steps: expected a non-negative "
+                                        "integer"),
+    (["export", "out", "--version", str(2**63)], "argument --version: expected a non-negative "
+                                                 "integer up to 9223372036854775807"),
+    (["export", "out", "--version", "-1"], "argument --version: expected a non-negative integer"),
+    (["train", "--batch-size", str(10**30)], "argument --batch-size: expected a positive integer "
+                                             "up to"),
+])
+def test_out_of_range_numbers_are_refused_naming_the_flag(capsys, argv, phrase):
+    assert phrase in usage_error(capsys, argv)
+
+
+def test_recipes_and_fewshot_refuse_out_of_range_numbers():
+    import keras_vit
+    from keras_vit import evaluation, training
+
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                          mlp_dim=8, num_classes=3)
+    for recipe in ("finetune", "pretrain"):
+        with pytest.raises(ValueError, match=r"`weight_decay` must be a number in \[0, inf\)"):
+            training.compile_recipe(model, recipe, 10, weight_decay=float("nan"))
+        with pytest.raises(ValueError, match=r"`label_smoothing` must be a number in \[0, 1\)"):
+            training.compile_recipe(model, recipe, 10, label_smoothing=-1.0)
+    with pytest.raises(ValueError, match="`weight_decay` must be a number"):
+        training.pretrain_optimizer(weight_decay=-1.0)
+    rng = np.random.default_rng(0)
+    features, labels = rng.normal(size=(12, 4)), np.arange(12) % 3
+    for bad in (-1.0, 0.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"`l2_regs` must be a number in \(0, inf\)"):
+            evaluation.fewshot_table(features, labels, features, labels, shots=(2,),
+                                     l2_regs=(1.0, bad))
+
+
+# --------------------------------------------------------------------------------------------
+# Paths of the wrong kind, sources and arguments that name nothing keras_vit reads.
+
+
+def one_error(capsys, argv):
+    """The one `keras-vit CMD: error: ...` line of a command that exits with status 2."""
+    status = cli.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, (status, err)
+    assert lines[0].startswith(f"keras-vit {argv[0]}: error: ")
+    return lines[0]
+
+
+def test_output_paths_of_the_wrong_kind_are_named(tmp_path, capsys, image_folder):
+    folder = tmp_path / "x.tflite"
+    (folder / "inside").mkdir(parents=True)
+    (tmp_path / "dir.npz").mkdir()
+    file = tmp_path / "file"
+    file.write_text("mine")
+    cases = [
+        (["export", folder, "--weights", "digits", "--format", "tflite"],
+         f"OUTPUT {folder} is a folder; expected a file path for the TFLite file."),
+        (["convert", "digits", tmp_path / "dir.npz"],
+         f"OUT {tmp_path / 'dir.npz'} is a folder; expected a file path for the .npz file."),
+        (["train", "--model-config", TINY_JSON, "--folder", image_folder, "--output", file],
+         f"--output {file} is a file; expected a folder (or a new name) for the run."),
+        (["evaluate", "--weights", "digits", "--folder", image_folder, "--out", file],
+         f"--out {file} is a file; expected a folder (or a new name) for the reports."),
+    ]
+    for argv, message in cases:
+        assert one_error(capsys, argv).endswith(message)
+    assert os.listdir(folder) == ["inside"] and not os.listdir(tmp_path / "dir.npz")
+    assert file.read_text() == "mine"
+
+
+def test_convert_reads_a_keras_model(tmp_path, capsys):
+    from keras_vit import weights
+
+    assert cli.main(["convert", "digits", str(tmp_path / "m.keras")]) == 0
+    assert cli.main(["convert", str(tmp_path / "m.keras"), str(tmp_path / "o.npz")]) == 0
+    shipped, _ = weights.fetch_params("digits")
+    converted = weights.read_npz(tmp_path / "o.npz")
+    assert sorted(converted) == sorted(shipped)
+    for key, value in shipped.items():
+        np.testing.assert_array_equal(converted[key], value, err_msg=key)
+    capsys.readouterr()
+    assert "--model and --model-config do not apply" in one_error(
+        capsys, ["convert", tmp_path / "m.keras", tmp_path / "p.npz", "--model", "B/16"])
+
+
+def test_unsupported_url_schemes_are_named(capsys, image_folder):
+    import keras_vit
+
+    message = ("Checkpoint source ftp://host/x.npz: unsupported URL scheme 'ftp'; expected a "
+               "local path, file://, http(s):// or hf://.")
+    assert one_error(capsys, ["predict", "--weights", "ftp://host/x.npz",
+                              image_folder / "c0" / "0.png"]).endswith(message)
+    with pytest.raises(ValueError, match="unsupported URL scheme 's3'"):
+        keras_vit.from_pretrained("s3://bucket/x.npz")
+
+
+def test_library_arguments_that_name_nothing_are_refused():
+    import keras_vit
+    from keras_vit import data, export
+
+    with pytest.raises(ValueError, match="pretrained=True is not understood. Expected a "
+                                         "registry name"):
+        keras_vit.from_pretrained(True)
+    with pytest.raises(ValueError, match=r"`images` holds no images \(shape \(0, 16, 16, 3\)\)"):
+        data.from_arrays(np.zeros((0, 16, 16, 3), np.uint8), np.zeros((0,), int),
+                         image_size=16, batch_size=2, training=False)
+    with pytest.raises(ValueError, match="'digits' is a built-in registry entry. Expected "
+                                         "another name, or overwrite=True"):
+        keras_vit.register_checkpoint("digits", "file:///nowhere/x.npz")
+    assert keras_vit.weights.get_checkpoint("digits")["file"]  # still the shipped file
+    with pytest.raises(ValueError, match=r"class_names\[0\] is '', an empty name"):
+        export.check_class_names([""] * 10, 10)
+
+
+# --------------------------------------------------------------------------------------------
+# What the fuzzer (tests/test_fuzz_cli.py) found.
+
+
+def test_a_class_names_folder_is_one_line(capsys, image_folder):
+    image = image_folder / "c0" / "0.png"
+    assert one_error(capsys, ["predict", "--weights", "digits", "--class-names", image_folder,
+                              image]).endswith(
+        f"--class-names {image_folder} is a folder. Expected a UTF-8 text file with one class "
+        "name a line.")
+
+
+def test_out_of_memory_is_the_users_to_fix():
+    import tensorflow as tf
+
+    from keras_vit_cli.errors import describe
+
+    oom = tf.errors.ResourceExhaustedError(None, None, "{{function_node Fill}} OOM when "
+                                           "allocating tensor with shape[8,1099511627776] and "
+                                           "type float on /job:localhost")
+    assert describe(oom) == ("out of memory allocating tensor with shape[8,1099511627776]. "
+                             "Expected a smaller model, image size, number of classes or batch "
+                             "size.", 2)
+    assert describe(MemoryError())[0].startswith("out of memory. Expected a smaller model")
