@@ -567,8 +567,9 @@ def read_metadata(path):
     except FileNotFoundError:
         raise ValueError(f"{file} does not exist. Expected the version folder of a keras_vit "
                          "SavedModel export.") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{file} is not readable JSON ({e}).") from None
+    except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        reason = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise ValueError(f"{file} is not readable JSON ({reason}).") from None
     if not isinstance(metadata, dict):
         raise ValueError(f"{file} is not a JSON object.")
     return metadata

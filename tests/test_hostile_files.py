@@ -162,14 +162,14 @@ def test_a_safetensors_file_of_another_model_is_refused_before_it_is_read(model,
 def test_deeply_nested_config_json_beside_a_checkpoint_is_named(model, tmp_path):
     weights.save_npz(model, tmp_path / "w.npz")
     (tmp_path / "config.json").write_text(DEEP_JSON)
-    with pytest.raises(CheckpointError, match="config.json .*nested too deeply"):
+    with pytest.raises(CheckpointError, match="config.json .*JSON nested too deeply"):
         keras_vit.from_pretrained(str(tmp_path / "w.npz"))
 
 
 def test_deeply_nested_config_json_beside_safetensors_is_named(model, tmp_path):
     path = save_tiny_safetensors(model, tmp_path)
     (tmp_path / "config.json").write_text(DEEP_JSON)
-    with pytest.raises(CheckpointError, match="config.json .*nested too deeply"):
+    with pytest.raises(CheckpointError, match="config.json .*JSON nested too deeply"):
         keras_vit.from_pretrained(str(path))
 
 
@@ -177,7 +177,7 @@ def test_deeply_nested_safetensors_metadata_is_named(model, tmp_path):
     path = tmp_path / "deep.safetensors"
     save_file({k: np.ascontiguousarray(v) for k, v in weights.model_params(model).items()},
               path, metadata={hub.METADATA_KEY: DEEP_JSON})
-    with pytest.raises(CheckpointError, match=f"metadata of {path}.*nested too deeply"):
+    with pytest.raises(CheckpointError, match=f"metadata of {path}.*JSON nested too deeply"):
         keras_vit.from_pretrained(str(path))
 
 
@@ -192,7 +192,7 @@ def test_deeply_nested_run_state_is_named(tmp_path, name):
     paths[name].parent.mkdir(exist_ok=True)
     (output / "best.npz").write_bytes((output / "final.npz").read_bytes())
     paths[name].write_text(DEEP_JSON)
-    with pytest.raises(training.StateFileError, match=f"{name} .*nested too deeply"):
+    with pytest.raises(training.StateFileError, match=f"{name} .*JSON nested too deeply"):
         fit_tiny(None, output, epochs=1)
     assert paths[name].read_text() == DEEP_JSON
 

@@ -60,8 +60,8 @@ def parse_json(text, where, error=CheckpointError, expected=None):
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-        reason = "nested too deeply" if isinstance(e, RecursionError) else e
-        raise error(f"{where} is not readable JSON ({reason})."
+        reason = "JSON nested too deeply" if isinstance(e, RecursionError) else f"not JSON: {e}"
+        raise error(f"{where} is unreadable ({reason})."
                     + (f" Expected {expected}." if expected else "")) from None
 
 
