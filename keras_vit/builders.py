@@ -52,7 +52,7 @@ def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
     against it, from the file's headers, before any array is read.
 
     Returns:
-        (model, loading report, registry entry, class names, kwargs).
+        (model, loading report, registry entry, class names).
     """
     built = {}
 
@@ -60,11 +60,11 @@ def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
         kwargs, names, described_by = architecture(placeholders, entry)
         model = _new_model(kwargs, entry, described_by)
         match_params(model, placeholders, str(source), check_values=False)
-        built.update(model=model, names=names, kwargs=kwargs)
+        built.update(model=model, names=names)
 
     params, entry = fetch_params(source, progress=progress, num_heads=num_heads, check=build)
     report = load_params(built["model"], params, source=str(source))
-    return built["model"], report, entry, built["names"], built["kwargs"]
+    return built["model"], report, entry, built["names"]
 
 
 def sidecar_path(source):
@@ -139,7 +139,7 @@ def build_from_checkpoint(source, progress=True, **overrides):
             class_names = None  # the names belong to the file's head
         return kwargs, (class_names, file_classes), described_by
 
-    model, report, entry, (class_names, file_classes), _ = _fetch_into_new_model(
+    model, report, entry, (class_names, file_classes) = _fetch_into_new_model(
         source, architecture, progress, overrides.get("num_heads"))
     return model, dict(entry=entry, report=report, class_names=class_names,
                        num_classes=file_classes)

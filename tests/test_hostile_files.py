@@ -252,6 +252,17 @@ def test_a_run_record_without_its_settings_is_named(tmp_path):
     assert (output / "run.json").read_text() == '{"settings": {}, "finished": true}'
 
 
+def test_an_npy_header_with_an_unclosed_bracket_is_named(model, tmp_path):
+    """NumPy retokenizes a header that is not a literal (as for Python 2 files): a TokenError."""
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (8, 8, 3, 8(, }"
+    header = header.ljust(len(header) + 63 - (len(header) + 10) % 64) + b"\n"
+    member = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + bytes(4)
+    path = npz_with(tmp_path / "header.npz", weights.model_params(model), **{"bad.npy": member})
+    with pytest.raises(CheckpointError, match="member 'bad' is not a NumPy array") as info:
+        keras_vit.load_pretrained(model, str(path))
+    assert str(path) in str(info.value)
+
+
 # ---------------------------------------------------------------------------------------------
 # 13: messages that named the wrong thing.
 

@@ -14,6 +14,7 @@ import io
 import math
 import os
 import struct
+import tokenize
 import zipfile
 import zlib
 
@@ -102,8 +103,12 @@ def _read_header(f, path, key):
         if version not in _HEADER_READERS:
             raise ValueError(f"unsupported .npy format version {version}")
         shape, fortran_order, dtype = _HEADER_READERS[version](f)
-    except (ValueError, EOFError, OverflowError) as e:
-        raise CheckpointError(f"{path}: member {key!r} is not a NumPy array ({e}).") from None
+    # NumPy parses the header as a Python literal, retokenizing it (Python 2 files) where it
+    # is not one: a damaged header can also be a TokenError or a RecursionError.
+    except (ValueError, EOFError, OverflowError, SyntaxError, RecursionError,
+            tokenize.TokenError) as e:
+        raise CheckpointError(f"{path}: member {key!r} is not a NumPy array "
+                              f"({type(e).__name__}: {e}).") from None
     if dtype.hasobject:
         raise CheckpointError(
             f"{path}: member {key!r} holds pickled Python objects ({dtype}); checkpoints are "

@@ -63,7 +63,7 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
         path = os.path.expanduser(os.fspath(source))
         config = os.path.join(os.path.dirname(path), hub.CONFIG_FILE)
         return _torch_layout(path, config, source, num_heads, check)
-    opened, entry = _open_npz(source, progress)
+    opened, entry = _npz_reader(source, progress)
     checkpoint = opened(open_npz)
     if check is None:
         return checkpoint.read(), entry
@@ -71,9 +71,10 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
     return opened(read_npz), entry
 
 
-def _open_npz(source, progress):
-    """(`opened(read)`: `read(path)` of the `.npz` of a registry name, URL or local path (in
-    the cache: fetched again where it is damaged), registry entry or None)."""
+def _npz_reader(source, progress):
+    """(`opened(read)`, registry entry or None): `opened(read)` is `read(path)` of the `.npz`
+    of a registry name, URL or local path (a cached file is fetched again where it is
+    damaged)."""
     if registry.is_registered(source):
         entry = registry.get_checkpoint(source)
         if entry.get("file"):
