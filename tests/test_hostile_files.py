@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import pathlib
+import shutil
 import struct
 import zipfile
 
@@ -181,19 +182,33 @@ def test_deeply_nested_safetensors_metadata_is_named(model, tmp_path):
         keras_vit.from_pretrained(str(path))
 
 
-@pytest.mark.parametrize("name", ["run.json", "best.json", "latest.json"])
-def test_deeply_nested_run_state_is_named(tmp_path, name):
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A real finished 2-epoch run of the tiny model, to copy."""
+    output = tmp_path_factory.mktemp("finished") / "run"
+    fit_tiny(None, output, epochs=2)
+    return output
+
+
+def unfinished_copy(finished_run, tmp_path):
+    """A copy of the finished run, made unfinished again (as if killed before its end)."""
     output = tmp_path / "run"
-    fit_tiny(None, output, epochs=1)
+    shutil.copytree(finished_run, output)
     run = json.loads((output / "run.json").read_text())
     (output / "run.json").write_text(json.dumps(dict(run, finished=False)))
+    return output
+
+
+@pytest.mark.parametrize("name", ["run.json", "best.json", "latest.json"])
+def test_deeply_nested_run_state_is_named(finished_run, tmp_path, name):
+    output = unfinished_copy(finished_run, tmp_path)
     paths = {"run.json": output / "run.json", "best.json": output / "best.json",
              "latest.json": output / "backup" / "latest.json"}
     paths[name].parent.mkdir(exist_ok=True)
     (output / "best.npz").write_bytes((output / "final.npz").read_bytes())
     paths[name].write_text(DEEP_JSON)
     with pytest.raises(training.StateFileError, match=f"{name} .*JSON nested too deeply"):
-        fit_tiny(None, output, epochs=1)
+        fit_tiny(None, output, epochs=2)
     assert paths[name].read_text() == DEEP_JSON
 
 
@@ -292,31 +307,22 @@ def test_an_npz_with_a_permuted_kernel_is_named(model, tmp_path):
         keras_vit.from_pretrained(str(path))
 
 
-def unfinished_run_pointing_at(tmp_path, epoch, epochs=3):
-    """A 3-epoch run made unfinished again, whose latest.json records `epoch`."""
-    output = tmp_path / "run"
-    fit_tiny(None, output, epochs=epochs)
-    run = json.loads((output / "run.json").read_text())
-    (output / "run.json").write_text(json.dumps(dict(run, finished=False)))
-    folder = output / "backup" / f"epoch-{epoch:06d}"
+def test_a_backup_pointer_past_the_run_is_refused(finished_run, tmp_path):
+    output = unfinished_copy(finished_run, tmp_path)
+    folder = output / "backup" / "epoch-000007"
     folder.mkdir(parents=True)
     (folder / "state.npz").write_bytes(b"")
     pointer = output / "backup" / "latest.json"
-    pointer.write_text(json.dumps({"epoch": epoch, "dir": folder.name}))
-    return output, pointer
-
-
-def test_a_backup_pointer_past_the_run_is_refused(tmp_path):
-    output, pointer = unfinished_run_pointing_at(tmp_path, 7)
+    pointer.write_text(json.dumps({"epoch": 7, "dir": folder.name}))
     final = digest(output / "final.npz")
     with pytest.raises(training.StateFileError, match=r"latest.json records epoch 7 of a run of "
-                                                       "3 epochs"):
-        fit_tiny(None, output, epochs=3)
+                                                       "2 epochs"):
+        fit_tiny(None, output, epochs=2)
     assert json.loads(pointer.read_text())["epoch"] == 7
     assert digest(output / "final.npz") == final
     assert not json.loads((output / "run.json").read_text())["finished"]
-    with pytest.raises(training.StateFileError, match="records epoch 7 of a run of 3 epochs"):
-        training.resume_epoch(output / "backup", epochs=3)
+    with pytest.raises(training.StateFileError, match="records epoch 7 of a run of 2 epochs"):
+        training.resume_epoch(output / "backup", epochs=2)
 
 
 def test_a_backup_pointer_with_a_huge_epoch_is_refused(tmp_path):
