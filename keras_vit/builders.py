@@ -5,8 +5,9 @@ The variants are data (`keras_vit.configs.VARIANTS`); each named builder is a on
 loads weights through `keras_vit.weights`.
 """
 
-import json
 import os
+
+import numpy as np
 
 from keras_vit import configs
 from keras_vit.model import ViT
@@ -18,6 +19,8 @@ from keras_vit.weights import (
     get_checkpoint,
     load_params,
 )
+from keras_vit.weights.layouts import canonicalize
+from keras_vit.weights.loading import match_params
 from keras_vit.weights import config_json
 from keras_vit.weights.registry import is_registered
 from keras_vit.weights.sources import is_url
@@ -26,27 +29,42 @@ from keras_vit.weights.sources import is_url
 SIDECAR_CONFIG = "config.json"  # written by keras_vit.training.fit beside its checkpoints
 
 
-def _load_into_new_model(kwargs, params, entry, source, described_by=None):
-    """Builds `ViT(**kwargs)` and loads `params` into it. When the registry entry's classifier
-    is kept whole, its representation layer is rebuilt too (the released network). An
-    argument `ViT` refuses is reported as `described_by`'s (the file that gave the
-    architecture), where there is one.
-
-    Returns:
-        (model, loading report).
-    """
+def _new_model(kwargs, entry, described_by=None):
+    """`ViT(**kwargs)`. When the registry entry's classifier is kept whole, its representation
+    layer is built too (the released network). An argument `ViT` refuses is reported as
+    `described_by`'s (the file that gave the architecture), where there is one."""
     same_head = kwargs.get("include_top", True) and entry and \
         kwargs.get("num_classes") == entry.get("num_classes")
     if same_head and entry.get("representation_size") and "representation_size" not in kwargs:
         kwargs = dict(kwargs, representation_size=entry["representation_size"])
     try:
-        model = ViT(**kwargs)
+        return ViT(**kwargs)
     except (ValueError, TypeError) as e:
         if described_by is None:
             raise
         raise CheckpointError(f"The architecture {described_by} describes (with the arguments "
                               f"given) cannot be built: {e}") from None
-    return model, load_params(model, params, source=str(source))
+
+
+def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
+    """Reads a checkpoint into the model `architecture(params, entry)` gives: `(kwargs, class
+    names, described_by)` (see `_new_model`). The model is built, and keys and shapes checked
+    against it, from the file's headers, before any array is read.
+
+    Returns:
+        (model, loading report, registry entry, class names).
+    """
+    built = {}
+
+    def build(placeholders, entry):
+        kwargs, names, described_by = architecture(placeholders, entry)
+        model = _new_model(kwargs, entry, described_by)
+        match_params(model, placeholders, str(source), check_values=False)
+        built.update(model=model, names=names)
+
+    params, entry = fetch_params(source, progress=progress, num_heads=num_heads, check=build)
+    report = load_params(built["model"], params, source=str(source))
+    return built["model"], report, entry, built["names"]
 
 
 def sidecar_path(source):
@@ -67,13 +85,8 @@ def read_sidecar(source):
     path = sidecar_path(source)
     if path is None or not os.path.isfile(path):
         return None
-    where = f"{path}, the configuration beside {source},"
-    try:
-        with open(path, encoding="utf-8") as f:
-            sidecar = json.load(f)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{where} is unreadable ({e}). Expected the config.json "
-                              "keras_vit.training.fit writes.") from None
+    sidecar = config_json.read_json(path, f"the config.json keras_vit.training.fit writes "
+                                          f"beside {source}")
     if not isinstance(sidecar, dict) or sidecar.get("format") != config_json.KERAS_VIT_FORMAT:
         return None  # another tool's config.json
     return config_json.check_keras_vit(sidecar, path)
@@ -81,7 +94,7 @@ def read_sidecar(source):
 
 def checkpoint_config(params, entry, source, image_size=None):
     """The `keras_vit.ViT` arguments and class names of a checkpoint, and what gave them (for
-    messages; None for the arrays): its registry entry (a variant, or a `config`), else the
+    messages): its registry entry (a variant, or a `config`), else the
     `config.json` beside a local file (checked against the arrays), else the array shapes
     (`keras_vit.weights.config_from_params`, with `image_size` for a non-square patch grid)."""
     if entry and entry.get("variant"):
@@ -97,9 +110,16 @@ def checkpoint_config(params, entry, source, image_size=None):
         path = sidecar_path(source)
         config_json.check_agreement(config_json.declared_keras_vit(sidecar["model"], path),
                                     params, source)
-        return dict(sidecar["model"]), sidecar.get("class_names"), path
+        config = dict(sidecar["model"])
+        # The file's classes, where its config.json does not say them.
+        head = canonicalize(params)[0].get("head/kernel")
+        classes = {} if head is None else {"num_classes": int(np.shape(head)[-1])}
+        names = config_json.check_class_names(sidecar.get("class_names"),
+                                              dict(classes, **config), path)
+        return config, names, path
     config = dict(config_from_params(params, image_size), name=_model_name(source))
-    return config, sidecar.get("class_names"), None
+    names = config_json.check_class_names(sidecar.get("class_names"), config, sidecar_path(source))
+    return config, names, f"the array shapes of {source}"
 
 
 def build_from_checkpoint(source, progress=True, **overrides):
@@ -110,14 +130,17 @@ def build_from_checkpoint(source, progress=True, **overrides):
         report: `skipped` file keys and `fresh` model layers), `class_names` (the file's
         names where known, else None) and `num_classes` (the file's head size, or None).
     """
-    params, entry = fetch_params(source, progress=progress, num_heads=overrides.get("num_heads"))
-    config, class_names, described_by = checkpoint_config(params, entry, source,
-                                                          overrides.get("image_size"))
-    file_classes = config.get("num_classes") if config.get("include_top", True) else None
-    kwargs = dict(config, **overrides)
-    if kwargs.get("num_classes") != file_classes:
-        class_names = None  # the names belong to the file's head
-    model, report = _load_into_new_model(kwargs, params, entry, source, described_by)
+    def architecture(params, entry):
+        config, class_names, described_by = checkpoint_config(params, entry, source,
+                                                              overrides.get("image_size"))
+        file_classes = config.get("num_classes") if config.get("include_top", True) else None
+        kwargs = dict(config, **overrides)
+        if kwargs.get("num_classes") != file_classes:
+            class_names = None  # the names belong to the file's head
+        return kwargs, (class_names, file_classes), described_by
+
+    model, report, entry, (class_names, file_classes) = _fetch_into_new_model(
+        source, architecture, progress, overrides.get("num_heads"))
     return model, dict(entry=entry, report=report, class_names=class_names,
                        num_classes=file_classes)
 
@@ -151,8 +174,7 @@ def create_model(variant, image_size=224, num_classes=1000, include_top=True, pr
         if variant and variant != spec.name:
             raise ValueError(f"Checkpoint {pretrained!r} is a ViT-{variant} checkpoint; "
                              f"{spec.builder_name} builds ViT-{spec.name}.")
-    params, entry = fetch_params(pretrained)
-    return _load_into_new_model(kwargs, params, entry, pretrained)[0]
+    return _fetch_into_new_model(pretrained, lambda params, entry: (kwargs, None, None))[0]
 
 
 def from_pretrained(source, progress=True, **overrides):

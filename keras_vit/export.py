@@ -579,8 +579,9 @@ def read_metadata(path):
     except FileNotFoundError:
         raise ValueError(f"{file} does not exist. Expected the version folder of a keras_vit "
                          "SavedModel export.") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{file} is not readable JSON ({e}).") from None
+    except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        reason = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise ValueError(f"{file} is not readable JSON ({reason}).") from None
     if not isinstance(metadata, dict):
         raise ValueError(f"{file} is not a JSON object.")
     return metadata
@@ -686,13 +687,20 @@ def tflite_parity(path, model, images):
     Returns:
         dict with `max_abs_diff` (of the probabilities), `top1_agreement` (fraction of images
         with the same top class) and `num_images`.
+
+    Raises:
+        ValueError: naming the file, if its images or its classes are not the model's.
     """
     images = np.asarray(images, np.float32)
+    got = run_tflite(path, images)
     logits = np.asarray(model.predict_on_batch(np.asarray(image_ops.preprocess_inputs(images))),
                         np.float64)
     expected = np.exp(logits - logits.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)
-    got = run_tflite(path, images)
+    if got.shape != expected.shape:
+        raise ValueError(f"{path} gives {got.shape[-1]} probabilities per image, but model "
+                         f"{model.name!r} has {expected.shape[-1]} classes. Expected the TFLite "
+                         "file exported from this model.")
     return {
         "max_abs_diff": float(np.abs(got - expected).max()),
         "top1_agreement": float(np.mean(got.argmax(-1) == expected.argmax(-1))),

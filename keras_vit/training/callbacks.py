@@ -18,9 +18,10 @@ from keras_vit.parallel import tf_distribute
 from keras_vit.fileio import atomic_write, atomic_write_text, check_writable_dir, staging_dir
 from keras_vit.kernels import random_states
 from keras_vit.checks import check_positive_int
-from keras_vit.weights import model_params, read_npz
+from keras_vit.weights import model_params
+from keras_vit.weights.config_json import read_json
 from keras_vit.weights.loading import as_numpy_float
-from keras_vit.weights.npz import npz_bytes
+from keras_vit.weights.npz import npz_bytes, open_npz
 
 BACKUP_FOLDER = "backup"
 BACKUP_POINTER = "latest.json"
@@ -33,17 +34,20 @@ BEST_RECORD = "best.json"
 # record of the file it replaces until that file is replaced too.
 BEST_FIELDS = {"monitor": str, "value": float, "epoch": int, "sha256": str}
 _SHA256_DIGITS = 64
+# The most epochs a backup pointer may record: far beyond any real run (a larger number is a
+# damaged or hostile file).
+MAX_EPOCH = 2**31 - 1
 _JSON_TYPES = {dict: "an object", bool: "true or false", int: "a non-negative integer",
                float: "a finite number", str: "a string"}
 
 
-class BackupError(ValueError):
-    """A backup folder that cannot be resumed from; the message says what to do."""
-
-
 class StateFileError(ValueError):
-    """A state file of a run (run.json, best.json, best.npz) that is unreadable, malformed, or
-    not the file the run recorded; the message names the file and the field."""
+    """A state file of a run (run.json, best.json, best.npz, latest.json) that is unreadable,
+    malformed, or not the file the run recorded; the message names the file and the field."""
+
+
+class BackupError(StateFileError):
+    """A backup folder that cannot be resumed from; the message says what to do."""
 
 
 def _has_type(value, kind):
@@ -75,12 +79,7 @@ def read_json_state(path, fields, remedy):
     Raises:
         StateFileError: naming the file (and the field), if it is unreadable or malformed.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            state = json.load(f)
-    except (OSError, ValueError) as e:
-        raise StateFileError(f"{path} is unreadable ({e}). Expected the JSON file keras_vit "
-                             f"wrote; {remedy}.") from None
+    state = read_json(path, f"the JSON file keras_vit wrote; {remedy}", StateFileError)
     return check_json_fields(state, fields, path, remedy)
 
 
@@ -93,30 +92,46 @@ def backup_dir(output_dir):
     return path
 
 
-def _read_pointer(backup_dir):
-    """The backup state `{"epoch": int, "dir": str}`, or None without a backup."""
+def _read_pointer(backup_dir, epochs=None):
+    """The backup state `{"epoch": int, "dir": str}`, or None without a backup; `epochs`: the
+    run's length, which the epoch must not pass."""
     pointer = os.path.join(os.fspath(backup_dir), BACKUP_POINTER)
     if not os.path.exists(pointer):
         return None
-    try:
-        with open(pointer, encoding="utf-8") as f:
-            state = json.load(f)
-        epoch, folder = state["epoch"], state["dir"]
-        if not isinstance(epoch, int) or epoch < 0 or not isinstance(folder, str) \
-                or os.sep in folder or folder in ("", ".", ".."):
-            raise ValueError(f"epoch {epoch!r}, dir {folder!r}")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise BackupError(f"The backup pointer {pointer} is unreadable ({e}). Expected "
-                          f'{{"epoch": N, "dir": "epoch-..."}}. Start the run over with '
-                          "overwrite=True (--overwrite).") from None
+    remedy = "Start the run over with overwrite=True (--overwrite)"
+    state = read_json(pointer, f'{{"epoch": N, "dir": "epoch-..."}}, the backup pointer '
+                               f"keras_vit writes; {remedy}", BackupError)
+    epoch, folder = (state.get(k) for k in ("epoch", "dir")) if isinstance(state, dict) \
+        else (None, None)
+    if not _has_type(epoch, int) or epoch > MAX_EPOCH or folder != _backup_name(epoch):
+        raise BackupError(f"The backup pointer {pointer} is unreadable (epoch {epoch!r:.40}, dir "
+                          f'{folder!r:.60}). Expected {{"epoch": N, "dir": "epoch-N"}} with N '
+                          f"epochs completed (0 to {MAX_EPOCH}), as keras_vit writes it. "
+                          f"{remedy}.")
+    if epochs is not None and epoch > epochs:
+        raise BackupError(f"The backup pointer {pointer} records epoch {epoch} of a run of "
+                          f"{epochs} epochs. Expected an epoch from 0 to {epochs}. {remedy}.")
     return state
 
 
-def resume_epoch(backup_dir):
+def _backup_name(epoch):
+    return f"epoch-{epoch:06d}"
+
+
+def resume_epoch(backup_dir, epochs=None):
     """The epoch a run backed up in `backup_dir` resumes at (epochs completed): 0 without a
     backup. Build the training pipeline from that epoch so that a resumed run sees the
-    batches the uninterrupted run would have seen (`InputData.from_epoch`)."""
-    state = _read_pointer(backup_dir)
+    batches the uninterrupted run would have seen (`InputData.from_epoch`).
+
+    Args:
+        backup_dir: str. The run's backup folder (`backup_dir(output_dir)`).
+        epochs: int or None. The run's length: a backup past it is refused.
+
+    Raises:
+        BackupError: naming `latest.json`, if it is unreadable or malformed, or records an
+            epoch past `epochs`.
+    """
+    state = _read_pointer(backup_dir, epochs)
     return 0 if state is None else state["epoch"]
 
 
@@ -137,22 +152,26 @@ def _restore(model, path):
     """
     remedy = "Start the run over with overwrite=True (--overwrite)."
     try:
-        saved = read_npz(path)
+        checkpoint = open_npz(path)
+        declared = checkpoint.placeholders()
+        for group, variables in training_state(model).items():
+            values = [declared.get(f"{group}/{i}") for i in range(len(variables))]
+            count = sum(key.startswith(group + "/") for key in declared)
+            shapes = [tuple(v.shape) for v in variables]
+            if count != len(variables) or any(
+                    value is None or value.shape != shape for value, shape in zip(values, shapes)):
+                raise BackupError(
+                    f"The backup {path} holds {count} {group} arrays that do not fit the "
+                    f"{len(variables)} of this model (and its optimizer): it was made by "
+                    f"another model or training setup. {remedy}")
+        saved = checkpoint.read()
+    except BackupError:
+        raise
     except (OSError, ValueError) as e:
         raise BackupError(f"The backup {path} cannot be restored ({e}). {remedy}") from None
-    assignments = []
     for group, variables in training_state(model).items():
-        values = [saved.get(f"{group}/{i}") for i in range(len(variables))]
-        count = sum(key.startswith(group + "/") for key in saved)
-        shapes = [tuple(v.shape) for v in variables]
-        if count != len(variables) or any(
-                value is None or value.shape != shape for value, shape in zip(values, shapes)):
-            raise BackupError(f"The backup {path} holds {count} {group} arrays that do not fit "
-                              f"the {len(variables)} of this model (and its optimizer): it was "
-                              f"made by another model or training setup. {remedy}")
-        assignments += zip(variables, values)
-    for variable, value in assignments:
-        variable.assign(value)
+        for i, variable in enumerate(variables):
+            variable.assign(saved[f"{group}/{i}"])
 
 
 class BackupAndRestore(keras.callbacks.Callback):
@@ -181,7 +200,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         self.every = check_positive_int("every", every)
 
     def on_train_begin(self, logs=None):
-        state = _read_pointer(self.backup_dir)
+        state = _read_pointer(self.backup_dir, (self.params or {}).get("epochs"))
         if state is None:
             return
         if self.model.optimizer is not None and not self.model.optimizer.built:
@@ -196,7 +215,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         data = npz_bytes({f"{group}/{i}": as_numpy_float(keras.ops.convert_to_numpy(v))
                           for group, variables in training_state(self.model).items()
                           for i, v in enumerate(variables)})
-        name = f"epoch-{completed:06d}"
+        name = _backup_name(completed)
         with staging_dir(os.path.join(self.backup_dir, name)) as staging, \
                 open(os.path.join(staging, BACKUP_STATE), "wb") as f:
             f.write(data)

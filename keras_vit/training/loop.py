@@ -64,7 +64,9 @@ from keras_vit.training.callbacks import (
     BEST_FILE,
     BEST_RECORD,
     backup_dir,
+    StateFileError,
     best_record,
+    check_json_fields,
     finite_params,
     read_json_state,
     resume_epoch,
@@ -125,10 +127,22 @@ def plan(steps_per_epoch, epochs=None, steps=None, accumulation=1):
     return epochs, updates
 
 
+# The settings of run.json that are read, and their types (`check_json_fields`).
+RUN_SETTINGS = {"epochs": int, "updates": int, "steps_per_epoch": int, "batch_size": int}
+
+
 def _read_run(path):
-    """run.json, validated: `{"settings": {...}, "finished": bool}`."""
-    return read_json_state(path, {"settings": dict, "finished": bool},
-                           "pass overwrite=True (--overwrite) to start the run over")
+    """run.json, validated: `{"settings": {...}, "finished": bool}`, with the settings that
+    are read (`RUN_SETTINGS`; `epochs` at least 1) and the run's backup pointer, whose epoch
+    must be within the run's epochs."""
+    remedy = "pass overwrite=True (--overwrite) to start the run over"
+    run = read_json_state(path, {"settings": dict, "finished": bool}, remedy)
+    settings = check_json_fields(run["settings"], RUN_SETTINGS, f"{path} (settings)", remedy)
+    if settings["epochs"] < 1:
+        raise StateFileError(f"{path}: field 'settings.epochs' is {settings['epochs']}, "
+                             f"expected at least 1; {remedy}.")
+    resume_epoch(backup_dir(os.path.dirname(path)), settings["epochs"])
+    return run
 
 
 def _remove(output_dir, names):

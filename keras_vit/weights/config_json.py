@@ -16,6 +16,7 @@ Checks name fields as the file does (`model_args.depth`, `num_hidden_layers`).
 """
 
 import inspect
+import json
 import re
 
 import numpy as np
@@ -51,6 +52,37 @@ TIMM_ARCHITECTURE = "vit_base_patch16_224"
 TIMM_MEAN_STD = [0.5, 0.5, 0.5]
 WRITTEN_BY = "keras_vit"
 RGB = 3
+
+
+def parse_json(text, where, error=CheckpointError, expected=None):
+    """The JSON value of `text` (str or bytes); `error` naming `where` (and what was
+    `expected`) if it is not JSON, is nested too deeply, or is not UTF-8."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        reason = "JSON nested too deeply" if isinstance(e, RecursionError) else f"not JSON: {e}"
+        raise error(f"{where} is unreadable ({reason})."
+                    + (f" Expected {expected}." if expected else "")) from None
+
+
+def read_json(path, expected, error=CheckpointError):
+    """The JSON value in the file `path`: the one reader of keras_vit's JSON files.
+
+    Args:
+        path: str. The file.
+        expected: str. What the file should be, for the message (e.g. "the config.json
+            keras_vit.training.fit writes").
+        error: the ValueError subclass to raise. Defaults to `CheckpointError`.
+
+    Raises:
+        error: naming the file and `expected`, if it cannot be read or is not JSON.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise error(f"{path} is unreadable ({e}). Expected {expected}.") from None
+    return parse_json(data, path, error, expected)
 
 
 def _checked(where, field, check, value, *args):
@@ -386,6 +418,21 @@ def _check_resolution(declared, params, arrays, posemb_has_cls, source):
             "image_size", f"{positions} positions",
             f"the position embedding of {source} (a {grid[0]}x{grid[1]} grid of patches at that "
             "size)")
+
+
+def check_class_names(names, config, where):
+    """Raises unless class names (or None) fit the classes of a `keras_vit.ViT` configuration
+    with a head: one name per class.
+
+    Raises:
+        CheckpointError: naming `where`, the number of names and of classes.
+    """
+    classes = config.get("num_classes")
+    if names is not None and config.get("include_top", True) and isinstance(classes, int) \
+            and len(names) != classes:
+        raise CheckpointError(f"{where} gives {len(names)} class names for a head of {classes} "
+                              "classes. Expected one name per class.")
+    return names
 
 
 def check_heads_divide(heads, width, source, weights_path):

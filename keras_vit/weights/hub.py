@@ -21,6 +21,8 @@ import os
 import re
 
 import huggingface_hub
+import ml_dtypes
+import numpy as np
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
@@ -31,6 +33,7 @@ from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError, DownloadError
 from keras_vit.weights.keymap import model_params
 from keras_vit.weights.layouts import config_from_params
+from keras_vit.weights.npz import placeholder
 from keras_vit.weights.torch_layouts import detect_layout, layout_width, to_official, to_timm
 
 HF_SCHEME = "hf://"
@@ -56,33 +59,77 @@ def parse_hub(source):
     return repo, revision or None
 
 
-def read_safetensors(path):
-    """The arrays of a `.safetensors` file, as NumPy."""
+# safetensors' dtype names, as NumPy dtypes.
+SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
+                      "BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn,
+                      "F8_E5M2": ml_dtypes.float8_e5m2, "I64": np.int64, "I32": np.int32,
+                      "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32,
+                      "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _existing(path):
     path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No checkpoint file at {path}.")
+    return path
+
+
+def _unreadable(path, error):
+    return CheckpointError(f"{path} is not a readable .safetensors file ({error}).")
+
+
+def read_safetensors_headers(path):
+    """The arrays a `.safetensors` file's header declares, as `keras_vit.weights.npz`
+    placeholders (their shapes and dtypes, holding no memory), and its metadata: nothing else
+    is read. `safe_open` checks the header's offsets against the dtypes, shapes and the file's
+    real size.
+
+    Raises:
+        FileNotFoundError: if there is no file at `path`.
+        CheckpointError: naming the file (and the tensor), if its header is malformed or
+            declares a dtype keras_vit does not read.
+    """
+    path = _existing(path)
+    try:
+        with safe_open(path, framework="np") as f:
+            declared = {key: (f.get_slice(key).get_dtype(), f.get_slice(key).get_shape())
+                        for key in f.keys()}
+            metadata = f.metadata() or {}
+    except (SafetensorError, ValueError, OSError, RecursionError) as e:
+        raise _unreadable(path, e) from None
+    arrays = {}
+    for key, (dtype, shape) in declared.items():
+        if dtype not in SAFETENSORS_DTYPES:
+            raise CheckpointError(f"{path}: tensor {key!r} has dtype {dtype}. Expected one of "
+                                  f"{', '.join(SAFETENSORS_DTYPES)}.")
+        arrays[key] = placeholder(tuple(shape), SAFETENSORS_DTYPES[dtype])
+    return arrays, metadata
+
+
+def read_safetensors(path):
+    """The arrays of a `.safetensors` file, as NumPy (bfloat16 and float8 as `ml_dtypes`)."""
+    path = _existing(path)
     try:
         return load_file(path)
-    except TypeError as e:  # NumPy has no bfloat16: safetensors' NumPy API refuses it
+    except TypeError as e:  # a dtype safetensors' NumPy API does not represent
         raise CheckpointError(f"{path} holds arrays NumPy cannot represent ({e}); keras_vit "
                               "reads float16/float32/float64 safetensors. Expected a float32 "
                               "file (e.g. save it again in float32).") from None
     except (SafetensorError, ValueError, OSError) as e:
-        raise CheckpointError(f"{path} is not a readable .safetensors file ({e}).") from None
+        raise _unreadable(path, e) from None
 
 
-def read_own_config(path):
+def read_own_config(path, metadata=None):
     """The keras_vit configuration document in a `.safetensors` file's metadata (the files
-    `save_safetensors` writes), checked; None for other files."""
-    with safe_open(os.path.expanduser(os.fspath(path)), framework="np") as f:
-        text = (f.metadata() or {}).get(METADATA_KEY)
+    `save_safetensors` writes; `metadata`: the file's, where already read), checked; None for
+    other files."""
+    if metadata is None:
+        metadata = read_safetensors_headers(path)[1]
+    text = metadata.get(METADATA_KEY)
     if text is None:
         return None
     where = f"the keras_vit metadata of {path}"
-    try:
-        document = json.loads(text)
-    except ValueError as e:
-        raise CheckpointError(f"{where} is not JSON ({e}).") from None
+    document = config_json.parse_json(text, where)
     if not isinstance(document, dict):
         raise CheckpointError(f"{where} holds {type(document).__name__}, expected a JSON object.")
     return config_json.check_keras_vit(document, where)
@@ -133,11 +180,7 @@ def read_config(path):
     """
     if path is None or not os.path.isfile(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path} is not readable JSON ({e}).") from None
+    config = config_json.read_json(path, "a model's config.json")
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} holds {type(config).__name__}, expected a JSON object "
                               "(a model's config.json).")
@@ -187,27 +230,47 @@ def _heads(num_heads, own, config, declared, layout):
     return heads, f"{declared.where}: {field}"
 
 
-def load_safetensors(weights_path, config_path=None, num_heads=None):
+def load_safetensors(weights_path, config_path=None, num_heads=None, check=None):
     """(official-layout arrays, `keras_vit.ViT` arguments, class names) of a `.safetensors`
     file in timm's, transformers' or the official layout: its architecture from the keras_vit
     configuration in its metadata (files keras_vit wrote), else its `config.json`, checked
     against the arrays; what neither says comes from the arrays. `num_heads` overrides the
     files' (and is needed where no file says and the width is not a paper variant's).
 
+    All of it is worked out from the file's header first: `check(placeholders, arguments,
+    class_names)`, where given, is called with the official-layout placeholders
+    (`keras_vit.weights.npz.placeholder`) before any tensor is read, and raises to refuse it.
+
     Raises:
         CheckpointError: naming the file and the field, for a config that is malformed or
             contradicts the arrays, or an architecture keras_vit cannot express.
     """
-    params = read_safetensors(weights_path)
+    headers, metadata = read_safetensors_headers(weights_path)
     config = read_config(config_path)
-    own = read_own_config(weights_path)
+    own = read_own_config(weights_path, metadata)
+    official, architecture, names = _interpret(headers, config, own, weights_path, config_path,
+                                               num_heads)
+    if check is not None:
+        check(official, architecture, names)
+    params = read_safetensors(weights_path)
+    if {k: (v.shape, v.dtype) for k, v in params.items()} != \
+            {k: (v.shape, v.dtype) for k, v in headers.items()}:
+        raise CheckpointError(f"{weights_path} changed while it was read.")
+    return _interpret(params, config, own, weights_path, config_path, num_heads)
+
+
+def _interpret(params, config, own, weights_path, config_path, num_heads):
+    """`load_safetensors` of the file's arrays (or their placeholders)."""
     layout = detect_layout(params)
     declared, options, names = _declared(config, layout, config_path)
     heads, heads_source = _heads(num_heads, own, config, declared, layout)
-    if heads is not None:
-        heads = config_json.check_heads_divide(heads, layout_width(params, layout),
-                                               heads_source, weights_path)
-    official = to_official(params, layout, heads)
+    try:
+        width = layout_width(params, layout)
+        if heads is not None:
+            heads = config_json.check_heads_divide(heads, width, heads_source, weights_path)
+        official = to_official(params, layout, heads)
+    except CheckpointError as e:
+        raise e if weights_path in str(e) else CheckpointError(f"{weights_path}: {e}") from None
     config_json.check_agreement(declared, official, weights_path)
     architecture = dict(config_from_params(official, declared.get("image_size")))
     if layout == "timm":
@@ -221,7 +284,10 @@ def load_safetensors(weights_path, config_path=None, num_heads=None):
         architecture, names = dict(own["model"]), own["class_names"] or names
     if heads is not None:
         architecture["num_heads"] = int(heads)
-    return official, architecture, names
+    names_from = f"the keras_vit metadata of {weights_path}" if own and own["class_names"] \
+        else config_path
+    return official, architecture, config_json.check_class_names(names, architecture,
+                                                                 names_from)
 
 
 def save_safetensors(model, path, class_names=None, overwrite=False):

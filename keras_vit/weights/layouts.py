@@ -30,6 +30,7 @@ FIXED_POSEMB_DEFAULTS = dict(image_size=224, position_embedding="sincos_2d")
 RELATIVE_SUFFIX = "MultiHeadDotProductAttention_1/rel_embedding"
 BLOCK_KEY = re.compile(r"Transformer/encoderblock_(\d+)/")
 UNIT_KEY = re.compile(r"^block(\d+)/unit(\d+)/")
+RGB = 3  # the input channels of a plain ViT's patch embedding
 
 
 _BIG_VISION_BLOCK = {
@@ -187,6 +188,15 @@ def config_from_params(params, image_size=None):
             f"{np.shape(query)}. Expected 4 and 3 axes.")
     has_cls = "cls" in params
     resnet = _resnet(params)
+    if resnet is None and kernel.shape[2] != RGB:
+        raise CheckpointError(
+            f"Not a ViT checkpoint: embedding/kernel has shape {kernel.shape}. Expected (patch "
+            f"height, patch width, {RGB} RGB channels, width).")
+    if query.shape[0] != kernel.shape[-1] or np.ndim(mlp) != 2 or mlp.shape[0] != query.shape[0]:
+        raise CheckpointError(
+            f"Not a ViT checkpoint: embedding/kernel {kernel.shape}, query kernel {query.shape} "
+            f"and MLP kernel {np.shape(mlp)} do not share a width. Expected (..., width), "
+            "(width, heads, head size) and (width, MLP width).")
     stride = 1
     if resnet is not None:
         stride = 4 * 2 ** max(len(resnet["num_layers"]) - 1, 0)

@@ -12,6 +12,7 @@ import numpy as np
 from keras_vit.model import patch_grid
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import checkpoint_variables, is_quantized
+from keras_vit.weights.npz import placeholder
 from keras_vit.weights.layouts import (
     POSEMB_2D_KEYS,
     POSEMB_KEY,
@@ -53,19 +54,39 @@ def _split_optional(variables, params):
     return variables, params, skipped, fresh
 
 
+def _adaptation(key, file_shape, shape):
+    """How the official code adapts a file array of `file_shape` to the model's `shape`: one of
+    "group_norm", "posemb", "posemb_2d", "relative", or None (as it is)."""
+    if file_shape == shape:
+        return None
+    if key.endswith(GROUP_NORM_SUFFIXES) and file_shape == (1, 1, 1, *shape):
+        return "group_norm"
+    if len(file_shape) == 3 and len(shape) == 3:
+        if key == POSEMB_KEY and file_shape[-1] == shape[-1]:
+            return "posemb"
+        if key in POSEMB_2D_KEYS and file_shape[::2] == shape[::2]:
+            return "posemb_2d"  # a row or column table of learned_2d
+        if key.endswith(RELATIVE_SUFFIX) and file_shape[1:] == shape[1:]:
+            return "relative"  # the offsets of another grid
+    return None
+
+
+def _adapted_shape(key, file_shape, shape):
+    """The shape `_adapt` gives a file array of `file_shape` (the model's where it adapts)."""
+    return shape if _adaptation(key, file_shape, shape) else file_shape
+
+
 def _adapt(key, value, shape, model, has_cls):
     """The file array in the model's shape where the official code adapts it."""
-    if key.endswith(GROUP_NORM_SUFFIXES) and value.shape == (1, 1, 1, *shape):
+    kind = _adaptation(key, value.shape, shape)
+    if kind == "group_norm":
         return value.reshape(shape)
-    if key == POSEMB_KEY and value.ndim == 3 and value.shape != shape \
-            and value.shape[-1] == shape[-1]:
+    if kind == "posemb":
         return resize_pos_embedding(value, patch_grid(model), has_cls)
-    if key in POSEMB_2D_KEYS and value.ndim == 3 and value.shape != shape \
-            and value.shape[::2] == shape[::2]:
-        return resize_pos_table(value, shape[1])  # a row or column table of learned_2d
-    if key.endswith(RELATIVE_SUFFIX) and value.ndim == 3 and value.shape != shape \
-            and value.shape[1:] == shape[1:]:
-        return resize_pos_table(value, shape[0], axis=0)  # the offsets of another grid
+    if kind == "posemb_2d":
+        return resize_pos_table(value, shape[1])
+    if kind == "relative":
+        return resize_pos_table(value, shape[0], axis=0)
     return value
 
 
@@ -76,9 +97,16 @@ def as_numpy_float(value):
     return value
 
 
-def _array_problem(key, value):
-    if not np.issubdtype(value.dtype, np.floating):
+def _dtype_problem(key, value):
+    dtype = as_numpy_float(placeholder((), value.dtype)).dtype
+    if not np.issubdtype(dtype, np.floating):
         return f"{key}: dtype {value.dtype}, expected a floating-point array"
+    return None
+
+
+def _array_problem(key, value):
+    if problem := _dtype_problem(key, value):
+        return problem
     bad = int(value.size - np.count_nonzero(np.isfinite(value)))
     if bad:
         return f"{key}: {bad} non-finite values (NaN or infinity)"
@@ -90,8 +118,12 @@ def _listed(keys):
     return ", ".join(keys[:MAX_LISTED]) + more
 
 
-def match_params(model, params, source=None):
+def match_params(model, params, source=None, check_values=True):
     """Pairs every model variable with its checked file array.
+
+    Keys and shapes are checked first, from the arrays' shapes alone: with
+    `check_values=False` (arrays that are `keras_vit.weights.npz.placeholder`s, read from a
+    file's headers) nothing else is, and no data is read.
 
     Returns:
         (assignments, skipped, fresh): a list of (variable, array), the file keys skipped on
@@ -112,25 +144,35 @@ def match_params(model, params, source=None):
     if big_vision and has_cls and POSEMB_KEY in params:
         # big_vision adds position embeddings to the patches only; a zero class-token
         # position makes our (cls + pos[0]) equal to its plain cls.
-        posemb = np.asarray(params[POSEMB_KEY])
-        params[POSEMB_KEY] = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
+        posemb = params[POSEMB_KEY]
+        shape = np.shape(posemb)
+        params[POSEMB_KEY] = _Padded(posemb, (*shape[:1], shape[1] + 1, *shape[2:])) \
+            if len(shape) == 3 else posemb
     description = describe(params)
     variables, params, skipped, fresh = _split_optional(variables, params)
 
-    assignments, problems = [], []
     missing = [k for k in variables if k not in params]
     unexpected = [k for k in params if k not in variables]
+    problems = []
     for key, variable in variables.items():
-        if key not in params:
-            continue
-        shape = tuple(variable.shape)
-        value = _adapt(key, as_numpy_float(np.asarray(params[key])), shape, model, has_cls)
-        if value.shape != shape:
-            problems.append(f"shape mismatch: {key}: file {value.shape}, model {shape}")
-        elif problem := _array_problem(key, value):
-            problems.append(problem)
-        else:
-            assignments.append((variable, value))
+        if key in params:
+            file_shape, shape = tuple(np.shape(params[key])), tuple(variable.shape)
+            if _adapted_shape(key, file_shape, shape) != shape:
+                problems.append(f"shape mismatch: {key}: file {file_shape}, model {shape}")
+    assignments = []
+    if not (missing or unexpected or problems):
+        for key, variable in variables.items():
+            value = params[key]
+            if not check_values:
+                if problem := _dtype_problem(key, value):
+                    problems.append(problem)
+                continue
+            value = _adapt(key, as_numpy_float(np.asarray(value)), tuple(variable.shape),
+                           model, has_cls)
+            if problem := _array_problem(key, value):
+                problems.append(problem)
+            else:
+                assignments.append((variable, value))
     if missing or unexpected or problems:
         model_shapes = {k: np.empty(v.shape, np.uint8)
                         for k, v in checkpoint_variables(model).items()}
@@ -146,6 +188,19 @@ def match_params(model, params, source=None):
             lines.append(f"  ... {len(problems) - MAX_LISTED} more arrays with problems")
         raise CheckpointError("\n".join(lines))
     return assignments, skipped, fresh
+
+
+class _Padded:
+    """big_vision's position embedding with a zero class-token position in front, made when
+    it is read (`np.asarray`): its shape is known before."""
+
+    def __init__(self, posemb, shape):
+        self.posemb, self.shape, self.ndim, self.dtype = posemb, shape, len(shape), posemb.dtype
+
+    def __array__(self, dtype=None, copy=None):
+        posemb = np.asarray(self.posemb)
+        padded = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
+        return padded if dtype is None else padded.astype(dtype)
 
 
 def load_params(model, params, source=None):

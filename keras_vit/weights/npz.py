@@ -1,14 +1,22 @@
 """Reading and writing `.npz` checkpoints, never unpickling and never trusting a header.
 
-Each member's `.npy` header is read first: object arrays (pickles) are refused, and the bytes a
-header declares must be the bytes the member holds, so a corrupt or hostile file gets a
-`CheckpointError` naming the member instead of a huge allocation or a misleading message.
-Reading a member to its end checks its zip CRC.
+A checkpoint is read in two steps. `open_npz` reads the zip directory and each member's `.npy`
+header only (nothing is inflated beyond the headers) and checks them against each other and
+against the file's real size: duplicate members, encrypted members, compression methods other
+than numpy's (stored, deflated), object arrays (pickles) and sizes that the member cannot hold
+are refused with a `CheckpointError` naming the member. Its `placeholders()` are arrays of the
+declared shapes and dtypes that hold no memory, so that keys and shapes can be checked against
+a model before `read()` inflates anything. Reading a member to its end checks its zip CRC.
 """
 
+import collections
 import io
+import math
 import os
+import struct
+import tokenize
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -20,41 +28,143 @@ _HEADER_READERS = {
     (1, 0): np.lib.format.read_array_header_1_0,
     (2, 0): np.lib.format.read_array_header_2_0,
 }
+# numpy.savez writes stored members, numpy.savez_compressed deflated ones.
+_COMPRESSIONS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+# Deflate cannot inflate one byte to more than 1032 (RFC 1951: 258 bytes per 2-bit code).
+MAX_DEFLATE_RATIO = 1032
+_ENCRYPTED_FLAG = 0x1
+# What a damaged archive or member stream raises while it is read.
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, struct.error, OverflowError,
+                UnicodeDecodeError)
+_CHUNK = 1 << 24  # bytes inflated at a time into the array
 
 
-def _read_member(archive, info, path):
-    key = info.filename.removesuffix(".npy")
-    with archive.open(info) as f:
+def placeholder(shape, dtype):
+    """A read-only array of `shape` and `dtype` that holds no memory (all strides 0), to check
+    shapes and dtypes without reading the data."""
+    return np.broadcast_to(np.zeros((), dtype), shape)
+
+
+class NpzCheckpoint:
+    """An `.npz` whose zip directory and `.npy` headers were read and checked (`open_npz`).
+
+    Attributes:
+        path: str. The file.
+        headers: dict of key -> (shape, dtype, fortran_order), in the file's order.
+    """
+
+    def __init__(self, path, members, headers):
+        self.path = path
+        self._members = members  # key -> ZipInfo
+        self.headers = headers
+
+    def placeholders(self):
+        """The declared arrays as `placeholder`s: a dict like `read()`'s, read from nothing."""
+        return {key: placeholder(shape, dtype) for key, (shape, dtype, _) in self.headers.items()}
+
+    def read(self):
+        """The arrays, each checked again against its header and its zip CRC.
+
+        Raises:
+            CheckpointError: naming the file and the member, if it changed or is corrupted.
+        """
         try:
-            version = np.lib.format.read_magic(f)
-            if version not in _HEADER_READERS:
-                raise ValueError(f"unsupported .npy format version {version}")
-            shape, fortran_order, dtype = _HEADER_READERS[version](f)
-        except ValueError as e:
-            raise CheckpointError(f"{path}: member {key!r} is not a NumPy array ({e}).") from None
-        if dtype.hasobject:
-            raise CheckpointError(
-                f"{path}: member {key!r} holds pickled Python objects ({dtype}); checkpoints are "
-                "read without unpickling, for safety. Expected plain numeric arrays.")
-        declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            with zipfile.ZipFile(self.path) as archive:
+                return {key: self._read_member(archive, key) for key in self.headers}
+        except CheckpointError:
+            raise
+        except (*_READ_ERRORS, ValueError) as e:
+            raise CheckpointError(f"{self.path} is corrupted or truncated: {e}") from None
+
+    def _read_member(self, archive, key):
+        shape, dtype, fortran_order = self.headers[key]
+        with archive.open(self._members[key]) as f:
+            if _read_header(f, self.path, key) != self.headers[key]:
+                raise CheckpointError(f"{self.path}: member {key!r} changed while it was read.")
+            flat = np.empty(math.prod(shape), dtype)
+            view = flat.view(np.uint8) if flat.nbytes else np.empty(0, np.uint8)
+            done = 0
+            while done < view.size:
+                count = f.readinto(view[done:done + _CHUNK])
+                if not count:
+                    raise CheckpointError(f"{self.path}: member {key!r} ends after {done:,} of "
+                                          f"its {view.size:,} bytes: the file is truncated.")
+                done += count
+            if f.read(1):
+                raise CheckpointError(f"{self.path}: member {key!r} holds more bytes than its "
+                                      f"shape {shape} of {dtype}: the file is corrupted.")
+        return flat.reshape(shape, order="F" if fortran_order else "C")
+
+
+def _read_header(f, path, key):
+    """(shape, dtype, fortran_order) of the `.npy` stream `f`, checked: no pickles."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in _HEADER_READERS:
+            raise ValueError(f"unsupported .npy format version {version}")
+        shape, fortran_order, dtype = _HEADER_READERS[version](f)
+    # NumPy parses the header as a Python literal, retokenizing it (Python 2 files) where it
+    # is not one: a damaged header can also be a TokenError or a RecursionError.
+    except (ValueError, EOFError, OverflowError, SyntaxError, RecursionError,
+            tokenize.TokenError) as e:
+        raise CheckpointError(f"{path}: member {key!r} is not a NumPy array "
+                              f"({type(e).__name__}: {e}).") from None
+    if dtype.hasobject:
+        raise CheckpointError(
+            f"{path}: member {key!r} holds pickled Python objects ({dtype}); checkpoints are "
+            "read without unpickling, for safety. Expected plain numeric arrays.")
+    if any(n < 0 for n in shape):
+        raise CheckpointError(f"{path}: member {key!r} declares shape {shape}. Expected "
+                              "non-negative sizes.")
+    return shape, dtype, fortran_order
+
+
+def _check_info(info, key, path, file_size):
+    """Refuses a zip member numpy.savez cannot have written, from its directory entry alone."""
+    if info.flag_bits & _ENCRYPTED_FLAG:
+        raise CheckpointError(f"{path}: member {key!r} is encrypted. Expected the plain "
+                              "members numpy.savez writes.")
+    if info.compress_type not in _COMPRESSIONS:
+        raise CheckpointError(
+            f"{path}: member {key!r} uses zip compression method {info.compress_type}. "
+            "Expected stored or deflated members (numpy.savez, numpy.savez_compressed).")
+    if info.header_offset + info.compress_size > file_size:
+        raise CheckpointError(
+            f"{path}: member {key!r} declares {info.compress_size:,} bytes at offset "
+            f"{info.header_offset:,}, past the end of the file ({file_size:,} bytes): the file "
+            "is truncated or corrupted.")
+    limit = info.compress_size * (MAX_DEFLATE_RATIO if info.compress_type else 1)
+    if info.file_size > limit:
+        raise CheckpointError(
+            f"{path}: member {key!r} declares {info.file_size:,} bytes, more than its "
+            f"{info.compress_size:,} {_COMPRESSIONS[info.compress_type]} bytes can hold: the "
+            "file is corrupted.")
+
+
+def _member_header(archive, info, key, path):
+    with archive.open(info) as f:
+        shape, dtype, fortran_order = _read_header(f, path, key)
+        declared = math.prod(shape) * dtype.itemsize
         stored = info.file_size - f.tell()
-        if declared != stored:
-            raise CheckpointError(
-                f"{path}: member {key!r} declares shape {shape} of {dtype} ({declared:,} bytes) "
-                f"but holds {stored:,} bytes: the file is truncated or corrupted.")
-        data = f.read(declared)
-        f.read()  # to the end, so that the CRC is checked
-    array = np.frombuffer(data, dtype=dtype)
-    return key, array.reshape(shape, order="F" if fortran_order else "C").copy()
+    if declared != stored:
+        raise CheckpointError(
+            f"{path}: member {key!r} declares shape {shape} of {dtype} ({declared:,} bytes) "
+            f"but holds {stored:,} bytes: the file is truncated or corrupted.")
+    return shape, dtype, fortran_order
 
 
-def read_npz(path):
-    """Reads a checkpoint `.npz` into a dict of arrays.
+def open_npz(path):
+    """Reads and checks the zip directory and the `.npy` headers of a checkpoint `.npz`,
+    inflating nothing else.
+
+    Returns:
+        An `NpzCheckpoint`: `placeholders()` to check keys and shapes, `read()` for the arrays.
 
     Raises:
         FileNotFoundError: if there is no file at `path`.
-        CheckpointError: naming the file (and the member), if it is not an npz archive, holds
-            pickled objects or non-array members, or is truncated or corrupted.
+        CheckpointError: naming the file (and the member), if it is not an npz archive, has two
+            members of one name, encrypted members or another compression than numpy's, holds
+            pickled objects, or declares sizes it cannot hold.
     """
     path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
@@ -63,15 +173,39 @@ def read_npz(path):
         raise CheckpointError(
             f"{path} is not an .npz checkpoint (not a zip archive). Expected a file saved with "
             "numpy.savez, such as the official ViT checkpoints.")
+    file_size = os.path.getsize(path)
     try:
         with zipfile.ZipFile(path) as archive:
-            params = dict(_read_member(archive, info, path) for info in archive.infolist()
-                          if not info.is_dir())
-    except (zipfile.BadZipFile, EOFError, OSError) as e:
-        raise CheckpointError(f"{path} is corrupted or truncated: {e}") from e
-    if not params:
+            infos = [info for info in archive.infolist() if not info.is_dir()]
+            keys = [info.filename.removesuffix(".npy") for info in infos]
+            twice = sorted(k for k, n in collections.Counter(keys).items() if n > 1)
+            if twice:
+                raise CheckpointError(f"{path} has two members named {twice[0]!r}: which one "
+                                      "holds the array is ambiguous. Expected one member per "
+                                      "array, as numpy.savez writes.")
+            for info, key in zip(infos, keys):
+                _check_info(info, key, path, file_size)
+            headers = {key: _member_header(archive, info, key, path)
+                       for info, key in zip(infos, keys)}
+    except CheckpointError:
+        raise
+    except (*_READ_ERRORS, ValueError, RuntimeError, NotImplementedError) as e:
+        raise CheckpointError(f"{path} is corrupted or truncated: {e}") from None
+    if not headers:
         raise CheckpointError(f"{path} holds no arrays. Expected a ViT checkpoint.")
-    return params
+    return NpzCheckpoint(path, dict(zip(keys, infos)), headers)
+
+
+def read_npz(path):
+    """Reads a checkpoint `.npz` into a dict of arrays (see `open_npz`; its headers are checked
+    before any data is inflated).
+
+    Raises:
+        FileNotFoundError: if there is no file at `path`.
+        CheckpointError: naming the file (and the member), if it is not an npz archive, holds
+            pickled objects or non-array members, or is truncated or corrupted.
+    """
+    return open_npz(path).read()
 
 
 def npz_bytes(model_or_params):

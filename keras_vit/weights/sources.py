@@ -17,8 +17,8 @@ import re
 
 from keras_vit.weights import download, hub, registry
 from keras_vit.weights.errors import CheckpointError
-from keras_vit.weights.loading import load_params
-from keras_vit.weights.npz import read_npz
+from keras_vit.weights.loading import load_params, match_params
+from keras_vit.weights.npz import open_npz, read_npz
 
 
 def is_url(source):
@@ -42,19 +42,25 @@ def check_source(source):
 SCHEMES_TEXT = "file://, http(s):// or hf://"
 
 
-def _read_shipped(entry):
-    """Reads a checkpoint shipped inside the package, checking its registered SHA-256."""
+def _read_shipped(entry, read):
+    """`read(path)` of a checkpoint shipped inside the package, checking its registered
+    SHA-256."""
     resource = importlib.resources.files("keras_vit_checkpoints").joinpath(entry["file"])
     with importlib.resources.as_file(resource) as path:
         if entry["sha256"] and download.sha256sum(path) != entry["sha256"]:
             raise CheckpointError(
                 f"The shipped checkpoint {path} does not have its registered SHA-256 "
                 f"{entry['sha256']}: the installation is damaged or the file was replaced.")
-        return read_npz(path)
+        return read(path)
 
 
-def fetch_params(source, progress=True, num_heads=None):
+def fetch_params(source, progress=True, num_heads=None, check=None):
     """Reads a checkpoint from a registry name, local path or URL.
+
+    `check(placeholders, entry)`, where given, is called before any array is read: the
+    placeholders (`keras_vit.weights.npz.placeholder`) have the shapes and dtypes the file's
+    headers declare, in the layout the returned arrays will have; it raises to refuse the file
+    (e.g. `keras_vit.weights.loading.match_params` with `check_values=False`).
 
     Returns:
         (params, entry): the arrays by key, and the registry entry (None for `.npz` paths and
@@ -69,40 +75,59 @@ def fetch_params(source, progress=True, num_heads=None):
     check_source(source)
     if hub.is_hub(source):
         config_path, weights_path = hub.hub_files(source)
-        return _torch_layout(weights_path, config_path, source, num_heads)
+        return _torch_layout(weights_path, config_path, source, num_heads, check)
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".safetensors"):
         path = os.path.expanduser(os.fspath(source))
         config = os.path.join(os.path.dirname(path), hub.CONFIG_FILE)
-        return _torch_layout(path, config, source, num_heads)
+        return _torch_layout(path, config, source, num_heads, check)
+    opened, entry = _npz_reader(source, progress)
+    checkpoint = opened(open_npz)
+    if check is None:
+        return checkpoint.read(), entry
+    check(checkpoint.placeholders(), entry)
+    return opened(read_npz), entry
+
+
+def _npz_reader(source, progress):
+    """(`opened(read)`, registry entry or None): `opened(read)` is `read(path)` of the `.npz`
+    of a registry name, URL or local path (a cached file is fetched again where it is
+    damaged)."""
     if registry.is_registered(source):
         entry = registry.get_checkpoint(source)
         if entry.get("file"):
-            return _read_shipped(entry), entry
+            return lambda read: _read_shipped(entry, read), entry
         path = download.cache_path(entry["name"])
-        return download.fetch_cached(entry["url"], path, entry["sha256"], read_npz,
-                                     progress), entry
+        return lambda read: download.fetch_cached(entry["url"], path, entry["sha256"], read,
+                                                  progress), entry
     if is_url(source):
-        return download.fetch_cached(source, download.url_cache_path(source), None, read_npz,
-                                     progress), None
+        return lambda read: download.fetch_cached(source, download.url_cache_path(source), None,
+                                                  read, progress), None
     if isinstance(source, (str, os.PathLike)):
         text = os.fspath(source)
         path = os.path.expanduser(text)
         if os.path.exists(path) or text.endswith(".npz") or text.startswith((".", "~", os.sep)):
-            return read_npz(path), None
+            return lambda read: read(path), None
         registry.get_checkpoint(path)  # raises, naming close registry names
     raise ValueError(
         f"pretrained={source!r} is not understood. Expected True, a registry name, a local "
         ".npz path or an http(s):// or file:// URL.")
 
 
-def _torch_layout(weights_path, config_path, source, num_heads):
+def _torch_layout(weights_path, config_path, source, num_heads, check):
     """A safetensors file in the official layout, and an entry describing its architecture
     (`num_heads`: for files whose config does not say, or that have none)."""
-    params, config, class_names = hub.load_safetensors(weights_path, config_path, num_heads)
-    entry = dict(name=str(source), url=None, variant=None, config=config,
-                 class_names=class_names, num_classes=config.get("num_classes"),
-                 representation_size=config.get("representation_size"), sha256=None)
-    return params, entry
+    def entry_of(config, class_names):
+        return dict(name=str(source), url=None, variant=None, config=config,
+                    class_names=class_names, num_classes=config.get("num_classes"),
+                    representation_size=config.get("representation_size"), sha256=None)
+
+    def check_headers(placeholders, config, class_names):
+        if check is not None:
+            check(placeholders, entry_of(config, class_names))
+
+    params, config, class_names = hub.load_safetensors(weights_path, config_path, num_heads,
+                                                       check_headers)
+    return params, entry_of(config, class_names)
 
 
 def load_pretrained(model, source, progress=True):
@@ -130,7 +155,10 @@ def load_pretrained(model, source, progress=True):
         raise ValueError(
             "load_pretrained needs a registry name, path or URL; `True` only works on the "
             "named builders, which know their variant.")
-    params, entry = fetch_params(source, progress=progress)
+    def fits(placeholders, entry):
+        match_params(model, placeholders, str(source), check_values=False)
+
+    params, entry = fetch_params(source, progress=progress, check=fits)
     report = load_params(model, params, source=str(source))
     report["entry"] = entry
     return report

@@ -47,6 +47,75 @@ _UNSUPPORTED = {
 }
 
 
+# The shapes of each layout's arrays, in the sizes D (width), M (MLP width), K (classes) and
+# C (channels), each fixed by the first array that has it; None: any size. Checked before the
+# arrays are rewritten, so that a malformed file is named by its array and shape.
+_B = r"blocks\.\d+\."
+TIMM_SHAPES = (
+    (r"patch_embed\.proj\.weight", ("D", "C", None, None)),
+    (r"patch_embed\.proj\.bias", ("D",)),
+    (r"cls_token", (1, 1, "D")),
+    (r"pos_embed", (1, None, "D")),
+    (_B + r"attn\.qkv\.weight", ("3D", "D")),
+    (_B + r"attn\.qkv\.bias", ("3D",)),
+    (_B + r"attn\.proj\.weight", ("D", "D")),
+    (_B + r"(norm1|norm2)\.(weight|bias)|" + _B + r"(attn\.proj|mlp\.fc2)\.bias|"
+     r"(fc_)?norm\.(weight|bias)", ("D",)),
+    (_B + r"mlp\.fc1\.weight", ("M", "D")),
+    (_B + r"mlp\.fc1\.bias", ("M",)),
+    (_B + r"mlp\.fc2\.weight", ("D", "M")),
+    (r"head\.weight", ("K", "D")),
+    (r"head\.bias", ("K",)),
+)
+_L = r"(vit\.)?encoder\.layer\.\d+\."
+TRANSFORMERS_SHAPES = (
+    (r"(vit\.)?embeddings\.patch_embeddings\.projection\.weight", ("D", "C", None, None)),
+    (r"(vit\.)?embeddings\.patch_embeddings\.projection\.bias", ("D",)),
+    (r"(vit\.)?embeddings\.(cls_token|mask_token)", (1, 1, "D")),
+    (r"(vit\.)?embeddings\.position_embeddings", (1, None, "D")),
+    (_L + r"attention\.(attention\.(query|key|value)|output\.dense)\.weight|"
+     r"(vit\.)?pooler\.dense\.weight", ("D", "D")),
+    (_L + r"(attention\.attention\.(query|key|value)|attention\.output\.dense|output\.dense)"
+     r"\.bias|" + _L + r"layernorm_(before|after)\.(weight|bias)|"
+     r"(vit\.)?layernorm\.(weight|bias)|(vit\.)?pooler\.dense\.bias", ("D",)),
+    (_L + r"intermediate\.dense\.weight", ("M", "D")),
+    (_L + r"intermediate\.dense\.bias", ("M",)),
+    (_L + r"output\.dense\.weight", ("D", "M")),
+    (r"classifier\.weight", ("K", "D")),
+    (r"classifier\.bias", ("K",)),
+)
+
+
+def check_shapes(params, table, layout):
+    """Raises unless every array of `params` that `table` ((key pattern, shape) pairs) names
+    has its shape there (see `TIMM_SHAPES`).
+
+    Raises:
+        CheckpointError: naming the array, its shape and the shape expected.
+    """
+    sizes = {}
+    for pattern, template in table:
+        regex = re.compile(pattern)
+        for key in sorted(k for k in params if regex.fullmatch(k)):
+            shape = tuple(np.shape(params[key]))
+            expected = []
+            for size, dim in zip(template, shape + (None,) * len(template)):
+                if isinstance(size, str):
+                    factor, name = (3, size[1:]) if size.startswith("3") else (1, size)
+                    if name not in sizes and dim is not None:
+                        sizes[name] = dim // factor if dim % factor == 0 else -1
+                    size = factor * sizes[name] if name in sizes else None
+                expected.append(size)
+            if len(shape) != len(template) or any(
+                    size is not None and size != dim for size, dim in zip(expected, shape)):
+                named = ", ".join(f"{n}={v}" for n, v in sizes.items() if v >= 0)
+                shown = tuple("any" if size is None else size for size in expected)
+                raise CheckpointError(
+                    f"The {layout} checkpoint's {key!r} has shape {shape}. Expected "
+                    f"{len(template)} axes, {shown}"
+                    f"{f' (with {named})' if named else ''}.")
+
+
 class _Source(dict):
     """A state dict that records which keys were read, so that none is silently dropped."""
 
@@ -156,6 +225,7 @@ def _dense(params, official, weight, bias):
 def from_timm(params, num_heads=None):
     """timm's `VisionTransformer` state dict (NumPy arrays) in the official layout."""
     _check_supported(params)
+    check_shapes(params, TIMM_SHAPES, "timm")
     params = _Source(params, "timm")
     width = params["patch_embed.proj.weight"].shape[0]
     heads = _heads_for_width(width, num_heads)
@@ -245,6 +315,7 @@ def to_timm(official):
 def from_transformers(params, num_heads=None):
     """transformers' `ViTModel` / `ViTForImageClassification` state dict in the official
     layout (the `vit.` prefix is optional; `pooler.dense` becomes `pre_logits`)."""
+    check_shapes(params, TRANSFORMERS_SHAPES, "transformers")
     # The masked-image-modelling token is used in pre-training only (zero by default).
     params = _Source({k.removeprefix("vit."): v for k, v in params.items()
                       if k.removeprefix("vit.") != "embeddings.mask_token"}, "transformers")
