@@ -201,8 +201,18 @@ def _load_keras_file(path, image_size, num_classes):
         raise FileNotFoundError(f"--model {path}: no such file.")
     try:
         model = keras.saving.load_model(os.path.expanduser(path))
+    except RecursionError:
+        raise ValueError(f"--model {path} is not a readable .keras model (its config.json is "
+                         "nested too deeply).") from None
     except (ValueError, OSError, TypeError, KeyError) as e:
         raise ValueError(f"--model {path} is not a readable .keras model ({e}).") from None
+    shape = tuple(model.inputs[0].shape) if len(model.inputs) == 1 else None
+    if shape is None or len(shape) != 4 or shape[-1] != 3 \
+            or len(model.outputs) != 1 or len(model.outputs[0].shape) != 2:
+        raise ValueError(
+            f"--model {path} takes {[tuple(i.shape) for i in model.inputs]} and gives "
+            f"{[tuple(o.shape) for o in model.outputs]}. Expected an image classifier: one "
+            "input of RGB images [batch, height, width, 3] and one output [batch, classes].")
     size = tuple(model.inputs[0].shape[1:3])
     if image_size and None not in size and tuple(image_size) != size:
         raise ValueError(f"--model {path} takes {size[0]}x{size[1]} images; --image-size "

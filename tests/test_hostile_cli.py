@@ -326,3 +326,25 @@ def test_out_of_memory_is_the_users_to_fix():
                              "Expected a smaller model, image size, number of classes or batch "
                              "size.", 2)
     assert describe(MemoryError())[0].startswith("out of memory. Expected a smaller model")
+
+
+def test_a_keras_file_that_is_no_image_classifier_or_nested_too_deeply_is_named(tmp_path,
+                                                                                  capsys):
+    import zipfile
+
+    import keras
+
+    vectors = keras.Sequential([keras.Input((7,)), keras.layers.Dense(2)])
+    vectors.save(tmp_path / "vectors.keras")
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "x.png")
+    line = one_error(capsys, ["predict", tmp_path / "x.png", "--model", tmp_path / "vectors.keras"])
+    assert f"--model {tmp_path / 'vectors.keras'} takes [(None, 7)]" in line
+    assert "Expected an image classifier" in line
+    with zipfile.ZipFile(tmp_path / "vectors.keras") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    members["config.json"] = b"[" * 50_000
+    with zipfile.ZipFile(tmp_path / "deep.keras", "w") as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+    line = one_error(capsys, ["predict", tmp_path / "x.png", "--model", tmp_path / "deep.keras"])
+    assert f"--model {tmp_path / 'deep.keras'} is not a readable .keras model" in line
