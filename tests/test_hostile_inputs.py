@@ -89,3 +89,70 @@ def test_the_exported_signatures_take_an_empty_batch(tmp_path):
     assert tuple(out["probabilities"].shape) == (0, 3)
     one = loaded.signatures["serving_default"](image_bytes=tf.constant([encoded("PNG")]))
     assert tuple(one["probabilities"].shape) == (1, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# Item 17: OS/2 BMP and animated WebP.
+
+
+def test_an_os2_bmp_size_is_read_from_its_16_bit_header_and_it_is_refused_by_name(tmp_path):
+    content = os2_bmp(4, 6)
+    fmt = images.image_format(tf.constant(content))
+    assert [int(v) for v in images.declared_size(tf.constant(content), fmt)] == [4, 6]
+    path = write(tmp_path / "os2.bmp", content)
+    with pytest.raises(ValueError, match=r"os2\.bmp is an OS/2 BMP image") as info:
+        keras_vit.load_image(path, 4)
+    assert "\n" not in str(info.value) and path.read_bytes() == content
+    # A Windows BMP still reads.
+    assert keras_vit.load_image(write(tmp_path / "win.bmp", encoded("BMP")), 4).shape == (4, 4, 3)
+
+
+def animated_webp():
+    frames = [Image.fromarray(np.full((8, 8, 3), c, np.uint8)) for c in (0, 255)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, "WEBP", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    return buffer.getvalue()
+
+
+def test_an_animated_webp_is_refused_naming_the_file(tmp_path):
+    path = write(tmp_path / "anim.webp", animated_webp())
+    with pytest.raises(ValueError, match=r"anim\.webp is an animated WebP image; animated "
+                                         r"images are not supported"):
+        keras_vit.load_image(path, 4)
+    still = write(tmp_path / "still.webp", encoded("WEBP", lossless=True))
+    assert keras_vit.load_image(still, 4).shape == (4, 4, 3)
+
+
+def test_the_folder_pipeline_names_an_animated_webp_and_an_os2_bmp(tmp_path):
+    root = class_folder(tmp_path / "images")
+    write(root / "cat" / "anim.webp", animated_webp())
+    write(root / "dog" / "os2.bmp", os2_bmp(4, 4))
+    bad = dict(data.find_corrupt_images(data.list_image_folder(root)[0]))
+    assert sorted(pathlib.Path(p).name for p in bad) == ["anim.webp", "os2.bmp"]
+    assert all("animated" in r or "OS/2" in r for r in bad.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Item 24: a truncated JPEG prints nothing from libjpeg.
+
+
+def test_a_truncated_jpeg_is_refused_without_libjpeg_lines_on_stderr(tmp_path, capfd):
+    content = encoded("JPEG", size=(32, 32))
+    path = write(tmp_path / "cut.jpg", content[: len(content) // 2])
+    capfd.readouterr()
+    with pytest.raises(ValueError, match=r"cut\.jpg is a truncated JPEG image"):
+        keras_vit.load_image(path, 4)
+    assert data.find_corrupt_images([str(path)])[0][0] == str(path)
+    err = capfd.readouterr().err
+    assert "JPEG" not in err and "Corrupt" not in err, err
+
+
+def test_a_jpeg_with_bytes_after_its_end_marker_and_a_progressive_one_still_read(tmp_path):
+    content = encoded("JPEG", size=(32, 32))
+    assert keras_vit.load_image(write(tmp_path / "tail.jpg", content + b"trailing"), 4).shape \
+        == (4, 4, 3)
+    progressive = encoded("JPEG", size=(32, 32), progressive=True)
+    assert keras_vit.load_image(write(tmp_path / "p.jpg", progressive), 4).shape == (4, 4, 3)
+    cut = write(tmp_path / "p_cut.jpg", progressive[: len(progressive) * 3 // 4])
+    with pytest.raises(ValueError, match="truncated JPEG"):
+        keras_vit.load_image(cut, 4)
