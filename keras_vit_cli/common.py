@@ -99,8 +99,11 @@ def check_images_exist(paths):
         if os.path.isdir(os.path.expanduser(path)):
             raise ValueError(f"{path} is a folder. Expected image files (e.g. "
                              f"{os.path.join(path, '*.jpg')}).")
-        if not os.path.isfile(os.path.expanduser(path)):
+        if not os.path.exists(os.path.expanduser(path)):
             raise FileNotFoundError(f"Image file {path} does not exist.")
+        if not os.path.isfile(os.path.expanduser(path)):  # reading a FIFO could wait forever
+            raise ValueError(f"Image file {path} is not a regular file (a FIFO, socket or "
+                             "device). Expected an image file.")
 
 
 def add_class_names_argument(parser):

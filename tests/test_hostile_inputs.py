@@ -156,3 +156,53 @@ def test_a_jpeg_with_bytes_after_its_end_marker_and_a_progressive_one_still_read
     cut = write(tmp_path / "p_cut.jpg", progressive[: len(progressive) * 3 // 4])
     with pytest.raises(ValueError, match="truncated JPEG"):
         keras_vit.load_image(cut, 4)
+
+
+# --------------------------------------------------------------------------------------------
+# Items 4, 22, 23: what a class folder may hold.
+
+
+def test_a_fifo_in_a_class_folder_is_refused_or_skipped_by_name_without_being_read(tmp_path,
+                                                                                  capsys):
+    root = class_folder(tmp_path / "images")
+    os.mkfifo(root / "cat" / "pipe.png")
+    with pytest.raises(ValueError, match=r"pipe\.png is a FIFO \(named pipe\), not a regular "
+                                         r"file.*skip_corrupt"):
+        data.from_folder(root, image_size=8, batch_size=2, training=True)
+    skipped = data.from_folder(root, image_size=8, batch_size=2, training=True,
+                               skip_corrupt=True)
+    assert [pathlib.Path(p).name for p, _ in skipped.skipped] == ["pipe.png"]
+    assert skipped.num_examples == 4
+    assert "pipe.png (is a FIFO" in capsys.readouterr().err
+    next(iter(skipped.dataset))
+
+
+def test_predicting_a_fifo_says_it_is_not_a_regular_file(tmp_path, capsys):
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=r"pipe\.png is a FIFO \(named pipe\), not a regular"):
+        keras_vit.load_image(fifo, 4)
+    assert cli.main(["predict", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert "not a regular file" in err and "does not exist" not in err, err
+
+
+def test_hidden_folders_are_not_classes_and_hidden_files_are_not_images(tmp_path):
+    root = class_folder(tmp_path / "images")
+    write(root / ".ipynb_checkpoints" / "0-checkpoint.png", encoded("PNG"))
+    write(root / "cat" / ".hidden.png", encoded("PNG"))
+    write(root / "cat" / ".cache" / "x.png", encoded("PNG"))
+    paths, labels, class_names = data.list_image_folder(root)
+    assert class_names == ["cat", "dog"]
+    assert [pathlib.Path(p).name for p in paths] == ["0.png", "1.png", "0.png", "1.png"]
+    unlabelled, _, _ = data.list_image_folder(root, labels=None)
+    assert len(unlabelled) == 4
+
+
+@pytest.mark.parametrize("name", ["new\nline", "tab\there", " ", "bell\x07"])
+def test_a_class_folder_name_with_a_control_character_is_refused_by_name(tmp_path, name):
+    root = class_folder(tmp_path / "images")
+    write(root / name / "0.png", encoded("PNG"))
+    with pytest.raises(ValueError, match="cannot be a class name") as info:
+        data.list_image_folder(root)
+    assert repr(name)[1:-1] in str(info.value)
