@@ -206,3 +206,45 @@ def test_a_class_folder_name_with_a_control_character_is_refused_by_name(tmp_pat
     with pytest.raises(ValueError, match="cannot be a class name") as info:
         data.list_image_folder(root)
     assert repr(name)[1:-1] in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# Item 7: an architecture that cannot fit in memory.
+
+
+@pytest.mark.parametrize("args, named", [
+    (dict(hidden_size=10**9, num_heads=1), "hidden_size=1000000000"),
+    (dict(image_size=16 * 10**6), "image_size=16000000"),
+    (dict(image_size=16 * 10**6, position_embedding="sincos_2d"), "image_size=16000000"),
+    (dict(num_layers=10**7), "num_layers=10000000"),
+])
+def test_an_architecture_too_large_for_memory_is_refused_up_front(args, named):
+    with pytest.raises(ValueError, match=r"needs about [\d,.]+ GB for its [\d,]+ weights and one "
+                                         r"image's activations \(float32\); this machine has "
+                                         r"[\d,.]+ GB of memory\. Expected a smaller") as info:
+        keras_vit.ViT(**args)
+    assert named in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_memory_check_compares_with_this_machines_memory(monkeypatch):
+    from keras_vit import checks, flops
+
+    small = flops.vit_params(16, 8, 8, 1, 8, num_classes=3)
+    monkeypatch.setattr(checks, "physical_memory", lambda: 4 * small)
+    with pytest.raises(ValueError, match=f"for its {small:,} weights"):
+        keras_vit.ViT(**TINY)
+    monkeypatch.setattr(checks, "physical_memory", lambda: None)  # the OS does not say
+    keras_vit.ViT(**TINY)
+
+
+def test_the_parameter_count_is_the_models():
+    from keras_vit import configs, flops
+
+    for variant in configs.VARIANTS.values():
+        config = variant.config()
+        if "resnet" not in config:
+            assert flops.vit_params(224, config["patch_size"], config["hidden_size"],
+                                    config["num_layers"], config["mlp_dim"]) == variant.params
+    model = keras_vit.ViT(**dict(TINY, image_size=(16, 24)), representation_size=5)
+    assert flops.vit_params((16, 24), 8, 8, 1, 8, num_classes=3, representation_size=5) == \
+        model.count_params()
