@@ -248,3 +248,28 @@ def test_the_parameter_count_is_the_models():
     model = keras_vit.ViT(**dict(TINY, image_size=(16, 24)), representation_size=5)
     assert flops.vit_params((16, 24), 8, 8, 1, 8, num_classes=3, representation_size=5) == \
         model.count_params()
+
+
+# --------------------------------------------------------------------------------------------
+# Item 12: training data with more classes than the model has outputs.
+
+
+def arrays(classes, count=10, training=True):
+    x = np.random.default_rng(0).integers(0, 256, (count, 16, 16, 3), np.uint8)
+    return data.from_arrays(x, np.arange(count) % classes, image_size=16, batch_size=5,
+                            training=training)
+
+
+@pytest.mark.parametrize("which", ["training", "validation"])
+def test_fit_refuses_data_with_more_classes_than_the_model_up_front(tmp_path, which):
+    from keras_vit import training
+
+    model = keras_vit.ViT(**TINY)
+    train, validation = (arrays(5), arrays(3, training=False)) if which == "training" else (
+        arrays(3), arrays(5, training=False))
+    with pytest.raises(ValueError, match=f"The {which} data holds 5 classes, more than the "
+                                         "model's 3 outputs. Expected a model with "
+                                         "num_classes=5"):
+        training.fit(model, train, validation, output_dir=tmp_path / "run", epochs=1,
+                     verbose=0, jit_compile=False)
+    assert not (tmp_path / "run").exists()
