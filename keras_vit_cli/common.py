@@ -392,8 +392,13 @@ def load_data(args, split, training, strategy, image_size):
 
 def data_split(args, split):
     """The split `load_data(args, split, ...)` reads: the tfds split, or for a folder "train",
-    "validation" (the held-out fraction) or "all" (every image: any other name)."""
-    return split if not args.folder or split in FOLDER_SPLITS else "all"
+    "validation" (the held-out fraction) or "all" (every image: also "test", the default)."""
+    if not args.folder or split in FOLDER_SPLITS:
+        return split
+    if split != "test":
+        raise ValueError(f"Split {split!r} is not a split of the image folder {args.folder}. "
+                         f"Expected one of {', '.join(FOLDER_SPLITS)} or test (every image).")
+    return "all"
 
 
 def data_source(args):

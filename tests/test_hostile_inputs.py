@@ -273,3 +273,66 @@ def test_fit_refuses_data_with_more_classes_than_the_model_up_front(tmp_path, wh
         training.fit(model, train, validation, output_dir=tmp_path / "run", epochs=1,
                      verbose=0, jit_compile=False)
     assert not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Item 15: evaluating a folder split that does not exist, or classes that are not the model's.
+
+
+def checkpoint_with_names(tmp_path, class_names):
+    """A tiny model's checkpoint with a trained-looking head and a keras_vit config.json
+    naming its classes, as `keras_vit.training.fit` writes them."""
+    import json
+
+    from keras_vit import weights
+
+    model = keras_vit.ViT(**TINY)
+    head = model.get_layer("head")
+    head.bias.assign(np.arange(3, dtype=np.float32))
+    folder = tmp_path / "run"
+    folder.mkdir()
+    weights.save_npz(model, folder / "final.npz")
+    (folder / "config.json").write_text(json.dumps(dict(
+        format="keras_vit", model={k: v for k, v in TINY.items()}, class_names=class_names)))
+    return folder / "final.npz"
+
+
+def evaluate_cli(capsys, *argv):
+    code = cli.main(["evaluate", *map(str, argv), "--batch-size", "2", "--verbose", "0"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err
+
+
+def test_evaluate_refuses_a_folder_split_that_does_not_exist(tmp_path, capsys):
+    root = class_folder(tmp_path / "images", ("bird", "cat", "dog"))
+    code, err = evaluate_cli(capsys, "--folder", root, "--weights",
+                             checkpoint_with_names(tmp_path, ["bird", "cat", "dog"]),
+                             "--split", "nosuch")
+    assert code == 2 and "Split 'nosuch' is not a split of the image folder" in err, err
+    assert "Expected one of train, validation, all or test" in err
+    code, err = evaluate_cli(capsys, "--folder", root, "--weights", tmp_path / "run" / "final.npz")
+    assert code == 0, err  # the default, test: every image
+
+
+def test_evaluate_refuses_folder_classes_that_are_not_the_checkpoints(tmp_path, capsys):
+    root = class_folder(tmp_path / "images", ("cat", "dog", "zebra"))
+    before = digest(tmp_path)
+    code, err = evaluate_cli(capsys, "--folder", root, "--weights",
+                             checkpoint_with_names(tmp_path, ["bird", "cat", "dog"]))
+    assert code == 2, err
+    assert "class 0 is 'cat' in the data but 'bird' in the model" in err
+    assert "data [cat, dog, zebra] (3); model [bird, cat, dog] (3)" in err
+    assert all(digest(tmp_path).get(k) == v for k, v in before.items())
+
+
+def test_check_class_names():
+    from keras_vit import evaluation
+
+    evaluation.check_class_names(["a", "b"], ["a", "b"])
+    evaluation.check_class_names(None, ["a", "b"])
+    evaluation.check_class_names(["a", "b"], ())
+    with pytest.raises(ValueError, match="class 0 is 'b' in the data but 'a' in the model"):
+        evaluation.check_class_names(["a", "b"], ["b", "a"])
+    with pytest.raises(ValueError, match="the data has 3 classes, the model 2"):
+        evaluation.check_class_names(["a", "b"], ["a", "b", "c"])
