@@ -336,3 +336,68 @@ def test_check_class_names():
         evaluation.check_class_names(["a", "b"], ["b", "a"])
     with pytest.raises(ValueError, match="the data has 3 classes, the model 2"):
         evaluation.check_class_names(["a", "b"], ["a", "b", "c"])
+
+
+# --------------------------------------------------------------------------------------------
+# Property: mutated real image files decode to an RGB image or fail with one line naming them.
+
+BASES = {
+    "png": encoded("PNG"),
+    "jpg": encoded("JPEG", quality=90),
+    "jpg-progressive": encoded("JPEG", progressive=True),
+    "bmp": encoded("BMP"),
+    "bmp-os2": os2_bmp(6, 5),
+    "gif": encoded("GIF"),
+    "webp": encoded("WEBP", quality=80),
+    "webp-lossless": encoded("WEBP", lossless=True),
+    "webp-animated": animated_webp(),
+}
+
+
+@st.composite
+def mutated_images(draw):
+    name = draw(st.sampled_from(sorted(BASES)))
+    content = bytearray(BASES[name])
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["truncate", "flip", "splice"]))
+        at = draw(st.integers(0, max(len(content) - 1, 0)))
+        if kind == "truncate":
+            del content[at:]
+        elif kind == "flip" and content:
+            content[at] ^= draw(st.integers(1, 255))
+        else:
+            other = BASES[draw(st.sampled_from(sorted(BASES)))]
+            start = draw(st.integers(0, len(other) - 1))
+            content[at:at] = other[start:start + draw(st.integers(1, 64))]
+    return name, bytes(content)
+
+
+# The folder pipeline's decoding (`data.from_folder` maps `images.decode_image` in a graph),
+# traced once.
+graph_decode = tf.function(images.decode_image,
+                           input_signature=[tf.TensorSpec([], tf.string)])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=mutated_images())
+def test_mutated_images_decode_or_fail_with_one_line_naming_the_file(tmp_path, case):
+    name, content = case
+    path = write(tmp_path / f"image.{name.split('-')[0]}", content)
+    try:
+        image = keras_vit.load_image(path, (5, 7))
+    except ValueError as e:
+        assert str(path) in str(e) and "\n" not in str(e), str(e)
+        image = None
+    else:
+        assert image.shape == (5, 7, 3) and image.dtype == np.float32
+        assert np.all((image >= 0) & (image <= 255))
+    try:
+        decoded = graph_decode(tf.io.read_file(str(path)))
+    except tf.errors.InvalidArgumentError as e:
+        assert images.first_line(e.message), e.message
+        decoded = None
+    else:
+        assert decoded.dtype == tf.uint8 and decoded.shape[-1] == 3
+    assert (image is None) == (decoded is None)  # both readers agree
+    assert path.read_bytes() == content
