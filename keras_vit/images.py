@@ -7,7 +7,9 @@
   integer DCT, `INTEGER_ACCURATE`, as PIL and OpenCV decode), PNG, GIF (first frame), BMP
   and WebP, always as 3-channel RGB. The image's size is read from its header and checked
   against a pixel limit *before* the pixels are decoded, so a small file declaring a huge
-  image is refused without allocating it.
+  image is refused without allocating it. Files the decoders would misread or print to stderr
+  about (a truncated JPEG, an animated WebP, an OS/2 BMP) are refused by name, also before
+  decoding.
 - `resize` and `eval_preprocess`: the official evaluation preprocessing (plain bilinear resize
   to the model resolution, no crop, then scaling).
 """
@@ -33,6 +35,7 @@ FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
 # hundred KB would otherwise take 1.2 GB as uint8 and twice that in float32). 64 megapixels
 # is above any camera image in common use; the limit is an argument everywhere.
 DEFAULT_MAX_PIXELS = 64_000_000
+MISSING = "does not exist"  # `not_regular_file`'s reason for a missing path
 
 
 def preprocess_inputs(images):
@@ -172,10 +175,10 @@ def jpeg_is_complete(data):
     before the main image's scans."""
     raw = tf.io.decode_raw(data, tf.uint8)
     marker = raw[:-1] == 0xFF
-    positions = tf.range(tf.size(raw) - 1, dtype=tf.int64)
 
-    def last(code):
-        return tf.reduce_max(tf.where(tf.logical_and(marker, raw[1:] == code), positions, -1))
+    def last(code):  # the position of the last FF `code`, or -1
+        found = tf.where(tf.logical_and(marker, raw[1:] == code))[:, 0]
+        return tf.reduce_max(tf.concat([tf.constant([-1], tf.int64), found], 0))
 
     return last(0xD9) > last(0xDA)
 
@@ -212,7 +215,8 @@ def _unsupported(data, fmt):
     """(refused, message) pairs, boolean scalar tensors, of the files in a supported format that
     the decoders cannot read right: checked before decoding."""
     return [
-        (tf.logical_and(fmt == 0, tf.logical_not(jpeg_is_complete(data))),
+        (tf.cond(fmt == 0, lambda: tf.logical_not(jpeg_is_complete(data)),
+                 lambda: tf.constant(False)),
          "is a truncated JPEG image (no end-of-image marker after its last scan)"),
         (is_animated(data), "is an animated WebP image; animated images are not supported. "
                             "Expected a still image"),
@@ -223,7 +227,8 @@ def _unsupported(data, fmt):
 
 def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     """Eager form of `decode_image`'s checks: raises ValueError naming `name` for an
-    unsupported format, a truncated JPEG, an animated WebP or an image above `max_pixels`."""
+    unsupported format, a truncated JPEG, an animated WebP, an OS/2 BMP or an image above
+    `max_pixels`."""
     data = tf.constant(data) if isinstance(data, bytes) else data
     fmt = int(image_format(data))
     if fmt < 0:
@@ -249,8 +254,9 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     """Decodes one encoded image (scalar string tensor) to uint8 RGB `[H, W, 3]`.
 
     The format must be one of `FORMATS`, the file none of those `_unsupported` names (a
-    truncated JPEG, an animated WebP, an OS/2 BMP) and the size its header declares at most `max_pixels` (None: no limit); all are
-    checked before decoding, so that the decoders never see such data. A failed check raises
+    truncated JPEG, an animated WebP, an OS/2 BMP) and the size its header declares at most
+    `max_pixels` (None: no limit); all are checked before decoding, so that the decoders never
+    see such files. A failed check raises
     `tf.errors.InvalidArgumentError` with a readable message (no raw bytes).
     """
     fmt = image_format(data)
@@ -311,9 +317,6 @@ def load_image(path, size, max_pixels=DEFAULT_MAX_PIXELS):
     except tf.errors.OpError as e:
         raise ValueError(f"Cannot read {path}: {first_line(e.message)}") from None
     return np.clip(resize(tf.cast(image, tf.float32), size).numpy(), 0, 255)
-
-
-MISSING = "does not exist"
 
 
 def not_regular_file(path):
