@@ -217,7 +217,8 @@ def _unsupported(data, fmt):
     return [
         (tf.cond(fmt == 0, lambda: tf.logical_not(jpeg_is_complete(data)),
                  lambda: tf.constant(False)),
-         "is a truncated JPEG image (no end-of-image marker after its last scan)"),
+         "is not a readable JPEG image (truncated: no end-of-image marker after its last "
+         "scan)"),
         (is_animated(data), "is an animated WebP image; animated images are not supported. "
                             "Expected a still image"),
         (is_os2_bmp(data), "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which cannot be "
