@@ -5,6 +5,7 @@ caller's terms (`batch_size 30 is not divisible across 4 replicas. Expected a mu
 """
 
 import numbers
+import os
 
 import numpy as np
 
@@ -187,3 +188,25 @@ def check_index(name, index, count, unit):
             f"integer from 0 to {count - 1} (or from -{count}, counting from the end)."
         )
     return int(index) % count
+
+
+def physical_memory():
+    """This machine's physical memory in bytes, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows) or no such name
+        return None
+
+
+def _gigabytes(nbytes):
+    return f"{nbytes / 1e9:,.0f} GB" if nbytes >= 1e10 else f"{nbytes / 1e9:.1f} GB"
+
+
+def check_fits_in_memory(what, nbytes, purpose, expected):
+    """Raises ValueError if `what` (e.g. "ViT(hidden_size=...)") cannot fit: the `nbytes` it
+    needs for `purpose` (e.g. "for its weights") exceed this machine's physical memory.
+    `expected` says what would fit."""
+    memory = physical_memory()
+    if memory and nbytes > memory:
+        raise ValueError(f"{what} needs about {_gigabytes(nbytes)} {purpose}; this machine has "
+                         f"{_gigabytes(memory)} of memory. Expected {expected}.")

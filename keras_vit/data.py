@@ -37,6 +37,7 @@ import math
 import os
 import socket
 import sys
+import unicodedata
 
 import numpy as np
 import tensorflow as tf
@@ -471,15 +472,17 @@ def to_0_255(images, value_range):
 
 
 def find_corrupt_images(paths, max_pixels=image_ops.DEFAULT_MAX_PIXELS):
-    """The image files that cannot be decoded, with the reason: one decoding pass over
-    `paths` (in parallel), then each failing file once more for its message.
+    """The image files that cannot be decoded, with the reason: those that are not regular
+    files (never read), then one decoding pass over the others (in parallel), then each
+    failing file once more for its message.
 
     Returns:
         list of (path, reason).
     """
-    paths = list(paths)
+    irregular = {path: image_ops.not_regular_file(path) for path in paths}
+    paths = [path for path in paths if not irregular[path]]
     if not paths:
-        return []
+        return [(path, reason) for path, reason in irregular.items() if reason]
     paths_t = tf.constant(paths)
 
     def check(index):
@@ -497,7 +500,8 @@ def find_corrupt_images(paths, max_pixels=image_ops.DEFAULT_MAX_PIXELS):
         except (ValueError, OSError) as e:
             reason = str(e).replace(f"Cannot read {paths[index]}: ", "")
         bad.append((paths[index], reason))
-    return bad
+    bad += [(path, reason) for path, reason in irregular.items() if reason]
+    return sorted(bad)
 
 
 def list_image_folder(directory, labels="inferred"):
@@ -521,27 +525,20 @@ def list_image_folder(directory, labels="inferred"):
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"Image folder {directory!r} does not exist or is not a directory.")
     if labels is None:
-        paths = []
-        for root, dirs, names in os.walk(directory):
-            dirs.sort()
-            paths += [os.path.join(root, f) for f in sorted(names)
-                      if f.lower().endswith(IMAGE_EXTENSIONS)]
+        paths = _images_under(directory)
         if not paths:
             raise ValueError(f"Image folder {directory!r} has no images. Expected "
                              f"{', '.join(IMAGE_EXTENSIONS)} files in it or its subfolders.")
         return paths, [0] * len(paths), []
     if labels != "inferred":
         raise ValueError(f"`labels` must be 'inferred' or None. Received: labels={labels!r}")
-    classes = sorted(
-        d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))
-    )
+    classes = sorted(d for d in os.listdir(directory)
+                     if not _hidden(d) and os.path.isdir(os.path.join(directory, d)))
     paths, labels, class_names = [], [], []
     for name in classes:
-        files = []
-        for root, _, names in sorted(os.walk(os.path.join(directory, name))):
-            files += [os.path.join(root, f) for f in sorted(names)
-                      if f.lower().endswith(IMAGE_EXTENSIONS)]
+        files = _images_under(os.path.join(directory, name), by_folder_path=True)
         if files:
+            check_class_name(name, os.path.join(directory, name))
             paths += files
             labels += [len(class_names)] * len(files)
             class_names.append(name)
@@ -551,6 +548,36 @@ def list_image_folder(directory, labels="inferred"):
             f"holding {', '.join(IMAGE_EXTENSIONS)} files (found subfolders: {classes or 'none'})."
         )
     return paths, labels, class_names
+
+
+def _hidden(name):
+    """Hidden files and folders (`.ipynb_checkpoints`, `.DS_Store`) are neither classes nor
+    images, as in Keras' `image_dataset_from_directory` and torchvision's `ImageFolder`."""
+    return name.startswith(".")
+
+
+def _images_under(folder, by_folder_path=False):
+    """The image files under `folder` and its subfolders, hidden ones left out: each folder's
+    files sorted by name, the folders in walking order (sorted names, depth first) or, with
+    `by_folder_path`, sorted by their paths."""
+    found = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not _hidden(d))
+        found.append((root, [os.path.join(root, f) for f in sorted(names)
+                             if not _hidden(f) and f.lower().endswith(IMAGE_EXTENSIONS)]))
+    if by_folder_path:
+        found.sort()
+    return [path for _, files in found for path in files]
+
+
+def check_class_name(name, folder):
+    """Raises ValueError naming `folder` if its name `name` cannot be a class name: one that
+    holds a control character (a newline, a tab) cannot be written one a line, as the exports'
+    label files and `--class-names` files are."""
+    if not name.strip() or any(unicodedata.category(c) == "Cc" for c in name):
+        raise ValueError(f"Class folder {folder!r}: its name {name!r} cannot be a class name. "
+                         "Expected a name of printable characters (no newline, tab or other "
+                         "control character).")
 
 
 def from_folder(directory, *, image_size, batch_size, training, seed=0, start_epoch=0,
@@ -598,7 +625,13 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
         keep = np.sort(order[:count] if subset == "validation" else order[count:])
         paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
     skipped = ()
-    if skip_corrupt:
+    if not skip_corrupt:
+        for path in paths:
+            reason = image_ops.not_regular_file(path)
+            if reason:
+                raise ValueError(f"{path} {reason}. Expected image files; remove it, or pass "
+                                 "skip_corrupt=True (--skip-corrupt) to leave it out.")
+    else:
         skipped = tuple(find_corrupt_images(paths, max_pixels))
         bad = {path for path, _ in skipped}
         labels = [label for path, label in zip(paths, labels) if path not in bad]

@@ -385,7 +385,8 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
             batches or an (images, labels) arrays pair; `labels` may be a dict with `label`
             and `label_set` (see the module docstring).
         batch_size: int. For arrays. Defaults to 64.
-        class_names: list of str or None. For the CSV and the figure.
+        class_names: list of str or None. For the CSV and the figure. (To check that the
+            data's classes are the model's, see `check_class_names`.)
         out_dir: str or None. If set, writes `per_class_accuracy.csv` (with label sets, also
             `real_examples`, `real_correct` and `real_accuracy` of each original class) and, for
             at most 100 classes, `confusion_matrix.png` there.
@@ -441,6 +442,38 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     if out_dir:
         result["files"] = _write_reports(result, class_names, out_dir)
     return result
+
+
+def check_class_names(model_names, data_names):
+    """Raises ValueError if the model's class names and the data's are both known and differ:
+    the data's label i would be scored as the model's class i. Names that differ only in
+    order or number are refused too (no mapping by name), naming both lists. For names of
+    one vocabulary (an image folder's subfolders against the checkpoint trained on such a
+    folder); tensorflow-datasets' names (ImageNet's WordNet ids) are not a checkpoint's.
+
+    Args:
+        model_names: sequence of str or None. The classes of the model's outputs, in order
+            (e.g. a checkpoint's).
+        data_names: sequence of str or None. The data's (e.g. an image folder's subfolders).
+    """
+    if not model_names or not data_names:
+        return
+    model_names, data_names = [str(n) for n in model_names], [str(n) for n in data_names]
+    if model_names == data_names:
+        return
+    first = next((i for i, (a, b) in enumerate(zip(model_names, data_names)) if a != b),
+                 min(len(model_names), len(data_names)))
+    differ = (f"class {first} is {data_names[first]!r} in the data but {model_names[first]!r} "
+              "in the model" if first < min(len(model_names), len(data_names)) else
+              f"the data has {len(data_names)} classes, the model {len(model_names)}")
+    raise ValueError(f"The data's classes are not the model's ({differ}): data "
+                     f"{_listed(data_names)}; model {_listed(model_names)}. Expected data whose "
+                     "class names are the model's, in the same order.")
+
+
+def _listed(names, limit=10):
+    shown = ", ".join(names[:limit])
+    return f"[{shown}{', ...' if len(names) > limit else ''}] ({len(names)})"
 
 
 def _check_trained_head(model):

@@ -1,5 +1,5 @@
-"""Analytic FLOP count of the ViT forward pass (the hybrids' ResNet included), and model FLOP
-utilisation (MFU).
+"""Analytic FLOP count of the ViT forward pass (the hybrids' ResNet included), model FLOP
+utilisation (MFU), and the parameter count of the Transformer (`vit_params`).
 
 Counts the multiply-accumulates (MACs) of the matrix products and convolutions only: the
 hybrid's ResNet convolutions, the patch embedding, the query/key/value/output projections, the
@@ -139,6 +139,57 @@ def vit_forward_macs(
     if num_classes:
         head += width_out * num_classes
     return stem + embedding + num_layers * (projections + attention + mlp) + head
+
+
+def sequence_length(image_size, patch_size, class_token=True, resnet=None):
+    """Tokens of one image in `keras_vit.ViT`: its patches, plus the class token if any.
+    Arguments as `vit_params`."""
+    return _sequence(image_size, patch_size, class_token, 3, resnet)[0]
+
+
+def _sequence(image_size, patch_size, class_token, channels, resnet):
+    """(tokens, the channels of what the patches are cut from)."""
+    (height, width), (ph, pw) = _pair("image_size", image_size), _pair("patch_size", patch_size)
+    if resnet is not None:
+        _, (height, width, channels) = resnet_forward_macs(
+            (height, width), resnet["num_layers"], resnet.get("width_factor", 1), channels)
+    return (height // ph) * (width // pw) + bool(class_token), channels
+
+
+def vit_params(image_size, patch_size, hidden_size, num_layers, mlp_dim, num_classes=1000,
+               representation_size=None, class_token=True, learned_positions=True,
+               channels=3, resnet=None):
+    """Parameters of `keras_vit.ViT` less its hybrid ResNet (whose patches are then cells of
+    the ResNet's feature map): the patch embedding, the class token, a learned 1-D position
+    embedding (one D-vector a token; other position embeddings are counted as none), the
+    encoder blocks, the final norm, `pre_logits` and the head. Exact for the non-hybrid
+    variants of `keras_vit.configs`; a lower bound for the hybrids and other embeddings.
+
+    Args:
+        image_size, patch_size, hidden_size, num_layers, mlp_dim, representation_size,
+        channels, resnet: as `vit_forward_macs`.
+        num_classes: int or None. Head width; None or 0 for no head. Defaults to 1000.
+        class_token: bool. Defaults to True.
+        learned_positions: bool. Whether the position embedding is the learned 1-D one.
+            Defaults to True.
+
+    Returns:
+        int.
+    """
+    (ph, pw) = _pair("patch_size", patch_size)
+    tokens, channels = _sequence(image_size, patch_size, class_token, channels, resnet)
+    d = hidden_size
+    embedding = ph * pw * channels * d + d
+    block = 2 * 2 * d + 4 * (d * d + d) + (d * mlp_dim + mlp_dim) + (mlp_dim * d + d)
+    total = embedding + bool(class_token) * d + learned_positions * tokens * d
+    total += num_layers * block + 2 * d  # the blocks, the final norm
+    width_out = d
+    if representation_size:
+        total += d * representation_size + representation_size
+        width_out = representation_size
+    if num_classes:
+        total += width_out * num_classes + num_classes
+    return total
 
 
 def config_forward_macs(config, image_size=None):

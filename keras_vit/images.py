@@ -7,12 +7,15 @@
   integer DCT, `INTEGER_ACCURATE`, as PIL and OpenCV decode), PNG, GIF (first frame), BMP
   and WebP, always as 3-channel RGB. The image's size is read from its header and checked
   against a pixel limit *before* the pixels are decoded, so a small file declaring a huge
-  image is refused without allocating it.
+  image is refused without allocating it. Files the decoders would misread or print to stderr
+  about (a truncated JPEG, an animated WebP, an OS/2 BMP) are refused by name, also before
+  decoding.
 - `resize` and `eval_preprocess`: the official evaluation preprocessing (plain bilinear resize
   to the model resolution, no crop, then scaling).
 """
 
 import os
+import stat
 
 import numpy as np
 import tensorflow as tf
@@ -32,6 +35,7 @@ FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
 # hundred KB would otherwise take 1.2 GB as uint8 and twice that in float32). 64 megapixels
 # is above any camera image in common use; the limit is an argument everywhere.
 DEFAULT_MAX_PIXELS = 64_000_000
+MISSING = "does not exist"  # `not_regular_file`'s reason for a missing path
 
 
 def preprocess_inputs(images):
@@ -139,6 +143,46 @@ def _bmp_side(head, start):
     return tf.abs(tf.cast(value, tf.int64))  # negative heights mean top-down rows
 
 
+# An OS/2 BMP's BITMAPCOREHEADER is 12 bytes with 16-bit unsigned sides; every later header
+# (BITMAPINFOHEADER and its successors, 40 bytes and up) has signed 32-bit sides.
+_BMP_CORE_HEADER_SIZE = 12
+
+
+def _bmp_size(head):
+    core = _uint(head, 14, 4, True) == _BMP_CORE_HEADER_SIZE
+    return (tf.where(core, _uint(head, 20, 2, True), _bmp_side(head, 22)),
+            tf.where(core, _uint(head, 18, 2, True), _bmp_side(head, 18)))
+
+
+# WebP's extended header (VP8X) flags: bit 1 marks an animation (WebP container spec).
+_WEBP_ANIMATION_FLAG = 0x02
+
+
+def is_animated(data):
+    """Whether an encoded image (scalar string tensor) is an animated WebP (its VP8X header's
+    animation flag). Reads the first bytes only."""
+    head = _header(data)
+    return tf.logical_and(
+        tf.logical_and(tf.strings.substr(head, 8, 4) == b"WEBP",
+                       tf.strings.substr(head, 12, 4) == b"VP8X"),
+        tf.bitwise.bitwise_and(_uint(head, 20, 1, True), _WEBP_ANIMATION_FLAG) > 0)
+
+
+def jpeg_is_complete(data):
+    """Whether a JPEG (scalar string tensor) has an end-of-image marker (FF D9) after the
+    start of its last scan (FF DA): false for a truncated file. Entropy-coded data stuffs each
+    FF byte as FF 00, so neither marker appears inside it; an embedded thumbnail's markers come
+    before the main image's scans."""
+    raw = tf.io.decode_raw(data, tf.uint8)
+    marker = raw[:-1] == 0xFF
+
+    def last(code):  # the position of the last FF `code`, or -1
+        found = tf.where(tf.logical_and(marker, raw[1:] == code))[:, 0]
+        return tf.reduce_max(tf.concat([tf.constant([-1], tf.int64), found], 0))
+
+    return last(0xD9) > last(0xDA)
+
+
 def declared_size(data, fmt):
     """(height, width) int64 scalars that an encoded image's header declares, read without
     decoding the pixels. `fmt` is `image_format(data)`; (0, 0) for an unknown format."""
@@ -152,30 +196,56 @@ def declared_size(data, fmt):
         jpeg,
         lambda: (_uint(head, 20, 4, False), _uint(head, 16, 4, False)),  # PNG IHDR
         lambda: (_uint(head, 8, 2, True), _uint(head, 6, 2, True)),  # GIF screen
-        lambda: (_bmp_side(head, 22), _bmp_side(head, 18)),
+        lambda: _bmp_size(head),
         lambda: _webp_size(head),
     ]
     zero = tf.constant(0, tf.int64)
     return tf.switch_case(fmt, branches, default=lambda: (zero, zero))
 
 
+def is_os2_bmp(data):
+    """Whether an encoded image (scalar string tensor) is an OS/2 BMP (BITMAPCOREHEADER),
+    which TensorFlow's BMP decoder misreads. Reads the first bytes only."""
+    head = _header(data)
+    return tf.logical_and(tf.strings.substr(head, 0, 2) == b"BM",
+                          _uint(head, 14, 4, True) == _BMP_CORE_HEADER_SIZE)
+
+
+def _unsupported(data, fmt):
+    """(refused, message) pairs, boolean scalar tensors, of the files in a supported format that
+    the decoders cannot read right: checked before decoding."""
+    return [
+        (tf.cond(fmt == 0, lambda: tf.logical_not(jpeg_is_complete(data)),
+                 lambda: tf.constant(False)),
+         "is not a readable JPEG image (truncated: no end-of-image marker after its last "
+         "scan)"),
+        (is_animated(data), "is an animated WebP image; animated images are not supported. "
+                            "Expected a still image"),
+        (is_os2_bmp(data), "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which cannot be "
+                           "decoded. Expected a Windows BMP (e.g. re-saved with Pillow)"),
+    ]
+
+
 def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     """Eager form of `decode_image`'s checks: raises ValueError naming `name` for an
-    unsupported format or an image above `max_pixels`."""
+    unsupported format, a truncated JPEG, an animated WebP, an OS/2 BMP or an image above
+    `max_pixels`."""
     data = tf.constant(data) if isinstance(data, bytes) else data
     fmt = int(image_format(data))
-    if fmt >= 0 and max_pixels is not None:
-        try:
-            height, width = (int(v) for v in declared_size(data, tf.constant(fmt)))
-        except tf.errors.OpError as e:  # a header too short or broken to read the size from
-            raise ValueError(f"{name} is not a readable {FORMATS[fmt]} image "
-                             f"({first_line(e.message)}).") from None
     if fmt < 0:
         head = bytes(tf.strings.substr(_header(data), 0, 8).numpy()).rstrip(b"\0")
         raise ValueError(f"{name} is not an image in a supported format ({len(data.numpy())} "
                          f"bytes starting with {head!r}). Expected one of "
                          f"{', '.join(FORMATS)}.")
+    for refused, message in _unsupported(data, fmt):
+        if bool(refused):
+            raise ValueError(f"{name} {message}.")
     if max_pixels is not None:
+        try:
+            height, width = (int(v) for v in declared_size(data, tf.constant(fmt)))
+        except tf.errors.OpError as e:  # a header too short or broken to read the size from
+            raise ValueError(f"{name} is not a readable {FORMATS[fmt]} image "
+                             f"({first_line(e.message)}).") from None
         if height * width > max_pixels:
             raise ValueError(f"{name} is a {FORMATS[fmt]} image of {height} x {width} pixels, "
                              f"above the limit of {max_pixels:,} pixels (max_pixels).")
@@ -184,8 +254,10 @@ def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
 def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     """Decodes one encoded image (scalar string tensor) to uint8 RGB `[H, W, 3]`.
 
-    The format must be one of `FORMATS` and the size its header declares at most
-    `max_pixels` (None: no limit); both are checked before decoding. A failed check raises
+    The format must be one of `FORMATS`, the file none of those `_unsupported` names (a
+    truncated JPEG, an animated WebP, an OS/2 BMP) and the size its header declares at most
+    `max_pixels` (None: no limit); all are checked before decoding, so that the decoders never
+    see such files. A failed check raises
     `tf.errors.InvalidArgumentError` with a readable message (no raw bytes).
     """
     fmt = image_format(data)
@@ -196,6 +268,9 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
          tf.io.decode_raw(tf.strings.substr(_header(data), 0, 8), tf.uint8)],
         summarize=8,
     )]
+    with tf.control_dependencies(checks):
+        checks += [tf.debugging.Assert(tf.logical_not(refused), [f"{name} {message}"])
+                   for refused, message in _unsupported(data, fmt)]
     if max_pixels is not None:
         with tf.control_dependencies(checks):
             height, width = declared_size(data, fmt)
@@ -226,12 +301,15 @@ def load_image(path, size, max_pixels=DEFAULT_MAX_PIXELS):
 
     Raises:
         FileNotFoundError: for a missing file.
-        ValueError: naming the file, if it is not a supported image or is too large.
+        ValueError: naming the file, if it is not a regular file (a FIFO, a device), not a
+            supported image or too large.
     """
     path = os.path.expanduser(os.fspath(path))
     size = (size, size) if isinstance(size, int) else tuple(size)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Image file {path} does not exist.")
+    reason = not_regular_file(path)
+    if reason:
+        raise (FileNotFoundError if reason == MISSING else ValueError)(
+            f"Image file {path} {reason}.")
     with open(path, "rb") as f:
         data = tf.constant(f.read())
     check_encoded(data, max_pixels, name=path)
@@ -240,6 +318,23 @@ def load_image(path, size, max_pixels=DEFAULT_MAX_PIXELS):
     except tf.errors.OpError as e:
         raise ValueError(f"Cannot read {path}: {first_line(e.message)}") from None
     return np.clip(resize(tf.cast(image, tf.float32), size).numpy(), 0, 255)
+
+
+def not_regular_file(path):
+    """Why `path` cannot be read as an image file (a FIFO, a socket, a device: reading one
+    could wait forever), or None for a regular file (or a link to one)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return MISSING
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a folder" if stat.S_ISDIR(mode) else "something else")
+    return f"is {kind}, not a regular file"
 
 
 def first_line(message):

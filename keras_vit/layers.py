@@ -184,11 +184,22 @@ class PatchEmbedding(ConfigArgs, keras.layers.Layer):
         self._grid(images.shape)  # sizes known when the layer is called: checked here too
         kernel = ops.cast(self.kernel, images.dtype)
         x = ops.conv(images, kernel, strides=self.patch_size, padding="valid")
+        # x = [B, gh, gw, D]; the reshape gives an empty batch that shape too (TensorFlow's
+        # CPU convolution returns an empty input as it is, `[0, H, W, C]`). No reshape here
+        # infers a side (-1): for an empty tensor any side fits, and TensorFlow's graph
+        # optimiser, folding the reshapes, infers it from `[0, H, W, C]`.
+        x = ops.reshape(x, self._grid_shape(images))
         x = x + ops.cast(self.bias, x.dtype)  # x = [B, gh, gw, D]
         if not self.flatten:
             return x
-        batch = ops.shape(x)[0]
-        return ops.reshape(x, (batch, -1, self.hidden_size))  # x = [B, gh * gw, D]
+        batch, rows, cols, _ = self._grid_shape(images)
+        return ops.reshape(x, (batch, rows * cols, self.hidden_size))  # x = [B, gh * gw, D]
+
+    def _grid_shape(self, images):
+        """`[B, H / ph, W / pw, D]` of `images` `[B, H, W, C]`, from its (dynamic) shape."""
+        shape = ops.shape(images)
+        return (shape[0], shape[1] // self.patch_size[0], shape[2] // self.patch_size[1],
+                self.hidden_size)
 
     def compute_output_shape(self, input_shape):
         gh, gw = self._grid(input_shape)

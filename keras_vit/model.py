@@ -33,7 +33,9 @@ from keras_vit.layers import (
     sublayers,
 )
 from keras_vit.resnet import ResNet
-from keras_vit.checks import check_bool, check_choice, check_heads, check_positive_int, to_pair
+from keras_vit.checks import (check_bool, check_choice, check_fits_in_memory, check_heads,
+                              check_positive_int, to_pair)
+from keras_vit.flops import sequence_length, vit_params
 
 IMAGE_CHANNELS = 3
 # The name of the `Encoder` layer of a `scan=True` or `remat=True` model: its variables' paths
@@ -202,6 +204,11 @@ def ViT(
                 f"{size // (patch * stride) * patch * stride or patch * stride})."
             )
     check_heads(hidden_size, num_heads)
+    _check_memory(dict(image_size=image_size, patch_size=patch_size, hidden_size=hidden_size,
+                       num_layers=num_layers, mlp_dim=mlp_dim,
+                       num_classes=num_classes if include_top else None,
+                       representation_size=representation_size, class_token=class_token,
+                       learned_positions=position_embedding == "learned", resnet=resnet))
     if classifier == "token" and not class_token:
         raise ValueError('classifier="token" reads the class token, but class_token=False. '
                          'Expected class_token=True (or None), or classifier="gap".')
@@ -281,6 +288,26 @@ class ViTModel(keras.Model):
 
     def compile_from_config(self, config):
         super().compile_from_config({k: v for k, v in config.items() if k != "fuse_optimizer"})
+
+
+# Bytes a float32 weight or activation takes.
+FLOAT32_BYTES = 4
+
+
+def _check_memory(args):
+    """Refuses an architecture whose float32 weights and one image's activations (the tokens
+    and an MLP's hidden layer: a lower bound) cannot fit in this machine's memory, before any
+    weight is allocated."""
+    params = vit_params(**args)
+    tokens = sequence_length(args["image_size"], args["patch_size"], args["class_token"],
+                             args["resnet"])
+    activations = tokens * (2 * args["hidden_size"] + args["mlp_dim"])  # [N, D] twice, [N, M]
+    shown = ", ".join(f"{k}={v!r}" for k, v in args.items()
+                      if k in ("image_size", "patch_size", "hidden_size", "num_layers", "mlp_dim"))
+    check_fits_in_memory(
+        f"ViT({shown})", FLOAT32_BYTES * (params + activations),
+        f"for its {params:,} weights and one image's activations (float32)",
+        "a smaller image_size, hidden_size, num_layers or mlp_dim")
 
 
 def _resnet(resnet):

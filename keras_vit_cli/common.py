@@ -147,8 +147,11 @@ def check_images_exist(paths):
         if os.path.isdir(os.path.expanduser(path)):
             raise ValueError(f"{path} is a folder. Expected image files (e.g. "
                              f"{os.path.join(path, '*.jpg')}).")
-        if not os.path.isfile(os.path.expanduser(path)):
+        if not os.path.exists(os.path.expanduser(path)):
             raise FileNotFoundError(f"Image file {path} does not exist.")
+        if not os.path.isfile(os.path.expanduser(path)):  # reading a FIFO could wait forever
+            raise ValueError(f"Image file {path} is not a regular file (a FIFO, socket or "
+                             "device). Expected an image file.")
 
 
 def check_output_file(flag, path, what):
@@ -468,8 +471,13 @@ def load_data(args, split, training, strategy, image_size):
 
 def data_split(args, split):
     """The split `load_data(args, split, ...)` reads: the tfds split, or for a folder "train",
-    "validation" (the held-out fraction) or "all" (every image: any other name)."""
-    return split if not args.folder or split in FOLDER_SPLITS else "all"
+    "validation" (the held-out fraction) or "all" (every image: also "test", the default)."""
+    if not args.folder or split in FOLDER_SPLITS:
+        return split
+    if split != "test":
+        raise ValueError(f"Split {split!r} is not a split of the image folder {args.folder}. "
+                         f"Expected one of {', '.join(FOLDER_SPLITS)} or test (every image).")
+    return "all"
 
 
 def data_source(args):

@@ -57,6 +57,8 @@ def run_evaluate(args):
     with strategy.scope():
         model, names = model_from_args(args, num_classes=num_classes, need_head=True)
     data = load_data(args, args.split, False, strategy, input_size(model, args))
+    if args.folder and not args.class_names:  # subfolders against the checkpoint's names
+        evaluation.check_class_names(names, data.class_names)
     names = class_names_from_args(args, num_classes, data.class_names or names)
     with undecodable_files_named(args):
         report = evaluation.evaluate(model, data, class_names=names, out_dir=args.out,

@@ -244,6 +244,19 @@ def _write_run(output_dir, settings, finished, model, class_names, run_time):
         indent=1))
 
 
+def _check_model_classes(model, name, data):
+    """Raises ValueError if `data` (an `InputData` or None) holds more classes than `model`
+    has outputs: its labels would index past the logits."""
+    outputs = getattr(model, "outputs", None) or []
+    classes = outputs[0].shape[-1] if len(outputs) == 1 else None
+    if data is None or classes is None or data.num_classes <= classes:
+        return
+    names = f" ({', '.join(map(str, data.class_names))})" if data.class_names else ""
+    raise ValueError(f"The {name} data holds {data.num_classes} classes{names}, more than the "
+                     f"model's {classes} outputs. Expected a model with num_classes="
+                     f"{data.num_classes}, or data of at most {classes} classes.")
+
+
 def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         recipe="finetune", learning_rate=None, warmup_steps=None,
         weight_decay=PRETRAIN_WEIGHT_DECAY, target_batch_size=None, label_smoothing=0.0,
@@ -321,6 +334,8 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     self_supervised = getattr(model, "self_supervised", False)
     if not self_supervised:
         check_trainable_classes(train.num_classes)
+        for name, pipeline in (("training", train), ("validation", validation)):
+            _check_model_classes(model, name, pipeline)
     if recipe is not None:
         check_choice("recipe", recipe, RECIPES)
     elif getattr(model, "optimizer", None) is None:
