@@ -35,7 +35,7 @@ import numpy as np
 
 from keras_vit.checks import check_positive_number
 from keras_vit.data import InputData, to_0_255
-from keras_vit.fileio import atomic_write
+from keras_vit.fileio import atomic_write, check_destination
 from keras_vit.images import preprocess_inputs
 
 # big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
@@ -375,7 +375,7 @@ def linear_probe(train_features, train_labels, test_features, test_labels, epoch
 
 
 def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progress=True,
-             value_range=None, allow_fresh_head=False):
+             value_range=None, allow_fresh_head=False, overwrite=False):
     """Top-1, top-5 and loss of a classifier, with per-class accuracy and the confusion matrix;
     ReaL accuracy too where the data has label sets.
 
@@ -397,6 +397,8 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
         allow_fresh_head: bool. Evaluate a head that is all zeros (a fresh head: no trained
             weights were loaded into it, so it scores chance), which is otherwise refused.
             Defaults to False.
+        overwrite: bool. Replace report files already in `out_dir` (refused otherwise, before
+            anything is evaluated). Defaults to False.
 
     Returns:
         dict: `top1`, `top5`, `loss`, `num_examples`, `per_class_accuracy` [K] (NaN for
@@ -408,6 +410,8 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
         raise ValueError(f"Model {model.name!r} has no classification head (include_top=False).")
     if not allow_fresh_head:
         _check_trained_head(model)
+    if out_dir:
+        check_report_files(out_dir, overwrite)
     num_classes = int(model.output.shape[-1])
     top5, loss_sum = 0, 0.0
     all_labels, predicted, in_set, has_set = [], [], [], []
@@ -579,6 +583,16 @@ def real_accuracy(predictions, label_sets, labels):
         raise ValueError(f"{len(predictions)} predictions but {len(labels)} labels.")
     hits, scored = _label_set_hits(predictions, label_sets, num_classes)
     return _real_summary(labels, predictions, hits, scored, num_classes)
+
+
+REPORT_FILES = ("per_class_accuracy.csv", "confusion_matrix.png")
+
+
+def check_report_files(out_dir, overwrite=False):
+    """Raises `keras_vit.fileio.DestinationExists` if a report `evaluate` writes is already in
+    `out_dir` (unless `overwrite`), `WriteError` for a link there."""
+    for name in REPORT_FILES:
+        check_destination(os.path.join(os.path.expanduser(os.fspath(out_dir)), name), overwrite)
 
 
 def _write_reports(result, class_names, out_dir):

@@ -41,7 +41,7 @@ import keras
 import numpy as np
 
 from keras_vit.checks import check_index, check_positive_int
-from keras_vit.fileio import atomic_write
+from keras_vit.fileio import atomic_write, check_destination
 from keras_vit.model import (
     encoder_blocks,
     encoder_layer,
@@ -688,9 +688,19 @@ def has_rgb_filters(model):
     return _embedding(model).kernel.shape[2] == 3
 
 
+def check_figure_files(out_dir, overwrite=False):
+    """Raises `keras_vit.fileio.DestinationExists` if a figure `inspect_model` writes is
+    already in `out_dir` (unless `overwrite`), `WriteError` for a link there."""
+    for file in FIGURE_FILES.values():
+        check_destination(os.path.join(os.path.expanduser(os.fspath(out_dir)), file), overwrite)
+
+
 def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch_size=32,
-                  gray=False):
+                  gray=False, overwrite=False):
     """Writes the four figures (`FIGURE_FILES`) for `model` on `images` into `out_dir`.
+
+    A figure file already in `out_dir` is replaced only with `overwrite=True` (refused before
+    anything is computed otherwise: `keras_vit.fileio.DestinationExists`).
 
     `plot_attention`, `plot_mean_attention_distance` (from the same forward pass),
     `plot_position_embedding_similarity` and `plot_patch_embedding_filters`; the arguments
@@ -702,6 +712,7 @@ def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch
     Returns:
         dict: figure name -> (path, the arrays its plot function returned).
     """
+    check_figure_files(out_dir, overwrite)
     images = _check_images(model, images)
     geo, arrays = _analyse(model, images, layer, head, query, batch_size)  # one pass for both
     maps = {k: arrays[k] for k in ("rollout", "attention")}

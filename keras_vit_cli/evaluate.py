@@ -40,6 +40,8 @@ def configure_evaluate(parser):
     add_class_names_argument(parser)
     parser.add_argument("--out", default=None,
                         help="write per_class_accuracy.csv and confusion_matrix.png here")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace those reports if --out already holds them")
     parser.add_argument("--allow-fresh-head", action="store_true",
                         help="evaluate a model whose head is untrained (all zeros, e.g. no "
                              "--weights), which scores chance; refused otherwise")
@@ -51,6 +53,7 @@ def run_evaluate(args):
 
     if args.out:
         check_output_folder("--out", args.out, "the reports")
+        evaluation.check_report_files(args.out, args.overwrite)  # before the model is built
     num_classes = data_num_classes(args)
     strategy = tf_distribute.get_strategy(args.strategy)
     tf_distribute.global_batch_size(args.batch_size, strategy)
@@ -63,7 +66,8 @@ def run_evaluate(args):
     with undecodable_files_named(args):
         report = evaluation.evaluate(model, data, class_names=names, out_dir=args.out,
                                      progress=args.verbose > 0,
-                                     allow_fresh_head=args.allow_fresh_head)
+                                     allow_fresh_head=args.allow_fresh_head,
+                                     overwrite=args.overwrite)
     split = data_split(args, args.split)
     summary = {"data": data_source(args), "split": split, "examples": report["num_examples"],
                "classes": num_classes, "loss": report["loss"], "accuracy": report["top1"],

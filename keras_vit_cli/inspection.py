@@ -12,6 +12,8 @@ from keras_vit_cli.common import (
 def configure(parser):
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files to look at")
     parser.add_argument("--out", required=True, help="folder for the four PNG figures")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace figures already in --out")
     add_model_arguments(parser)
     parser.add_argument("--classifier", choices=("token", "gap"), default=None,
                         help="for a variant --model: class token or global average pooling")
@@ -32,6 +34,7 @@ def run(args):
     check_model_flags(args)
     check_images_exist(args.images)
     check_output_folder("--out", args.out, "the figures")
+    inspection.check_figure_files(args.out, args.overwrite)  # before the model is built
     architecture = {"classifier": args.classifier} if args.classifier else None
     model, _ = model_from_args(args, include_top=False, architecture=architecture)
     if args.weights is None and not (args.model or "").endswith(".keras"):
@@ -41,7 +44,7 @@ def run(args):
     batch = np.stack([images.load_image(path, geo.image_size) for path in args.images])
     results = inspection.inspect_model(model, np.asarray(images.preprocess_inputs(batch)),
                                        args.out, layer=args.layer, head=args.head,
-                                       gray=args.gray)
+                                       gray=args.gray, overwrite=args.overwrite)
     for name, (path, _) in results.items():
         print(f"{name:30} {path}")
     if not inspection.has_rgb_filters(model):

@@ -387,3 +387,32 @@ def test_temporary_names_carry_this_host_and_process(tmp_path):
     assert f"-{os.getpid()}-" in seen[0] and seen[0].endswith("-a.npz")
     assert fileio._host_digest() in seen[0]
     assert socket.gethostname() not in seen[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Reports and figures in a folder the user names.
+
+
+def test_evaluate_and_inspect_replace_reports_only_with_overwrite(tmp_path, capsys):
+    from keras_vit import evaluation, inspection
+
+    model = keras_vit.from_pretrained("digits")
+    images = np.zeros((2, 16, 16, 3), np.uint8)
+    for name in (*evaluation.REPORT_FILES, *inspection.FIGURE_FILES.values()):
+        (tmp_path / name).write_bytes(b"mine")
+    before = tree(tmp_path)
+    with pytest.raises(fileio.DestinationExists, match="per_class_accuracy.csv already exists"):
+        keras_vit.evaluate(model, (images, np.zeros(2, int)), out_dir=tmp_path, progress=False)
+    with pytest.raises(fileio.DestinationExists, match="already exists"):
+        keras_vit.inspect_model(model, np.zeros((2, 16, 16, 3), np.float32), tmp_path)
+    image = tmp_path / "x.png"
+    Image.fromarray(images[0]).save(image)
+    assert cli.main(["inspect", str(image), "--weights", "digits", "--out", str(tmp_path)]) == 2
+    line = error_line(capsys)
+    assert "attention.png already exists" in line and "--overwrite" in line, line
+    image.unlink()
+    assert tree(tmp_path) == before
+    result = keras_vit.evaluate(model, (images, np.zeros(2, int)), out_dir=tmp_path,
+                                progress=False, overwrite=True)
+    assert (tmp_path / "per_class_accuracy.csv").read_bytes() != b"mine"
+    assert str(tmp_path / "per_class_accuracy.csv") in result["files"]
