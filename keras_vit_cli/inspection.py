@@ -4,6 +4,7 @@ from keras_vit_cli.common import (
     add_model_arguments,
     check_images_exist,
     check_model_flags,
+    check_model_paths,
     check_output_folder,
     model_from_args,
 )
@@ -22,6 +23,13 @@ def configure(parser):
     parser.add_argument("--gray", action="store_true",
                         help="the model was trained on grey images: show the patch-embedding "
                              "filters summed over the colour channels, as such images see them")
+
+
+def check(args):
+    """The input files, before TensorFlow starts: the images and the model and weights
+    files."""
+    check_images_exist(args.images)
+    check_model_paths(args)
 
 
 def run(args):
@@ -50,4 +58,4 @@ def run(args):
     return 0
 
 
-COMMANDS = {"inspect": (configure, run)}
+COMMANDS = {"inspect": (configure, run, check)}
