@@ -51,7 +51,8 @@ def test_predict_of_a_missing_image_exits_2_in_one_line_without_tensorflow(tmp_p
     assert done.stderr == "keras-vit predict: error: Image file nothere.jpg does not exist.\n"
 
 
-# (command line, the message it gives). `{tmp}` is the test's folder; img.png exists there.
+# (command line, the message it gives), run in a folder holding img.png and an image folder
+# `classes` (its classes c0 and c1 each hold img.png).
 MISSING = {
     "predict --weights": (["predict", "img.png", "--weights", "nothere.npz"],
                           "No checkpoint file at nothere.npz."),
@@ -76,11 +77,11 @@ MISSING = {
     "train --folder": (["train", "--folder", "photos", "--output", "run",
                         "--model-config", TINY_JSON],
                        "Image folder 'photos' does not exist or is not a directory."),
-    "train --weights": (["train", "--folder", ".", "--output", "run", "--weights", "w.npz"],
+    "train --weights": (["train", "--folder", "classes", "--output", "run", "--weights", "w.npz"],
                         "No checkpoint file at w.npz."),
     "evaluate --folder": (["evaluate", "--folder", "photos", "--model-config", TINY_JSON],
                           "Image folder 'photos' does not exist or is not a directory."),
-    "evaluate --class-names": (["evaluate", "--folder", ".", "--model-config", TINY_JSON,
+    "evaluate --class-names": (["evaluate", "--folder", "classes", "--model-config", TINY_JSON,
                                 "--class-names", "names.txt"],
                                "Class-names file names.txt does not exist."),
     "fewshot --folder": (["fewshot", "--folder", "photos", "--model-config", TINY_JSON],
@@ -106,6 +107,8 @@ MISSING = {
 def test_missing_inputs_are_refused_before_tensorflow_starts(tmp_path, case):
     argv, message = MISSING[case]
     _image(tmp_path / "img.png")
+    _image(tmp_path / "classes" / "c0" / "img.png")
+    _image(tmp_path / "classes" / "c1" / "img.png")
     before = sorted(os.listdir(tmp_path))
     done = _run(argv, tmp_path)
     assert done.returncode != 3, f"{case}: TensorFlow was imported before the check"
