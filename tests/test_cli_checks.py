@@ -223,3 +223,24 @@ def test_evaluate_command_leaves_top5_out_for_4_classes(tmp_path, capsys):
     assert keras_vit_cli.main([*common, "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "top5" in result and result["top5"] is None, result
+
+
+def test_digits_demo_says_truthfully_how_its_checkpoint_relates_to_the_shipped_one():
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train_digits
+    from keras_vit import data
+
+    shipped = train_digits.sha256(train_digits.SHIPPED)
+    line = train_digits.compare_with_shipped(shipped, [], None, None)
+    assert line == f"identical to the shipped {train_digits.SHIPPED_NAME}"
+    line = train_digits.compare_with_shipped("0" * 64, ["--epochs"], None, None)
+    assert "the default settings train (changed here: --epochs)" in line
+    images, labels = train_digits.digits_rgb()
+    _, x_test, _, y_test = train_digits.split(images, labels)
+    test = data.from_arrays(x_test, y_test, num_classes=10, image_size=16, batch_size=360,
+                            training=False)
+    line = train_digits.compare_with_shipped("0" * 64, [], test, y_test)
+    # The same settings on another machine: other weights, and the shipped model's score on
+    # the same held-out digits (97.5%, as the README and the evaluation guide say).
+    assert "the same settings trained on another machine" in line
+    assert "the shipped model scores 0.9750 on the same held-out digits" in line, line
