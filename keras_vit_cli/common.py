@@ -171,7 +171,9 @@ def _local_weights_path(source):
 
 def check_model_paths(args):
     """Refuses a `--model` .keras file or a local `--weights` file that does not exist, with
-    the message loading it gives (checked before TensorFlow starts)."""
+    the message loading it gives (checked before TensorFlow starts, after the model flags'
+    conflicts)."""
+    check_model_flag_conflicts(args)
     model = getattr(args, "model", None)
     if model and model.endswith(".keras") and not os.path.isfile(os.path.expanduser(model)):
         raise FileNotFoundError(f"--model {model}: no such file.")
@@ -234,10 +236,17 @@ def check_model_flags(args):
         if unknown:
             raise ValueError(f"--model-config: unknown keys {unknown}. Expected keras_vit.ViT "
                              f"arguments: {', '.join(sorted(known))}.")
-    if args.model_config is not None and args.model:
+    check_model_flag_conflicts(args)
+
+
+def check_model_flag_conflicts(args):
+    """The model flags that contradict each other (no file read, no import): checked before
+    TensorFlow starts, and before the input files."""
+    model = getattr(args, "model", None)
+    if getattr(args, "model_config", None) is not None and model:
         raise ValueError("--model and --model-config both describe the architecture. "
                          "Expected one of them.")
-    if args.model and args.model.endswith(".keras") and args.weights == DEFAULT_WEIGHTS:
+    if model and model.endswith(".keras") and getattr(args, "weights", None) == DEFAULT_WEIGHTS:
         raise ValueError(f"--weights {DEFAULT_WEIGHTS} needs a variant --model; a .keras file "
                          "holds its own weights.")
 

@@ -3,6 +3,7 @@
 from keras_vit_cli.common import (
     add_model_arguments,
     check_images_exist,
+    check_model_flag_conflicts,
     check_model_flags,
     check_model_paths,
     check_output_folder,
@@ -28,6 +29,7 @@ def configure(parser):
 def check(args):
     """The input files, before TensorFlow starts: the images and the model and weights
     files."""
+    check_model_flag_conflicts(args)
     check_images_exist(args.images)
     check_model_paths(args)
 

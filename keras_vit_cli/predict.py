@@ -5,6 +5,7 @@ from keras_vit_cli.common import (
     add_model_arguments,
     check_class_names_file,
     check_images_exist,
+    check_model_flag_conflicts,
     check_model_flags,
     check_model_paths,
     class_names_from_args,
@@ -28,6 +29,7 @@ def configure(parser):
 def check(args):
     """The input files, before TensorFlow starts: the images, the model and weights files and
     the class-names file."""
+    check_model_flag_conflicts(args)
     check_images_exist(args.images)
     check_model_paths(args)
     check_class_names_file(args)

@@ -100,6 +100,10 @@ MISSING = {
                              "Class-names file names.txt does not exist."),
     "vtab --model": (["vtab", "--output", "suite", "--model", "vit.keras"],
                      "--model vit.keras: no such file."),
+    # Flags that contradict each other come first, as they did when TensorFlow started first.
+    "predict --weights default with a .keras --model": (
+        ["predict", "nothere.png", "--model", "m.keras", "--weights", "default"],
+        "--weights default needs a variant --model; a .keras file holds its own weights."),
 }
 
 
