@@ -36,6 +36,9 @@ def check(args):
         raise ValueError(f"OUT must end in {', '.join(FORMATS)}. Received: {args.out}")
     if args.weights:
         raise ValueError("SOURCE is the weights; --weights is not needed.")
+    if args.source.endswith(".keras") and (args.model or args.model_config is not None):
+        raise ValueError(f"SOURCE {args.source} is a saved model; --model and "
+                         "--model-config do not apply to it.")
     source = {"model": args.source} if args.source.endswith(".keras") else {
         "model": args.model, "weights": args.source}
     check_model_paths(argparse.Namespace(**source))
@@ -50,9 +53,6 @@ def run(args):
 
     check_destination(args.out, args.overwrite)  # before the model is loaded
     if args.source.endswith(".keras"):  # a saved model: its architecture and weights
-        if args.model or args.model_config is not None:
-            raise ValueError(f"SOURCE {args.source} is a saved model; --model and "
-                             "--model-config do not apply to it.")
         args.model = args.source
     else:
         args.weights = args.source

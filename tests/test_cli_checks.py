@@ -104,6 +104,9 @@ MISSING = {
     "predict --weights default with a .keras --model": (
         ["predict", "nothere.png", "--model", "m.keras", "--weights", "default"],
         "--weights default needs a variant --model; a .keras file holds its own weights."),
+    "convert SOURCE keras with --model": (
+        ["convert", "nothere.keras", "out.npz", "--model", "B/16"],
+        "SOURCE nothere.keras is a saved model; --model and --model-config do not apply to it."),
 }
 
 
