@@ -9,8 +9,8 @@ line is the separate package `keras_vit_cli`, which answers `--help` without imp
 
 __version__ = "0.4.0"
 
-import importlib
-import warnings
+import importlib as _importlib
+import warnings as _warnings
 
 from keras_vit import configs, kernels, layers, model
 from keras_vit.builders import (
@@ -84,23 +84,21 @@ _DEPRECATED = {
     "ResNetStem": ("keras_vit.resnet", "keras_vit.ResNetStem is deprecated: use "
                    "keras_vit.ResNet."),
 }
-__all__ = sorted(
-    {name for name in globals() if not name.startswith("_")} - {"importlib", "warnings"}
-    | set(_LAZY))
+__all__ = sorted({name for name in globals() if not name.startswith("_")} | set(_LAZY))
 
 
 def __getattr__(name):
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
     if name in _LAZY_MODULES or name in _DEPRECATED_MODULES:
-        return importlib.import_module(f"{__name__}.{name}")
+        return _importlib.import_module(f"{__name__}.{name}")
     if name in _DEPRECATED:
         module, message = _DEPRECATED[name]
         if message:
-            warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(module), name)
+            _warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(_importlib.import_module(module), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

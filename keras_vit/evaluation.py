@@ -373,6 +373,10 @@ def linear_probe(train_features, train_labels, test_features, test_labels, epoch
 # --------------------------------------------------------------------------------------------
 # Classification accuracy.
 
+# Top-k accuracy is reported for more than TOP_K classes only: with TOP_K classes or fewer,
+# every label is among the top k and the metric is 100% whatever the model predicts.
+TOP_K = 5
+
 
 def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progress=True,
              value_range=None, allow_fresh_head=False, overwrite=False):
@@ -401,7 +405,8 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
             anything is evaluated). Defaults to False.
 
     Returns:
-        dict: `top1`, `top5`, `loss`, `num_examples`, `per_class_accuracy` [K] (NaN for
+        dict: `top1`, `top5` (None for a model of 5 classes or fewer, where it is always
+        1), `loss`, `num_examples`, `per_class_accuracy` [K] (NaN for
         classes absent from the data), `confusion_matrix` [K, K] (rows: true, columns:
         predicted), and `files` written; with label sets, `real` as `real_accuracy` returns
         it (top-1, top-5, loss and the confusion matrix stay against `label`, on every image).
@@ -422,7 +427,7 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
         log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
         loss_sum += float(-log_probs[np.arange(len(labels)), labels].sum())
         order = np.argsort(-logits, axis=1, kind="stable")
-        top5 += int((order[:, :5] == labels[:, None]).any(axis=1).sum())
+        top5 += int((order[:, :TOP_K] == labels[:, None]).any(axis=1).sum())
         all_labels.append(labels)
         predicted.append(order[:, 0])
         if label_sets is not None:
@@ -437,7 +442,8 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     np.add.at(confusion, (labels, predicted), 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_class = np.diag(confusion) / confusion.sum(axis=1)
-    result = dict(top1=float(np.mean(predicted == labels)), top5=top5 / n, loss=loss_sum / n,
+    result = dict(top1=float(np.mean(predicted == labels)),
+                  top5=top5 / n if num_classes > TOP_K else None, loss=loss_sum / n,
                   num_examples=n, per_class_accuracy=per_class, confusion_matrix=confusion,
                   files=[])
     if has_set:

@@ -3,8 +3,9 @@
 A dispatcher and one module per command group. Only the module of the command that runs is
 imported, and the command modules import the library (and so TensorFlow) inside their `run`
 functions: `keras-vit --help`, `keras-vit COMMAND --help`, `keras-vit models` and
-`keras-vit checkpoints` start without TensorFlow. Every command takes its model the same way
-(`keras_vit_cli.common`).
+`keras-vit checkpoints` start without TensorFlow. A command's `check(args)`, beside its
+`configure` and `run`, refuses missing input files and folders before TensorFlow starts.
+Every command takes its model the same way (`keras_vit_cli.common`).
 
 Errors a user can fix (a missing file, a bad value, a checkpoint that does not fit, a full
 disk) print one `keras-vit COMMAND: error: ...` message, without a traceback, and exit with
@@ -72,7 +73,8 @@ def build_parser(argv=()):
     parser = argparse.ArgumentParser(prog="keras-vit",
                                      description="Vision Transformer models for Keras 3.")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="keras-vit COMMAND --help shows its flags")
     chosen = _chosen_command(argv)
     for name, (module, help_text) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
@@ -80,9 +82,11 @@ def build_parser(argv=()):
         command_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                     help=DEBUG_HELP)
         if name == chosen:
-            configure, run = importlib.import_module(module).COMMANDS[name]
+            # (configure, run) or (configure, run, check): `check(args)` looks at the input
+            # files and flags without TensorFlow, before it starts.
+            configure, run, *check = importlib.import_module(module).COMMANDS[name]
             configure(command_parser)
-            command_parser.set_defaults(run=run)
+            command_parser.set_defaults(run=run, check=check[0] if check else None)
     return parser
 
 
@@ -163,6 +167,8 @@ def _run(args, interrupts):
     new_folders = _new_folders(args)
     try:
         with checked_stdout():
+            if getattr(args, "check", None) is not None:
+                args.check(args)  # a missing input file is reported before TensorFlow starts
             with interrupts.deferred():  # a signal during the imports is raised after them
                 select_backend(getattr(args, "backend", None))  # before TensorFlow imports Keras
                 if args.command not in LIGHT_COMMANDS or getattr(args, "time", False):

@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-from keras_vit_cli.catalog import library_module
+from keras_vit_cli.catalog import library_module, registry_entries
 
 DEFAULT_WEIGHTS = "default"
 
@@ -154,6 +154,58 @@ def check_images_exist(paths):
                              "device). Expected an image file.")
 
 
+# The suffixes of a --weights value that names a local file (`keras_vit.weights.sources`).
+LOCAL_WEIGHTS_SUFFIXES = (".npz", ".safetensors")
+
+
+def _local_weights_path(source):
+    """The file a `--weights` value names, if it names one by its form, as
+    `keras_vit.weights.sources.fetch_params` reads it: not 'default', not a registry name, not a
+    URL or hf://; an `.npz` or `.safetensors` path, or one starting with `.`, `~` or `/`.
+    None otherwise (a name the library checks, naming close registry names)."""
+    if not source or source == DEFAULT_WEIGHTS or "://" in source:
+        return None
+    if not (source.endswith(LOCAL_WEIGHTS_SUFFIXES) or source.startswith((".", "~", os.sep))):
+        return None
+    if source in {entry["name"] for entry in registry_entries()}:
+        return None
+    return os.path.expanduser(source)
+
+
+def check_model_paths(args):
+    """Refuses a `--model` .keras file or a local `--weights` file that does not exist, with
+    the message loading it gives (checked before TensorFlow starts, after the model flags'
+    conflicts)."""
+    check_model_flag_conflicts(args)
+    model = getattr(args, "model", None)
+    if model and model.endswith(".keras") and not os.path.isfile(os.path.expanduser(model)):
+        raise FileNotFoundError(f"--model {model}: no such file.")
+    path = _local_weights_path(getattr(args, "weights", None))
+    if path is not None and not os.path.isfile(path):
+        raise FileNotFoundError(f"No checkpoint file at {path}.")
+
+
+def check_class_names_file(args):
+    """Refuses a `--class-names` file that does not exist or is a folder, with the message
+    reading it gives (checked before TensorFlow starts)."""
+    name = getattr(args, "class_names", None)
+    if not name:
+        return
+    path = os.path.expanduser(name)
+    if os.path.isdir(path):
+        raise ValueError(f"--class-names {name} is a folder. {CLASS_NAMES_EXPECTED}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Class-names file {path} does not exist.")
+
+
+def check_data_folder(args):
+    """Refuses a `--folder` that does not exist or is not a folder, with the message reading it
+    gives (checked before TensorFlow starts)."""
+    folder = getattr(args, "folder", None)
+    if folder is not None and not os.path.isdir(folder):
+        raise FileNotFoundError(f"Image folder {folder!r} does not exist or is not a directory.")
+
+
 def check_output_file(flag, path, what):
     """Refuses an output file path that is an existing folder (`what`: the file, for the
     message)."""
@@ -187,10 +239,17 @@ def check_model_flags(args):
         if unknown:
             raise ValueError(f"--model-config: unknown keys {unknown}. Expected keras_vit.ViT "
                              f"arguments: {', '.join(sorted(known))}.")
-    if args.model_config is not None and args.model:
+    check_model_flag_conflicts(args)
+
+
+def check_model_flag_conflicts(args):
+    """The model flags that contradict each other (no file read, no import): checked before
+    TensorFlow starts, and before the input files."""
+    model = getattr(args, "model", None)
+    if getattr(args, "model_config", None) is not None and model:
         raise ValueError("--model and --model-config both describe the architecture. "
                          "Expected one of them.")
-    if args.model and args.model.endswith(".keras") and args.weights == DEFAULT_WEIGHTS:
+    if model and model.endswith(".keras") and getattr(args, "weights", None) == DEFAULT_WEIGHTS:
         raise ValueError(f"--weights {DEFAULT_WEIGHTS} needs a variant --model; a .keras file "
                          "holds its own weights.")
 
@@ -313,14 +372,17 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
     return model, info["class_names"]
 
 
+CLASS_NAMES_EXPECTED = "Expected a UTF-8 text file with one class name a line."
+
+
 def class_names_from_args(args, num_classes, checkpoint_names=None):
     """The class names: `--class-names FILE`, else the checkpoint's, else the defaults."""
     from keras_vit import labels
 
     if getattr(args, "class_names", None):
         if os.path.isdir(os.path.expanduser(args.class_names)):
-            raise ValueError(f"--class-names {args.class_names} is a folder. Expected a UTF-8 "
-                             "text file with one class name a line.")
+            raise ValueError(f"--class-names {args.class_names} is a folder. "
+                             f"{CLASS_NAMES_EXPECTED}")
         return labels.read_class_names(args.class_names, num_classes)
     if checkpoint_names and len(checkpoint_names) == num_classes:
         return list(checkpoint_names)

@@ -4,7 +4,14 @@ writes beside it (`keras_vit.weights.hub.save_safetensors`: `keras_vit.from_pret
 rebuilds the model, and `timm.create_model(name, pretrained=True,
 pretrained_cfg_overlay=dict(file=OUT), **model_args)` loads it)."""
 
-from keras_vit_cli.common import add_model_arguments, check_output_file, model_from_args
+import argparse
+
+from keras_vit_cli.common import (
+    add_model_arguments,
+    check_model_paths,
+    check_output_file,
+    model_from_args,
+)
 
 FORMATS = (".keras", ".weights.h5", ".npz", ".safetensors")
 # A .weights.h5 file's size, at most: 4 bytes a parameter and HDF5's own records.
@@ -22,11 +29,23 @@ def configure(parser):
                         help="replace a file already at OUT (never one a running job holds)")
 
 
-def run(args):
+def check(args):
+    """The flags and SOURCE, before TensorFlow starts: OUT's format, and a SOURCE file that
+    does not exist."""
     if not args.out.endswith(FORMATS):
         raise ValueError(f"OUT must end in {', '.join(FORMATS)}. Received: {args.out}")
     if args.weights:
         raise ValueError("SOURCE is the weights; --weights is not needed.")
+    if args.source.endswith(".keras") and (args.model or args.model_config is not None):
+        raise ValueError(f"SOURCE {args.source} is a saved model; --model and "
+                         "--model-config do not apply to it.")
+    source = {"model": args.source} if args.source.endswith(".keras") else {
+        "model": args.model, "weights": args.source}
+    check_model_paths(argparse.Namespace(**source))
+
+
+def run(args):
+    check(args)
     suffix = next(suffix for suffix in FORMATS if args.out.endswith(suffix))
     check_output_file("OUT", args.out, f"the {suffix} file")
     from keras_vit.fileio import atomic_file, check_destination, check_room
@@ -34,9 +53,6 @@ def run(args):
 
     check_destination(args.out, args.overwrite)  # before the model is loaded
     if args.source.endswith(".keras"):  # a saved model: its architecture and weights
-        if args.model or args.model_config is not None:
-            raise ValueError(f"SOURCE {args.source} is a saved model; --model and "
-                             "--model-config do not apply to it.")
         args.model = args.source
     else:
         args.weights = args.source
@@ -59,4 +75,4 @@ def run(args):
     return 0
 
 
-COMMANDS = {"convert": (configure, run)}
+COMMANDS = {"convert": (configure, run, check)}

@@ -2,12 +2,16 @@
 ReaL accuracy (`--dataset imagenet2012_real`, Table 2).
 
 Each ends with a table naming the images it used and how many (`--json`: one JSON object
-instead)."""
+instead). `evaluate` reports top-5 accuracy for a model of more than 5 classes only (where it
+means something): otherwise the table has no top-5 row and the JSON `top5` is null."""
 
 from keras_vit_cli.common import (
     add_class_names_argument,
     add_data_arguments,
     add_model_arguments,
+    check_class_names_file,
+    check_data_folder,
+    check_model_paths,
     check_output_folder,
     class_names_from_args,
     data_num_classes,
@@ -47,6 +51,21 @@ def configure_evaluate(parser):
                              "--weights), which scores chance; refused otherwise")
 
 
+def check_evaluate(args):
+    """The inputs, before TensorFlow starts: the image folder, the model and weights files and
+    the class-names file."""
+    check_data_folder(args)
+    check_model_paths(args)
+    check_class_names_file(args)
+
+
+def check_fewshot(args):
+    """The inputs, before TensorFlow starts: the image folder and the model and weights
+    files."""
+    check_data_folder(args)
+    check_model_paths(args)
+
+
 def run_evaluate(args):
     from keras_vit import evaluation
     from keras_vit.parallel import tf_distribute
@@ -72,9 +91,10 @@ def run_evaluate(args):
     summary = {"data": data_source(args), "split": split, "examples": report["num_examples"],
                "classes": num_classes, "loss": report["loss"], "accuracy": report["top1"],
                "top5": report["top5"], "files": report["files"]}
-    rows = [("top-1 accuracy", number(report["top1"], percent=True)),
-            ("top-5 accuracy", number(report["top5"], percent=True)),
-            ("loss", number(report["loss"]))]
+    rows = [("top-1 accuracy", number(report["top1"], percent=True))]
+    if report["top5"] is not None:  # None for 5 classes or fewer, where it is always 100%
+        rows.append(("top-5 accuracy", number(report["top5"], percent=True)))
+    rows.append(("loss", number(report["loss"])))
     if "real" in report:  # label sets (ImageNet-ReaL): scored on the images with a set
         real = report["real"]
         summary["real"] = {"accuracy": real["accuracy"],
@@ -168,5 +188,5 @@ def _print_fewshot(args, table, train_split, test_split, markdown):
         print(markdown)
 
 
-COMMANDS = {"evaluate": (configure_evaluate, run_evaluate),
-            "fewshot": (configure_fewshot, run_fewshot)}
+COMMANDS = {"evaluate": (configure_evaluate, run_evaluate, check_evaluate),
+            "fewshot": (configure_fewshot, run_fewshot, check_fewshot)}

@@ -6,6 +6,8 @@ import sys
 from keras_vit_cli.common import (
     add_class_names_argument,
     add_model_arguments,
+    check_class_names_file,
+    check_model_paths,
     check_output_file,
     check_output_folder,
     class_names_from_args,
@@ -24,7 +26,9 @@ def configure(parser):
     add_model_arguments(parser)
     parser.add_argument("--num-classes", type=positive_int_arg, default=None,
                         help="head size for a variant without --weights (1000)")
-    parser.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model")
+    parser.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model",
+                        help="saved_model: a TF Serving SavedModel folder; tflite: a .tflite "
+                             "file (default saved_model)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing version folder (SavedModel) or file (TFLite)")
     saved_model = parser.add_argument_group("SavedModel")
@@ -78,6 +82,14 @@ def _check_format_args(args):
         raise ValueError(f"{', '.join(given)} does not apply to --format {args.format}.")
 
 
+def check(args):
+    """The flags and input files, before TensorFlow starts: the flags of the other format, the
+    model and weights files and the class-names file."""
+    _check_format_args(args)
+    check_model_paths(args)
+    check_class_names_file(args)
+
+
 def run(args):
     _check_format_args(args)
     if args.format == "tflite":
@@ -123,4 +135,4 @@ def run(args):
     return 0
 
 
-COMMANDS = {"export": (configure, run)}
+COMMANDS = {"export": (configure, run, check)}

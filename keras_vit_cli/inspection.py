@@ -3,7 +3,9 @@
 from keras_vit_cli.common import (
     add_model_arguments,
     check_images_exist,
+    check_model_flag_conflicts,
     check_model_flags,
+    check_model_paths,
     check_output_folder,
     model_from_args,
 )
@@ -24,6 +26,14 @@ def configure(parser):
     parser.add_argument("--gray", action="store_true",
                         help="the model was trained on grey images: show the patch-embedding "
                              "filters summed over the colour channels, as such images see them")
+
+
+def check(args):
+    """The input files, before TensorFlow starts: the images and the model and weights
+    files."""
+    check_model_flag_conflicts(args)
+    check_images_exist(args.images)
+    check_model_paths(args)
 
 
 def run(args):
@@ -53,4 +63,4 @@ def run(args):
     return 0
 
 
-COMMANDS = {"inspect": (configure, run)}
+COMMANDS = {"inspect": (configure, run, check)}

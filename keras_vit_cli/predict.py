@@ -3,8 +3,11 @@
 from keras_vit_cli.common import (
     add_class_names_argument,
     add_model_arguments,
+    check_class_names_file,
     check_images_exist,
+    check_model_flag_conflicts,
     check_model_flags,
+    check_model_paths,
     class_names_from_args,
     input_size,
     model_from_args,
@@ -21,6 +24,15 @@ def configure(parser):
                         help="classes shown per image (5)")
     parser.add_argument("--max-pixels", type=positive_int_arg, default=None,
                         help="refuse images above this many pixels (default 64 million)")
+
+
+def check(args):
+    """The input files, before TensorFlow starts: the images, the model and weights files and
+    the class-names file."""
+    check_model_flag_conflicts(args)
+    check_images_exist(args.images)
+    check_model_paths(args)
+    check_class_names_file(args)
 
 
 def run(args):
@@ -45,4 +57,4 @@ def run(args):
     return 0
 
 
-COMMANDS = {"predict": (configure, run)}
+COMMANDS = {"predict": (configure, run, check)}

@@ -16,6 +16,8 @@ from keras_vit_cli.common import (
     add_data_arguments,
     add_model_arguments,
     add_run_arguments,
+    check_data_folder,
+    check_model_paths,
     data_num_classes,
     fit_from_args,
     input_size,
@@ -55,6 +57,14 @@ def configure(parser):
     add_json_argument(parser)
 
 
+def check(args):
+    """The inputs, before TensorFlow starts: an architecture is named, and the image folder and
+    the model and weights files exist."""
+    require_architecture(args)
+    check_data_folder(args)
+    check_model_paths(args)
+
+
 def run(args):  # the dispatcher has applied --backend
     from keras_vit import pretraining, training
 
@@ -72,4 +82,4 @@ def run(args):  # the dispatcher has applied --backend
     return 0
 
 
-COMMANDS = {"pretrain": (configure, run)}
+COMMANDS = {"pretrain": (configure, run, check)}

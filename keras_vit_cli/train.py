@@ -13,6 +13,8 @@ from keras_vit_cli.common import (
     add_data_arguments,
     add_model_arguments,
     add_run_arguments,
+    check_data_folder,
+    check_model_paths,
     data_num_classes,
     fit_from_args,
     input_size,
@@ -40,8 +42,16 @@ def configure(parser):
     run.add_argument("--weight-decay", type=number_arg(0), default=0.1,
                      help="pretrain only (0.1)")
     run.add_argument("--label-smoothing", type=number_arg(0, 1), default=0.0,
-                     help="in [0, 1) (0)")
+                     help="label smoothing of the cross-entropy targets, in [0, 1) (default "
+                          "0: none)")
     add_json_argument(parser)
+
+
+def check(args):
+    """The inputs, before TensorFlow starts: the image folder and the model and weights
+    files."""
+    check_data_folder(args)
+    check_model_paths(args)
 
 
 def run(args):  # the dispatcher has applied --backend
@@ -59,4 +69,4 @@ def run(args):  # the dispatcher has applied --backend
     return 0
 
 
-COMMANDS = {"train": (configure, run)}
+COMMANDS = {"train": (configure, run, check)}

@@ -18,6 +18,7 @@ from keras_vit_cli.common import (
     add_model_arguments,
     check_output_folder,
     add_xla_arguments,
+    check_model_paths,
     list_arg,
     model_from_args,
     number_arg,
@@ -72,7 +73,8 @@ def configure(parser):
     group.add_argument("--data-dir", help="tensorflow-datasets data directory")
     group.add_argument("--manual-dir",
                        help="hand-downloaded files (diabetic_retinopathy, resisc45)")
-    group.add_argument("--seed", type=seed_arg, default=0)
+    group.add_argument("--seed", type=seed_arg, default=0,
+                       help="seed of the data order and augmentation (0)")
     group.add_argument("--no-augment", action="store_true",
                        help="no random flips (by default: natural and specialized tasks)")
     group.add_argument("--keep-weights", action="store_true",
@@ -89,6 +91,13 @@ def configure(parser):
                        help="0: the table only; 1: a line and a bar of its updates per task "
                             "(default); 2: a line per task and Keras' progress per epoch")
     add_json_argument(parser)
+
+
+def check(args):
+    """The inputs, before TensorFlow starts: an architecture is named, and the model and
+    weights files exist."""
+    require_architecture(args)
+    check_model_paths(args)
 
 
 def run(args):  # the dispatcher has applied --backend
@@ -144,4 +153,4 @@ def _print_summary(args, summary, vtab):
         print(vtab.summary_markdown(summary), end="")
 
 
-COMMANDS = {"vtab": (configure, run)}
+COMMANDS = {"vtab": (configure, run, check)}

@@ -989,7 +989,7 @@ def test_predict_uses_the_class_names_training_wrote(ctx, tmp_path, capsys):
 
 SUBPROCESS_CASES = [
     (["predict", "missing.jpg", "--model", "B/16"], 2, "missing.jpg does not exist"),
-    (["predict", "x.png", "--model-config", '{"hiden": 1}'], 2, "unknown keys ['hiden']"),
+    (["export", "out", "--model-config", '{"hiden": 1}'], 2, "unknown keys ['hiden']"),
     (["convert", "nothing.npz", "out.keras"], 2, "No checkpoint file at nothing.npz"),
     (["export", "out", "--model", "B/16", "--weights", "imagenet21k/ViT-B_17"], 2,
      "Unknown checkpoint 'imagenet21k/ViT-B_17'. Did you mean"),

@@ -115,8 +115,8 @@ def download(url, path, sha256=None, progress=True):
     except (urllib.error.URLError, OSError, ValueError) as e:
         raise DownloadError(
             f"Could not download {url}: {getattr(e, 'reason', e)}. If this machine is offline, "
-            f"download that file elsewhere and put it at {path} (or pass its local path as "
-            "`pretrained=`).") from e
+            f"download that file elsewhere and put it at {path}, or pass its local path "
+            "instead (`--weights PATH` on the command line, `pretrained=PATH` in Python).") from e
     return path
 
 

@@ -1,0 +1,253 @@
+"""The command line's consistency: input files and folders are checked before TensorFlow starts
+(each command's `check(args)`), every flag has help, the offline message names the flag, top-5
+accuracy only where it means something, and keras_vit's namespace holds its public API only."""
+
+import argparse
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8)
+TINY_JSON = json.dumps(TINY)
+# Runs keras_vit_cli.main on the arguments in a fresh interpreter and fails (exit 3) if
+# TensorFlow was imported on the way.
+NO_TENSORFLOW = ("import sys, keras_vit_cli; code = keras_vit_cli.main(sys.argv[1:]); "
+                 "sys.exit(3 if 'tensorflow' in sys.modules else code)")
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env.pop("KERAS_BACKEND", None)
+    return env
+
+
+def _run(args, cwd, module=False):
+    command = ["-m", "keras_vit_cli"] if module else ["-c", NO_TENSORFLOW]
+    return subprocess.run([sys.executable, *command, *map(str, args)], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def _image(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A valid PNG header is enough: the checks never read an image.
+    path.write_bytes(b"\x89PNG\r\n\x1a\n")
+    return path
+
+
+def test_predict_of_a_missing_image_exits_2_in_one_line_without_tensorflow(tmp_path):
+    done = _run(["predict", "nothere.jpg"], tmp_path, module=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "keras-vit predict: error: Image file nothere.jpg does not exist.\n"
+    done = _run(["predict", "nothere.jpg"], tmp_path)
+    assert done.returncode == 2, "TensorFlow was imported" if done.returncode == 3 else done
+    assert done.stderr == "keras-vit predict: error: Image file nothere.jpg does not exist.\n"
+
+
+# (command line, the message it gives), run in a folder holding img.png and an image folder
+# `classes` (its classes c0 and c1 each hold img.png).
+MISSING = {
+    "predict --weights": (["predict", "img.png", "--weights", "nothere.npz"],
+                          "No checkpoint file at nothere.npz."),
+    "predict --weights ~": (["predict", "img.png", "--weights", "~/nothere/w.npz"],
+                            f"No checkpoint file at {os.path.expanduser('~/nothere/w.npz')}."),
+    "predict --weights safetensors": (["predict", "img.png", "--weights", "w.safetensors"],
+                                      "No checkpoint file at w.safetensors."),
+    "predict --model": (["predict", "img.png", "--model", "nothere.keras"],
+                        "--model nothere.keras: no such file."),
+    "predict --class-names": (["predict", "img.png", "--model-config", TINY_JSON,
+                               "--class-names", "names.txt"],
+                              "Class-names file names.txt does not exist."),
+    "predict --class-names folder": (["predict", "img.png", "--model-config", TINY_JSON,
+                                      "--class-names", "."],
+                                     "--class-names . is a folder. Expected a UTF-8 text file "
+                                     "with one class name a line."),
+    "predict folder image": (["predict", "."], "is a folder. Expected image files"),
+    "inspect": (["inspect", "img.png", "nothere.png", "--out", "figures"],
+                "Image file nothere.png does not exist."),
+    "inspect --weights": (["inspect", "img.png", "--out", "figures", "--weights", "./w"],
+                          "No checkpoint file at ./w."),
+    "train --folder": (["train", "--folder", "photos", "--output", "run",
+                        "--model-config", TINY_JSON],
+                       "Image folder 'photos' does not exist or is not a directory."),
+    "train --weights": (["train", "--folder", "classes", "--output", "run", "--weights", "w.npz"],
+                        "No checkpoint file at w.npz."),
+    "evaluate --folder": (["evaluate", "--folder", "photos", "--model-config", TINY_JSON],
+                          "Image folder 'photos' does not exist or is not a directory."),
+    "evaluate --class-names": (["evaluate", "--folder", "classes", "--model-config", TINY_JSON,
+                                "--class-names", "names.txt"],
+                               "Class-names file names.txt does not exist."),
+    "fewshot --folder": (["fewshot", "--folder", "photos", "--model-config", TINY_JSON],
+                         "Image folder 'photos' does not exist or is not a directory."),
+    "pretrain --folder": (["pretrain", "--folder", "photos", "--output", "run",
+                           "--model-config", TINY_JSON],
+                          "Image folder 'photos' does not exist or is not a directory."),
+    "convert SOURCE npz": (["convert", "nothere.npz", "out.npz"],
+                           "No checkpoint file at nothere.npz."),
+    "convert SOURCE keras": (["convert", "nothere.keras", "out.npz"],
+                             "--model nothere.keras: no such file."),
+    "export --weights": (["export", "served", "--weights", "nothere.npz"],
+                         "No checkpoint file at nothere.npz."),
+    "export --class-names": (["export", "served", "--model-config", TINY_JSON,
+                              "--class-names", "names.txt"],
+                             "Class-names file names.txt does not exist."),
+    "vtab --model": (["vtab", "--output", "suite", "--model", "vit.keras"],
+                     "--model vit.keras: no such file."),
+    # Flags that contradict each other come first, as they did when TensorFlow started first.
+    "predict --weights default with a .keras --model": (
+        ["predict", "nothere.png", "--model", "m.keras", "--weights", "default"],
+        "--weights default needs a variant --model; a .keras file holds its own weights."),
+    "convert SOURCE keras with --model": (
+        ["convert", "nothere.keras", "out.npz", "--model", "B/16"],
+        "SOURCE nothere.keras is a saved model; --model and --model-config do not apply to it."),
+}
+
+
+@pytest.mark.parametrize("case", list(MISSING))
+def test_missing_inputs_are_refused_before_tensorflow_starts(tmp_path, case):
+    argv, message = MISSING[case]
+    _image(tmp_path / "img.png")
+    _image(tmp_path / "classes" / "c0" / "img.png")
+    _image(tmp_path / "classes" / "c1" / "img.png")
+    before = sorted(os.listdir(tmp_path))
+    done = _run(argv, tmp_path)
+    assert done.returncode != 3, f"{case}: TensorFlow was imported before the check"
+    assert done.returncode == 2, done.stderr
+    command = argv[0]
+    assert done.stderr.startswith(f"keras-vit {command}: error: "), done.stderr
+    assert message in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert sorted(os.listdir(tmp_path)) == before  # no output folder left behind
+
+
+def test_registry_names_and_urls_are_left_to_the_library():
+    from keras_vit_cli import common
+    from keras_vit_cli.catalog import registry_entries
+
+    for source in ("default", "digits", "https://example.com/w.npz", "file:///x/w.npz",
+                   "hf://timm/vit_tiny", "imagenet21k/ViT-B_16", "not-a-name"):
+        common.check_model_paths(argparse.Namespace(model=None, weights=source))
+    for entry in registry_entries():
+        common.check_model_paths(argparse.Namespace(model="B/16", weights=entry["name"]))
+
+
+def test_existing_inputs_pass_the_checks(tmp_path):
+    from keras_vit_cli import common
+
+    (tmp_path / "w.npz").write_bytes(b"")
+    (tmp_path / "m.keras").write_bytes(b"")
+    (tmp_path / "names.txt").write_text("a\n")
+    args = argparse.Namespace(model=str(tmp_path / "m.keras"), weights=str(tmp_path / "w.npz"),
+                              class_names=str(tmp_path / "names.txt"), folder=str(tmp_path))
+    common.check_model_paths(args)
+    common.check_class_names_file(args)
+    common.check_data_folder(args)
+
+
+def test_every_option_of_every_command_has_help():
+    import keras_vit_cli
+
+    missing = []
+    for name in keras_vit_cli.COMMANDS:
+        parser = keras_vit_cli.build_parser([name])
+        commands = next(action for action in parser._actions
+                        if isinstance(action, argparse._SubParsersAction))
+        for parser_ in (parser, commands.choices[name]):
+            for action in parser_._actions:
+                if not (action.help or "").strip() or action.help == argparse.SUPPRESS:
+                    missing.append(f"{name}: {'/'.join(action.option_strings) or action.dest}")
+    assert not missing, f"options without help: {missing}"
+
+
+def test_the_offline_message_names_the_flag_and_the_argument(tmp_path):
+    from keras_vit.weights import DownloadError, download
+
+    missing = (tmp_path / "gone.npz").as_uri()
+    with pytest.raises(DownloadError) as raised:
+        download.download(missing, str(tmp_path / "cache" / "gone.npz"), progress=False)
+    message = str(raised.value)
+    assert "--weights PATH" in message and "pretrained=PATH" in message, message
+    assert "\n" not in message
+
+
+def test_keras_vit_namespace_holds_the_public_api_only():
+    import keras_vit
+
+    extra = [name for name in dir(keras_vit) if not name.startswith("_")
+             and name not in keras_vit.__all__
+             and importlib.util.find_spec(f"keras_vit.{name}") is None]
+    assert not extra, f"not in keras_vit.__all__ and not a submodule: {extra}"
+    assert "importlib" not in dir(keras_vit) and "warnings" not in dir(keras_vit)
+
+
+def _classifier(num_classes):
+    import keras_vit
+
+    model = keras_vit.ViT(**TINY, num_classes=num_classes)
+    head = model.get_layer("head")
+    kernel, bias = head.get_weights()
+    rng = np.random.default_rng(0)
+    head.set_weights([rng.normal(size=kernel.shape).astype("float32"), bias])
+    return model
+
+
+@pytest.mark.parametrize("num_classes, has_top5", [(4, False), (5, False), (6, True)])
+def test_top5_is_reported_for_more_than_5_classes_only(num_classes, has_top5):
+    import keras_vit
+
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (8, 16, 16, 3)).astype(np.uint8)
+    labels = np.arange(8) % num_classes
+    report = keras_vit.evaluate(_classifier(num_classes), (images, labels), progress=False)
+    assert (report["top5"] is not None) == has_top5
+    if has_top5:
+        assert 0 <= report["top5"] <= 1
+
+
+def test_evaluate_command_leaves_top5_out_for_4_classes(tmp_path, capsys):
+    import keras_vit_cli
+    from keras_vit import weights
+    from PIL import Image
+
+    rng = np.random.default_rng(2)
+    for c in range(4):
+        for i in range(2):
+            path = tmp_path / "images" / f"c{c}" / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(path)
+    weights.save_npz(_classifier(4), tmp_path / "tiny.npz")
+    common = ["evaluate", "--folder", str(tmp_path / "images"), "--model-config", TINY_JSON,
+              "--weights", str(tmp_path / "tiny.npz"), "--batch-size", "4", "--verbose", "0"]
+    assert keras_vit_cli.main(common) == 0
+    table = capsys.readouterr().out
+    assert "top-1 accuracy" in table and "top-5" not in table, table
+    assert keras_vit_cli.main([*common, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "top5" in result and result["top5"] is None, result
+
+
+def test_digits_demo_says_truthfully_how_its_checkpoint_relates_to_the_shipped_one():
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train_digits
+    from keras_vit import data
+
+    shipped = train_digits.sha256(train_digits.SHIPPED)
+    line = train_digits.compare_with_shipped(shipped, [], None, None)
+    assert line == f"identical to the shipped {train_digits.SHIPPED_NAME}"
+    line = train_digits.compare_with_shipped("0" * 64, ["--epochs"], None, None)
+    assert "the default settings train (changed here: --epochs)" in line
+    images, labels = train_digits.digits_rgb()
+    _, x_test, _, y_test = train_digits.split(images, labels)
+    test = data.from_arrays(x_test, y_test, num_classes=10, image_size=16, batch_size=360,
+                            training=False)
+    line = train_digits.compare_with_shipped("0" * 64, [], test, y_test)
+    # The same settings on another machine: other weights, and the shipped model's score on
+    # the same held-out digits (97.5%, as the README and the evaluation guide say).
+    assert "the same settings trained on another machine" in line
+    assert "the shipped model scores 0.9750 on the same held-out digits" in line, line
