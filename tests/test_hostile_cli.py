@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 import keras_vit_cli as cli
+from keras_vit import fileio
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_JSON = json.dumps(dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
@@ -111,7 +112,7 @@ def _deliver(runs, tmp_path):
         for item in list(pending):
             run, sig, when = item
             name = run.args[-1]
-            writing = os.path.isdir(name) and any(entry.startswith(".tmp-")
+            writing = os.path.isdir(name) and any(fileio.is_temporary(entry)
                                                  for entry in os.listdir(name))
             due = writing if when == "writing" else _handles_sigterm(run.pid)
             if due or run.poll() is not None:
