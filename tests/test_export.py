@@ -529,12 +529,12 @@ def test_tflite_float32_and_dynamic_int8(tmp_path, capsys):
 
 def test_tflite_command_fails_when_float32_parity_fails(tmp_path, monkeypatch, capsys):
     random_model().save(tmp_path / "tiny.keras")
-    monkeypatch.setattr(export, "export_tflite",
-                        lambda model, path, quantize: pathlib.Path(path).write_bytes(b""))
-    for broken in (np.nan, 0.5):  # a file whose outputs are NaN, or wrong
+    monkeypatch.setattr(export, "export_tflite", lambda model, path, quantize, overwrite:
+                        pathlib.Path(path).write_bytes(b""))
+    for index, broken in enumerate((np.nan, 0.5)):  # a file whose outputs are NaN, or wrong
         monkeypatch.setattr(export, "run_tflite", lambda path, images, v=broken: np.full(
             (len(images), NUM_CLASSES), v, np.float32))
-        assert cli.main(["export", str(tmp_path / "m.tflite"), "--model",
+        assert cli.main(["export", str(tmp_path / f"m{index}.tflite"), "--model",
                          str(tmp_path / "tiny.keras"), "--format", "tflite"]) == 1
         assert "differs from Keras by more than 0.0001" in capsys.readouterr().err
 
