@@ -114,8 +114,9 @@ def test_a_failed_run_in_a_users_folder_leaves_it_as_it_was(tmp_path, capsys):
 
 
 def test_a_run_that_fails_midway_removes_only_what_it_wrote(tmp_path, capsys):
-    """The run starts (no name of its own is taken), fails on an undecodable image, and leaves
-    the user's files, .tmp-* and .old-* included, and nothing of its own: no lock file."""
+    """No name of the run is taken, so the command goes ahead and fails on an undecodable
+    image; it leaves the user's files, .tmp-* and .old-* included, and nothing of its own (no
+    lock file). A run that fails inside `fit` is the fuzz test's case below."""
     out = tmp_path / "p"
     write_files(out, {k: USER_FILES[k] for k in (".old-x", ".tmp-y", "notes.txt", "sub/.tmp-z")})
     before = tree(out)
