@@ -197,13 +197,13 @@ def test_fuzz_evaluate(workspace, capsys, argv):
     check_outcome(workspace, capsys, argv)
 
 
-@settings(max_examples=6 * SCALE, **FUZZ)
+@settings(max_examples=4 * SCALE, **FUZZ)
 @given(argv=arguments("export", max_flags=2))
 def test_fuzz_export(workspace, capsys, argv):
     check_outcome(workspace, capsys, argv)
 
 
-@settings(max_examples=6 * SCALE, **FUZZ)
+@settings(max_examples=4 * SCALE, **FUZZ)
 @given(argv=arguments("train", max_flags=2))
 def test_fuzz_train(workspace, capsys, argv):
     check_outcome(workspace, capsys, argv)

@@ -178,7 +178,7 @@ class FailAtFirstBatch(keras.callbacks.Callback):
         raise RuntimeError("injected failure")
 
 
-@settings(max_examples=12, deadline=None, derandomize=True,
+@settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(names=st.sets(st.sampled_from(sorted(USER_FILES)), max_size=5),
        overwrite=st.booleans())
