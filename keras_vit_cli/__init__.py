@@ -184,6 +184,11 @@ def _run(args, interrupts):
         return interrupts.status()
     except Exception as error:  # noqa: BLE001 - one line, or the traceback with --debug
         _remove_empty(new_folders)
+        if interrupts.received is not None and not args.debug:
+            # A library caught the signal's KeyboardInterrupt half-way and failed on its
+            # own state: the command still ended because of the signal.
+            print(f"keras-vit {args.command}: {interrupts.words()}", file=sys.stderr)
+            return interrupts.status()
         if isinstance(error, BrokenPipeError) and _stdout_closed():
             return _stopped_by_closed_pipe()
         if isinstance(error, StandardOutputError):

@@ -7,8 +7,9 @@ Two places would lose a KeyboardInterrupt raised straight from the signal handle
 module) and a garbage-collection or other callback (Python prints the exception as "ignored"
 and goes on). So a signal that arrives while `deferred()` holds (the imports of TensorFlow and
 Keras) is raised when it ends, and one swallowed by a callback (reported to `sys.unraisablehook`)
-is raised again at the next function call or return. A signal the process ignored at start (a
-shell's background job ignores SIGINT) stays ignored.
+is raised again at the next function call or return (so is one that C code reported as a
+SystemError). A signal the process ignored at start (a shell's background job ignores SIGINT)
+stays ignored.
 """
 
 import contextlib
@@ -18,6 +19,18 @@ import sys
 # The exit status of a command a signal ended: 128 + the signal's number, as a shell reports.
 EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+
+
+def _is_interrupt(error):
+    """Whether `error` is a KeyboardInterrupt or an error it caused (C code that was calling
+    Python when the KeyboardInterrupt came reports a SystemError with it as the cause)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 class Interrupts:
@@ -36,7 +49,7 @@ class Interrupts:
             raise KeyboardInterrupt
 
     def _unraisable(self, unraisable):
-        if self.received is not None and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        if self.received is not None and _is_interrupt(unraisable.exc_value):
             self._raised = False  # swallowed by a callback: raised again at the next call
             sys.setprofile(self._raise_at_next_call)
             return

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -155,6 +156,50 @@ def test_an_interrupt_swallowed_by_a_garbage_collection_callback_is_raised_again
             gc.callbacks.remove(interrupt_once)
     assert sent and interrupts.status() == 143
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_an_interrupt_c_code_reported_as_a_system_error_is_raised_again(capsys):
+    """C code calling Python when the signal came reports a SystemError caused by the
+    KeyboardInterrupt to sys.unraisablehook: it is not printed, and the interrupt is raised."""
+    from keras_vit_cli.interrupts import Interrupts
+
+    with Interrupts().installed() as interrupts:
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                signal.raise_signal(signal.SIGINT)
+                len([])
+            except KeyboardInterrupt as interrupt:
+                error = SystemError("<built-in function __import__> returned a result with "
+                                    "an exception set")
+                error.__cause__ = interrupt
+                interrupts._raised = False  # as when a callback swallowed it
+                sys.unraisablehook(types.SimpleNamespace(
+                    exc_type=SystemError, exc_value=error, exc_traceback=None, err_msg=None,
+                    object=None))
+            len([])  # the next call
+    assert interrupts.status() == 130
+    assert "SystemError" not in capsys.readouterr().err
+
+
+def test_a_signal_a_library_turned_into_another_error_still_ends_with_its_status(capsys):
+    """A library that catches the KeyboardInterrupt half-way fails on its own broken state
+    (TensorFlow's SavedModel writer raises AttributeError): the command reports the signal."""
+    import argparse
+
+    from keras_vit_cli.interrupts import Interrupts
+
+    def run(args):
+        try:
+            signal.raise_signal(signal.SIGTERM)
+            len([])
+        except KeyboardInterrupt:
+            raise AttributeError("'NoneType' object has no attribute '_type_spec'") from None
+
+    args = argparse.Namespace(command="export", debug=False, run=run, check=None)
+    with Interrupts().installed() as interrupts:
+        status = cli._run(args, interrupts)
+    assert status == 143
+    assert capsys.readouterr().err.splitlines() == ["keras-vit export: terminated"]
 
 
 # --------------------------------------------------------------------------------------------
