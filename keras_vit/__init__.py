@@ -1,7 +1,8 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., 2020) for Keras 3.
 
 `import keras_vit` imports Keras and the modules that define the model (layers, encoder,
-hybrid ResNet, builders), so every layer is registered for `.keras` files from then on. The
+hybrid ResNet, builders, and `compat` for the files of earlier versions), so every layer is
+registered for `.keras` files from then on. The
 rest of the package (data, training, export, evaluation, inspection, ...) loads on first use
 (PEP 562), so that building a model on the JAX backend does not import TensorFlow. The command
 line is the separate package `keras_vit_cli`, which answers `--help` without importing Keras.
@@ -12,7 +13,7 @@ __version__ = "0.4.0"
 import importlib as _importlib
 import warnings as _warnings
 
-from keras_vit import configs, kernels, layers, model
+from keras_vit import compat, configs, layers, model, positions, routes
 from keras_vit.builders import (
     ViT_B8,
     ViT_B16,
@@ -33,19 +34,22 @@ from keras_vit.builders import (
 )
 from keras_vit.configs import MODEL_SIZES, VARIANTS, get_variant
 from keras_vit.encoder import Encoder
+from keras_vit.introspection import attention_model, per_block, vit_config
 from keras_vit.layers import (
-    AddPositionEmbs,
-    AddPositionEmbs2D,
-    AddSinCosPositionEmbs2D,
     ClassToken,
     MlpBlock,
     MultiHeadDotProductAttention,
-    NoPositionEmbs,
     PatchEmbedding,
     TokenPooling,
     TransformerBlock,
 )
-from keras_vit.model import ViT, per_block, vit_config
+from keras_vit.model import ViT
+from keras_vit.positions import (
+    AddPositionEmbs,
+    AddPositionEmbs2D,
+    AddSinCosPositionEmbs2D,
+    NoPositionEmbs,
+)
 from keras_vit.resnet import BottleneckUnit, ResNet, StdConv2D
 from keras_vit.weights import (
     CheckpointError,

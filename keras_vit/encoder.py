@@ -7,13 +7,12 @@ official code's encoder module), so that its variables' paths are still the chec
 `Transformer/encoderblock_{i}/...` and loading, saving and conversion are unchanged.
 """
 
-import warnings
-
 import keras
 
-from keras_vit.kernels import can_scan, remat_call, scan_layers
-from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON, ConfigArgs, TransformerBlock
 from keras_vit.checks import check_bool, check_positive_int
+from keras_vit.encoder_ops import can_scan, remat_call, scan_layers
+from keras_vit.layer_config import ConfigArgs
+from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON, TransformerBlock
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
@@ -24,7 +23,7 @@ class Encoder(ConfigArgs, keras.layers.Layer):
 
     The arguments it shares with `TransformerBlock` (`dropout_rate`, `attention_dropout_rate`,
     `layer_norm_epsilon`, `gelu_approximate`, `qkv_bias`, `relative_positions`,
-    `num_prefix_tokens`, `kernels`) go to every block.
+    `num_prefix_tokens`) go to every block.
 
     Args:
         num_layers: int. Number of blocks.
@@ -49,14 +48,14 @@ class Encoder(ConfigArgs, keras.layers.Layer):
     def __init__(self, num_layers, num_heads, mlp_dim, dropout_rate=0.0,
                  attention_dropout_rate=0.0, layer_norm_epsilon=LAYER_NORM_EPSILON,
                  gelu_approximate=GELU_APPROXIMATE, qkv_bias=True, relative_positions=None,
-                 num_prefix_tokens=0, kernels=None, scan=False, remat=False, **kwargs):
+                 num_prefix_tokens=0, scan=False, remat=False, **kwargs):
         super().__init__(**kwargs)
         self.num_layers = check_positive_int("num_layers", num_layers)
         self.scan = check_bool("scan", scan)
         self.remat = check_bool("remat", remat)
         block = TransformerBlock(num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
                                  layer_norm_epsilon, gelu_approximate, qkv_bias,
-                                 relative_positions, num_prefix_tokens, kernels)
+                                 relative_positions, num_prefix_tokens)
         for name in self.BLOCK_ARGS:  # validated by the block
             setattr(self, name, getattr(block, name))
 
@@ -80,13 +79,3 @@ class Encoder(ConfigArgs, keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape
-
-
-@_register
-class ScannedEncoder(Encoder):
-    """0.2's name for `Encoder(scan=True)`, kept for its `.keras` files; deprecated."""
-
-    def __init__(self, *args, scan=True, **kwargs):
-        warnings.warn("keras_vit.ScannedEncoder is deprecated: use keras_vit.Encoder(scan=True) "
-                      "(or keras_vit.ViT(scan=True)).", DeprecationWarning, stacklevel=2)
-        super().__init__(*args, scan=scan, **kwargs)

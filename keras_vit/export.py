@@ -50,8 +50,9 @@ from keras_vit.fileio import (
     staging_dir,
 )
 from keras_vit.checks import check_choice, check_int
-from keras_vit.layers import TokenPooling, sublayers
-from keras_vit.model import model_image_size, patch_grid, rebuilt, vit_config
+from keras_vit.layer_config import sublayers
+from keras_vit.layers import TokenPooling
+from keras_vit.introspection import model_image_size, patch_grid, rebuilt, vit_config
 
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"

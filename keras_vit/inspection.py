@@ -42,12 +42,11 @@ import numpy as np
 
 from keras_vit.checks import check_index, check_positive_int
 from keras_vit.fileio import atomic_write, check_destination
-from keras_vit.model import (
+from keras_vit.introspection import (
+    attention_model,
     encoder_blocks,
-    encoder_layer,
     model_image_size,
     patch_grid,
-    per_block,
     vit_config,
 )
 
@@ -118,18 +117,7 @@ def geometry(model):
     _embedding(model)  # a keras_vit model
     height, width = model_image_size(model)
     rows, cols = patch_grid(model)  # a model of any input size: at the size it was built for
-    if model.inputs[0].shape[1] is None:
-        num_prefix = model.get_layer("posembed_input").num_prefix_tokens
-    elif encoder_layer(model) is not None:  # no block outputs
-        num_prefix = int("cls" in {layer.name for layer in model.layers})
-    else:
-        length = blocks[0].output[1].shape[-1]  # tokens: patches plus the class token, if any
-        num_prefix = length - rows * cols
-    if num_prefix not in (0, 1):
-        raise ValueError(
-            f"Model {model.name!r} has {length} tokens for a {rows}x{cols} patch grid; expected "
-            f"{rows * cols} (no class token) or {rows * cols + 1} (with one)."
-        )
+    num_prefix = int("cls" in {layer.name for layer in model.layers})
     return Geometry(
         image_size=(height, width),
         grid=(rows, cols),
@@ -143,14 +131,13 @@ def geometry(model):
 def attention_probe(model):
     """A `keras.Model` from the model's input to every block's attention probabilities.
 
-    The outputs are the blocks' own second outputs, so one call runs one forward pass of the
-    model and returns `[layers] x [B, heads, N, N]` (N counts the class token, if any). A
-    `scan=True` or `remat=True` model is probed through its per-block twin
-    (`keras_vit.per_block`).
+    It shares the model's weights (`keras_vit.attention_model`), so one call runs one forward
+    pass of the model and returns `[layers] x [B, heads, N, N]` (N counts the class token, if
+    any).
     """
-    model = per_block(model)
-    outputs = [block.output[1] for block in _blocks(model)]
-    return keras.Model(model.input, outputs, name=f"{model.name}_attention")
+    _blocks(model)  # a keras_vit model
+    full = attention_model(model)
+    return keras.Model(full.input, full.outputs[1:], name=f"{model.name}_probe")
 
 
 def _check_images(model, images):

@@ -3,23 +3,15 @@
 Every layer is written with `keras.ops` only, so it runs on every Keras backend.
 Sublayers and weights carry the names of the official checkpoint format
 (google-research/vision_transformer, `vit_jax/models_vit.py`), so that loading a
-checkpoint is a plain key map (see `keras_vit.weights.keymap`).
+checkpoint is a plain key map (see `keras_vit.weights.keymap`). The position embeddings are
+in `keras_vit.positions`; how each piece runs (its route) is decided in `keras_vit.routes`.
 """
 
 import math
-import warnings
 
 import keras
 from keras import ops
 
-from keras_vit.kernels import (
-    block_input,
-    check_kernels,
-    dot_product_attention,
-    gelu,
-    layer_norm,
-    per_token,
-)
 from keras_vit.checks import (
     check_bool,
     check_choice,
@@ -32,85 +24,19 @@ from keras_vit.checks import (
     check_rate,
     to_pair,
 )
+from keras_vit.layer_config import ConfigArgs
+from keras_vit.positions import POSITION_EMBEDDING_STDDEV, relative_attention_bias
+from keras_vit.routes import block_input, dot_product_attention, gelu, layer_norm, per_token
 
 # LayerNorm epsilon of the official Flax code (`nn.LayerNorm` default). Keras' default is 1e-3.
 LAYER_NORM_EPSILON = 1e-6
 # Flax `nn.gelu`, used to train the official checkpoints, is the tanh approximation.
 GELU_APPROXIMATE = True
-# Position embeddings are initialised normal(stddev=0.02) (`AddPositionEmbs` in vit_jax).
-POSITION_EMBEDDING_STDDEV = 0.02
 # MLP biases are initialised normal(stddev=1e-6) (`MlpBlock` in vit_jax).
 MLP_BIAS_STDDEV = 1e-6
-# Temperature of the fixed 2-D sine-cosine position embedding (big_vision `posemb_sincos_2d`).
-SINCOS_TEMPERATURE = 10_000.0
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 CLASSIFIERS = ("token", "gap")
-
-
-class ConfigArgs:
-    """`get_config()` = Keras' base config plus the constructor arguments named in
-    `CONFIG_ARGS`, each kept on the layer under its own name: `from_config(get_config())`
-    rebuilds the same layer.
-
-    After `model.quantize(...)` the layer's `dtype` in the config is a
-    `keras.dtype_policies.DTypePolicyMap` from its quantized sublayers' paths to their
-    policies (Keras' own way, as keras-hub does): `build` gives each Keras sublayer its entry
-    (`sublayer_policy`) and each keras_vit sublayer the map, so a reloaded layer builds them
-    quantized again and their int8 weights load.
-    """
-
-    CONFIG_ARGS = ()
-
-    def sublayer_policy(self, name):
-        """The dtype policy for the sublayer `name` that `build` creates: its entry in the
-        layer's `DTypePolicyMap` (a reloaded quantized layer), else the layer's own policy.
-
-        A quantized Keras layer must hold its own quantized policy, not the map: Keras'
-        EinsumDense reads `self.dtype_policy.quantization_mode` when it saves its weights.
-        """
-        policy = self.dtype_policy
-        if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
-            path = f"{self.path}/{name}"
-            if path in policy:
-                return policy[path]
-        return policy
-
-    def get_config(self):
-        config = dict(super().get_config(), **{name: getattr(self, name)
-                                                for name in self.CONFIG_ARGS})
-        policy_map = _quantized_policy_map(self)
-        if policy_map is not None:
-            config["dtype"] = keras.dtype_policies.serialize(policy_map)
-        return config
-
-
-def sublayers(layer):
-    """Every layer nested in `layer` (its attributes, and lists of them), depth first."""
-    found, seen, stack = [], {id(layer)}, [layer]
-    while stack:
-        for value in vars(stack.pop()).values():
-            for item in (value if isinstance(value, (list, tuple)) else (value,)):
-                if isinstance(item, keras.layers.Layer) and id(item) not in seen:
-                    seen.add(id(item))
-                    found.append(item)
-                    stack.append(item)
-    return found
-
-
-def _quantized_policy_map(layer):
-    """A `DTypePolicyMap` of `layer`'s policy with its quantized sublayers' policies by path,
-    or None when none is quantized (or the layer's policy is a map already)."""
-    if isinstance(layer.dtype_policy, keras.dtype_policies.DTypePolicyMap):
-        return None
-    quantized = [sub for sub in sublayers(layer) if sub.quantization_mode is not None]
-    if not quantized:
-        return None
-    policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=layer.dtype_policy)
-    for sub in quantized:
-        policy_map[sub.path] = sub.dtype_policy
-    return policy_map
-
 
 
 def _dense_general_glorot(fan_in, fan_out):
@@ -211,7 +137,7 @@ class PatchEmbedding(ConfigArgs, keras.layers.Layer):
 
 
 @_register
-class ClassToken(keras.layers.Layer):
+class ClassToken(ConfigArgs, keras.layers.Layer):
     """Prepends a learned class token (checkpoint key `cls`, shape (1, 1, D)) to the sequence.
 
     Zero-initialised, as in the official code.
@@ -234,259 +160,6 @@ class ClassToken(keras.layers.Layer):
         return (input_shape[0], n, input_shape[2])
 
 
-@_register
-class AddPositionEmbs(ConfigArgs, keras.layers.Layer):
-    """Adds a learned position embedding (checkpoint key `pos_embedding`, shape (1, N, D)).
-
-    Initialised normal(stddev=0.02), as in the official code.
-
-    Args:
-        grid_size: None, or (rows, cols): the patch grid the embedding is learned at. None
-            (the default) sizes the embedding from the input's sequence length, which must then
-            be known. With a grid, the layer also takes the patch grid `grid` at call time and
-            resizes the patch positions to that grid's size in the graph, with the linear
-            interpolation of `keras_vit.weights.resize_pos_embedding` (the official load-time
-            resize): a model of any input size.
-        num_prefix_tokens: int. Leading positions that belong to tokens other than patches
-            (1 for the class token), kept as they are by the resize. Used with `grid_size`.
-            Defaults to 0.
-        **kwargs: standard `keras.layers.Layer` arguments.
-
-    Input and output: `[B, N, D]`, N the patches (plus the prefix tokens). `grid` (with
-    `grid_size` only): a tensor `[B, rows, cols, ...]` whose rows and cols are the patch grid
-    of the input, such as the output of `PatchEmbedding(flatten=False)`.
-    """
-
-    CONFIG_ARGS = ("grid_size", "num_prefix_tokens")
-
-    def __init__(self, grid_size=None, num_prefix_tokens=0, **kwargs):
-        super().__init__(**kwargs)
-        self.grid_size = None if grid_size is None else to_pair("grid_size", grid_size)
-        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
-
-    def build(self, inputs_shape, grid_shape=None):
-        if self.grid_size is not None:
-            length = self.grid_size[0] * self.grid_size[1] + self.num_prefix_tokens
-        elif inputs_shape[1] is None:
-            raise ValueError(
-                "AddPositionEmbs needs a known sequence length, or a `grid_size` to resize "
-                "from; build the model with a fixed image size or with dynamic_image_size=True. "
-                f"Received shape {tuple(inputs_shape)}"
-            )
-        else:
-            length = inputs_shape[1]
-        self.pos_embedding = self.add_weight(
-            shape=(1, length, inputs_shape[2]),
-            initializer=keras.initializers.RandomNormal(stddev=POSITION_EMBEDDING_STDDEV),
-            name="pos_embedding",
-        )
-
-    def call(self, inputs, grid=None):
-        # inputs = [B, N, D], pos_embedding = [1, N0, D]
-        pos = self.pos_embedding
-        if grid is not None:
-            pos = self.embedding(ops.shape(grid)[1], ops.shape(grid)[2])
-        return inputs + ops.cast(pos, inputs.dtype)
-
-    def resized(self, rows, cols):
-        """The embedding `[1, prefix + rows * cols, D]` for a patch grid of rows x cols (ints
-        or scalar tensors), in float32: the patch positions resized linearly with the corners
-        aligned (`scipy.ndimage.zoom(order=1)`), the prefix positions as they are."""
-        pos = ops.cast(self.pos_embedding, "float32")
-        old_rows, old_cols = self.grid_size
-        prefix, patches = pos[:, :self.num_prefix_tokens], pos[0, self.num_prefix_tokens:]
-        patches = ops.reshape(patches, (old_rows, old_cols, -1))  # [r0, c0, D]
-        patches = ops.einsum("ri,cj,ijd->rcd", _linear_resize_matrix(rows, old_rows),
-                             _linear_resize_matrix(cols, old_cols), patches)  # [r, c, D]
-        patches = ops.reshape(patches, (1, -1, ops.shape(pos)[-1]))
-        return ops.concatenate([prefix, patches], axis=1)
-
-    def embedding(self, rows, cols):
-        """The embedding `[1, prefix + rows * cols, D]` added for a rows x cols patch grid: the
-        learned one at its own grid (or, without `grid_size`, whatever its length), else
-        `resized`."""
-        static = isinstance(rows, int) and isinstance(cols, int)
-        if self.grid_size is None or (static and (rows, cols) == self.grid_size):
-            return self.pos_embedding
-        return self.resized(rows, cols)
-
-    def compute_output_shape(self, inputs_shape, grid_shape=None):
-        return inputs_shape
-
-
-def _linear_resize_matrix(new, old):
-    """`[new, old]` float32 weights of linear interpolation from `old` to `new` points with the
-    end points aligned: output o samples input coordinate o * (old - 1) / (new - 1) (0 when
-    new = 1), and the weight of input i is max(0, 1 - |coordinate - i|). `new` may be a scalar
-    tensor."""
-    new_f = ops.cast(new, "float32")
-    step = (old - 1) / ops.maximum(new_f - 1.0, 1.0)
-    coords = ops.arange(new, dtype="float32") * step  # [new]
-    points = ops.arange(old, dtype="float32")  # [old]
-    return ops.relu(1.0 - ops.abs(coords[:, None] - points[None, :]))
-
-
-def _resize_positions(table, new):
-    """A table `[old, C]` of 1-D positions resized linearly to `new` positions (an int or a
-    scalar tensor), end points aligned (`_linear_resize_matrix`)."""
-    old = table.shape[0]
-    if isinstance(new, int) and new == old:
-        return table
-    return ops.matmul(_linear_resize_matrix(new, old), table)  # [new, C]
-
-
-def _grid_concat(first, second, rows, cols, first_is_row):
-    """`[1, rows * cols, C1 + C2]`, row-major: patch (r, c) gets the concatenation of a row
-    table's entry r and a column table's entry c (`first`: the row table if `first_is_row`,
-    else the column table)."""
-    row, col = (first, second) if first_is_row else (second, first)
-    row = ops.repeat(row[:, None, :], cols, axis=1)  # [rows, cols, C_row]
-    col = ops.repeat(col[None, :, :], rows, axis=0)  # [rows, cols, C_col]
-    grid = ops.concatenate([row, col] if first_is_row else [col, row], axis=-1)
-    return ops.reshape(grid, (1, -1, ops.shape(grid)[-1]))
-
-
-class _GridPositionEmbs(ConfigArgs, keras.layers.Layer):
-    """Position information computed for the patch grid of each input (the 2-D variants).
-
-    Args:
-        grid_size: (rows, cols). The patch grid of the model's `image_size`, used when no
-            `grid` is passed at call time.
-        num_prefix_tokens: int. Leading tokens that are not patches (1 for the class token).
-            Defaults to 0.
-        **kwargs: standard `keras.layers.Layer` arguments.
-
-    Input and output: `[B, prefix + rows * cols, D]`. `grid` (optional): a tensor
-    `[B, rows, cols, ...]` whose rows and cols are the patch grid of the input, such as the
-    output of `PatchEmbedding(flatten=False)`; without it the grid is `grid_size`.
-    """
-
-    CONFIG_ARGS = ("grid_size", "num_prefix_tokens")
-
-    def __init__(self, grid_size, num_prefix_tokens=0, **kwargs):
-        super().__init__(**kwargs)
-        self.grid_size = to_pair("grid_size", grid_size)
-        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
-
-    def _check_width(self, width, multiple, minimum, variant):
-        if width % multiple or width < minimum:
-            raise ValueError(
-                f"position_embedding={variant!r} needs a width (hidden_size) that is a "
-                f"multiple of {multiple}, at least {minimum}. Received width {width}.")
-        return width
-
-    def patch_grid(self, grid=None):
-        """(rows, cols) of the patch grid: of `grid` `[B, rows, cols, ...]`, else `grid_size`."""
-        if grid is None:
-            return self.grid_size
-        return ops.shape(grid)[1], ops.shape(grid)[2]
-
-    def call(self, inputs, grid=None):
-        # inputs = [B, prefix + rows * cols, D]
-        pos = self.embedding(*self.patch_grid(grid))  # pos = [1, prefix + rows * cols, D]
-        return inputs + ops.cast(pos, inputs.dtype)
-
-    def embedding(self, rows, cols):
-        """The embedding `[1, prefix + rows * cols, D]` (float32) added for a rows x cols
-        patch grid (ints or scalar tensors): the prefix positions, then the patches'."""
-        patches = self.patch_embedding(rows, cols)  # [1, rows * cols, D]
-        if not self.num_prefix_tokens:
-            return patches
-        return ops.concatenate([self.prefix_embedding(), patches], axis=1)
-
-    def compute_output_shape(self, inputs_shape, grid_shape=None):
-        return inputs_shape
-
-
-@_register
-class AddPositionEmbs2D(_GridPositionEmbs):
-    """Adds a learned 2-D position embedding (paper appendix D.4, "2-dimensional embedding").
-
-    Two learned tables of D/2 each, one for the patch rows (checkpoint key
-    `pos_embedding_row`, shape (1, rows, D/2)) and one for the columns (`pos_embedding_col`,
-    (1, cols, D/2)): the patch at (r, c) gets `concat(row[r], col[c])`. Each prefix token (the
-    class token) gets its own learned D-vector (`pos_embedding_cls`, (1, prefix, D)).
-    Initialised normal(stddev=0.02), as the 1-D embedding. For another grid (`grid` at call
-    time), each table is resized linearly with its end points aligned, as the 1-D embedding.
-
-    Args: as `_GridPositionEmbs` (`grid_size`, `num_prefix_tokens`); the width D must be even.
-    """
-
-    def build(self, inputs_shape, grid_shape=None):
-        width = self._check_width(inputs_shape[-1], 2, 2, "learned_2d")
-        init = keras.initializers.RandomNormal(stddev=POSITION_EMBEDDING_STDDEV)
-        rows, cols = self.grid_size
-        self.pos_embedding_row = self.add_weight(shape=(1, rows, width // 2), initializer=init,
-                                                 name="pos_embedding_row")
-        self.pos_embedding_col = self.add_weight(shape=(1, cols, width // 2), initializer=init,
-                                                 name="pos_embedding_col")
-        if self.num_prefix_tokens:
-            self.pos_embedding_cls = self.add_weight(
-                shape=(1, self.num_prefix_tokens, width), initializer=init,
-                name="pos_embedding_cls")
-
-    def patch_embedding(self, rows, cols):
-        row = _resize_positions(ops.cast(self.pos_embedding_row[0], "float32"), rows)  # [r, D/2]
-        col = _resize_positions(ops.cast(self.pos_embedding_col[0], "float32"), cols)  # [c, D/2]
-        return _grid_concat(row, col, rows, cols, first_is_row=True)  # [1, r * c, D]
-
-    def prefix_embedding(self):
-        return ops.cast(self.pos_embedding_cls, "float32")  # [1, prefix, D]
-
-
-@_register
-class AddSinCosPositionEmbs2D(_GridPositionEmbs):
-    """Adds the fixed 2-D sine-cosine position embedding of big_vision (`posemb_sincos_2d`,
-    after MoCo v3): no weights, computed for each input's patch grid.
-
-    With q = D/4 frequencies omega_k = 1 / 10000^(k / (q - 1)), k = 0 .. q-1, the patch at
-    row r and column c gets
-
-        [sin(c * omega), cos(c * omega), sin(r * omega), cos(r * omega)]   (D values)
-
-    and each prefix token (the class token) gets zeros, as in big_vision, which adds the
-    embedding before it prepends the class token. The width D must be a multiple of 4, at
-    least 8.
-
-    Args: as `_GridPositionEmbs` (`grid_size`, `num_prefix_tokens`).
-    """
-
-    def build(self, inputs_shape, grid_shape=None):
-        self.width = self._check_width(inputs_shape[-1], 4, 8, "sincos_2d")
-
-    def patch_embedding(self, rows, cols):
-        quarter = self.width // 4
-        exponent = ops.arange(quarter, dtype="float32") / (quarter - 1)
-        omega = 1.0 / ops.power(SINCOS_TEMPERATURE, exponent)  # [D/4]
-        x = ops.arange(cols, dtype="float32")[:, None] * omega[None, :]  # [c, D/4]
-        y = ops.arange(rows, dtype="float32")[:, None] * omega[None, :]  # [r, D/4]
-        x = ops.concatenate([ops.sin(x), ops.cos(x)], axis=-1)  # [c, D/2]
-        y = ops.concatenate([ops.sin(y), ops.cos(y)], axis=-1)  # [r, D/2]
-        return _grid_concat(x, y, rows, cols, first_is_row=False)  # [1, r * c, D]
-
-    def prefix_embedding(self):
-        return ops.zeros((1, self.num_prefix_tokens, self.width), "float32")
-
-
-@_register
-class NoPositionEmbs(_GridPositionEmbs):
-    """Adds no position information (paper appendix D.4, "no positional information"): the
-    model sees its patches as a bag. Keeps `grid_size` and `num_prefix_tokens`, the
-    geometry a model of any input size is described by.
-
-    Args: as `_GridPositionEmbs` (`grid_size`, `num_prefix_tokens`).
-    """
-
-    def call(self, inputs, grid=None):
-        return inputs  # [B, N, D]
-
-    def embedding(self, rows, cols):
-        raise ValueError(
-            "The model adds no position information (position_embedding='none'), so it has no "
-            "position embedding to read. Expected a model built with position_embedding "
-            "'learned', 'learned_2d' or 'sincos_2d'.")
-
-
 class _ReturnsAttention:
     """Output shapes of a layer mapping `[B, N, D]` to `[B, N, D]` and, with
     `return_attention_scores=True`, also to attention probabilities `[B, heads, N, N]`."""
@@ -502,6 +175,20 @@ class _ReturnsAttention:
         if not return_attention_scores:
             return keras.KerasTensor(shapes, dtype=self.compute_dtype)
         return tuple(keras.KerasTensor(shape, dtype=self.compute_dtype) for shape in shapes)
+
+
+def attention_args(num_heads, attention_dropout_rate=0.0, qkv_bias=True,
+                   relative_positions=None, num_prefix_tokens=0):
+    """The attention's arguments, checked: the one rule for `MultiHeadDotProductAttention`
+    and the blocks that pass them on."""
+    return dict(
+        num_heads=check_positive_int("num_heads", num_heads),
+        attention_dropout_rate=check_rate("attention_dropout_rate", attention_dropout_rate),
+        qkv_bias=check_bool("qkv_bias", qkv_bias),
+        relative_positions=check_positive_int("relative_positions", relative_positions,
+                                              allow_none=True),
+        num_prefix_tokens=check_int("num_prefix_tokens", num_prefix_tokens, 0),
+    )
 
 
 @_register
@@ -526,8 +213,6 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
             resize it), or None for none. Defaults to None.
         num_prefix_tokens: int. Leading tokens that are not patches (the class token), which
             take `rel_embedding_cls` in every pair. Defaults to 0.
-        kernels: dict or None. Implementation choices of `keras_vit.kernels` (here
-            "attention"); those not named take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` a tuple
@@ -536,18 +221,14 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
     """
 
     CONFIG_ARGS = ("num_heads", "attention_dropout_rate", "qkv_bias", "relative_positions",
-                   "num_prefix_tokens", "kernels")
+                   "num_prefix_tokens")
 
     def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True,
-                 relative_positions=None, num_prefix_tokens=0, kernels=None, **kwargs):
+                 relative_positions=None, num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
-        self.qkv_bias = check_bool("qkv_bias", qkv_bias)
-        self.relative_positions = check_positive_int("relative_positions", relative_positions,
-                                                     allow_none=True)
-        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
-        self.kernels = check_kernels(kernels) or None
+        for name, value in attention_args(num_heads, attention_dropout_rate, qkv_bias,
+                                          relative_positions, num_prefix_tokens).items():
+            setattr(self, name, value)
 
     def build(self, input_shape):
         width = check_heads(input_shape[-1], self.num_heads)
@@ -590,52 +271,14 @@ class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.L
                 query, self.rel_embedding,
                 self.rel_embedding_cls if self.num_prefix_tokens else None,
                 self.num_prefix_tokens)
-        context, probs = dot_product_attention(  # context = [B, N, h, k], probs = [B, h, N, N]
+        if not return_attention_scores:
+            context = dot_product_attention(  # context = [B, N, h, k]
+                query, key, value, bias=bias, dropout=self.dropout, training=training)
+            return self.out(context)  # [B, N, D]
+        context, probs = dot_product_attention(  # probs = [B, h, N, N]
             query, key, value, bias=bias, dropout=self.dropout, training=training,
-            kernels=self.kernels, return_probabilities=True)
-        outputs = self.out(context)  # outputs = [B, N, D]
-        return (outputs, probs) if return_attention_scores else outputs
-
-
-def relative_attention_bias(query, table, prefix_table=None, num_prefix=0):
-    """The paper's 1-D relative attention (appendix D.4) as a bias of the attention logits.
-
-    Each query also attends to learned embeddings of the relative offsets between patches,
-    used as keys (Shaw et al., 2018): for patches q and k, numbered in row-major order,
-    `bias[b, h, q, k] = query[b, q, h] . table[P - 1 + q - k, h] / sqrt(head_dim)`, where the
-    table holds the offsets -(P - 1) .. P - 1; every pair with a prefix token (the class
-    token) takes `prefix_table[0]` instead. A sequence of another number of patches p gets the
-    table resized linearly to 2p - 1 offsets, end points aligned.
-
-    Args:
-        query: `[B, N, h, k]`, N = `num_prefix` + the patches.
-        table: `[2P - 1, h, k]`.
-        prefix_table: `[1, h, k]`, or None when `num_prefix` is 0.
-        num_prefix: int.
-
-    Returns:
-        `[B, h, N, N]`, float32.
-    """
-    batch, length, heads, head_dim = (ops.shape(query)[i] for i in range(4))
-    patches = length - num_prefix
-    offsets = 2 * patches - 1
-    table = ops.cast(table, "float32")
-    rows = _resize_positions(ops.reshape(table, (table.shape[0], -1)), offsets)
-    table = ops.reshape(rows, (offsets, table.shape[1], table.shape[2]))  # [2p - 1, h, k]
-    width = offsets
-    if num_prefix:
-        # The prefix pairs' embedding as the table's last entry: one product for both (the
-        # TFLite converter shapes a separate "bqhk,hk->bhq" wrongly when N is not static).
-        table = ops.concatenate([table, ops.cast(prefix_table, "float32")], axis=0)
-        width = offsets + 1  # table = [2p, h, k]
-    q = ops.cast(query, "float32") / math.sqrt(query.shape[-1])
-    logits = ops.einsum("bqhk,ohk->bhqo", q, table)  # logits = [B, h, N, width]
-    q_index = ops.arange(length)[:, None]
-    k_index = ops.arange(length)[None, :]
-    both_patches = (q_index >= num_prefix) & (k_index >= num_prefix)
-    column = ops.where(both_patches, q_index - k_index + patches - 1, width - 1)  # [N, N]
-    flat = ops.reshape(logits, (batch, heads, length * width))
-    return ops.take(flat, q_index * width + column, axis=-1)  # [B, h, N, N]
+            return_probabilities=True)
+        return self.out(context), probs
 
 
 @_register
@@ -649,20 +292,16 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
         dropout_rate: float. Dropout after each Dense. Defaults to 0.
         gelu_approximate: bool. Tanh-approximate GELU (Flax `nn.gelu`, used to train the
             official checkpoints) if True, exact GELU if False. Defaults to True.
-        kernels: dict or None. Implementation choices of `keras_vit.kernels` (here "mlp" and
-            "gelu"); those not named take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
     """
 
-    CONFIG_ARGS = ("mlp_dim", "dropout_rate", "gelu_approximate", "kernels")
+    CONFIG_ARGS = ("mlp_dim", "dropout_rate", "gelu_approximate")
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=GELU_APPROXIMATE,
-                 kernels=None, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=GELU_APPROXIMATE, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)
         self.gelu_approximate = check_bool("gelu_approximate", gelu_approximate)
-        self.kernels = check_kernels(kernels) or None
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -680,12 +319,12 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
 
     def call(self, inputs, training=None):
         # inputs = [B, N, D]: the same function of each token (`per_token` picks the layout).
-        return per_token(lambda x: self.mlp(x, training), inputs, training, self.kernels)
+        return per_token(lambda x: self.mlp(x, training), inputs, training)
 
     def mlp(self, x, training=None):
         """The MLP of each token: `x = [..., D]` -> `[..., D]`."""
         x = self.dense_0(x)  # x = [..., mlp_dim]
-        x = gelu(x, self.gelu_approximate, training, self.kernels)
+        x = gelu(x, self.gelu_approximate, training)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)  # x = [..., D]
         return self.dropout(x, training=training)
@@ -714,8 +353,6 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         relative_positions: int or None. The attention's relative position embeddings (see
             `MultiHeadDotProductAttention`). Defaults to None.
         num_prefix_tokens: int. Leading tokens that are not patches. Defaults to 0.
-        kernels: dict or None. Implementation choices of `keras_vit.kernels`; those not named
-            take their measured defaults. Defaults to None.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input: `[B, N, D]`. Output: `[B, N, D]`, or with `return_attention_scores=True` the tuple
@@ -730,8 +367,10 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
 
     CONFIG_ARGS = (
         "num_heads", "mlp_dim", "dropout_rate", "attention_dropout_rate", "layer_norm_epsilon",
-        "gelu_approximate", "qkv_bias", "relative_positions", "num_prefix_tokens", "kernels",
+        "gelu_approximate", "qkv_bias", "relative_positions", "num_prefix_tokens",
     )
+    # 0.3 saved the routes (`kernels`), 0.2 the recomputation flag (now `Encoder(remat=)`).
+    LEGACY_KEYS = ("kernels", "remat")
 
     def __init__(
         self,
@@ -744,23 +383,16 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         qkv_bias=True,
         relative_positions=None,
         num_prefix_tokens=0,
-        kernels=None,
         **kwargs,
     ):
-        if "remat" in kwargs:
-            _remat_moved(kwargs.pop("remat"))
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int("num_heads", num_heads)
+        for name, value in attention_args(num_heads, attention_dropout_rate, qkv_bias,
+                                          relative_positions, num_prefix_tokens).items():
+            setattr(self, name, value)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)
-        self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
         self.layer_norm_epsilon = check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
         self.gelu_approximate = check_bool("gelu_approximate", gelu_approximate)
-        self.qkv_bias = check_bool("qkv_bias", qkv_bias)
-        self.relative_positions = check_positive_int("relative_positions", relative_positions,
-                                                     allow_none=True)
-        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
-        self.kernels = check_kernels(kernels) or None
 
     def build(self, input_shape):
         check_rank("TransformerBlock", input_shape, ("batch", "length", "width"))
@@ -773,7 +405,6 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
             qkv_bias=self.qkv_bias,
             relative_positions=self.relative_positions,
             num_prefix_tokens=self.num_prefix_tokens,
-            kernels=self.kernels,
             name="MultiHeadDotProductAttention_1",
             dtype=self.dtype_policy,
         )
@@ -782,7 +413,6 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
             self.mlp_dim,
             dropout_rate=self.dropout_rate,
             gelu_approximate=self.gelu_approximate,
-            kernels=self.kernels,
             name="MlpBlock_3",
             dtype=self.dtype_policy,
         )
@@ -792,21 +422,15 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
 
     def call(self, inputs, training=None, return_attention_scores=False):
         # inputs = [B, N, D]; the identity, which `block_input` may give a cheaper gradient
-        # in training (keras_vit.kernels).
-        inputs = block_input(inputs, training=training, kernels=self.kernels)
-        x = layer_norm(self.norm_0, inputs, training, self.kernels)
-        x, probs = self.attention(x, training=training, return_attention_scores=True)
+        # in training (keras_vit.routes).
+        inputs = block_input(inputs, training=training)
+        x = layer_norm(self.norm_0, inputs, training)
+        x = self.attention(x, training=training, return_attention_scores=return_attention_scores)
+        x, probs = x if return_attention_scores else (x, None)  # probs = [B, h, N, N]
         y = inputs + self.dropout(x, training=training)  # y = [B, N, D]
-        x = layer_norm(self.norm_2, y, training, self.kernels)
+        x = layer_norm(self.norm_2, y, training)
         outputs = y + self.mlp(x, training=training)  # outputs = [B, N, D]
-        return (outputs, probs) if return_attention_scores else outputs  # probs = [B, h, N, N]
-
-
-def _remat_moved(remat):
-    """0.2's `TransformerBlock(remat=...)`: accepted, for `.keras` files of 0.2."""
-    warnings.warn("TransformerBlock(remat=...) is deprecated and ignored: recomputation is an "
-                  "option of the encoder, keras_vit.ViT(remat=True) (keras_vit.Encoder). "
-                  f"Received: remat={remat!r}", DeprecationWarning, stacklevel=3)
+        return (outputs, probs) if return_attention_scores else outputs
 
 
 @_register

@@ -1,41 +1,35 @@
-"""The generic ViT builder: `keras_vit.ViT(...)`, a functional `keras.Model`.
+"""The Vision Transformer: `keras_vit.ViT(...)`, a functional `keras.Model` that owns its
+configuration.
+
+`ViT.__init__` checks the arguments, makes the layers and wires them as the paper's equations
+(section 3.1):
+
+    z_0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos         (1)  embedding, cls, posembed_input
+    z'_l = MSA(LN(z_{l-1})) + z_{l-1}                        (2)  encoderblock_{l-1}
+    z_l = MLP(LN(z'_l)) + z'_l                               (3)  encoderblock_{l-1}
+    y = LN(z_L^0)                                            (4)  encoder_norm, pool, head
 
 Layer names follow the official checkpoint (`embedding`, `cls`, `posembed_input`,
 `encoderblock_{i}`, `encoder_norm`, `pre_logits`, `head`), so every intermediate is reachable
-with `model.get_layer(name)`:
-
-- `model.get_layer("encoder_norm").output`: the full token sequence `[B, N(+1), D]`;
-- `model.get_layer("encoderblock_3").output[1]`: block 3's attention probabilities.
-
-With `scan=True` or `remat=True` the blocks are sublayers of one `keras_vit.Encoder` layer named
-`Transformer` (`encoder_blocks` finds them in either layout, `per_block` gives the per-block
-model).
+with `model.get_layer(name)`; `model.attention_model()` also returns every block's attention
+probabilities. With `scan=True` or `remat=True` the blocks are sublayers of one
+`keras_vit.Encoder` layer named `Transformer`. `get_config()` holds the constructor's
+arguments and nothing else: how the model runs (`keras_vit.routes`) is not saved with it.
 """
 
-import warnings
+import json
 
 import keras
 
-from keras_vit.encoder import Encoder
-from keras_vit.kernels import check_kernels
-from keras_vit.layers import (
-    CLASSIFIERS,
-    GELU_APPROXIMATE,
-    LAYER_NORM_EPSILON,
-    AddPositionEmbs,
-    AddPositionEmbs2D,
-    AddSinCosPositionEmbs2D,
-    ClassToken,
-    NoPositionEmbs,
-    PatchEmbedding,
-    TokenPooling,
-    TransformerBlock,
-    sublayers,
-)
-from keras_vit.resnet import ResNet
 from keras_vit.checks import (check_bool, check_choice, check_fits_in_memory, check_heads,
                               check_positive_int, to_pair)
+from keras_vit.encoder import Encoder
 from keras_vit.flops import sequence_length, vit_params
+from keras_vit.layers import (CLASSIFIERS, GELU_APPROXIMATE, LAYER_NORM_EPSILON, ClassToken,
+                              PatchEmbedding, TokenPooling, TransformerBlock)
+from keras_vit.positions import (AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D,
+                                 NoPositionEmbs)
+from keras_vit.resnet import ResNet, resnet_stride
 
 IMAGE_CHANNELS = 3
 # The name of the `Encoder` layer of a `scan=True` or `remat=True` model: its variables' paths
@@ -52,36 +46,14 @@ POSITION_EMBEDDINGS = {
     "relative": NoPositionEmbs,
 }
 RELATIVE = "relative"
+# Bytes a float32 weight or activation takes.
+FLOAT32_BYTES = 4
 
 
-def ViT(
-    image_size=224,
-    patch_size=16,
-    hidden_size=768,
-    num_layers=12,
-    num_heads=12,
-    mlp_dim=3072,
-    num_classes=1000,
-    classifier="token",
-    representation_size=None,
-    dropout_rate=0.0,
-    attention_dropout_rate=0.0,
-    include_top=True,
-    gelu_approximate=GELU_APPROXIMATE,
-    resnet=None,
-    layer_norm_epsilon=LAYER_NORM_EPSILON,
-    dynamic_image_size=False,
-    qkv_bias=True,
-    class_token=None,
-    fc_norm=False,
-    remat=False,
-    position_embedding="learned",
-    scan=False,
-    kernels=None,
-    name=None,
-    backbone=None,
-):
-    """Builds a Vision Transformer as a functional `keras.Model`.
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ViT(keras.Model):
+    """A Vision Transformer: a functional `keras.Model` that keeps the arguments it was built
+    from (`get_config()`, `keras_vit.vit_config(model)`) and is rebuilt from them on loading.
 
     Args:
         image_size: int or (height, width). Input resolution; both sides must be divisible by
@@ -142,18 +114,18 @@ def ViT(
             (big_vision's scanned layout: one block to trace and compile instead of
             `num_layers`). The blocks keep their names and weights, so loading, saving,
             conversion and export are unchanged; the attention probabilities are not in the
-            graph (`keras_vit.per_block(model)` has them; the inspection tools use it).
-            Defaults to False (one `TransformerBlock` layer per block).
-        kernels: dict or None. Implementation choices of `keras_vit.kernels` for every block
-            (e.g. `{"attention": "products"}`); those not named take their measured defaults.
-            Defaults to None.
+            graph. Defaults to False (one `TransformerBlock` layer per block).
+        dtype: str, `keras.DTypePolicy` or None. The dtype policy of every layer (the head
+            computes in float32 under mixed precision). Defaults to the global policy.
         name: str or None. Model name. Defaults to "vit".
-        backbone: 0.2's name for `resnet`; deprecated.
+        **kwargs: standard `keras.Model` arguments (`trainable`).
 
-    Returns:
-        A `keras.Model` from images `[B, H, W, 3]` scaled to [-1, 1] (see
-        `keras_vit.preprocess_inputs`) to float32 logits `[B, num_classes]` (zero-initialised
-        head, as for fine-tuning), or to the representation `[B, D]` if not `include_top`.
+    How each piece runs (its execution route) is no argument: see `keras_vit.routes`. The
+    attention probabilities are computed only by `model.attention_model()`.
+
+    The model maps images `[B, H, W, 3]` scaled to [-1, 1] (see `keras_vit.preprocess_inputs`)
+    to float32 logits `[B, num_classes]` (zero-initialised head, as for fine-tuning), or to the
+    representation `[B, D]` if not `include_top`.
 
     Examples:
     >>> model = ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4,
@@ -161,148 +133,285 @@ def ViT(
     >>> model(keras.ops.zeros((1, 32, 32, 3))).shape
     (1, 10)
     """
-    height, width = to_pair("image_size", image_size)
-    patch_h, patch_w = to_pair("patch_size", patch_size)
-    hidden_size = check_positive_int("hidden_size", hidden_size)
-    num_layers = check_positive_int("num_layers", num_layers)
-    num_heads = check_positive_int("num_heads", num_heads)
-    mlp_dim = check_positive_int("mlp_dim", mlp_dim)
-    representation_size = check_positive_int("representation_size", representation_size,
-                                             allow_none=True)
-    include_top = check_bool("include_top", include_top)
-    dynamic_image_size = check_bool("dynamic_image_size", dynamic_image_size)
-    qkv_bias = check_bool("qkv_bias", qkv_bias)
-    fc_norm = check_bool("fc_norm", fc_norm)
-    remat = check_bool("remat", remat)
-    scan = check_bool("scan", scan)
-    kernels = check_kernels(kernels) or None
-    class_token = check_bool("class_token", classifier == "token" if class_token is None
-                             else class_token)
-    if include_top:
-        num_classes = check_positive_int("num_classes", num_classes)
-    check_choice("classifier", classifier, CLASSIFIERS)
-    check_choice("position_embedding", position_embedding, tuple(POSITION_EMBEDDINGS))
-    if backbone is not None:
-        warnings.warn("ViT(backbone=...) is deprecated: the hybrid's ResNet is "
-                      "ViT(resnet=...).", DeprecationWarning, stacklevel=2)
-        if resnet is not None:
-            raise ValueError("Give the hybrid's ResNet once: `resnet` (or 0.2's `backbone`), "
-                             "not both.")
-        resnet = backbone
-    stem = _resnet(resnet)
-    stride = stem.stride if stem else 1
-    for size, patch, dim in ((height, patch_h, "height"), (width, patch_w, "width")):
+
+    def __init__(
+        self,
+        image_size=224,
+        patch_size=16,
+        hidden_size=768,
+        num_layers=12,
+        num_heads=12,
+        mlp_dim=3072,
+        num_classes=1000,
+        classifier="token",
+        representation_size=None,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        include_top=True,
+        gelu_approximate=GELU_APPROXIMATE,
+        resnet=None,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        dynamic_image_size=False,
+        qkv_bias=True,
+        class_token=None,
+        fc_norm=False,
+        remat=False,
+        position_embedding="learned",
+        scan=False,
+        dtype=None,
+        name=None,
+        **kwargs,
+    ):
+        args = _checked_arguments(dict(
+            image_size=image_size, patch_size=patch_size, hidden_size=hidden_size,
+            num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim, num_classes=num_classes,
+            classifier=classifier, representation_size=representation_size,
+            dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+            include_top=include_top, gelu_approximate=gelu_approximate, resnet=resnet,
+            layer_norm_epsilon=layer_norm_epsilon, dynamic_image_size=dynamic_image_size,
+            qkv_bias=qkv_bias, class_token=class_token, fc_norm=fc_norm, remat=remat,
+            position_embedding=position_embedding, scan=scan))
+        policy = keras.dtype_policies.get(dtype or keras.config.dtype_policy())
+        parts = _make_layers(args, policy)
+        size = (None, None) if args["dynamic_image_size"] else tuple(args["image_size"])
+        images = keras.Input((*size, IMAGE_CHANNELS), name="image")
+        outputs, _ = _forward(parts, images, args)
+        super().__init__(images, outputs, name=name or "vit", **kwargs)
+        self._arguments = json.dumps(args)  # a string: Keras does not track it
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap):  # a quantized model's
+            policy = policy.default_policy
+        self._base_policy = policy
+
+    def get_config(self):
+        """The constructor's arguments (and the dtype policy: a `DTypePolicyMap` of the
+        quantized layers after `model.quantize(...)`, as keras-hub saves one)."""
+        return dict(self.vit_arguments(), trainable=self.trainable,
+                    dtype=keras.dtype_policies.serialize(self._saved_policy()))
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+    def vit_arguments(self):
+        """The `keras_vit.ViT` arguments that rebuild this model (a JSON-serialisable dict)."""
+        return dict(json.loads(self._arguments), name=self.name)
+
+    @property
+    def base_policy(self):
+        """The dtype policy the layers were made with (before any quantization)."""
+        return self._base_policy
+
+    def _saved_policy(self):
+        quantized = [layer for layer in self._flatten_layers(include_self=False)
+                     if layer.quantization_mode is not None]
+        if not quantized:
+            return self._base_policy
+        policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=self._base_policy)
+        for layer in quantized:
+            policy_map[layer.path] = layer.dtype_policy
+        return policy_map
+
+    def attention_model(self):
+        """A `keras.Model` that shares this model's layers and weights and returns its outputs
+        and every block's attention probabilities `[B, heads, N, N]` (before dropout):
+        `(outputs, [probs of block 0, ..., block L-1])`."""
+        parts = {layer.name: layer for layer in self.layers}
+        encoder = parts.pop(ENCODER, None)
+        blocks = encoder.blocks if encoder is not None else [
+            parts[f"encoderblock_{i}"] for i in range(self.vit_arguments()["num_layers"])]
+        for block in blocks:
+            parts[block.name] = _WithAttention(block, name=block.name)
+        images = keras.Input(self.inputs[0].shape[1:], name="image")
+        outputs, probs = _forward(parts, images, json.loads(self._arguments), attention=True)
+        return keras.Model(images, [outputs, probs], name=f"{self.name}_attention")
+
+
+class _WithAttention(keras.layers.Layer):
+    """A block called for its outputs and its attention probabilities (a layer of its own: a
+    functional graph takes each layer's outputs in the structure of its first call)."""
+
+    def __init__(self, block, **kwargs):
+        super().__init__(dtype=block.dtype_policy, **kwargs)
+        self.block = block
+
+    def call(self, inputs, training=None):
+        return self.block(inputs, training=training, return_attention_scores=True)
+
+    def compute_output_spec(self, inputs, training=None):
+        return self.block.compute_output_spec(inputs, return_attention_scores=True)
+
+
+def _checked_arguments(args):
+    """`args` with each value checked and normalised (pairs as lists, `class_token` decided),
+    or a ValueError naming the first bad one."""
+    args["image_size"] = list(to_pair("image_size", args["image_size"]))
+    args["patch_size"] = list(to_pair("patch_size", args["patch_size"]))
+    for name in ("hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        args[name] = check_positive_int(name, args[name])
+    args["representation_size"] = check_positive_int(
+        "representation_size", args["representation_size"], allow_none=True)
+    for name in ("include_top", "dynamic_image_size", "qkv_bias", "fc_norm", "remat", "scan",
+                 "gelu_approximate"):
+        args[name] = check_bool(name, args[name])
+    token = args["classifier"] == "token"
+    args["class_token"] = check_bool(
+        "class_token", token if args["class_token"] is None else args["class_token"])
+    args["num_classes"] = (check_positive_int("num_classes", args["num_classes"])
+                           if args["include_top"] else args["num_classes"])
+    check_choice("classifier", args["classifier"], CLASSIFIERS)
+    check_choice("position_embedding", args["position_embedding"], tuple(POSITION_EMBEDDINGS))
+    args["resnet"] = _resnet_arguments(args["resnet"])
+    _check_divisible(args)
+    check_heads(args["hidden_size"], args["num_heads"])
+    _check_memory(args)
+    if token and not args["class_token"]:
+        raise ValueError('classifier="token" reads the class token, but class_token=False. '
+                         'Expected class_token=True (or None), or classifier="gap".')
+    if args["fc_norm"] and token:
+        raise ValueError('fc_norm=True normalises the average of the patch tokens. Expected '
+                         'classifier="gap" with it.')
+    return args
+
+
+def _make_layers(args, policy):
+    """The model's layers by name, made with dtype policy `policy` (the head: float32 unless
+    `policy` maps it to a quantized one)."""
+    head_policy = "float32"
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and "head" in policy:
+        head_policy = policy["head"]
+    common = dict(dtype=policy)
+    patch = tuple(args["patch_size"])
+    width, epsilon = args["hidden_size"], args["layer_norm_epsilon"]
+    parts = {}
+    if args["resnet"] is not None:
+        parts["resnet"] = ResNet(name="resnet", **args["resnet"], **common)
+    parts["embedding"] = PatchEmbedding(patch, width, flatten=not args["dynamic_image_size"],
+                                        name="embedding", **common)
+    if args["dynamic_image_size"]:
+        parts["patches"] = keras.layers.Reshape((-1, width), name="patches", **common)
+    if args["class_token"]:
+        parts["cls"] = ClassToken(name="cls", **common)
+    grid = _base_grid(args)
+    kind = args["position_embedding"]
+    if kind == "learned" and not args["dynamic_image_size"]:
+        parts["posembed_input"] = AddPositionEmbs(name="posembed_input", **common)
+    else:
+        parts["posembed_input"] = POSITION_EMBEDDINGS[kind](
+            grid, num_prefix_tokens=int(args["class_token"]), name="posembed_input", **common)
+    parts["dropout"] = keras.layers.Dropout(args["dropout_rate"], name="dropout", **common)
+    block_args = dict(dropout_rate=args["dropout_rate"],
+                      attention_dropout_rate=args["attention_dropout_rate"],
+                      gelu_approximate=args["gelu_approximate"], layer_norm_epsilon=epsilon,
+                      qkv_bias=args["qkv_bias"], **common)
+    if kind == RELATIVE:
+        block_args.update(relative_positions=grid[0] * grid[1],
+                          num_prefix_tokens=int(args["class_token"]))
+    heads, mlp_dim = args["num_heads"], args["mlp_dim"]
+    if args["scan"] or args["remat"]:
+        parts[ENCODER] = Encoder(args["num_layers"], heads, mlp_dim, scan=args["scan"],
+                                 remat=args["remat"], name=ENCODER, **block_args)
+    else:
+        for i in range(args["num_layers"]):
+            parts[f"encoderblock_{i}"] = TransformerBlock(heads, mlp_dim,
+                                                          name=f"encoderblock_{i}", **block_args)
+    norm = "fc_norm" if args["fc_norm"] else "encoder_norm"
+    parts[norm] = keras.layers.LayerNormalization(epsilon=epsilon, name=norm, **common)
+    parts["pool"] = TokenPooling(args["classifier"], num_prefix_tokens=int(args["class_token"]),
+                                 name="pool", **common)
+    if args["representation_size"]:
+        parts["pre_logits"] = keras.layers.Dense(
+            args["representation_size"], activation="tanh",
+            kernel_initializer="lecun_normal",  # Flax `nn.Dense` default.
+            name="pre_logits", **common)
+    if args["include_top"]:
+        # Zero-initialised head, as the paper does for fine-tuning; float32 logits under
+        # mixed precision.
+        parts["head"] = keras.layers.Dense(args["num_classes"], kernel_initializer="zeros",
+                                           bias_initializer="zeros", dtype=head_policy,
+                                           name="head")
+    return parts
+
+
+def _forward(parts, images, args, attention=False):
+    """Wires the layers `parts` on `images` as equations 1-4: `(outputs, probabilities)`, the
+    attention probabilities of every block when `attention` (else an empty list)."""
+    x = images  # x = [B, H, W, 3]
+    if "resnet" in parts:
+        x = parts["resnet"](x)  # x = [B, H / stride, W / stride, C]
+    grid = None
+    if args["dynamic_image_size"]:
+        grid = parts["embedding"](x)  # grid = [B, gh, gw, D]
+        x = parts["patches"](grid)  # x = [B, N, D]
+    else:
+        x = parts["embedding"](x)  # (1) x_p E: x = [B, N, D]
+    if "cls" in parts:
+        x = parts["cls"](x)  # (1) [x_class; x_p E]: x = [B, N + 1, D]
+    posembed = parts["posembed_input"]
+    x = posembed(x, grid=grid) if grid is not None else posembed(x)  # (1) + E_pos
+    x = parts["dropout"](x)
+    probabilities = []
+    if ENCODER in parts and not attention:
+        x = parts[ENCODER](x)  # (2), (3) for every block
+    for i in range(args["num_layers"] if attention or ENCODER not in parts else 0):
+        block = parts[f"encoderblock_{i}"]  # (2), (3): x = [B, N(+1), D]
+        if attention:
+            x, probs = block(x)  # probs = [B, h, N, N]
+            probabilities.append(probs)
+        else:
+            x = block(x)
+    if not args["fc_norm"]:
+        x = parts["encoder_norm"](x)  # (4) LN(z_L)
+    x = parts["pool"](x)  # (4) z_L^0, or the mean of the patch tokens: x = [B, D]
+    if args["fc_norm"]:
+        x = parts["fc_norm"](x)
+    if "pre_logits" in parts:
+        x = parts["pre_logits"](x)
+    if "head" in parts:
+        x = parts["head"](x)  # x = [B, num_classes]
+    return x, probabilities
+
+
+def _base_grid(args):
+    """The patch grid the position embedding is learned for."""
+    stride = resnet_stride(args["resnet"]["num_layers"]) if args["resnet"] is not None else 1
+    (height, width), (ph, pw) = args["image_size"], args["patch_size"]
+    return (height // (ph * stride), width // (pw * stride))
+
+
+def _check_divisible(args):
+    """Refuses an image size that is not a multiple of the patch (times the ResNet's stride)."""
+    stride = resnet_stride(args["resnet"]["num_layers"]) if args["resnet"] is not None else 1
+    for size, patch, dim in zip(args["image_size"], args["patch_size"], ("height", "width")):
         if size % (patch * stride):
-            what = (
-                f"patch_size {patch}"
-                if stride == 1
-                else (f"{patch * stride} (the ResNet's stride {stride} times patch_size {patch})")
-            )
+            what = (f"patch_size {patch}" if stride == 1 else
+                    f"{patch * stride} (the ResNet's stride {stride} times patch_size {patch})")
             raise ValueError(
                 f"image_size {dim} {size} is not divisible by {what}. "
                 f"Expected a multiple of {patch * stride} (e.g. "
-                f"{size // (patch * stride) * patch * stride or patch * stride})."
-            )
-    check_heads(hidden_size, num_heads)
-    _check_memory(dict(image_size=image_size, patch_size=patch_size, hidden_size=hidden_size,
-                       num_layers=num_layers, mlp_dim=mlp_dim,
-                       num_classes=num_classes if include_top else None,
-                       representation_size=representation_size, class_token=class_token,
-                       learned_positions=position_embedding == "learned", resnet=resnet))
-    if classifier == "token" and not class_token:
-        raise ValueError('classifier="token" reads the class token, but class_token=False. '
-                         'Expected class_token=True (or None), or classifier="gap".')
-    if fc_norm and classifier == "token":
-        raise ValueError('fc_norm=True normalises the average of the patch tokens. Expected '
-                         'classifier="gap" with it.')
-
-    input_size = (None, None) if dynamic_image_size else (height, width)
-    images = keras.Input((*input_size, IMAGE_CHANNELS), name="image")
-    x = images
-    if stem:
-        x = stem(x)  # x = [B, H / stride, W / stride, C]
-    if dynamic_image_size:
-        grid = PatchEmbedding((patch_h, patch_w), hidden_size, flatten=False,
-                              name="embedding")(x)  # grid = [B, gh, gw, D]
-        x = keras.layers.Reshape((-1, hidden_size), name="patches")(grid)  # x = [B, N, D]
-    else:
-        x = PatchEmbedding((patch_h, patch_w), hidden_size, name="embedding")(x)  # [B, N, D]
-    num_prefix = int(class_token)
-    if class_token:
-        x = ClassToken(name="cls")(x)  # x = [B, N + 1, D]
-    base_grid = (height // (patch_h * stride), width // (patch_w * stride))
-    if position_embedding == "learned" and not dynamic_image_size:
-        posembed = AddPositionEmbs(name="posembed_input")  # sized from the sequence
-    else:
-        posembed = POSITION_EMBEDDINGS[position_embedding](
-            base_grid, num_prefix_tokens=num_prefix, name="posembed_input")
-    x = posembed(x, grid=grid) if dynamic_image_size else posembed(x)  # x = [B, N(+1), D]
-    x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
-    block_args = dict(dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-                      gelu_approximate=gelu_approximate, layer_norm_epsilon=layer_norm_epsilon,
-                      qkv_bias=qkv_bias, kernels=kernels)
-    if position_embedding == RELATIVE:
-        block_args.update(relative_positions=base_grid[0] * base_grid[1],
-                          num_prefix_tokens=num_prefix)
-    one_layer = scan or remat
-    if one_layer:
-        x = Encoder(num_layers, num_heads, mlp_dim, scan=scan, remat=remat, name=ENCODER,
-                    **block_args)(x)  # x = [B, N(+1), D]
-    for i in range(0 if one_layer else num_layers):
-        # Each block also returns its attention probabilities [B, heads, N+1, N+1]: they stay
-        # in the graph, reachable as `model.get_layer(f"encoderblock_{i}").output[1]`.
-        x, _ = TransformerBlock(num_heads, mlp_dim, name=f"encoderblock_{i}", **block_args)(
-            x, return_attention_scores=True)
-    if not fc_norm:
-        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
-    x = TokenPooling(classifier, num_prefix_tokens=num_prefix, name="pool")(x)  # x = [B, D]
-    if fc_norm:
-        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm")(x)
-    if representation_size:
-        x = keras.layers.Dense(
-            representation_size,
-            activation="tanh",
-            kernel_initializer="lecun_normal",  # Flax `nn.Dense` default.
-            name="pre_logits",
-        )(x)
-    if include_top:
-        # Zero-initialised head, as the paper does for fine-tuning; float32 logits under
-        # mixed precision.
-        x = keras.layers.Dense(
-            num_classes,
-            kernel_initializer="zeros",
-            bias_initializer="zeros",
-            dtype="float32",
-            name="head",
-        )(x)
-    return keras.Model(images, x, name=name or "vit")
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class ViTModel(keras.Model):
-    """The model class of keras_vit 0.2, kept so that its `.keras` files load; deprecated.
-
-    The builders return Keras' own functional `keras.Model`. This class only drops 0.2's
-    `fuse_optimizer` from a saved compile config: a reloaded model compiles as Keras documents.
-    """
-
-    def compile_from_config(self, config):
-        super().compile_from_config({k: v for k, v in config.items() if k != "fuse_optimizer"})
-
-
-# Bytes a float32 weight or activation takes.
-FLOAT32_BYTES = 4
+                f"{size // (patch * stride) * patch * stride or patch * stride}).")
 
 
 def _check_memory(args):
     """Refuses an architecture whose float32 weights and one image's activations (the tokens
     and an MLP's hidden layer: a lower bound) cannot fit in this machine's memory, before any
     weight is allocated."""
-    params = vit_params(**args)
+    counted = dict(image_size=args["image_size"], patch_size=args["patch_size"],
+                   hidden_size=args["hidden_size"], num_layers=args["num_layers"],
+                   mlp_dim=args["mlp_dim"],
+                   num_classes=args["num_classes"] if args["include_top"] else None,
+                   representation_size=args["representation_size"],
+                   class_token=args["class_token"],
+                   learned_positions=args["position_embedding"] == "learned",
+                   resnet=args["resnet"])
+    params = vit_params(**counted)
     tokens = sequence_length(args["image_size"], args["patch_size"], args["class_token"],
                              args["resnet"])
     activations = tokens * (2 * args["hidden_size"] + args["mlp_dim"])  # [N, D] twice, [N, M]
-    shown = ", ".join(f"{k}={v!r}" for k, v in args.items()
+    shown = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v!r}"
+                      for k, v in counted.items()
                       if k in ("image_size", "patch_size", "hidden_size", "num_layers", "mlp_dim"))
     check_fits_in_memory(
         f"ViT({shown})", FLOAT32_BYTES * (params + activations),
@@ -310,212 +419,19 @@ def _check_memory(args):
         "a smaller image_size, hidden_size, num_layers or mlp_dim")
 
 
-def _resnet(resnet):
-    """The hybrid's `ResNet` for the `resnet` argument, or None."""
+def _resnet_arguments(resnet):
+    """The hybrid's `ResNet` arguments (a plain dict, lists for tuples), or None."""
     if resnet is None:
         return None
     if not isinstance(resnet, dict):
         raise ValueError(
             "`resnet` must be None or a dict of keras_vit.ResNet arguments, e.g. "
-            f"{{'num_layers': (3, 4, 9)}}. Received: resnet={resnet!r}"
-        )
+            f"{{'num_layers': (3, 4, 9)}}. Received: resnet={resnet!r}")
     allowed = ("num_layers", "width_factor", "std_conv_epsilon")
     unknown = sorted(set(resnet) - set(allowed))
     if unknown:
-        raise ValueError(
-            f"Unknown `resnet` keys {unknown} in {resnet!r}. Expected some of {allowed}."
-        )
-    return ResNet(name="resnet", **resnet)
-
-
-def vit_config(model):
-    """The `keras_vit.ViT` arguments that rebuild `model`, read off its layers.
-
-    Args:
-        model: a model built by `keras_vit.ViT` (or a named builder), or loaded from its
-            `.keras` file.
-
-    Returns:
-        dict of `keras_vit.ViT` keyword arguments (JSON-serialisable).
-    """
-    names = {layer.name for layer in model.layers}
-    blocks = encoder_blocks(model) if "embedding" in names and "pool" in names else []
-    if not blocks:
-        raise ValueError(f"Model {model.name!r} was not built by keras_vit.ViT: it has no "
-                         "'embedding', 'encoderblock_0' and 'pool' layers.")
-    embedding, block = model.get_layer("embedding"), blocks[0]
-    encoder = encoder_layer(model)
-    config = dict(
-        image_size=list(model_image_size(model)),
-        patch_size=list(embedding.patch_size),
-        hidden_size=embedding.hidden_size,
-        num_layers=len(blocks),
-        num_heads=block.num_heads,
-        mlp_dim=block.mlp_dim,
-        num_classes=model.get_layer("head").units if "head" in names else None,
-        classifier=model.get_layer("pool").classifier,
-        representation_size=model.get_layer("pre_logits").units if "pre_logits" in names
-        else None,
-        dropout_rate=model.get_layer("dropout").rate,
-        attention_dropout_rate=block.attention_dropout_rate,
-        include_top="head" in names,
-        gelu_approximate=block.gelu_approximate,
-        resnet=None,
-        layer_norm_epsilon=block.layer_norm_epsilon,
-        dynamic_image_size=model.inputs[0].shape[1] is None,
-        qkv_bias=block.qkv_bias,
-        class_token="cls" in names,
-        fc_norm="fc_norm" in names,
-        remat=bool(encoder and encoder.remat),
-        position_embedding=_position_embedding(model.get_layer("posembed_input"), block),
-        scan=bool(encoder and encoder.scan),
-        kernels=block.kernels,
-        name=model.name,
-    )
-    if "resnet" in names:
-        stem = model.get_layer("resnet")
-        config["resnet"] = dict(num_layers=list(stem.num_layers),
-                                  width_factor=stem.width_factor,
-                                  std_conv_epsilon=stem.std_conv_epsilon)
-    return config
-
-
-def encoder_layer(model):
-    """The model's `Encoder` layer `Transformer` (`scan=True` or `remat=True`), or None."""
-    names = {layer.name for layer in model.layers}
-    if ENCODER in names and isinstance(model.get_layer(ENCODER), Encoder):
-        return model.get_layer(ENCODER)
-    return None
-
-
-def encoder_blocks(model):
-    """The model's `TransformerBlock`s in order: the layers `encoderblock_{i}`, or the
-    sublayers of its `Encoder` layer `Transformer` (`scan=True`, `remat=True`). Empty for a
-    model without them."""
-    encoder = encoder_layer(model)
-    if encoder is not None:
-        return list(encoder.blocks)
-    names = {layer.name for layer in model.layers}
-    blocks = []
-    while f"encoderblock_{len(blocks)}" in names:
-        blocks.append(model.get_layer(f"encoderblock_{len(blocks)}"))
-    return blocks
-
-
-def per_block(model):
-    """The per-block model of a model whose blocks live in an `Encoder` layer (`scan=True` or
-    `remat=True`), with a copy of its weights.
-
-    Its layers `encoderblock_{i}` return their attention probabilities in the graph (for
-    `keras_vit.inspection`); its outputs equal the model's. A per-block model is returned as
-    it is.
-
-    Args:
-        model: a model built by `keras_vit.ViT` (or a named builder).
-
-    Returns:
-        A `keras.Model`.
-    """
-    if encoder_layer(model) is None:
-        return model
-    return rebuilt(model, scan=False, remat=False)
-
-
-def rebuilt(model, dtype_policy=None, **overrides):
-    """`model` built again by `keras_vit.ViT` from its configuration with `overrides`, under
-    `dtype_policy` (default: the model's own), with a copy of its weights (quantized where the
-    model is).
-
-    Args:
-        model: a model built by `keras_vit.ViT` (or a named builder).
-        dtype_policy: str, `keras.DTypePolicy` or None. E.g. "mixed_bfloat16".
-        **overrides: `keras_vit.ViT` arguments that keep the weights' shapes (e.g. `scan`,
-            `remat`, `kernels`).
-
-    Returns:
-        A `keras.Model`.
-    """
-    config = dict(vit_config(model), **overrides)
-    policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(dtype_policy or model.get_layer("embedding").dtype_policy)
-    try:
-        twin = ViT(**config)
-    finally:
-        keras.config.set_dtype_policy(policy)
-    blocks = dict(zip((f"encoderblock_{i}" for i in range(config["num_layers"])),
-                      encoder_blocks(model)))
-    names = {layer.name for layer in model.layers}
-    for layer in twin.layers:
-        if layer.name in names:
-            source = model.get_layer(layer.name)
-        elif layer.name in blocks:
-            source = blocks[layer.name]
-        elif layer.name == ENCODER:  # the twin's Encoder holds the model's top-level blocks
-            for block in layer.blocks:
-                _quantize_like(block, blocks[block.name])
-                block.set_weights(blocks[block.name].get_weights())
-            continue
-        _quantize_like(layer, source)
-        layer.set_weights(source.get_weights())
-    return twin
-
-
-def unscanned(model):
-    """0.2's name for `per_block`; deprecated."""
-    warnings.warn("keras_vit.unscanned is deprecated: use keras_vit.per_block.",
-                  DeprecationWarning, stacklevel=2)
-    return per_block(model)
-
-
-def _quantize_like(target, source):
-    """Quantizes `target` and its sublayers where `source`, the same layer in the other
-    layout, is quantized (`model.quantize`), so that `source`'s weights fit."""
-    pairs = [(target, source), *zip(sublayers(target), sublayers(source))]
-    for twin, layer in pairs:
-        if layer.quantization_mode is None or twin.quantization_mode is not None:
-            continue
-        if (type(twin), twin.name) != (type(layer), layer.name):
-            raise ValueError(f"Layer {twin.name!r} does not match the quantized layer "
-                             f"{layer.name!r}: expected the same sublayers in both layouts.")
-        # A built Keras layer given a quantized policy quantizes its own weights.
-        twin.dtype_policy = layer.dtype_policy
-
-
-def _position_embedding(layer, block):
-    """The `position_embedding` argument that builds `layer` (`posembed_input`) and `block`."""
-    if block.relative_positions:
-        return RELATIVE
-    for variant, cls in POSITION_EMBEDDINGS.items():
-        if type(layer) is cls:
-            return variant
-    raise ValueError(f"Layer {layer.name!r} ({type(layer).__name__}) is none of the position "
-                     f"embeddings keras_vit.ViT builds ({', '.join(POSITION_EMBEDDINGS)}).")
-
-
-def patch_grid(model):
-    """The `(rows, cols)` patch grid of a keras_vit model: the one its position embedding is
-    learned for (for a model built with `dynamic_image_size=True`, the base grid), else its
-    patch embedding's; None for a model of any input size with no position-embedding grid.
-    The one place that reads it (weights loading, image size, export and inspection ask here).
-    """
-    names = {layer.name for layer in model.layers}
-    if "posembed_input" in names and model.get_layer("posembed_input").grid_size is not None:
-        return tuple(model.get_layer("posembed_input").grid_size)
-    grid = model.get_layer("embedding").grid_size
-    return None if grid is None or None in tuple(grid) else tuple(grid)
-
-
-def model_image_size(model):
-    """The `(height, width)` a keras_vit model is built for: its input size, or for a model
-    built with `dynamic_image_size=True` the size its position embedding is learned at."""
-    size = tuple(model.inputs[0].shape[1:3])
-    if None not in size:
-        return size
-    names = {layer.name for layer in model.layers}
-    grid = patch_grid(model)
-    if grid is None:
-        raise ValueError(f"Model {model.name!r} has no fixed input size and no position "
-                         "embedding grid ('posembed_input' with a grid_size) to read one from.")
-    patch = model.get_layer("embedding").patch_size
-    stride = model.get_layer("resnet").stride if "resnet" in names else 1
-    return (grid[0] * patch[0] * stride, grid[1] * patch[1] * stride)
+        raise ValueError(f"Unknown `resnet` keys {unknown} in {resnet!r}. Expected some of "
+                         f"{allowed}.")
+    stem = ResNet(**resnet)  # checks the values
+    return dict(num_layers=list(stem.num_layers), width_factor=stem.width_factor,
+                std_conv_epsilon=stem.std_conv_epsilon)

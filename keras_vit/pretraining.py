@@ -54,7 +54,8 @@ that encoder (`include_top=False`).
 import keras
 from keras import ops
 
-from keras_vit.model import IMAGE_CHANNELS, ViT, encoder_blocks, encoder_layer, vit_config
+from keras_vit.introspection import encoder_blocks, encoder_layer, vit_config
+from keras_vit.model import IMAGE_CHANNELS, ViT
 from keras_vit.checks import (
     check_choice,
     check_int,

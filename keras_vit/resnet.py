@@ -8,8 +8,6 @@ feature map. Weight names follow the checkpoint (`conv_root`, `gn_root`,
 `block{s}/unit{u}/conv{1,2,3}`, `gn{1,2,3}`, `conv_proj`, `gn_proj`).
 """
 
-import warnings
-
 import keras
 from keras import ops
 
@@ -179,7 +177,7 @@ class ResNet(ConfigArgs, keras.layers.Layer):
     @property
     def stride(self):
         """Total downscaling of the ResNet (root: 4; each stage after the first: 2)."""
-        return 4 * 2 ** max(len(self.num_layers) - 1, 0)
+        return resnet_stride(self.num_layers)
 
     def build(self, input_shape):
         width, dtype = 64 * self.width_factor, self.dtype_policy
@@ -226,11 +224,7 @@ class ResNet(ConfigArgs, keras.layers.Layer):
         return (input_shape[0], out(input_shape[1]), out(input_shape[2]), channels)
 
 
-@_register
-class ResNetStem(ResNet):
-    """0.2's name for `ResNet`, kept for its `.keras` files; deprecated."""
-
-    def __init__(self, *args, **kwargs):
-        warnings.warn("keras_vit.ResNetStem is deprecated: use keras_vit.ResNet.",
-                      DeprecationWarning, stacklevel=2)
-        super().__init__(*args, **kwargs)
+def resnet_stride(num_layers):
+    """The total downscaling of a `ResNet` with `num_layers` units per stage (root: 4; each
+    stage after the first: 2)."""
+    return 4 * 2 ** max(len(num_layers) - 1, 0)

@@ -13,7 +13,7 @@ from PIL import Image
 
 import keras_vit
 from keras_vit import export, inspection, weights
-from keras_vit.layers import AddPositionEmbs
+from keras_vit.positions import AddPositionEmbs
 
 TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48, num_classes=5)
 
@@ -107,7 +107,7 @@ def test_config_keras_file_and_checkpoint_round_trip(tmp_path):
     dyn = dynamic_model()
     config = keras_vit.vit_config(dyn)
     assert config["dynamic_image_size"] is True and config["image_size"] == [32, 32]
-    assert keras_vit.model.model_image_size(dyn) == (32, 32)
+    assert keras_vit.introspection.model_image_size(dyn) == (32, 32)
     x = images((40, 16))
     want = dyn(x)
     dyn.save(tmp_path / "m.keras")

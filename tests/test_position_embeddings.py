@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import inspection, weights
-from keras_vit.layers import AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D
+from keras_vit.positions import AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D
 
 VARIANTS = ("learned", "learned_2d", "sincos_2d", "none", "relative")
 HIDDEN, HEADS, MLP, PATCH, CLASSES = 16, 2, 24, 8, 3
@@ -270,7 +270,7 @@ def test_relative_bias_by_hand():
     """One head, two patches and a class token: each pair's logit gains q . r / sqrt(k), r
     the table's entry for the offset (patch 1 to patch 0: +1), the class token's entry for
     every pair with it."""
-    from keras_vit.layers import relative_attention_bias
+    from keras_vit.positions import relative_attention_bias
 
     q = np.array([[[[1.0, 0.0]], [[0.0, 2.0]], [[3.0, 1.0]]]], np.float32)  # [1, 3, 1, 2]
     table = np.array([[[1.0, 1.0]], [[2.0, 0.0]], [[0.0, 4.0]]], np.float32)  # -1, 0, +1

@@ -23,7 +23,8 @@ import inspect
 import keras
 
 from keras_vit.configs import get_variant
-from keras_vit.model import ViT, vit_config
+from keras_vit.introspection import vit_config
+from keras_vit.model import ViT
 from keras_vit.checks import (
     check_choice,
     check_divisible,

@@ -56,7 +56,7 @@ from keras_vit.fileio import (
     refuse_link,
     remove_temporaries,
 )
-from keras_vit.model import vit_config
+from keras_vit.introspection import vit_config
 from keras_vit.parallel import keras_distribution, tf_distribute
 from keras_vit.training.callbacks import (
     BACKUP_FOLDER,

@@ -35,7 +35,11 @@ from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.layouts import POSEMB_2D_KEYS, POSEMB_KEY, canonicalize, config_from_params
 
 KERAS_VIT_FORMAT = "keras_vit"
-VIT_ARGUMENTS = tuple(inspect.signature(ViT).parameters)
+VIT_ARGUMENTS = tuple(name for name, parameter in inspect.signature(ViT).parameters.items()
+                      if parameter.kind is not parameter.VAR_KEYWORD)
+# Keys that configurations written by earlier versions hold and that are no arguments now: the
+# execution routes (`kernels`, 0.3). They are dropped on reading.
+LEGACY_ARGUMENTS = ("kernels",)
 # timm's ViT defaults (`partial(nn.LayerNorm, eps=1e-6)`, exact GELU), and the `act_layer`
 # names of the two GELU forms.
 TIMM_LAYER_NORM_EPSILON = 1e-6
@@ -166,7 +170,8 @@ def check_keras_vit(document, where):
     Raises:
         CheckpointError: naming `where` and the field.
     """
-    model = _object(where, "model", document.get("model"))
+    model = {key: value for key, value in _object(where, "model", document.get("model")).items()
+             if key not in LEGACY_ARGUMENTS}
     unknown = sorted(set(model) - set(VIT_ARGUMENTS))
     if unknown:
         raise CheckpointError(f"{where}: `model` has keys that are not keras_vit.ViT arguments: "

@@ -1,18 +1,24 @@
-"""The seam between the model and its fast implementations.
+"""The seam between the model and its fast implementations: execution routes.
 
 The layers (`keras_vit.layers`, `keras_vit.encoder`) say what they compute; this module decides
 how. Each function computes its piece by the paper's formula, or by a faster route where one
-was measured to pay on a path users run. The routes are named in `CHOICES`; a layer's
-`kernels` option (a dict such as `{"attention": "products"}`, passed down from
-`keras_vit.ViT(kernels=...)`) picks one explicitly, and every choice it does not name takes the
-measured default of `default_kernel` for the backend, the devices and the training flag.
+was measured to pay on a path users run. The routes are named in `CHOICES`. A route is an
+execution setting, not part of the architecture: no layer or saved model holds one. Every
+choice takes the measured default of `default_route` for the backend, the devices, the
+precision and the training flag, unless the process (`set_routes`) or the calls inside a
+`with use_routes(...)` block choose one. A route is read when Keras traces the model's
+function: on the first call of `predict`, `fit` or a compiled function (or on every eager call).
 BENCHMARKS.md has the numbers behind each default, and `python -m benchmarks.kernels` measures
 any choice against another on the machine at hand.
 
-Backend-specific code (a scan over stacked weights, the recomputation of a block with the same
-dropout masks) lives here too, so that the layers hold no backend checks.
+Examples:
+>>> with use_routes(attention="products"):
+...     route("attention", training=False)
+'products'
 """
 
+import contextlib
+import contextvars
 import math
 
 import keras
@@ -44,24 +50,54 @@ CHOICES = {
 }
 AUTO = "auto"
 
+# The process's choices (`set_routes`) and those of the `use_routes` blocks around this call.
+_PROCESS = {}
+_BLOCK = contextvars.ContextVar("keras_vit_routes", default={})
 
-def check_kernels(kernels):
-    """Returns `kernels` (None or a dict of `CHOICES` names to one of their implementations or
+
+def check_routes(routes):
+    """Returns `routes` (None or a dict of `CHOICES` names to one of their implementations or
     "auto") as a plain dict, or raises naming the bad entry."""
-    if kernels is None:
+    if routes is None:
         return {}
-    if not isinstance(kernels, dict):
-        raise ValueError("`kernels` must be None or a dict such as {'attention': 'fused'}. "
-                         f"Received: kernels={kernels!r}")
-    for name, implementation in kernels.items():
+    if not isinstance(routes, dict):
+        raise ValueError("Routes must be a dict such as {'attention': 'fused'}. "
+                         f"Received: {routes!r}")
+    for name, implementation in routes.items():
         if name not in CHOICES:
-            raise ValueError(f"Unknown kernel choice {name!r} in `kernels`. Expected some of "
+            raise ValueError(f"Unknown route choice {name!r}. Expected some of "
                              f"{', '.join(map(repr, CHOICES))}.")
         allowed = (AUTO, *CHOICES[name])
         if implementation not in allowed:
-            raise ValueError(f"`kernels[{name!r}]` must be one of "
-                             f"{', '.join(map(repr, allowed))}. Received: {implementation!r}")
-    return dict(kernels)
+            raise ValueError(f"Route {name!r} must be one of {', '.join(map(repr, allowed))}. "
+                             f"Received: {implementation!r}")
+    return dict(routes)
+
+
+def set_routes(**routes):
+    """Chooses routes for the rest of the process (e.g. `set_routes(attention="fused")`);
+    "auto" gives a choice back to its measured default. Returns the process's choices."""
+    _PROCESS.update(check_routes(routes))
+    for name in [name for name, chosen in _PROCESS.items() if chosen == AUTO]:
+        del _PROCESS[name]
+    return dict(_PROCESS)
+
+
+@contextlib.contextmanager
+def use_routes(**routes):
+    """Chooses routes for the calls inside the block (this thread or task only), over the
+    process's choices. A model's function traced inside keeps them."""
+    token = _BLOCK.set(dict(_BLOCK.get(), **check_routes(routes)))
+    try:
+        yield
+    finally:
+        _BLOCK.reset(token)
+
+
+def chosen_routes():
+    """The routes chosen here and now: the process's, then the enclosing blocks'."""
+    return {name: value for name, value in dict(_PROCESS, **_BLOCK.get()).items()
+            if value != AUTO}
 
 
 def _on_cpu():
@@ -69,9 +105,9 @@ def _on_cpu():
     return all(device.lower().startswith("cpu") for device in keras.distribution.list_devices())
 
 
-def default_kernel(name, training, dtype="float32"):
+def default_route(name, training, dtype="float32"):
     """The measured default implementation of choice `name` (BENCHMARKS.md: "The routes
-    behind `keras_vit.kernels`").
+    behind `keras_vit.routes`").
 
     - attention: "fused" at inference on an accelerator (cuDNN's flash attention on a GPU under
       JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster) and
@@ -95,16 +131,16 @@ def default_kernel(name, training, dtype="float32"):
         return "recompute" if training and dtype == "float32" else "autodiff"
     if name == "layer_norm":
         return "recompute" if training else "autodiff"
-    raise ValueError(f"Unknown kernel choice {name!r}. Expected one of {', '.join(CHOICES)}.")
+    raise ValueError(f"Unknown route choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
-def implementation(kernels, name, training, dtype="float32"):
-    """The implementation of choice `name`: the one `kernels` names, else the default for
-    the mode and the computation's dtype."""
-    chosen = (kernels or {}).get(name, AUTO)
-    if chosen != AUTO:
+def route(name, training, dtype="float32"):
+    """The implementation of choice `name` here and now: the chosen one (`use_routes`,
+    `set_routes`), else the default for the mode and the computation's dtype."""
+    chosen = chosen_routes().get(name)
+    if chosen is not None:
         return chosen
-    return default_kernel(name, bool(training), keras.backend.standardize_dtype(dtype))
+    return default_route(name, bool(training), keras.backend.standardize_dtype(dtype))
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,7 +162,7 @@ def attention_probabilities(query, key, bias=None):
 
 
 def dot_product_attention(query, key, value, bias=None, dropout=None, training=False,
-                          kernels=None, return_probabilities=False):
+                          return_probabilities=False):
     """Scaled dot-product attention per head: softmax(q k^T / sqrt(k) + bias) v.
 
     Args:
@@ -135,16 +171,14 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
             None.
         dropout: a `keras.layers.Dropout` applied to the probabilities, or None.
         training: bool. Whether dropout is on.
-        kernels: the layer's `kernels` option (see the module docstring).
         return_probabilities: bool. Also return the probabilities `[B, h, N, N]` (before
-            dropout), from the same products where they are computed anyway.
+            dropout): computed only then on the fused route.
 
     Returns:
         The context `[B, N, h, k]`, or `(context, probabilities)`.
     """
-    route = implementation(kernels, "attention", training)
     dropping = training and dropout is not None and dropout.rate > 0
-    if route == "fused" and not dropping:
+    if route("attention", training) == "fused" and not dropping:
         context = ops.dot_product_attention(
             query, key, value, bias=None if bias is None else ops.cast(bias, query.dtype),
             scale=1.0 / math.sqrt(query.shape[-1]))
@@ -160,20 +194,20 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
 # Per-token functions (the MLP).
 
 
-def per_token(fn, x, training=False, kernels=None):
+def per_token(fn, x, training=False):
     """`fn(x)` for a function `fn` of each token alone that keeps the width (the MLP), on
     `x = [B, N, D]` as it is (route "tokens") or on its `[B * N, D]` rows (route "rows")."""
-    if implementation(kernels, "mlp", training) == "tokens":
+    if route("mlp", training) == "tokens":
         return fn(x)
     shape = ops.shape(x)
     rows = fn(ops.reshape(x, (-1, shape[-1])))  # rows = [B * N, D]
     return ops.reshape(rows, shape)
 
 
-def gelu(x, approximate, training=False, kernels=None):
+def gelu(x, approximate, training=False):
     """GELU, the tanh approximation (`approximate`) or the exact one, as
     `keras.activations.gelu`; in training, by the chosen route for its backward pass."""
-    if not training or implementation(kernels, "gelu", training, x.dtype) == "autodiff":
+    if not training or route("gelu", training, x.dtype) == "autodiff":
         return keras.activations.gelu(x, approximate=approximate)
 
     @ops.custom_gradient
@@ -199,11 +233,11 @@ def gelu_derivative(x, approximate):
     return cdf + x * ops.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
-def layer_norm(layer, x, training=False, kernels=None):
+def layer_norm(layer, x, training=False):
     """`layer(x)` for a `keras.layers.LayerNormalization` over the last axis with scale and
     center; in training, by the chosen route for its backward pass. Both routes compute
     Keras' formula in float32 at least and return the layer's compute dtype."""
-    if not training or implementation(kernels, "layer_norm", training, x.dtype) == "autodiff":
+    if not training or route("layer_norm", training, x.dtype) == "autodiff":
         return layer(x)
     epsilon = layer.epsilon
 
@@ -255,107 +289,9 @@ def gradient_barrier(x):
     return barrier(x)
 
 
-def block_input(x, training=False, kernels=None):
+def block_input(x, training=False):
     """An encoder block's input as the block uses it: `x` itself in the forward pass; in
     training, through `gradient_barrier` where that is the chosen (or default) route."""
-    if training and implementation(kernels, "block_input", training) == "barrier":
+    if training and route("block_input", training) == "barrier":
         return gradient_barrier(x)
-    return x
-
-
-# --------------------------------------------------------------------------------------------
-# Recomputation and scans over layers: the encoder's structure options (`keras_vit.encoder`).
-
-
-def random_states(layer):
-    """The layer's variables that are not weights: its dropout layers' seed-generator states
-    (which `save_weights` leaves out)."""
-    weights = {id(v) for v in layer.weights}
-    return [v for v in layer.variables if id(v) not in weights]
-
-
-def stateless_call(fn, weights, weight_values, states, state_values):
-    """`fn()` with `weights` reading as `weight_values` and `states` (seed generators) as
-    `state_values`, in a `keras.StatelessScope`: a pure function for JAX's transformations.
-
-    Returns:
-        (what `fn` returns, the states' values after it: the advanced seeds).
-    """
-    mapping = list(zip(weights, weight_values)) + list(zip(states, state_values))
-    with keras.StatelessScope(state_mapping=mapping) as scope:
-        result = fn()
-    return result, [scope.get_current_value(state) for state in states]
-
-
-def remat_call(layer, x, training):
-    """`layer(x, training=training)`, keeping only `x` for the backward pass and recomputing
-    the rest there (`keras.remat`), with the same dropout masks as the forward pass.
-
-    TensorFlow's recompute_grad re-runs the function after the seed generators have advanced,
-    which would draw new masks (and give wrong gradients), so each recomputation first restores
-    the seeds of the forward pass. JAX's checkpoint traces a pure function: the seeds go in and
-    the advanced seeds come out (assigning them inside would leak its tracers), and the
-    recomputation replays the same seeds by construction.
-    """
-    states = random_states(layer)
-    if not states:
-        return keras.remat(lambda x: layer(x, training=training))(x)
-    if keras.backend.backend() != "jax":
-        seeds = [ops.copy(state.value) for state in states]  # the values, not the variables
-
-        def forward(x):
-            for state, seed in zip(states, seeds):
-                state.assign(seed)
-            return layer(x, training=training)
-
-        return keras.remat(forward)(x)
-
-    # A variable that a StatelessScope does not map reads as its stored value, not as the
-    # value of an enclosing scope (Keras' JAX trainer runs the step in one): the weights are
-    # mapped to their current values as well.
-    weights = [w.value for w in layer.weights]
-
-    def pure_forward(x, seeds):
-        return stateless_call(lambda: layer(x, training=training), layer.weights, weights,
-                              states, seeds)
-
-    outputs, advanced = keras.remat(pure_forward)(x, [state.value for state in states])
-    for state, value in zip(states, advanced):
-        state.assign(value)
-    return outputs
-
-
-def can_scan(layers):
-    """Whether `scan_layers` can run `layers`: on JAX, more than one layer, and weights of the
-    same shapes and dtypes in each (LoRA or quantization of some layers only breaks that).
-    TensorFlow cannot differentiate `keras.ops.scan` under XLA, and its while loop over the
-    stacked weights was measured slower than the layers in turn."""
-    layouts = {tuple((tuple(v.shape), v.dtype) for v in layer.weights) for layer in layers}
-    return keras.backend.backend() == "jax" and len(layers) > 1 and len(layouts) == 1
-
-
-def scan_layers(layers, x, training, remat=False):
-    """Applies `layers` in turn to `x` as one traced layer scanned over their stacked weights
-    (big_vision's scanned layout): `layers[0]`'s computation with each layer's weights. Dropout
-    masks come from `layers[0]`'s seed generators, advanced from layer to layer. Check
-    `can_scan(layers)` first.
-    """
-    template = layers[0]
-    # Each weight stacked over the layers: [len(layers), *shape].
-    stacked = [ops.stack([layer.weights[j].value for layer in layers])
-               for j in range(len(template.weights))]
-    seeds = random_states(template)
-
-    def apply(x):
-        return remat_call(template, x, training) if remat else template(x, training=training)
-
-    def body(carry, layer_weights):
-        x, seed_values = carry
-        y, seed_values = stateless_call(lambda: apply(x), template.weights, layer_weights,
-                                        seeds, seed_values)  # y = [B, N, D]
-        return (y, seed_values), None
-
-    (x, seed_values), _ = ops.scan(body, (x, [v.value for v in seeds]), stacked)
-    for variable, value in zip(seeds, seed_values):
-        variable.assign(value)
     return x

@@ -1,0 +1,101 @@
+"""Running a stack of layers: recomputing a block in the backward pass with the same dropout
+masks (`remat_call`), and scanning one traced block over stacked weights (`scan_layers`): the
+encoder's structure options (`keras_vit.encoder`). The backend-specific code lives here, so that
+the layers hold no backend checks.
+"""
+
+import keras
+from keras import ops
+
+def random_states(layer):
+    """The layer's variables that are not weights: its dropout layers' seed-generator states
+    (which `save_weights` leaves out)."""
+    weights = {id(v) for v in layer.weights}
+    return [v for v in layer.variables if id(v) not in weights]
+
+
+def stateless_call(fn, weights, weight_values, states, state_values):
+    """`fn()` with `weights` reading as `weight_values` and `states` (seed generators) as
+    `state_values`, in a `keras.StatelessScope`: a pure function for JAX's transformations.
+
+    Returns:
+        (what `fn` returns, the states' values after it: the advanced seeds).
+    """
+    mapping = list(zip(weights, weight_values)) + list(zip(states, state_values))
+    with keras.StatelessScope(state_mapping=mapping) as scope:
+        result = fn()
+    return result, [scope.get_current_value(state) for state in states]
+
+
+def remat_call(layer, x, training):
+    """`layer(x, training=training)`, keeping only `x` for the backward pass and recomputing
+    the rest there (`keras.remat`), with the same dropout masks as the forward pass.
+
+    TensorFlow's recompute_grad re-runs the function after the seed generators have advanced,
+    which would draw new masks (and give wrong gradients), so each recomputation first restores
+    the seeds of the forward pass. JAX's checkpoint traces a pure function: the seeds go in and
+    the advanced seeds come out (assigning them inside would leak its tracers), and the
+    recomputation replays the same seeds by construction.
+    """
+    states = random_states(layer)
+    if not states:
+        return keras.remat(lambda x: layer(x, training=training))(x)
+    if keras.backend.backend() != "jax":
+        seeds = [ops.copy(state.value) for state in states]  # the values, not the variables
+
+        def forward(x):
+            for state, seed in zip(states, seeds):
+                state.assign(seed)
+            return layer(x, training=training)
+
+        return keras.remat(forward)(x)
+
+    # A variable that a StatelessScope does not map reads as its stored value, not as the
+    # value of an enclosing scope (Keras' JAX trainer runs the step in one): the weights are
+    # mapped to their current values as well.
+    weights = [w.value for w in layer.weights]
+
+    def pure_forward(x, seeds):
+        return stateless_call(lambda: layer(x, training=training), layer.weights, weights,
+                              states, seeds)
+
+    outputs, advanced = keras.remat(pure_forward)(x, [state.value for state in states])
+    for state, value in zip(states, advanced):
+        state.assign(value)
+    return outputs
+
+
+def can_scan(layers):
+    """Whether `scan_layers` can run `layers`: on JAX, more than one layer, and weights of the
+    same shapes and dtypes in each (LoRA or quantization of some layers only breaks that).
+    TensorFlow cannot differentiate `keras.ops.scan` under XLA, and its while loop over the
+    stacked weights was measured slower than the layers in turn."""
+    layouts = {tuple((tuple(v.shape), v.dtype) for v in layer.weights) for layer in layers}
+    return keras.backend.backend() == "jax" and len(layers) > 1 and len(layouts) == 1
+
+
+def scan_layers(layers, x, training, remat=False):
+    """Applies `layers` in turn to `x` as one traced layer scanned over their stacked weights
+    (big_vision's scanned layout): `layers[0]`'s computation with each layer's weights. Dropout
+    masks come from `layers[0]`'s seed generators, advanced from layer to layer. Check
+    `can_scan(layers)` first.
+    """
+    template = layers[0]
+    # Each weight stacked over the layers: [len(layers), *shape].
+    stacked = [ops.stack([layer.weights[j].value for layer in layers])
+               for j in range(len(template.weights))]
+    seeds = random_states(template)
+
+    def apply(x):
+        return remat_call(template, x, training) if remat else template(x, training=training)
+
+    def body(carry, layer_weights):
+        x, seed_values = carry
+        y, seed_values = stateless_call(lambda: apply(x), template.weights, layer_weights,
+                                        seeds, seed_values)  # y = [B, N, D]
+        return (y, seed_values), None
+
+    (x, seed_values), _ = ops.scan(body, (x, [v.value for v in seeds]), stacked)
+    for variable, value in zip(seeds, seed_values):
+        variable.assign(value)
+    return x
