@@ -1,8 +1,12 @@
-"""Files written by keras_vit 0.2 load in this version: the `.keras` files of
-`tests/fixtures/keras_0_2` (written by `tests/fixtures/make_keras_0_2_fixtures.py` at the 0.2
-release) give the logits 0.2 computed, and the compiled ones train on."""
+"""Files written by keras_vit 0.2 and 0.3 load in this version: the `.keras` files of
+`tests/fixtures/keras_0_2` and `tests/fixtures/keras_0_3` (written by the scripts beside them
+with the code of those versions) give the logits those versions computed, the compiled ones
+train on, and their `keras_vit.ViT` arguments are read back (those versions did not save
+them); the execution routes 0.3 saved are dropped."""
 
+import json
 import pathlib
+import zipfile
 
 import keras
 import numpy as np
@@ -12,6 +16,8 @@ import keras_vit  # noqa: F401  (registers the layers for `.keras` files)
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "keras_0_2"
 NAMES = ("vit", "vit_unfused", "hybrid", "scanned_dynamic", "gap_2d", "int8")
+FIXTURES_0_3 = pathlib.Path(__file__).parent / "fixtures" / "keras_0_3"
+NAMES_0_3 = ("vit_routes", "hybrid_relative_remat", "int8_scan")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -38,35 +44,55 @@ TINY = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads
             num_classes=3)
 
 
-def test_the_names_of_0_2_work_for_one_release_with_a_deprecation_warning():
-    import importlib
-    import sys
-
-    for old, new, name in (("validation", "checks", "check_int"),
-                           ("distribute", "parallel.tf_distribute", "get_strategy"),
-                           ("sharding", "parallel.keras_distribution", "get_distribution")):
-        sys.modules.pop(f"keras_vit.{old}", None)
-        with pytest.warns(DeprecationWarning, match=f"keras_vit.{old} is deprecated"):
-            module = importlib.import_module(f"keras_vit.{old}")
-        assert getattr(module, name) is getattr(importlib.import_module(f"keras_vit.{new}"),
-                                                name)
-    for name, new in (("ViTModel", None), ("ResNetStem", keras_vit.ResNet),
-                      ("ScannedEncoder", keras_vit.Encoder)):
-        with pytest.warns(DeprecationWarning, match=f"{name} is deprecated"):
-            cls = getattr(keras_vit, name)
-        assert issubclass(cls, new or keras.Model)
-    with pytest.warns(DeprecationWarning, match="Variant.backbone is deprecated"):
-        assert keras_vit.get_variant("R50+B/16").backbone == (3, 4, 9)
-    with pytest.warns(DeprecationWarning, match="recomputation is an option of the encoder"):
-        block = keras_vit.TransformerBlock(2, 8, remat=True)
-    assert "remat" not in block.get_config()
+@pytest.mark.parametrize("name", NAMES_0_3)
+def test_a_keras_file_of_0_3_loads_with_the_same_logits_and_without_its_routes(name):
+    model = keras.saving.load_model(FIXTURES_0_3 / f"{name}.keras")
+    expected = np.load(FIXTURES_0_3 / f"{name}.npz")
+    np.testing.assert_allclose(model.predict(expected["images"], verbose=0), expected["logits"],
+                               rtol=1e-5, atol=1e-5)
+    assert np.abs(expected["logits"]).max() > 0.1
+    assert not any(hasattr(layer, "kernels") for layer in model._flatten_layers())
+    config = keras_vit.vit_config(model)  # read off the layers: 0.3 did not save it
+    assert "kernels" not in config
+    # The arguments read back rebuild the same model: a keras_vit.ViT with the same logits.
+    twin = keras_vit.per_block(model) if config["scan"] or config["remat"] else \
+        keras_vit.introspection.rebuilt(model)
+    assert isinstance(twin, keras_vit.ViT)
+    np.testing.assert_allclose(twin.predict(expected["images"], verbose=0), expected["logits"],
+                               rtol=1e-5, atol=1e-5)
 
 
-def test_vit_backbone_is_resnet_under_its_old_name():
-    with pytest.warns(DeprecationWarning, match=r"ViT\(backbone=...\) is deprecated"):
-        old = keras_vit.ViT(**dict(TINY, patch_size=1), backbone={"num_layers": (1,)})
-    new = keras_vit.ViT(**dict(TINY, patch_size=1), resnet={"num_layers": (1,)})
-    assert keras_vit.vit_config(old)["resnet"] == keras_vit.vit_config(new)["resnet"] == dict(
-        num_layers=[1], width_factor=1, std_conv_epsilon=1e-5)
-    with pytest.raises(ValueError, match="not both"):
-        keras_vit.ViT(**TINY, resnet={"num_layers": (1,)}, backbone={"num_layers": (1,)})
+def test_the_arguments_read_off_a_0_3_file_are_those_it_was_built_with():
+    model = keras.saving.load_model(FIXTURES_0_3 / "hybrid_relative_remat.keras")
+    config = keras_vit.vit_config(model)
+    assert config == keras_vit.vit_config(keras_vit.ViT(
+        **dict(TINY, patch_size=1, num_layers=2), resnet={"num_layers": (1,)},
+        position_embedding="relative",
+        remat=True, name=model.name))
+    assert config["resnet"] == dict(num_layers=[1], width_factor=1, std_conv_epsilon=1e-5)
+    assert (config["position_embedding"], config["remat"], config["patch_size"]) == (
+        "relative", True, [1, 1])
+
+
+def test_a_compiled_0_3_file_reloads_compiled_and_trains_on():
+    model = keras.saving.load_model(FIXTURES_0_3 / "vit_routes.keras")
+    assert model.optimizer.iterations.numpy() == 1
+    images = np.load(FIXTURES_0_3 / "vit_routes.npz")["images"]
+    before = model.get_layer("head").get_weights()[0].copy()
+    model.train_on_batch(images, np.array([0, 1]))
+    assert np.abs(model.get_layer("head").get_weights()[0] - before).max() > 0
+
+
+def test_a_model_saves_its_arguments_and_no_execution_route(tmp_path):
+    model = keras_vit.ViT(**TINY, scan=True, name="tiny")
+    with keras_vit.routes.use_routes(attention="fused", mlp="rows"):
+        model(np.zeros((1, 16, 16, 3), "float32"))
+    model.save(tmp_path / "tiny.keras")
+    with zipfile.ZipFile(tmp_path / "tiny.keras") as archive:
+        saved = json.loads(archive.read("config.json"))
+    assert saved["class_name"] == "ViT" and saved["registered_name"] == "keras_vit>ViT"
+    arguments = {k: v for k, v in saved["config"].items() if k not in ("trainable", "dtype")}
+    assert arguments == keras_vit.vit_config(model)
+    assert "kernels" not in json.dumps(saved) and "routes" not in json.dumps(saved)
+    again = keras.saving.load_model(tmp_path / "tiny.keras")
+    assert isinstance(again, keras_vit.ViT) and keras_vit.vit_config(again) == arguments

@@ -14,7 +14,7 @@ import pytest
 import reference
 
 import keras_vit
-from keras_vit import model as model_lib
+from keras_vit.introspection import encoder_blocks
 from keras_vit import weights
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)
@@ -135,12 +135,9 @@ def test_features_tokens_and_attention_are_reachable():
     weights.load_params(model, params)
     images = rng.uniform(-1, 1, (2, 32, 48, 3)).astype(np.float32)
     _, tokens, attentions = reference.forward(params, images)
-    probe = keras.Model(
-        model.input,
-        [model.get_layer("encoder_norm").output]
-        + [model.get_layer(f"encoderblock_{i}").output[1] for i in range(2)],
-    )
-    got = [keras.ops.convert_to_numpy(t) for t in probe(images)]
+    probe = keras.Model(model.input, model.get_layer("encoder_norm").output)
+    _, probabilities = model.attention_model()(images)
+    got = [keras.ops.convert_to_numpy(t) for t in [probe(images), *probabilities]]
     np.testing.assert_allclose(got[0], tokens, atol=1e-5)
     for probs, expected in zip(got[1:], attentions):
         assert probs.shape == (2, 4, 25, 25)
@@ -440,10 +437,10 @@ def test_int8_quantized_model_round_trips_through_keras_files(tmp_path, layout):
         path = tmp_path / f"vit{generation}.keras"
         model.save(path)
         model = keras.saving.load_model(path)
-        blocks = model_lib.encoder_blocks(model)
+        blocks = encoder_blocks(model)
         assert blocks[-1].mlp.dense_1.quantization_mode == "int8"
         assert blocks[0].attention.out.kernel.dtype == "int8"
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(images)), want)
     twin = keras_vit.per_block(model)
-    assert model_lib.encoder_blocks(twin)[1].attention.query.quantization_mode == "int8"
+    assert encoder_blocks(twin)[1].attention.query.quantization_mode == "int8"
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(twin(images)), want)

@@ -134,15 +134,16 @@ def test_model_equals_the_numpy_forward_with_the_effective_embedding(variant, cl
 
 @pytest.mark.parametrize("route", ["products", "fused"])
 def test_relative_positions_through_either_attention_route(route):
-    """The relative bias reaches the logits through both routes of keras_vit.kernels, and the
-    training path's gradients agree with the products'."""
-    model, params = loaded_model("relative", kernels={"attention": route})
+    """The relative bias reaches the logits and the probabilities through both routes of
+    keras_vit.routes, in both modes."""
+    model, params = loaded_model("relative")
     x = images((16, 24))
     want, _, attentions = reference.forward(params, x)
-    np.testing.assert_allclose(model(x), want, atol=2e-5)
-    probe = keras.Model(model.input, model.get_layer("encoderblock_0").output[1])
-    np.testing.assert_allclose(probe(x), attentions[0], atol=1e-5)
-    np.testing.assert_allclose(model(x, training=True), want, atol=2e-5)
+    with keras_vit.routes.use_routes(attention=route):
+        np.testing.assert_allclose(model(x), want, atol=2e-5)
+        _, probabilities = model.attention_model()(x)
+        np.testing.assert_allclose(probabilities[0], attentions[0], atol=1e-5)
+        np.testing.assert_allclose(model(x, training=True), want, atol=2e-5)
 
 
 @pytest.mark.parametrize("classifier", ["gap", "token"])

@@ -65,8 +65,6 @@ def test_per_block_gives_the_per_block_model_with_the_same_outputs(pair):
     np.testing.assert_allclose(twin.predict(images(), verbose=0),
                                scanned.predict(images(), verbose=0), atol=1e-6)
     assert keras_vit.per_block(plain) is plain
-    with pytest.warns(DeprecationWarning, match="per_block"):  # 0.2's name, for one release
-        assert keras_vit.unscanned(plain) is plain
 
 
 def test_scanned_model_saves_loads_and_converts_like_the_per_block_model(pair, tmp_path):
@@ -109,18 +107,18 @@ def test_masked_patch_model_runs_the_scanned_encoder(pair):
 
 
 def test_scanned_encoder_config_round_trips_and_checks_its_arguments():
-    layer = Encoder(4, 2, 32, dropout_rate=0.1, scan=True, remat=True,
-                    kernels={"attention": "products"}, name="Transformer")
+    layer = Encoder(4, 2, 32, dropout_rate=0.1, scan=True, remat=True, name="Transformer")
     config = layer.get_config()
     assert {k: config[k] for k in ("num_layers", "num_heads", "mlp_dim", "dropout_rate",
-                                   "scan", "remat", "kernels")} == dict(
-        num_layers=4, num_heads=2, mlp_dim=32, dropout_rate=0.1, scan=True, remat=True,
-        kernels={"attention": "products"})
-    again = Encoder.from_config(config)
+                                   "scan", "remat")} == dict(
+        num_layers=4, num_heads=2, mlp_dim=32, dropout_rate=0.1, scan=True, remat=True)
+    assert "kernels" not in config  # execution routes are no architecture
+    # A config of 0.3, which saved the routes, loads without them.
+    again = Encoder.from_config(dict(config, kernels={"attention": "products"}))
     again.build((None, 5, 16))
     assert [block.name for block in again.blocks] == [f"encoderblock_{i}" for i in range(4)]
     assert again.scan and again.remat
-    assert all(block.dropout_rate == 0.1 and block.kernels == {"attention": "products"}
+    assert all(block.dropout_rate == 0.1 and not hasattr(block, "kernels")
                for block in again.blocks)
     with pytest.raises(ValueError, match="num_layers=0"):
         Encoder(0, 2, 32)
