@@ -162,6 +162,7 @@ class ViT(keras.Model):
         name=None,
         **kwargs,
     ):
+        _check_model_kwargs(kwargs)
         args = _checked_arguments(dict(
             image_size=image_size, patch_size=patch_size, hidden_size=hidden_size,
             num_layers=num_layers, num_heads=num_heads, mlp_dim=mlp_dim, num_classes=num_classes,
@@ -242,6 +243,25 @@ class _WithAttention(keras.layers.Layer):
 
     def compute_output_spec(self, inputs, training=None):
         return self.block.compute_output_spec(inputs, return_attention_scores=True)
+
+
+# Arguments that are gone, and where their job went.
+REMOVED_ARGUMENTS = {
+    "kernels": "execution routes are no architecture: choose them with "
+               "keras_vit.routes.use_routes(...) or keras_vit.routes.set_routes(...)",
+    "backbone": "the hybrid's ResNet is ViT(resnet=...)",
+}
+
+
+def _check_model_kwargs(kwargs):
+    """Refuses keyword arguments that neither `ViT` nor `keras.Model` takes."""
+    for name in kwargs:
+        if name in REMOVED_ARGUMENTS:
+            raise TypeError(f"ViT() got an unexpected keyword argument {name!r}: "
+                            f"{REMOVED_ARGUMENTS[name]}.")
+        if name != "trainable":
+            raise TypeError(f"ViT() got an unexpected keyword argument {name!r}. Expected "
+                            "keras_vit.ViT's arguments or `trainable`.")
 
 
 def _checked_arguments(args):

@@ -1,0 +1,246 @@
+"""The seam (`keras_vit.routes`): every implementation of every choice computes the model,
+forward and backward, eagerly, in TensorFlow's graph runtime and under XLA, as the float64
+NumPy reference does; the defaults are the measured table; routes are chosen per block or per
+process, checked, and never saved. (The JAX side, the gradient barrier among it, is in
+tests/test_jax.py.)"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import routes, weights
+from keras_vit.weights.keymap import checkpoint_variables
+from reference import forward, official_params
+
+CONFIG = dict(image_size=(16, 24), patch_size=8, hidden_size=16, num_layers=2, num_heads=2,
+              mlp_dim=32, num_classes=5)
+# Every implementation of every choice (one choice at a time, the others at their defaults),
+# and every choice at its first and at its last implementation together.
+COMBINATIONS = [{name: route} for name, routes in routes.CHOICES.items() for route in routes] \
+    + [{name: routes[0] for name, routes in routes.CHOICES.items()},
+       {name: routes[-1] for name, routes in routes.CHOICES.items()}]
+
+
+def images(count=3, seed=1):
+    return np.random.default_rng(seed).uniform(-1, 1, (count, 16, 24, 3)).astype("float32")
+
+
+def loaded_model(params):
+    model = keras_vit.ViT(**CONFIG)
+    weights.load_params(model, params)
+    return model
+
+
+@pytest.fixture(scope="module")
+def params():
+    return official_params(np.random.default_rng(0), hidden=16, mlp=32, heads=2, layers=2,
+                           patch=(8, 8), grid=(2, 3), num_classes=5)
+
+
+@pytest.mark.parametrize("choice", COMBINATIONS,
+                         ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_every_implementation_gives_the_reference_logits(choice, params):
+    model = loaded_model(params)
+    expected, _, attentions = forward(params, images())
+    assert np.abs(expected).max() > 0.1
+    with routes.use_routes(**choice):
+        for training in (False, True):  # no dropout: the same function in both modes
+            logits = keras.ops.convert_to_numpy(model(images(), training=training))
+            np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
+        _, probabilities = model.attention_model()(images())
+    for probs, want in zip(probabilities, attentions):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(probs), want, atol=1e-5)
+
+
+# Weights whose gradient the float64 reference gives by central differences: one entry of each
+# kind (checkpoint key, index).
+PROBES = [("embedding/kernel", (3, 5, 1, 7)), ("cls", (0, 0, 2)),
+          ("Transformer/posembed_input/pos_embedding", (0, 4, 9)),
+          ("Transformer/encoderblock_0/LayerNorm_0/scale", (6,)),
+          ("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel", (2, 1, 3)),
+          ("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/key/kernel", (9, 0, 5)),
+          ("Transformer/encoderblock_1/MultiHeadDotProductAttention_1/value/bias", (1, 4)),
+          ("Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out/kernel", (0, 6, 11)),
+          ("Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", (4, 20)),
+          ("Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias", (13,)),
+          ("Transformer/encoderblock_1/LayerNorm_2/bias", (2,)),
+          ("Transformer/encoder_norm/scale", (10,)), ("head/kernel", (5, 2))]
+
+
+def reference_loss(params, x, y):
+    """The mean cross-entropy of the float64 reference's logits."""
+    logits, _, _ = forward(params, x)
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    return -log_probs[np.arange(len(y)), y].mean()
+
+
+@pytest.fixture(scope="module")
+def reference_gradients(params):
+    """d loss / d weight at each of `PROBES`, by central differences in float64."""
+    x, y = images(), np.arange(3)
+    p64 = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    gradients = []
+    for key, index in PROBES:
+        step = 1e-6
+        plus, minus = dict(p64), dict(p64)
+        plus[key], minus[key] = p64[key].copy(), p64[key].copy()
+        plus[key][index] += step
+        minus[key][index] -= step
+        gradients.append((reference_loss(plus, x, y) - reference_loss(minus, x, y)) / (2 * step))
+    return np.array(gradients)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
+def test_every_implementation_gives_the_reference_gradients(mode, params, reference_gradients):
+    x, y = images(), np.arange(3)
+    model = loaded_model(params)
+    variables = checkpoint_variables(model)
+
+    def gradients(choice):
+        def step(x):
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            return tape.gradient(loss, [variables[key] for key, _ in PROBES])
+
+        with routes.use_routes(**choice):  # traced inside: the function keeps the routes
+            if mode != "eager":
+                step = tf.function(step, jit_compile=mode == "xla")
+            grads = step(tf.constant(x))
+        return np.array([g.numpy()[index] for g, (_, index) in zip(grads, PROBES)])
+
+    assert np.abs(reference_gradients).min() > 1e-5  # every probe reaches the loss
+    for choice in COMBINATIONS:
+        np.testing.assert_allclose(gradients(choice), reference_gradients, rtol=2e-3,
+                                   atol=2e-5, err_msg=str(choice))
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_the_recomputed_gelu_and_layer_norm_give_autodiff_values_and_gradients(policy):
+    """Forward bit for bit, gradients within rounding, in float32 and bfloat16, for both GELU
+    forms."""
+    rng = np.random.default_rng(0)
+    norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy)
+    norm.build((2, 5, 8))
+    norm.set_weights([rng.normal(size=8), rng.normal(size=8)])
+    dtype = keras.DTypePolicy(policy).compute_dtype
+    x = tf.constant(rng.normal(size=(2, 5, 8)) * 3, dtype)
+    w = tf.constant(rng.normal(size=(2, 5, 8)), tf.float32)
+
+    def run(route, approximate):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            with routes.use_routes(layer_norm=route, gelu=route):
+                y = routes.layer_norm(norm, x, True)
+                z = routes.gelu(y, approximate, True)
+            loss = tf.reduce_sum(tf.cast(z, tf.float32) * w)
+        grads = tape.gradient(loss, [x, *norm.trainable_variables])
+        return [tf.cast(t, tf.float32).numpy() for t in [y, z, *grads]]
+
+    for approximate in (True, False):
+        want, got = run("autodiff", approximate), run("recompute", approximate)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        tolerance = 1e-5 if policy == "float32" else 0.05
+        for g, ref in zip(got[2:], want[2:]):
+            np.testing.assert_allclose(g, ref, rtol=tolerance, atol=tolerance * np.abs(ref).max())
+        assert np.abs(want[2]).max() > 0.1
+
+
+def test_attention_dropout_applies_to_the_probabilities_whatever_the_route():
+    """With attention dropout on, training takes the products (dropout needs the
+    probabilities); the fused route would drop nothing."""
+    layer = keras_vit.MultiHeadDotProductAttention(2, attention_dropout_rate=0.5)
+    x = np.random.default_rng(0).normal(size=(2, 7, 8)).astype("float32")
+    with routes.use_routes(attention="fused"):
+        inferred = keras.ops.convert_to_numpy(layer(x))
+        trained = keras.ops.convert_to_numpy(layer(x, training=True))
+    assert np.abs(trained - inferred).max() > 1e-3
+
+
+# BENCHMARKS.md's table of measured defaults, written out: (choice, training, dtype, device)
+# -> route, on TensorFlow.
+MEASURED = {
+    ("attention", False, "float32", "cpu"): "products",
+    ("attention", True, "float32", "cpu"): "products",
+    ("attention", False, "float32", "gpu"): "fused",
+    ("attention", True, "float32", "gpu"): "products",
+    ("mlp", False, "float32", "cpu"): "rows",
+    ("mlp", True, "float32", "cpu"): "tokens",
+    ("block_input", True, "float32", "cpu"): "plain",
+    ("block_input", False, "float32", "cpu"): "plain",
+    ("layer_norm", False, "bfloat16", "cpu"): "autodiff",
+    ("layer_norm", True, "bfloat16", "cpu"): "recompute",
+    ("layer_norm", True, "float32", "gpu"): "recompute",
+    ("gelu", True, "float32", "cpu"): "recompute",
+    ("gelu", True, "bfloat16", "cpu"): "autodiff",
+    ("gelu", False, "float32", "cpu"): "autodiff",
+}
+
+
+@pytest.mark.parametrize("case", sorted(MEASURED), ids=str)
+def test_the_defaults_are_the_measured_table(case, monkeypatch):
+    name, training, dtype, device = case
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda: [f"{device}:0"])
+    assert routes.route(name, training, dtype) == MEASURED[case]
+
+
+def test_a_route_is_chosen_per_block_or_per_process_and_auto_gives_the_default(monkeypatch):
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda: ["gpu:0"])
+    monkeypatch.setattr(routes, "_PROCESS", {})
+    assert routes.route("attention", False) == "fused"
+    with routes.use_routes(attention="products"):
+        assert routes.route("attention", False) == "products"
+        with routes.use_routes(attention="auto"):  # the default again
+            assert routes.route("attention", False) == "fused"
+    assert routes.set_routes(attention="products") == {"attention": "products"}
+    assert routes.route("attention", False) == "products"
+    with routes.use_routes(attention="fused"):  # a block over the process
+        assert routes.route("attention", False) == "fused"
+    assert routes.set_routes(attention="auto") == {}
+    assert routes.route("attention", False) == "fused"
+
+
+def test_the_rows_route_feeds_each_matmul_to_its_bias_add():
+    """With the MLP on rows, each inference MatMul of the traced graph feeds its bias add
+    (the pattern TensorFlow's graph runtime fuses with the GELU); on the token sequence, a
+    Reshape of tensordot follows it. Both compute the same, for a dynamic batch too."""
+    block = keras_vit.MlpBlock(48)
+    x = np.random.default_rng(0).normal(size=(2, 5, 32)).astype("float32")
+    block(x)
+    spec = tf.TensorSpec((None, None, 32), tf.float32)
+
+    def matmul_consumers(route):
+        with routes.use_routes(mlp=route):
+            traced = tf.function(lambda t: block(t)).get_concrete_function(spec)
+        matmuls = [op for op in traced.graph.get_operations() if op.type == "MatMul"]
+        assert len(matmuls) == 2
+        return {c.type for op in matmuls for c in op.outputs[0].consumers()}, traced(x)
+
+    rows, by_rows = matmul_consumers("rows")
+    tokens, by_tokens = matmul_consumers("tokens")
+    assert "Reshape" not in rows and "Reshape" in tokens
+    np.testing.assert_allclose(by_rows, by_tokens, atol=1e-5)
+
+
+@pytest.mark.parametrize("value, message", [
+    (dict(attn="fused"), "Unknown route choice 'attn'. Expected some of 'attention', "
+                         "'block_input'"),
+    (dict(attention="flash"), "Route 'attention' must be one of 'auto', 'products', 'fused'. "
+                              "Received: 'flash'"),
+])
+def test_bad_route_choices_name_the_problem(value, message):
+    with pytest.raises(ValueError, match=message):
+        with routes.use_routes(**value):
+            pass
+    with pytest.raises(ValueError, match=message):
+        routes.set_routes(**value)
+    assert routes.chosen_routes() == {}
+
+
+def test_a_route_is_no_argument_of_the_model():
+    with pytest.raises(TypeError, match="kernels"):
+        keras_vit.ViT(**CONFIG, kernels={"attention": "fused"})
