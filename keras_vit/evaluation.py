@@ -33,7 +33,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit.checks import check_positive_number
+from keras_vit.checks import check_labels, check_positive_number
 from keras_vit.data import InputData, to_0_255
 from keras_vit.fileio import atomic_write, check_destination
 from keras_vit.images import preprocess_inputs
@@ -421,7 +421,7 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     top5, loss_sum = 0, 0.0
     all_labels, predicted, in_set, has_set = [], [], [], []
     for images, labels, label_sets in _batches(data, batch_size, progress, value_range):
-        labels = _check_labels(labels, num_classes)
+        labels = check_labels(labels, num_classes)
         logits = np.asarray(model.predict_on_batch(images), np.float64)
         logits -= logits.max(axis=1, keepdims=True)
         log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
@@ -497,15 +497,6 @@ def _check_trained_head(model):
             "(--allow-fresh-head) to evaluate it anyway.")
 
 
-def _check_labels(labels, num_classes, what="Labels"):
-    """Class ids as int64, checked to lie in [0, num_classes)."""
-    labels = np.asarray(labels).astype(np.int64)
-    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-        raise ValueError(f"{what} must be in [0, {num_classes}). Received values from "
-                         f"{labels.min()} to {labels.max()}.")
-    return labels
-
-
 # --------------------------------------------------------------------------------------------
 # Multi-label (ReaL) accuracy.
 
@@ -527,7 +518,7 @@ def multi_hot(label_sets, num_classes):
     """
     rows = np.zeros((len(label_sets), num_classes), bool)
     for i, ids in enumerate(label_sets):
-        rows[i, _check_labels(ids, num_classes, f"Class ids of label set {i}")] = True
+        rows[i, check_labels(ids, num_classes, f"Class ids of label set {i}")] = True
     return rows
 
 
@@ -583,8 +574,8 @@ def real_accuracy(predictions, label_sets, labels):
         raise ValueError(f"Label sets must be multi-hot [N, num_classes] (see `multi_hot`). "
                          f"Received shape {label_sets.shape}.")
     num_classes = label_sets.shape[1]
-    predictions = _check_labels(predictions, num_classes, "Predictions")
-    labels = _check_labels(labels, num_classes)
+    predictions = check_labels(predictions, num_classes, "Predictions")
+    labels = check_labels(labels, num_classes)
     if len(labels) != len(predictions):
         raise ValueError(f"{len(predictions)} predictions but {len(labels)} labels.")
     hits, scored = _label_set_hits(predictions, label_sets, num_classes)
