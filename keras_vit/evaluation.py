@@ -36,7 +36,7 @@ import numpy as np
 from keras_vit.checks import check_labels, check_positive_number
 from keras_vit.data import InputData, to_0_255
 from keras_vit.fileio import atomic_write, check_destination
-from keras_vit.images import preprocess_inputs
+from keras_vit.preprocessing import preprocess_inputs
 
 # big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
 BIAS_FEATURE = 100.0

@@ -2,7 +2,14 @@
 
 - the label rule is one function (`keras_vit.checks.check_labels`): the input pipelines and the
   evaluation refuse the same bad labels with the same message;
+- `preprocess_inputs` (`keras_vit.preprocessing`) does not import TensorFlow, so that it runs on
+  JAX without it; `keras_vit.images` keeps the TensorFlow image ops;
 """
+
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +17,7 @@ import pytest
 import keras_vit
 from keras_vit import checks, data, evaluation
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8)
 
 
@@ -41,3 +49,32 @@ def test_the_label_rule_returns_int64_class_ids():
     ids = checks.check_labels(np.array([2, 0], np.uint8), 3)
     assert ids.dtype == np.int64 and ids.tolist() == [2, 0]
     assert checks.check_labels([], 3).dtype == np.int64  # an empty label set
+
+
+def _run_on_jax(code):
+    """Runs `code` in a fresh Python on the JAX backend; returns its last line of output."""
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_preprocess_inputs_runs_on_jax_without_tensorflow():
+    out = _run_on_jax(
+        "import sys, numpy as np, keras_vit\n"
+        "from keras_vit.preprocessing import IMAGE_CHANNELS, preprocess_inputs\n"
+        "x = np.array([[[[0, 127.5, 255]]]], np.float32)\n"
+        "y = keras_vit.preprocess_inputs(x), preprocess_inputs(x)\n"
+        "print([np.asarray(v).tolist() for v in y], IMAGE_CHANNELS, 'tensorflow' in sys.modules)")
+    assert out == "[[[[[-1.0, 0.0, 1.0]]]], [[[[-1.0, 0.0, 1.0]]]]] 3 False"
+
+
+def test_preprocess_inputs_is_one_function_wherever_it_is_imported_from():
+    from keras_vit import images, preprocessing
+
+    assert keras_vit.preprocess_inputs is images.preprocess_inputs is \
+        preprocessing.preprocess_inputs
+    # The TensorFlow op scales as the backend-neutral function does.
+    pixels = np.array([[[0, 51, 255]]], np.uint8)
+    np.testing.assert_allclose(images.scale(pixels), preprocessing.preprocess_inputs(pixels))
