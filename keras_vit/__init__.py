@@ -72,7 +72,7 @@ _LAZY = {
     **dict.fromkeys(("get_distribution", "layout_map"), "keras_vit.parallel.keras_distribution"),
 }
 _LAZY_MODULES = ("data", "evaluation", "export", "fileio", "flops", "framework", "images",
-                 "inspection", "labels", "parallel", "preprocessing", "pretraining",
+                 "inspection", "labels", "parallel", "plots", "preprocessing", "pretraining",
                  "training", "vtab")
 # Module names kept for one release (each warns when imported).
 _DEPRECATED_MODULES = ("distribute", "sharding", "validation")

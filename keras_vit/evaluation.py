@@ -24,7 +24,6 @@ see `multi_hot`), as `keras_vit.data` gives for ImageNet-ReaL.
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import warnings
@@ -36,6 +35,7 @@ import numpy as np
 from keras_vit.checks import check_labels, check_positive_number
 from keras_vit.data import InputData, to_0_255
 from keras_vit.fileio import atomic_write, check_destination
+from keras_vit.plots import plot_confusion_matrix
 from keras_vit.preprocessing import preprocess_inputs
 
 # big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
@@ -621,36 +621,3 @@ def _count_cells(examples, correct):
     """CSV cells `examples,correct,accuracy` (accuracy empty without examples)."""
     examples, correct = int(examples), int(correct)
     return f"{examples},{correct}," + ("" if examples == 0 else f"{correct / examples:.6f}")
-
-
-def plot_confusion_matrix(confusion, class_names, path):
-    """Writes the confusion matrix (rows normalised to recall) as a PNG; returns the path."""
-    from matplotlib.figure import Figure  # optional: the `figures` extra
-
-    k = len(confusion)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        recall = np.nan_to_num(confusion / confusion.sum(axis=1, keepdims=True))
-    size = min(3 + 0.35 * k, 24)
-    figure = Figure(figsize=(size, size), dpi=100)
-    ax = figure.add_subplot()
-    image = ax.imshow(recall, cmap="Blues", vmin=0, vmax=1)
-    figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="fraction of the true class")
-    ticks = np.arange(k)
-    show_names = k <= 40
-    ax.set_xticks(ticks, class_names if show_names else None, rotation=90, fontsize=8)
-    ax.set_yticks(ticks, class_names if show_names else None, fontsize=8)
-    ax.set_xlabel("predicted class")
-    ax.set_ylabel("true class")
-    if k <= 20:
-        for i in range(k):
-            for j in range(k):
-                if confusion[i, j]:
-                    ax.text(j, i, int(confusion[i, j]), ha="center", va="center", fontsize=7,
-                            color="white" if recall[i, j] > 0.5 else "black")
-    ax.set_title(f"Confusion matrix ({int(confusion.sum())} images, "
-                 f"top-1 {np.trace(confusion) / max(confusion.sum(), 1):.2%})")
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    atomic_write(path, lambda f: f.write(buffer.getvalue()))
-    return path

@@ -4,6 +4,7 @@
   evaluation refuse the same bad labels with the same message;
 - `preprocess_inputs` (`keras_vit.preprocessing`) does not import TensorFlow, so that it runs on
   JAX without it; `keras_vit.images` keeps the TensorFlow image ops;
+- the evaluation computes, `keras_vit.plots` draws (matplotlib);
 """
 
 import os
@@ -78,3 +79,17 @@ def test_preprocess_inputs_is_one_function_wherever_it_is_imported_from():
     # The TensorFlow op scales as the backend-neutral function does.
     pixels = np.array([[[0, 51, 255]]], np.uint8)
     np.testing.assert_allclose(images.scale(pixels), preprocessing.preprocess_inputs(pixels))
+
+
+def test_the_confusion_matrix_figure_is_drawn_by_the_plots_module_only(tmp_path):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from keras_vit import plots
+
+    assert evaluation.plot_confusion_matrix is plots.plot_confusion_matrix
+    assert "matplotlib" not in pathlib.Path(evaluation.__file__).read_text()
+    path = plots.plot_confusion_matrix(np.array([[3, 1], [0, 2]]), ["a", "b"], tmp_path / "c.png")
+    with Image.open(path) as image:
+        # figsize 3 + 0.35 * 2 inches at 100 dpi.
+        assert (image.format, image.size) == ("PNG", (370, 370))
