@@ -5,8 +5,12 @@
 - `preprocess_inputs` (`keras_vit.preprocessing`) does not import TensorFlow, so that it runs on
   JAX without it; `keras_vit.images` keeps the TensorFlow image ops;
 - the evaluation computes, `keras_vit.plots` draws (matplotlib);
+- `keras_vit.data` is a package of one module per job (pipelines, image folders, the
+  tensorflow-datasets registry), each public name importable from the package as before;
 """
 
+import ast
+import importlib
 import os
 import pathlib
 import subprocess
@@ -93,3 +97,52 @@ def test_the_confusion_matrix_figure_is_drawn_by_the_plots_module_only(tmp_path)
     with Image.open(path) as image:
         # figsize 3 + 0.35 * 2 inches at 100 dpi.
         assert (image.format, image.size) == ("PNG", (370, 370))
+
+
+# Every public name of keras_vit.data, by the module of the package that defines it.
+DATA_NAMES = {
+    "pipelines": ("AUTOTUNE", "INCEPTION_AREA_RANGE", "INCEPTION_ASPECT_RATIO_RANGE",
+                  "RANDOM_ACCESS_LIMIT", "STREAM_SHUFFLE_BUFFER", "VALUE_RANGES", "InputData",
+                  "from_arrays", "from_tf_dataset", "preprocess_train", "to_0_255"),
+    "folders": ("IMAGE_EXTENSIONS", "check_class_name", "find_corrupt_images", "from_folder",
+                "list_image_folder"),
+    "tfds": ("CONNECTIVITY_PROBE", "CONNECTIVITY_TIMEOUT", "DATASETS", "DatasetSpec",
+             "from_tfds", "get_dataset_spec", "tfds_builder"),
+}
+
+
+def _public_definitions(path):
+    """The public names a module defines at its top level (not those it imports)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return {name for name in names if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("module", sorted(DATA_NAMES))
+def test_the_data_package_exports_each_public_name_of_its_modules(module):
+    home = importlib.import_module(f"keras_vit.data.{module}")
+    assert _public_definitions(pathlib.Path(home.__file__)) == set(DATA_NAMES[module])
+    for name in DATA_NAMES[module]:
+        assert getattr(data, name) is getattr(home, name), name
+    assert sorted(data.__all__) == sorted(n for names in DATA_NAMES.values() for n in names)
+
+
+MAX_MODULE_LINES = 700
+
+
+@pytest.mark.parametrize("path", ["data/__init__.py", "data/pipelines.py", "data/folders.py",
+                                  "data/tfds.py", "images.py", "preprocessing.py",
+                                  "evaluation.py", "plots.py", "checks.py"])
+def test_data_image_and_evaluation_modules_are_short(path):
+    lines = len((ROOT / "keras_vit" / path).read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"keras_vit/{path} has {lines} lines"
+
+
+def test_only_the_tfds_module_reaches_for_tensorflow_datasets_and_the_network():
+    for module in ("pipelines", "folders"):
+        source = (ROOT / "keras_vit" / "data" / f"{module}.py").read_text()
+        assert "tensorflow_datasets" not in source and "socket" not in source, module
