@@ -6,7 +6,7 @@
   JAX without it; `keras_vit.images` keeps the TensorFlow image ops;
 - the evaluation computes, `keras_vit.plots` draws (matplotlib);
 - `keras_vit.data` is a package of one module per job (pipelines, image folders, the
-  tensorflow-datasets registry), each public name importable from the package as before;
+  tensorflow-datasets registry), each public name importable from the package as before.
 """
 
 import ast
