@@ -70,12 +70,14 @@ _LAZY = {
         "patch_embedding_components", "position_embedding_similarity"),
         "keras_vit.inspection"),
     **dict.fromkeys(("class_names", "decode_predictions"), "keras_vit.labels"),
-    **dict.fromkeys(("preprocess_inputs", "load_image"), "keras_vit.images"),
+    "preprocess_inputs": "keras_vit.preprocessing",
+    "load_image": "keras_vit.images",
     "get_strategy": "keras_vit.parallel.tf_distribute",
     **dict.fromkeys(("get_distribution", "layout_map"), "keras_vit.parallel.keras_distribution"),
 }
 _LAZY_MODULES = ("data", "evaluation", "export", "fileio", "flops", "framework", "images",
-                 "inspection", "labels", "parallel", "pretraining", "training", "vtab")
+                 "inspection", "labels", "parallel", "plots", "preprocessing", "pretraining",
+                 "training", "vtab")
 # Module names kept for one release (each warns when imported).
 _DEPRECATED_MODULES = ("distribute", "sharding", "validation")
 # Names kept for one release: name -> (the module that defines it, the message).

@@ -157,19 +157,32 @@ def check_replica_batch(batch_size, num_replicas):
     return batch_size
 
 
-def check_labels(labels, num_classes):
-    """Raises unless every label is an integer in `[0, num_classes)`."""
+def check_labels(labels, num_classes, what="Labels"):
+    """The one label rule: every label is an integer in `[0, num_classes)`.
+
+    Args:
+        labels: array-like of class ids (any shape, possibly empty).
+        num_classes: int. The number of classes.
+        what: str. What the values are, for the message (e.g. "Predictions").
+            Defaults to "Labels".
+
+    Returns:
+        The labels as an int64 NumPy array.
+
+    Raises:
+        ValueError: for non-integer labels or labels outside `[0, num_classes)`, naming them.
+    """
     num_classes = check_positive_int("num_classes", num_classes)
     labels = np.asarray(labels)
     if labels.size and not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"Labels must be integers. Received dtype {labels.dtype}.")
+        raise ValueError(f"{what} must be integers. Received dtype {labels.dtype}.")
     bad = labels[(labels < 0) | (labels >= num_classes)]
     if bad.size:
         raise ValueError(
-            f"Labels out of range: {sorted(set(bad.tolist()))[:10]} (of {bad.size} labels). "
-            f"Expected integers in [0, {num_classes})."
+            f"{what} out of range: {sorted(set(bad.tolist()))[:10]} ({bad.size} of "
+            f"{labels.size} values). Expected integers in [0, {num_classes})."
         )
-    return num_classes
+    return labels.astype(np.int64)
 
 
 def check_trainable_classes(num_classes):

@@ -24,7 +24,6 @@ see `multi_hot`), as `keras_vit.data` gives for ImageNet-ReaL.
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import warnings
@@ -33,10 +32,11 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit.checks import check_positive_number
+from keras_vit.checks import check_labels, check_positive_number
 from keras_vit.data import InputData, to_0_255
 from keras_vit.fileio import atomic_write, check_destination
-from keras_vit.images import preprocess_inputs
+from keras_vit.plots import plot_confusion_matrix
+from keras_vit.preprocessing import preprocess_inputs
 
 # big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
 BIAS_FEATURE = 100.0
@@ -421,7 +421,7 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     top5, loss_sum = 0, 0.0
     all_labels, predicted, in_set, has_set = [], [], [], []
     for images, labels, label_sets in _batches(data, batch_size, progress, value_range):
-        labels = _check_labels(labels, num_classes)
+        labels = check_labels(labels, num_classes)
         logits = np.asarray(model.predict_on_batch(images), np.float64)
         logits -= logits.max(axis=1, keepdims=True)
         log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
@@ -497,15 +497,6 @@ def _check_trained_head(model):
             "(--allow-fresh-head) to evaluate it anyway.")
 
 
-def _check_labels(labels, num_classes, what="Labels"):
-    """Class ids as int64, checked to lie in [0, num_classes)."""
-    labels = np.asarray(labels).astype(np.int64)
-    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-        raise ValueError(f"{what} must be in [0, {num_classes}). Received values from "
-                         f"{labels.min()} to {labels.max()}.")
-    return labels
-
-
 # --------------------------------------------------------------------------------------------
 # Multi-label (ReaL) accuracy.
 
@@ -527,7 +518,7 @@ def multi_hot(label_sets, num_classes):
     """
     rows = np.zeros((len(label_sets), num_classes), bool)
     for i, ids in enumerate(label_sets):
-        rows[i, _check_labels(ids, num_classes, f"Class ids of label set {i}")] = True
+        rows[i, check_labels(ids, num_classes, f"Class ids of label set {i}")] = True
     return rows
 
 
@@ -583,8 +574,8 @@ def real_accuracy(predictions, label_sets, labels):
         raise ValueError(f"Label sets must be multi-hot [N, num_classes] (see `multi_hot`). "
                          f"Received shape {label_sets.shape}.")
     num_classes = label_sets.shape[1]
-    predictions = _check_labels(predictions, num_classes, "Predictions")
-    labels = _check_labels(labels, num_classes)
+    predictions = check_labels(predictions, num_classes, "Predictions")
+    labels = check_labels(labels, num_classes)
     if len(labels) != len(predictions):
         raise ValueError(f"{len(predictions)} predictions but {len(labels)} labels.")
     hits, scored = _label_set_hits(predictions, label_sets, num_classes)
@@ -630,36 +621,3 @@ def _count_cells(examples, correct):
     """CSV cells `examples,correct,accuracy` (accuracy empty without examples)."""
     examples, correct = int(examples), int(correct)
     return f"{examples},{correct}," + ("" if examples == 0 else f"{correct / examples:.6f}")
-
-
-def plot_confusion_matrix(confusion, class_names, path):
-    """Writes the confusion matrix (rows normalised to recall) as a PNG; returns the path."""
-    from matplotlib.figure import Figure  # optional: the `figures` extra
-
-    k = len(confusion)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        recall = np.nan_to_num(confusion / confusion.sum(axis=1, keepdims=True))
-    size = min(3 + 0.35 * k, 24)
-    figure = Figure(figsize=(size, size), dpi=100)
-    ax = figure.add_subplot()
-    image = ax.imshow(recall, cmap="Blues", vmin=0, vmax=1)
-    figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="fraction of the true class")
-    ticks = np.arange(k)
-    show_names = k <= 40
-    ax.set_xticks(ticks, class_names if show_names else None, rotation=90, fontsize=8)
-    ax.set_yticks(ticks, class_names if show_names else None, fontsize=8)
-    ax.set_xlabel("predicted class")
-    ax.set_ylabel("true class")
-    if k <= 20:
-        for i in range(k):
-            for j in range(k):
-                if confusion[i, j]:
-                    ax.text(j, i, int(confusion[i, j]), ha="center", va="center", fontsize=7,
-                            color="white" if recall[i, j] > 0.5 else "black")
-    ax.set_title(f"Confusion matrix ({int(confusion.sum())} images, "
-                 f"top-1 {np.trace(confusion) / max(confusion.sum(), 1):.2%})")
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    atomic_write(path, lambda f: f.write(buffer.getvalue()))
-    return path

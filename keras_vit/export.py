@@ -50,9 +50,10 @@ from keras_vit.fileio import (
     staging_dir,
 )
 from keras_vit.checks import check_choice, check_int
+from keras_vit.introspection import model_image_size, patch_grid, rebuilt, vit_config
 from keras_vit.layer_config import sublayers
 from keras_vit.layers import TokenPooling
-from keras_vit.introspection import model_image_size, patch_grid, rebuilt, vit_config
+from keras_vit.preprocessing import IMAGE_CHANNELS
 
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
@@ -75,7 +76,6 @@ TFLITE_QUANTIZATIONS = (None, "dynamic-int8")
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
 # The float32 TFLite file must reproduce the Keras probabilities to this absolute tolerance.
 TFLITE_FLOAT_TOLERANCE = 1e-4
-IMAGE_CHANNELS = image_ops.CHANNELS
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,7 +1,5 @@
-"""Images in and out of the model: decoding, resizing and scaling, in one place.
+"""Images in and out of the model with TensorFlow: decoding, resizing and scaling.
 
-- `preprocess_inputs`: RGB in [0, 255] to the model's input range [-1, 1] (`x / 127.5 - 1`,
-  vit_jax input pipeline), with `keras.ops`, on any backend.
 - `decode_image` / `load_image`: the one decoder behind `keras-vit predict`, image folders,
   tensorflow-datasets pipelines and the SavedModel's `serving_default`: JPEG (libjpeg's exact
   integer DCT, `INTEGER_ACCURATE`, as PIL and OpenCV decode), PNG, GIF (first frame), BMP
@@ -12,6 +10,9 @@
   decoding.
 - `resize` and `eval_preprocess`: the official evaluation preprocessing (plain bilinear resize
   to the model resolution, no crop, then scaling).
+
+`preprocess_inputs`, the same scaling with `keras.ops` on any backend, is defined in
+`keras_vit.preprocessing` (which does not import TensorFlow) and importable from here too.
 """
 
 import os
@@ -19,12 +20,14 @@ import stat
 
 import numpy as np
 import tensorflow as tf
-from keras import ops
 
-# The official models see RGB scaled to [-1, 1] (vit_jax input_pipeline: `x / 127.5 - 1`).
-INPUT_SCALE = 127.5
-INPUT_OFFSET = -1.0
-CHANNELS = 3
+from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is importable from here
+    IMAGE_CHANNELS,
+    INPUT_OFFSET,
+    INPUT_SCALE,
+    preprocess_inputs,
+)
+
 # vit_jax evaluation: `tf.image.resize`, bilinear, half-pixel centres, no antialias.
 RESIZE_METHOD = "bilinear"
 # libjpeg's exact integer DCT (JDCT_ISLOW), the default of PIL and OpenCV, so that the model
@@ -36,31 +39,6 @@ FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
 # is above any camera image in common use; the limit is an argument everywhere.
 DEFAULT_MAX_PIXELS = 64_000_000
 MISSING = "does not exist"  # `not_regular_file`'s reason for a missing path
-
-
-def preprocess_inputs(images):
-    """Scales RGB images with values in [0, 255] (uint8 or float) to float32 in [-1, 1].
-
-    Args:
-        images: array or tensor `[..., H, W, 3]`.
-
-    Returns:
-        A float32 tensor of the same shape.
-
-    Raises:
-        ValueError: if the last axis is not 3 RGB channels.
-
-    Examples:
-    >>> preprocess_inputs(np.array([[[[0, 127.5, 255]]]]))  # doctest: +SKIP
-    array([[[[-1., 0., 1.]]]], dtype=float32)
-    """
-    images = ops.convert_to_tensor(images)
-    if len(images.shape) < 3 or images.shape[-1] != CHANNELS:
-        raise ValueError(
-            f"preprocess_inputs expects RGB images [..., height, width, 3]. "
-            f"Received shape {tuple(images.shape)}"
-        )
-    return ops.cast(images, "float32") / INPUT_SCALE + INPUT_OFFSET
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,10 +260,10 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     with tf.control_dependencies(checks):
         image = tf.cond(
             fmt == 0,
-            lambda: tf.io.decode_jpeg(data, channels=CHANNELS, dct_method=JPEG_DCT_METHOD),
-            lambda: tf.io.decode_image(data, channels=CHANNELS, expand_animations=False),
+            lambda: tf.io.decode_jpeg(data, channels=IMAGE_CHANNELS, dct_method=JPEG_DCT_METHOD),
+            lambda: tf.io.decode_image(data, channels=IMAGE_CHANNELS, expand_animations=False),
         )
-    return tf.ensure_shape(image, [None, None, CHANNELS])
+    return tf.ensure_shape(image, [None, None, IMAGE_CHANNELS])
 
 
 def load_image(path, size, max_pixels=DEFAULT_MAX_PIXELS):

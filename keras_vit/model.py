@@ -29,9 +29,9 @@ from keras_vit.layers import (CLASSIFIERS, GELU_APPROXIMATE, LAYER_NORM_EPSILON,
                               PatchEmbedding, TokenPooling, TransformerBlock)
 from keras_vit.positions import (AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D,
                                  NoPositionEmbs)
+from keras_vit.preprocessing import IMAGE_CHANNELS
 from keras_vit.resnet import ResNet, resnet_stride
 
-IMAGE_CHANNELS = 3
 # The name of the `Encoder` layer of a `scan=True` or `remat=True` model: its variables' paths
 # are then the checkpoint keys (`Transformer/encoderblock_{i}/...`).
 ENCODER = "Transformer"

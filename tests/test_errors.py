@@ -816,7 +816,7 @@ CASES = [
 def ctx(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("KERAS_VIT_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(weights.registry, "_REGISTERED", {})
-    monkeypatch.setattr(data, "_online", lambda: False)  # never download in a test
+    monkeypatch.setattr(data.tfds, "_online", lambda: False)  # never download in a test
     return Context(tmp_path, capsys)
 
 

@@ -1,0 +1,435 @@
+"""The one `tf.data` pipeline every source goes through: training and evaluation input,
+the official augmentation, batching (per replica under a strategy), resumable epoch orders;
+and the sources that are not files of their own, NumPy arrays (`from_arrays`) and `tf.data`
+datasets (`from_tf_dataset`). See the package docstring (`keras_vit.data`) for what the pipelines yield.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit import images as image_ops
+from keras_vit.checks import check_int, check_labels, check_replica_batch, to_pair
+
+# Inception crop of the official training pipeline (vit_jax input_pipeline.py):
+# `tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0), min_object_covered=0)`,
+# with TensorFlow's default aspect-ratio range.
+INCEPTION_AREA_RANGE = (0.05, 1.0)
+INCEPTION_ASPECT_RATIO_RANGE = (3 / 4, 4 / 3)
+# Splits of at most this many examples are held in memory (still encoded) so that every
+# epoch's order is a stateless permutation: resumed runs see the same batches.
+RANDOM_ACCESS_LIMIT = 200_000
+# Shuffle buffer for larger, streamed splits (vit_jax uses 50k for ImageNet-21k).
+STREAM_SHUFFLE_BUFFER = 50_000
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+@dataclasses.dataclass
+class InputData:
+    """A batched input pipeline and what `model.fit` needs to know about it.
+
+    Attributes:
+        dataset: `tf.data.Dataset` (or a distributed dataset) of `(images, labels)` batches.
+        num_examples: int. Examples in the split.
+        num_classes: int. Labels are in `[0, num_classes)`.
+        batch_size: int. Global batch size.
+        training: bool. Training pipelines repeat forever with augmentation.
+        class_names: tuple of str. Label names, where known.
+        start_epoch: int. The first epoch of a training pipeline.
+        skipped: tuple of (path, reason). Image files left out as undecodable.
+    """
+
+    dataset: object
+    num_examples: int
+    num_classes: int
+    batch_size: int
+    training: bool
+    class_names: tuple = ()
+    start_epoch: int = 0
+    rebuild: object = dataclasses.field(default=None, repr=False)  # epoch -> InputData
+    skipped: tuple = ()  # (path, reason) of the files `from_folder(skip_corrupt=True)` left out
+
+    def from_epoch(self, epoch):
+        """The same pipeline starting at `epoch`: the batches an uninterrupted run sees from
+        there (to resume a run). Evaluation pipelines do not depend on the epoch."""
+        if not self.training or epoch == self.start_epoch or self.rebuild is None:
+            return self
+        return dataclasses.replace(self.rebuild(epoch), skipped=self.skipped)
+
+    @property
+    def steps_per_epoch(self):
+        """Whole batches per epoch for training; all batches (the last partial) for eval."""
+        if self.training:
+            return self.num_examples // self.batch_size
+        return math.ceil(self.num_examples / self.batch_size)
+
+
+# --------------------------------------------------------------------------------------------
+# Preprocessing.
+
+
+def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, flip=True,
+                     crop=True):
+    """Official training preprocessing, stateless: inception crop, resize, flip, scale.
+
+    Args:
+        image: uint8 (or float in [0, 255]) tensor `[H, W, 3]` (or `[H, W, 1]`).
+        image_size: (height, width).
+        seed: int tensor of shape [2]. The same seed gives the same crop and flip.
+        area_range: (min, max) fraction of the image the crop covers. Defaults to the
+            official (0.05, 1.0).
+        flip: bool. Random horizontal flip. Defaults to True.
+        crop: bool. The inception crop; False resizes the whole image (for labels that depend
+            on where things are, e.g. VTAB's structured tasks). Defaults to True.
+
+    Returns:
+        float32 `[height, width, 3]` in [-1, 1].
+    """
+    image = image_ops.to_rgb(image)
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    if crop:
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.shape(image),
+            bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
+            seed=crop_seed,
+            min_object_covered=0.0,
+            aspect_ratio_range=INCEPTION_ASPECT_RATIO_RANGE,
+            area_range=area_range,
+            use_image_if_no_bounding_boxes=True,
+        )
+        image = tf.slice(image, begin, size)  # image = [h, w, 3], a random box
+    image = image_ops.resize(image, image_size)  # image = [height, width, 3]
+    if flip:
+        image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+    return image_ops.scale(image)
+
+
+# --------------------------------------------------------------------------------------------
+# The one pipeline every source goes through.
+
+
+@dataclasses.dataclass
+class _Source:
+    """Examples to feed: random access (`fetch(index)`) or a stream (`stream`)."""
+
+    num_examples: int
+    num_classes: int
+    fetch: object = None  # index -> (raw image, label)
+    stream: object = None  # unbatched tf.data.Dataset of (raw image, label)
+    decode: object = None  # raw image -> uint8 [H, W, C]; None if already decoded
+    class_names: tuple = ()
+
+    def load(self, raw):
+        return raw if self.decode is None else self.decode(raw)
+
+
+def _check_batch_size(batch_size, num_replicas, num_examples, training):
+    check_replica_batch(batch_size, num_replicas)
+    if training and num_examples < batch_size:
+        raise ValueError(
+            f"The training split has {num_examples} examples, fewer than one batch of "
+            f"{batch_size}. Expected at least batch_size examples.")
+
+
+def _epoch_indices(epoch, num_examples, steps, batch_size, seed):
+    """(epoch, index) pairs of one training epoch: a stateless permutation, whole batches."""
+    order = tf.random.experimental.stateless_shuffle(
+        tf.range(num_examples, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch])
+    )[: steps * batch_size]
+    return tf.data.Dataset.from_tensor_slices((tf.fill([steps * batch_size], epoch), order))
+
+
+def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epoch, augment,
+                   shard):
+    """The repeated, augmented training stream of one input pipeline, in `batch_size` batches.
+
+    Each epoch takes the first `steps * global_batch` examples of its permutation; input
+    pipeline `shard = (count, index)` keeps every count-th of them, so that the pipelines'
+    per-replica batches of one step together hold the same examples as one global batch.
+    """
+    num_shards, shard_index = shard
+    steps = source.num_examples // global_batch
+
+    def prepare(epoch, index, raw, label):
+        image = source.load(raw)
+        example_seed = tf.stack([epoch * source.num_examples + index, tf.constant(seed, tf.int64)])
+        if augment:
+            image = preprocess_train(image, image_size, example_seed, **augment)
+        else:
+            image = image_ops.eval_preprocess(image, image_size)
+        return image, _int32(label)
+
+    if source.fetch is not None:
+        epochs = tf.data.Dataset.range(start_epoch, np.iinfo(np.int64).max)
+        pairs = epochs.flat_map(
+            lambda e: _epoch_indices(e, source.num_examples, steps, global_batch, seed)
+        )
+        pairs = pairs.shard(num_shards, shard_index)
+        examples = pairs.map(
+            lambda e, i: prepare(e, i, *source.fetch(i)), num_parallel_calls=AUTOTUNE
+        )
+    else:
+        stream = source.stream.shard(num_shards, shard_index)
+        stream = stream.shuffle(
+            min(STREAM_SHUFFLE_BUFFER, source.num_examples), seed=seed * 1_000_003 + start_epoch
+        ).repeat()
+        examples = stream.enumerate().map(
+            lambda i, example: prepare(tf.constant(start_epoch, tf.int64), i, *example),
+            num_parallel_calls=AUTOTUNE,
+        )
+    return examples.batch(batch_size, drop_remainder=True)
+
+
+def _eval_dataset(source, image_size, batch_size):
+    if source.fetch is not None:
+        examples = tf.data.Dataset.range(source.num_examples).map(source.fetch)
+    else:
+        examples = source.stream
+    examples = examples.map(
+        lambda raw, label: (image_ops.eval_preprocess(source.load(raw), image_size), _int32(label)),
+        num_parallel_calls=AUTOTUNE,
+    )
+    return examples.batch(batch_size)
+
+
+def _int32(labels):
+    """Labels as int32: a label tensor, or each tensor of a dict of them (label sets)."""
+    return tf.nest.map_structure(lambda t: tf.cast(t, tf.int32), labels)
+
+
+def _finish(dataset):
+    options = tf.data.Options()
+    options.deterministic = True
+    # Keras shards a dataset across workers by batches; our pipelines have no file reader.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.prefetch(AUTOTUNE).with_options(options)
+
+
+def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augment, strategy):
+    image_size = to_pair("image_size", image_size)
+    num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    _check_batch_size(batch_size, num_replicas, source.num_examples, training)
+    start_epoch = check_int("start_epoch", start_epoch, 0)
+    seed = check_int("seed", seed)
+    if not training:
+        dataset = _finish(_eval_dataset(source, image_size, batch_size))
+    elif num_replicas == 1:
+        dataset = _finish(
+            _train_dataset(source, image_size, batch_size, batch_size, seed, start_epoch,
+                           augment, (1, 0))
+        )
+    else:
+
+        def dataset_fn(context):
+            return _finish(
+                _train_dataset(
+                    source,
+                    image_size,
+                    batch_size,
+                    context.get_per_replica_batch_size(batch_size),
+                    seed,
+                    start_epoch,
+                    augment,
+                    (context.num_input_pipelines, context.input_pipeline_id),
+                )
+            )
+
+        dataset = strategy.distribute_datasets_from_function(dataset_fn)
+    return InputData(
+        dataset=dataset,
+        num_examples=source.num_examples,
+        num_classes=source.num_classes,
+        batch_size=batch_size,
+        training=training,
+        class_names=tuple(source.class_names),
+        start_epoch=start_epoch,
+        rebuild=lambda epoch: _pipeline(source, image_size, batch_size, training, seed, epoch,
+                                        augment, strategy),
+    )
+
+
+def _augment_args(augment):
+    """`augment`: True (official), False (eval preprocessing), or a dict of overrides."""
+    official = dict(area_range=INCEPTION_AREA_RANGE, flip=True, crop=True)
+    if augment is True:
+        return official
+    if augment is False or augment is None:
+        return None
+    if isinstance(augment, dict) and set(augment) <= set(official):
+        return dict(official, **augment)
+    raise ValueError(
+        f"`augment` must be True, False or a dict with keys 'area_range', 'flip' and/or "
+        f"'crop'. Received: augment={augment!r}"
+    )
+
+
+def _decode(encoded):
+    return image_ops.decode_image(encoded)
+
+
+# --------------------------------------------------------------------------------------------
+# Sources.
+
+
+def from_arrays(
+    images,
+    labels=None,
+    *,
+    num_classes=None,
+    image_size,
+    batch_size,
+    training,
+    seed=0,
+    start_epoch=0,
+    augment=True,
+    strategy=None,
+    class_names=(),
+    value_range=None,
+):
+    """A pipeline over in-memory images.
+
+    Args:
+        images: array `[N, H, W, 3]`, `[N, H, W, 1]` or `[N, H, W]`, RGB or grey values:
+            integers in [0, 255], or floats in the range `value_range` says.
+        labels: int array `[N]`, or None for unlabelled images (self-supervised pre-training,
+            `keras_vit.pretraining`): every label is then 0, of one class.
+        num_classes: int or None. Labels must lie in `[0, num_classes)`. Defaults to
+            `max(labels) + 1`.
+        image_size: int or (height, width). The model resolution.
+        batch_size: int. Global batch size.
+        training: bool. Augmented, shuffled, repeated batches if True; one pass in order if
+            False.
+        seed: int. Seed of the shuffle and augmentation. Defaults to 0.
+        start_epoch: int. First epoch of a training pipeline (to resume a run). Defaults to 0.
+        augment: True for the official inception crop and flip, False for none, or a dict
+            overriding `area_range`, `flip` or `crop` (False: resize the whole image).
+            Defaults to True.
+        strategy: `tf.distribute.Strategy` or None. See the module docstring.
+        class_names: sequence of str. Label names. Defaults to none.
+        value_range: (0, 255) or (0, 1): the range of the image values. Required for float
+            images (a float array does not say whether 1.0 is white or nearly black);
+            integer images are (0, 255). Values outside the range are refused.
+
+    Returns:
+        `InputData`.
+
+    Raises:
+        ValueError: for images that are not `[N, H, W(, C)]`, float images without
+            `value_range` or outside it, a label count that differs from the image count, or
+            labels outside `[0, num_classes)`.
+    """
+    images = np.asarray(images)
+    labels = np.zeros(images.shape[:1], np.int32) if labels is None else np.asarray(labels)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4 or images.shape[-1] not in (1, 3):
+        raise ValueError(
+            f"`images` must have shape [N, H, W, 3], [N, H, W, 1] or [N, H, W]. "
+            f"Received shape {images.shape}"
+        )
+    if labels.ndim != 1 or len(labels) != len(images):
+        raise ValueError(
+            f"`labels` must be a vector of one label per image ({len(images)}). "
+            f"Received shape {labels.shape}"
+        )
+    if not len(images):
+        raise ValueError(f"`images` holds no images (shape {images.shape}). Expected at least "
+                         "one image.")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"`labels` must be integers. Received dtype {labels.dtype}")
+    images = to_0_255(images, value_range)
+    num_classes = int(labels.max()) + 1 if num_classes is None and len(labels) else num_classes
+    check_labels(labels, num_classes)
+    images_t = tf.constant(images)
+    labels_t = tf.constant(labels.astype(np.int32))
+    source = _Source(
+        num_examples=len(images),
+        num_classes=num_classes,
+        fetch=lambda i: (tf.gather(images_t, i), tf.gather(labels_t, i)),
+        class_names=class_names,
+    )
+    return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
+                     _augment_args(augment) if training else None, strategy)
+
+
+VALUE_RANGES = ((0, 255), (0, 1))
+
+
+def to_0_255(images, value_range):
+    """Images with values in [0, 255]: integer images as they are (checked), float images
+    scaled from their declared `value_range`, (0, 255) or (0, 1), which float images must give.
+
+    Raises:
+        ValueError: for float images without `value_range` or outside it, integer images
+            outside [0, 255], or another dtype.
+    """
+    if value_range is not None and tuple(value_range) not in VALUE_RANGES:
+        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: {value_range!r}")
+    floating = np.issubdtype(images.dtype, np.floating)
+    if floating and value_range is None:
+        raise ValueError(
+            f"`images` are {images.dtype}: say their range with value_range=(0, 255) or "
+            "value_range=(0, 1). (Integer images are taken as [0, 255].)")
+    if not floating and not np.issubdtype(images.dtype, np.integer):
+        raise ValueError(f"`images` must be integer or float arrays. Received dtype "
+                         f"{images.dtype}")
+    low, high = (0, 255) if value_range is None else tuple(value_range)
+    if images.size:
+        least, most = images.min(), images.max()
+        if not (np.isfinite(least) and np.isfinite(most)) or least < low or most > high:
+            raise ValueError(f"`images` hold values from {least} to {most}, outside "
+                             f"value_range ({low}, {high}).")
+    if floating and high == 1:
+        return images.astype(np.float32) * 255.0
+    return images
+
+
+def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, decode=None,
+                    class_names=(), seed=0, start_epoch=0, augment=True, strategy=None):
+    """A pipeline over an unbatched `tf.data.Dataset` of `(image, label)` examples.
+
+    The images are encoded files (scalar strings: JPEG, PNG, GIF, BMP, WebP) or uint8
+    `[H, W, C]` tensors; labels are int scalars (or a dict of label tensors, see the module
+    docstring). A training split of at most `RANDOM_ACCESS_LIMIT` examples is held in memory
+    (still encoded) and gets epoch-deterministic, resumable orders; larger ones (and decoded
+    images of varying sizes) stream, as does every evaluation split.
+
+    The arguments it shares with `from_arrays` mean the same as there.
+
+    Args:
+        dataset: `tf.data.Dataset` of `(image, label)`.
+        num_classes: int. Labels lie in `[0, num_classes)`.
+        decode: a function from one raw image to a uint8 `[H, W, C]` tensor, or None: decode
+            encoded images, pass decoded ones through.
+
+    Returns:
+        `InputData`.
+    """
+    image_spec = dataset.element_spec[0]
+    if decode is None and image_spec.dtype == tf.string:
+        decode = _decode
+    num_examples = int(dataset.cardinality())
+    if num_examples < 0:  # unknown cardinality: count once
+        num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
+    source = _Source(num_examples=num_examples, num_classes=num_classes, decode=decode,
+                     class_names=tuple(class_names))
+    batchable = image_spec.dtype == tf.string or image_spec.shape.is_fully_defined()
+    if training and batchable and num_examples <= RANDOM_ACCESS_LIMIT:
+        # Hold the encoded images in memory: random access gives resumable epoch orders.
+        images_t, labels_t = _in_memory(dataset, num_examples)
+        source.fetch = lambda i: (tf.gather(images_t, i),
+                                  tf.nest.map_structure(lambda t: tf.gather(t, i), labels_t))
+    else:
+        source.stream = dataset
+    return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
+                     _augment_args(augment) if training else None, strategy)
+
+
+def _in_memory(dataset, num_examples):
+    """Every example of `dataset` as one batch of tensors (`[N, ...]` each, N may be 0)."""
+    if not num_examples:
+        return tf.nest.map_structure(lambda spec: tf.zeros([0, *spec.shape], spec.dtype),
+                                     dataset.element_spec)
+    return dataset.batch(num_examples).get_single_element()
