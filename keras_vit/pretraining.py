@@ -55,7 +55,8 @@ import keras
 from keras import ops
 
 from keras_vit.introspection import encoder_blocks, encoder_layer, vit_config
-from keras_vit.model import IMAGE_CHANNELS, ViT
+from keras_vit.model import ViT
+from keras_vit.preprocessing import IMAGE_CHANNELS
 from keras_vit.checks import (
     check_choice,
     check_int,

@@ -8,7 +8,7 @@ choice takes the measured default of `default_route` for the backend, the device
 precision and the training flag, unless the process (`set_routes`) or the calls inside a
 `with use_routes(...)` block choose one. A route is read when Keras traces the model's
 function: on the first call of `predict`, `fit` or a compiled function (or on every eager call).
-BENCHMARKS.md has the numbers behind each default, and `python -m benchmarks.kernels` measures
+BENCHMARKS.md has the numbers behind each default, and `python -m benchmarks.routes` measures
 any choice against another on the machine at hand.
 
 Examples:

@@ -417,14 +417,14 @@ def test_run_measures_keras_vit_and_reports_a_failing_contender(tmp_path):
     assert document["plan"]["contenders"] == ["timm-fp32", "keras_vit-fp32"]
 
 
-def test_kernel_variants_parse():
-    from benchmarks import kernels
+def test_route_variants_parse():
+    from benchmarks import routes
 
-    assert kernels.parse_variant("default") == ({}, "keras_vit")
-    assert kernels.parse_variant("attention=products,remat=true,optimizer=keras") == (
-        dict(remat=True, kernels={"attention": "products"}), "keras")
+    assert routes.parse_variant("default") == ({}, "keras_vit", {})
+    assert routes.parse_variant("attention=products,remat=true,optimizer=keras") == (
+        dict(remat=True), "keras", {"attention": "products"})
     for bad in ("attention", "remat=yes", "flash=on", "optimizer=sgd"):
         with pytest.raises(ValueError, match="expected CHOICE=IMPLEMENTATION"):
-            kernels.parse_variant(bad)
+            routes.parse_variant(bad)
     with pytest.raises(ValueError, match="must be one of 'auto', 'products', 'fused'"):
-        kernels.parse_variant("attention=flash")
+        routes.parse_variant("attention=flash")

@@ -1,11 +1,11 @@
 """A/B of the model's implementation choices on a whole ViT, rounds interleaved.
 
-    python -m benchmarks.kernels --model B/16 --mode infer attention=products attention=fused
-    python -m benchmarks.kernels --model B/16 --mode train --xla attention=products attention=fused
-    KERAS_BACKEND=jax python -m benchmarks.kernels --model Ti/16 --mode train \\
+    python -m benchmarks.routes --model B/16 --mode infer attention=products attention=fused
+    python -m benchmarks.routes --model B/16 --mode train --xla attention=products attention=fused
+    KERAS_BACKEND=jax python -m benchmarks.routes --model Ti/16 --mode train \\
         block_input=plain block_input=barrier
-    python -m benchmarks.kernels --model B/16 --mode train --fresh remat=false remat=true
-    python -m benchmarks.kernels --model B/16 --mode train --xla --fresh optimizer=keras \\
+    python -m benchmarks.routes --model B/16 --mode train --fresh remat=false remat=true
+    python -m benchmarks.routes --model B/16 --mode train --xla --fresh optimizer=keras \\
         optimizer=keras_vit
 
 Each variant is a set of options, several joined by commas: a choice of `keras_vit.kernels`
@@ -45,13 +45,14 @@ OPTIMIZERS = ("keras_vit", "keras")
 
 
 def parse_variant(text):
-    """"attention=fused,remat=true" -> (ViT keyword arguments, optimizer); "default" -> {}."""
-    from keras_vit import kernels
+    """"attention=fused,remat=true" -> (ViT keyword arguments, optimizer, routes); "default"
+    -> ({}, "keras_vit", {})."""
+    from keras_vit import routes
 
     overrides, choices, optimizer = {}, {}, "keras_vit"
     for item in ([] if text == "default" else text.split(",")):
         key, _, value = item.partition("=")
-        if key in kernels.CHOICES and value:
+        if key in routes.CHOICES and value:
             choices[key] = value
         elif key in STRUCTURE_OPTIONS and value in ("true", "false"):
             overrides[key] = value == "true"
@@ -59,11 +60,9 @@ def parse_variant(text):
             optimizer = value
         else:
             raise ValueError(f"Variant item {item!r}: expected CHOICE=IMPLEMENTATION with CHOICE "
-                             f"in {sorted(kernels.CHOICES)}, scan=true|false, remat=true|false "
+                             f"in {sorted(routes.CHOICES)}, scan=true|false, remat=true|false "
                              f"or optimizer={'|'.join(OPTIMIZERS)}.")
-    if choices:
-        overrides["kernels"] = kernels.check_kernels(choices)
-    return overrides, optimizer
+    return overrides, optimizer, routes.check_routes(choices)
 
 
 def build(text, args):
@@ -73,7 +72,9 @@ def build(text, args):
 
     from keras_vit import training
 
-    overrides, optimizer = parse_variant(text)
+    from keras_vit.routes import use_routes
+
+    overrides, optimizer, chosen = parse_variant(text)
     start = time.perf_counter()
     model, _, images, labels = common.seeded_model_and_batch(args.model, args.batch, **overrides)
     if args.mode == "infer":
@@ -84,7 +85,8 @@ def build(text, args):
         training.compile_model(model, adamw(common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY),
                                jit_compile=args.xla, metrics=())
         call = lambda: model.train_on_batch(images, labels)  # noqa: E731
-    first = keras.ops.convert_to_numpy(call())
+    with use_routes(**chosen):  # the first call traces the step: it keeps the routes
+        first = keras.ops.convert_to_numpy(call())
     return call, first, time.perf_counter() - start
 
 
@@ -120,7 +122,7 @@ def worker(args):
 
 
 def fresh_round(args, text):
-    command = [sys.executable, "-m", "benchmarks.kernels", "--worker", text, *args.passed]
+    command = [sys.executable, "-m", "benchmarks.routes", "--worker", text, *args.passed]
     done = subprocess.run(command, capture_output=True, text=True,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     lines = [line for line in done.stdout.splitlines() if line.startswith(common.RESULT_PREFIX)]
@@ -130,7 +132,7 @@ def fresh_round(args, text):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.routes",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("variants", nargs="*", help="variants, e.g. attention=products")
     parser.add_argument("--model", default="B/16")
