@@ -453,11 +453,11 @@ def test_mixed_precision_flags():
 
 
 def test_the_recipes_take_the_measured_runtime_by_default():
-    from keras_vit import runtime
+    from keras_vit import execution
 
     model = tiny_model()
     training.compile_finetune(model, total_steps=10, warmup_steps=1)
-    assert model.jit_compile is runtime.choose("float32")[0]  # tests/test_runtime.py: the table
+    assert model.jit_compile is execution.choose("float32")[0]  # tests/test_execution.py: the table
 
 
 # ------------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ import time
 
 import numpy as np
 
-from keras_vit import runtime
+from keras_vit import execution
 from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.data import InputData
 from keras_vit.fileio import (
@@ -230,7 +230,7 @@ def _runtime(model, recipe, jit_compile):
     elif jit_compile is not None:
         why = f"asked for (jit_compile={jit_compile})"
     else:
-        why = runtime.choose(model.dtype_policy, tf_distribute.model_strategy(model))[1]
+        why = execution.choose(model.dtype_policy, tf_distribute.model_strategy(model))[1]
     return {"xla": bool(model.jit_compile), "why": why}
 
 
@@ -286,7 +286,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             accumulation (a multiple of `train.batch_size`), e.g. the paper's 512.
         label_smoothing: float in [0, 1). Defaults to 0.
         jit_compile: bool or None. XLA; None takes the measured default for the model's
-            device, precision and strategy (`keras_vit.runtime.choose`), recorded with the
+            device, precision and strategy (`keras_vit.execution.choose`), recorded with the
             reason in `run.json` and the summary.
         monitor: str or None. The log `best.npz` follows. Defaults to "val_accuracy" with
             validation data ("val_loss" for a self-supervised model); without validation data

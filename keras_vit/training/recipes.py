@@ -19,7 +19,7 @@ Schedules count optimizer updates: under gradient accumulation (Keras evaluates 
 at every micro-batch) `WarmupDecay(steps_per_update=k)` divides the counter by k, so that
 update n uses the learning rate of step n exactly as without accumulation.
 
-Whether a step compiles with XLA (`jit_compile=None`) is `keras_vit.runtime.choose`'s
+Whether a step compiles with XLA (`jit_compile=None`) is `keras_vit.execution.choose`'s
 measured table: the faster runtime for the device, the CPU's features and the precision.
 Where XLA does not work it is off whatever the table says: under MirroredStrategy over
 several devices, Keras' XLA-compiled step reads the other replicas' variables across devices
@@ -36,7 +36,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_vit import framework, runtime
+from keras_vit import execution, framework
+from keras_vit.execution import PRECISIONS
 from keras_vit.parallel import tf_distribute
 from keras_vit.training.optimizers import AdamW
 from keras_vit.checks import (
@@ -70,7 +71,6 @@ DEFAULT_LEARNING_RATES = {"finetune": 0.003, "pretrain": 1e-3, "pretrain_mpp": M
 # vit_jax `create_learning_rate_schedule(linear_end=1e-5)`: the linear decay's final value.
 LINEAR_DECAY_END = 1e-5
 DECAYS = ("cosine", "linear")
-PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
 
@@ -257,15 +257,15 @@ def set_precision(precision):
     Returns:
         str. The policy name set.
     """
-    check_choice("precision", precision, tuple(PRECISIONS))
-    keras.config.set_dtype_policy(PRECISIONS[precision])
-    return PRECISIONS[precision]
+    policy = execution.policy_name(precision)
+    keras.config.set_dtype_policy(policy)
+    return policy
 
 
 def default_jit_compile(strategy=None, policy=None):
     """Whether a training step compiles with XLA by default under `strategy` for a model of
-    dtype `policy` (`keras_vit.runtime.choose`, see the module docstring)."""
-    return runtime.choose(policy, strategy or tf.distribute.get_strategy())[0]
+    dtype `policy` (`keras_vit.execution.choose`, see the module docstring)."""
+    return execution.choose(policy, strategy or tf.distribute.get_strategy())[0]
 
 
 def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metrics=("accuracy",),
@@ -285,7 +285,7 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
         optimizer: a `keras.optimizers.Optimizer` (e.g. from `finetune_optimizer`).
         label_smoothing: float in [0, 1). Defaults to 0.
         jit_compile: bool or None. XLA; None picks the measured default for the model's
-            device, precision and strategy (`keras_vit.runtime.choose`).
+            device, precision and strategy (`keras_vit.execution.choose`).
         metrics: sequence of Keras metrics. Defaults to ("accuracy",).
         steps_per_execution: int. Steps per compiled call. Defaults to 1.
 
