@@ -1,11 +1,17 @@
 """The training path's layout: training flows one way (`keras_vit.training.fit` -> recipes ->
 compilation -> state -> `keras_vit.parallel`, `keras_vit.framework`), the Adam update lives in
 training/ and the private-API module only gives access to Keras' members, and the precision
-table exists once (`keras_vit.execution`). Read from the source with `ast`, as
+table exists once (`keras_vit.execution`), and a checkpoint's architecture is resolved in
+`keras_vit.weights`, not by the builders. Read from the source with `ast`, as
 tests/test_structure.py reads the whole package."""
 
 import ast
+import json
 import pathlib
+
+import keras_vit
+from keras_vit.model import vit_config
+from keras_vit.weights import architecture, model_params, read_npz, save_npz
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "keras_vit"
@@ -95,3 +101,22 @@ def test_one_precision_table():
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value}")
     assert not offenders
 
+
+def test_checkpoint_resolution_lives_in_weights_not_in_the_builders(tmp_path):
+    tree = ast.parse((PACKAGE / "builders.py").read_text())
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    assert not defined & {"sidecar_path", "read_sidecar", "checkpoint_config"}
+    # The sidecar beside a checkpoint gives its architecture and class names.
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                          num_heads=2, mlp_dim=8, num_classes=2, name="tiny")
+    path = tmp_path / "final.npz"
+    save_npz(model_params(model), path)
+    sidecar = tmp_path / architecture.SIDECAR_CONFIG
+    sidecar.write_text(json.dumps({"format": "keras_vit", "model": vit_config(model),
+                                   "class_names": ["cat", "dog"]}))
+    assert architecture.sidecar_path(str(path)) == str(sidecar)
+    config, names, described_by = architecture.checkpoint_config(read_npz(path), None, str(path))
+    assert (config, names, described_by) == (vit_config(model), ["cat", "dog"], str(sidecar))
+    sidecar.unlink()  # without it: the array shapes, and the file's name
+    config, names, described_by = architecture.checkpoint_config(read_npz(path), None, str(path))
+    assert (config["hidden_size"], config["name"], names) == (8, "vit_final", None)

@@ -80,9 +80,10 @@ from keras_vit.training.recipes import (
     recipe_defaults,
 )
 from keras_vit.weights import save_npz
+from keras_vit.weights.architecture import SIDECAR_CONFIG
 
 RUN_FILE = "run.json"
-CONFIG_FILE = "config.json"
+CONFIG_FILE = SIDECAR_CONFIG  # the architecture, which keras_vit.from_pretrained reads back
 # The values of settings that a run.json may lack.
 SETTING_DEFAULTS = {"scan": False, "remat": False}
 FINAL_FILE = "final.npz"
