@@ -25,7 +25,6 @@ import keras
 import tensorflow as tf
 
 from keras_vit import framework
-
 from keras_vit.checks import check_choice
 
 # Precision name -> the Keras dtype policy that computes in it (float32 weights and logits under

@@ -225,7 +225,7 @@ def _model_config(model):
 
 
 def _compile(model, recipe, settings, weight_decay, jit_compile):
-    """Compiles `model` with the recipe of the run's `settings` (`plan_run`) in its strategy's
+    """Compiles `model` with the recipe of the run's `settings` (`_plan_run`) in its strategy's
     scope (nothing for `recipe=None`: the model's own compile), and returns
     `{"xla": bool, "why": str}`: the runtime it trains on, and why."""
     if recipe is None:
