@@ -2,31 +2,22 @@
 
 The variants are data (`keras_vit.configs.VARIANTS`); each named builder is a one-line call of
 `create_model`, which calls the one generic builder `keras_vit.ViT` and, with `pretrained=`,
-loads weights through `keras_vit.weights`.
+loads weights through `keras_vit.weights`. `from_pretrained` builds the architecture a
+checkpoint describes (`keras_vit.weights.architecture.checkpoint_config`).
 """
-
-import os
-
-import numpy as np
 
 from keras_vit import configs
 from keras_vit.model import ViT
 from keras_vit.weights import (
     CheckpointError,
-    config_from_params,
     default_checkpoint,
     fetch_params,
     get_checkpoint,
     load_params,
 )
-from keras_vit.weights.layouts import canonicalize
+from keras_vit.weights.architecture import checkpoint_config
 from keras_vit.weights.loading import match_params
-from keras_vit.weights import config_json
 from keras_vit.weights.registry import is_registered
-from keras_vit.weights.sources import is_url
-
-
-SIDECAR_CONFIG = "config.json"  # written by keras_vit.training.fit beside its checkpoints
 
 
 def _new_model(kwargs, entry, described_by=None):
@@ -65,61 +56,6 @@ def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
     params, entry = fetch_params(source, progress=progress, num_heads=num_heads, check=build)
     report = load_params(built["model"], params, source=str(source))
     return built["model"], report, entry, built["names"]
-
-
-def sidecar_path(source):
-    """The `config.json` beside a local checkpoint path, or None for other sources."""
-    if not isinstance(source, (str, os.PathLike)) or is_url(source) or is_registered(source):
-        return None
-    return os.path.join(os.path.dirname(os.path.expanduser(os.fspath(source))), SIDECAR_CONFIG)
-
-
-def read_sidecar(source):
-    """The `config.json` that `keras_vit.training.fit` writes beside a local checkpoint:
-    `{"model": ViT arguments or None, "class_names": [...] or None}`, checked
-    (`keras_vit.weights.config_json.check_keras_vit`); None if absent or another tool's.
-
-    Raises:
-        CheckpointError: naming the file and the field, if it is unreadable or malformed.
-    """
-    path = sidecar_path(source)
-    if path is None or not os.path.isfile(path):
-        return None
-    sidecar = config_json.read_json(path, f"the config.json keras_vit.training.fit writes "
-                                          f"beside {source}")
-    if not isinstance(sidecar, dict) or sidecar.get("format") != config_json.KERAS_VIT_FORMAT:
-        return None  # another tool's config.json
-    return config_json.check_keras_vit(sidecar, path)
-
-
-def checkpoint_config(params, entry, source, image_size=None):
-    """The `keras_vit.ViT` arguments and class names of a checkpoint, and what gave them (for
-    messages): its registry entry (a variant, or a `config`), else the
-    `config.json` beside a local file (checked against the arrays), else the array shapes
-    (`keras_vit.weights.config_from_params`, with `image_size` for a non-square patch grid)."""
-    if entry and entry.get("variant"):
-        spec = configs.get_variant(entry["variant"])
-        config = dict(spec.config(), image_size=entry["resolution"] or 224,
-                      num_classes=entry["num_classes"], name=spec.builder_name.lower())
-        return config, entry.get("class_names"), None
-    if entry and entry.get("config"):
-        return dict(entry["config"], name=_model_name(source)), entry.get("class_names"), \
-            str(source)
-    sidecar = read_sidecar(source) or {}
-    if sidecar.get("model"):
-        path = sidecar_path(source)
-        config_json.check_agreement(config_json.declared_keras_vit(sidecar["model"], path),
-                                    params, source)
-        config = dict(sidecar["model"])
-        # The file's classes, where its config.json does not say them.
-        head = canonicalize(params)[0].get("head/kernel")
-        classes = {} if head is None else {"num_classes": int(np.shape(head)[-1])}
-        names = config_json.check_class_names(sidecar.get("class_names"),
-                                              dict(classes, **config), path)
-        return config, names, path
-    config = dict(config_from_params(params, image_size), name=_model_name(source))
-    names = config_json.check_class_names(sidecar.get("class_names"), config, sidecar_path(source))
-    return config, names, f"the array shapes of {source}"
 
 
 def build_from_checkpoint(source, progress=True, **overrides):
@@ -194,11 +130,6 @@ def from_pretrained(source, progress=True, **overrides):
     >>> model = from_pretrained("digits")  # the shipped demo, 10 classes at 16x16
     """
     return build_from_checkpoint(source, progress, **overrides)[0]
-
-
-def _model_name(source):
-    stem = os.path.basename(os.fspath(source)).removesuffix(".npz")
-    return "vit_" + "".join(c if c.isalnum() else "_" for c in stem).strip("_").lower()
 
 
 def _variant_builder(variant_name):

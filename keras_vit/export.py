@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from keras_vit import images as image_ops
 from keras_vit import labels as label_sets
-from keras_vit import runtime
+from keras_vit import execution
 from keras_vit.fileio import (
     atomic_write,
     check_destination,
@@ -72,8 +72,9 @@ IMAGE_DTYPES = ("float32", "uint8")
 # Written beside the signatures: what the export was made with (labels, limits).
 METADATA_FILE = os.path.join("assets.extra", "keras_vit.json")
 TFLITE_QUANTIZATIONS = (None, "dynamic-int8")
-# `precision` -> the Keras dtype policy the exported signatures compute in.
-PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
+# The precisions the exported signatures may compute in (their policies:
+# `keras_vit.execution.PRECISIONS`).
+PRECISIONS = ("float32", "bfloat16")
 # The float32 TFLite file must reproduce the Keras probabilities to this absolute tolerance.
 TFLITE_FLOAT_TOLERANCE = 1e-4
 
@@ -192,18 +193,18 @@ def at_precision(model, precision):
     """
     if precision is None:
         return model
-    check_choice("precision", precision, tuple(PRECISIONS))
+    policy = execution.policy_name(precision, PRECISIONS)
     try:
         vit_config(model)
     except ValueError as e:
         raise ValueError(f"precision={precision!r} builds the model again in that precision, "
                          f"which needs a keras_vit model: {e}") from None
-    if _policy_name(model) == PRECISIONS[precision]:
+    if _policy_name(model) == policy:
         return model
     if _quantized(model):
         raise ValueError("precision= changes a float model's precision; this model is "
                          "int8-quantized. Expected a float model (quantize after).")
-    return rebuilt(model, PRECISIONS[precision])
+    return rebuilt(model, policy)
 
 
 def _quantized(model):
@@ -483,7 +484,7 @@ def export_saved_model(
         jit_compile: bool or None. Compile the model's forward pass with XLA (the image
             decoding stays outside the compiled function, on the CPU); None takes the measured
             default for this machine's device and the served precision
-            (`keras_vit.runtime.choose`), recorded in `assets.extra/keras_vit.json`.
+            (`keras_vit.execution.choose`), recorded in `assets.extra/keras_vit.json`.
             Defaults to None.
         max_pixels: int or None. `serving_default` refuses images whose header declares more
             pixels, before decoding them (recorded in `assets.extra/keras_vit.json`). Defaults
@@ -518,7 +519,7 @@ def export_saved_model(
     height, width, num_classes = check_model(model)
     model = at_precision(model, precision)
     if jit_compile is None:
-        jit_compile, why = runtime.choose(_policy_name(model))
+        jit_compile, why = execution.choose(_policy_name(model))
     else:
         why = f"asked for (jit_compile={jit_compile})"
     class_names = check_class_names(class_names, num_classes)

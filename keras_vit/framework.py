@@ -15,8 +15,9 @@ training silently slower or wrong.
   under which Keras turns XLA off. Fallback: False.
 - `reduce_gradients_before_clipping`, `enable_multiworker_fit`: Keras 3 bugs under
   tf.distribute (see each). Fallback: Keras' own behaviour, with a warning.
-- `FusedAdamUpdate`: the update of `keras_vit.training.AdamW`, Keras' Adam(W) step with shared
-  scalars and TensorFlow's fused `ResourceApplyAdam` kernel. Fallback: Keras' own update.
+- `UpdateStepOverride`, `optimizer_strategy`, `uses_weight_decay`, `adam_slots`: the hook and
+  the Adam state through which `keras_vit.training.adam` replaces Keras' Adam(W) update step
+  with its fused one (`keras_vit.training.AdamW`). Fallback: Keras' own update.
 """
 
 import importlib
@@ -25,7 +26,6 @@ import warnings
 
 import keras
 import tensorflow as tf
-from keras import ops
 
 # Every private member used below: (owner, attribute). An owner is a class, a module path, or
 # one of the instances `_instances()` builds (attributes Keras sets on a built object).
@@ -227,101 +227,52 @@ def enable_multiworker_fit(model):
 
 
 # --------------------------------------------------------------------------------------------
-# The fused Adam update.
+# The optimizer's update step (for the fused Adam update of `keras_vit.training.adam`).
 
-
-class FusedAdamUpdate:
-    """A mixin for `keras.optimizers.Adam`/`AdamW` subclasses: the same update built from
-    fewer graph operations (`keras_vit.training.AdamW` is the one user-facing class).
-
-    Keras' AdamW recomputes the bias-corrected step size, the learning rate (a schedule is
-    evaluated again for every variable) and the weight-decay factor per variable, and routes
-    each variable through `tf.distribute`'s update machinery: about 45 TensorFlow operations
-    per variable, which Python must create at every trace and XLA must compile. On TensorFlow
-    outside any distribution strategy this computes those scalars once per step and updates
-    each float32/float64 variable with one fused `ResourceApplyAdam` kernel, after the
-    decoupled decay `w -= lr wd w`. Elsewhere (under a strategy, other backends, `amsgrad`,
-    a Keras release without the private members used here) it is Keras' own update.
-    """
-
-    def _apply_weight_decay(self, variables):
-        if not _fusable(self):
-            super()._apply_weight_decay(variables)
-        # else: applied per variable in `_backend_update_step`, before its Adam step
-
-    def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        if not _fusable(self):
-            return super()._backend_update_step(grads, trainable_variables, learning_rate)
-        return _fused_update_step(self, grads, trainable_variables, learning_rate)
-
-
-_FUSED_MEMBERS = ("_backend_update_step", "_apply_weight_decay", "_use_weight_decay",
-                  "_get_variable_index")
+# Keras' Adam(W) members an own update step relies on: the class's, and a built instance's.
+_UPDATE_MEMBERS = ("_backend_update_step", "_apply_weight_decay", "_use_weight_decay",
+                   "_get_variable_index")
 _ADAM_STATE = ("_momentums", "_velocities")
 
 
-def _fusable(optimizer):
-    """Whether `optimizer` (an Adam or AdamW) can take the fused update now."""
-    if keras.backend.backend() != "tensorflow" or optimizer.amsgrad:
-        return False
-    if not all(hasattr(keras.optimizers.AdamW, n) for n in _FUSED_MEMBERS) or \
-            not all(hasattr(optimizer, n) for n in _ADAM_STATE):
-        return False
-    # Variables created under a strategy (even when applied outside it) are distributed:
-    # Keras' path updates every copy, the fused kernel would update one.
-    default = tf.distribute.get_strategy()
-    return not tf.distribute.has_strategy() and getattr(
-        optimizer, "_distribution_strategy", default) is default
-
-
-def _fused_update_step(self, grads, trainable_variables, learning_rate):
-    """Keras' Adam(W) step with the scalars computed once per dtype and `ResourceApplyAdam`
-    per float32/float64 variable; the decoupled weight decay first.
-
-    The formula is Keras': `m += (g - m)(1 - b1)`, `v += (g^2 - v)(1 - b2)`,
-    `w -= alpha m / (sqrt(v) + eps)` with `alpha = lr sqrt(1 - b2^t) / (1 - b1^t)`. The kernel
-    computes `1 - b2` in float32 (0.00099998713 against Keras' 0.001), so steps differ from
-    Keras' in the sixth significant digit.
+class UpdateStepOverride:
+    """A mixin for `keras.optimizers.Adam`/`AdamW` subclasses: Keras' update of all variables
+    (its private `_backend_update_step`, and the weight decay `_apply_weight_decay` applies
+    before it) replaced by the subclass's `fused_update_step(grads, variables, learning_rate)`
+    wherever its `fuses_update()` is true and this Keras has the members that step reads
+    (`adam_slots`, `uses_weight_decay`); elsewhere Keras' own update.
     """
-    scalars = {}
-    for grad, variable in zip(grads, trainable_variables):
-        dtype = variable.dtype
-        if dtype not in scalars:
-            lr = ops.cast(learning_rate, dtype)
-            step = ops.cast(self.iterations + 1, dtype)
-            beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
-            alpha = lr * ops.sqrt(1 - ops.power(beta_2, step)) / (1 - ops.power(beta_1, step))
-            decay = lr * ops.cast(self.weight_decay or 0.0, dtype)
-            scalars[dtype] = (alpha, decay, beta_1, beta_2, ops.cast(self.epsilon, dtype),
-                              ops.zeros((), dtype))
-        alpha, decay, beta_1, beta_2, epsilon, zero = scalars[dtype]
-        # Keras' TensorFlow path matches exclusions against the tf.Variable's full name.
-        if self.weight_decay and self._use_weight_decay(getattr(variable, "value", variable)):
-            self.assign_sub(variable, variable * decay)  # decoupled: w -= lr wd w
-        distributed = isinstance(getattr(variable, "value", variable),
-                                 tf.distribute.DistributedValues)
-        if isinstance(grad, tf.IndexedSlices) or dtype not in ("float32", "float64") \
-                or distributed:
-            # Keras' own update: sparse rows; in 16-bit dtypes 1 - b2 would round off;
-            # a distributed variable has one copy per replica.
-            self.update_step(grad, variable, learning_rate)
-            continue
-        index = self._get_variable_index(variable)
-        # With beta powers 0 the kernel's own bias correction is 1: its step is `alpha`.
-        tf.raw_ops.ResourceApplyAdam(
-            var=_handle(variable),
-            m=_handle(self._momentums[index]),
-            v=_handle(self._velocities[index]),
-            beta1_power=zero,
-            beta2_power=zero,
-            lr=alpha,
-            beta1=beta_1,
-            beta2=beta_2,
-            epsilon=epsilon,
-            grad=ops.cast(grad, dtype),
-        )
+
+    def _apply_weight_decay(self, variables):
+        if not _takes_fused_update(self):
+            super()._apply_weight_decay(variables)
+        # else: the fused update step applies it, per variable
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if not _takes_fused_update(self):
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        return self.fused_update_step(grads, trainable_variables, learning_rate)
 
 
-def _handle(variable):
-    """The resource handle of a Keras (or TensorFlow) variable."""
-    return getattr(variable, "value", variable).handle
+def _takes_fused_update(optimizer):
+    """Whether this Keras has the members the fused step uses, and `optimizer` fuses now."""
+    return all(hasattr(keras.optimizers.AdamW, n) for n in _UPDATE_MEMBERS) \
+        and all(hasattr(optimizer, n) for n in _ADAM_STATE) and optimizer.fuses_update()
+
+
+def optimizer_strategy(optimizer):
+    """The `tf.distribute` strategy `optimizer`'s variables were created under (Keras' private
+    `_distribution_strategy`); the current strategy where Keras does not say."""
+    return getattr(optimizer, "_distribution_strategy", tf.distribute.get_strategy())
+
+
+def uses_weight_decay(optimizer, variable):
+    """Whether `optimizer`'s weight decay applies to `variable` (Keras' exclusions match the
+    TensorFlow variable's full name)."""
+    return optimizer._use_weight_decay(variable)
+
+
+def adam_slots(optimizer, variable):
+    """`(momentum, velocity)`: the Adam state variables of `variable` in a built `optimizer`."""
+    index = optimizer._get_variable_index(variable)
+    return optimizer._momentums[index], optimizer._velocities[index]

@@ -26,7 +26,7 @@ DEFAULT_WEIGHTS = "default"
 
 def add_xla_arguments(parser):
     """`--xla` / `--no-xla`: force the runtime; neither takes the measured default
-    (`keras_vit.runtime.choose`), which the run records with its reason."""
+    (`keras_vit.execution.choose`), which the run records with its reason."""
     xla = parser.add_mutually_exclusive_group()
     xla.add_argument("--xla", dest="xla", action="store_const", const=True, default=None,
                      help="compile with XLA (default: the measured choice for this device and "

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import test_distribute_run as run
 
-from keras_vit import runtime, training
+from keras_vit import execution, training
 from keras_vit.parallel import tf_distribute as distribute
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
     # XLA: on one device, the runtime table's choice for this CPU; off by default under
     # MirroredStrategy, where Keras 3.15's XLA step fails on variables of the other replicas'
     # devices.
-    assert result["single_jit"] is runtime.choose("float32")[0]
+    assert result["single_jit"] is execution.choose("float32")[0]
     assert result["mirrored_jit"] is False
     assert result["default_jit"] is False
     assert "Trying to access resource" in result["xla_error"], result["xla_error"][-2000:]
@@ -125,7 +125,7 @@ def test_strategy_names_and_errors(monkeypatch):
     assert distribute.get_strategy("auto") is tf.distribute.get_strategy()
     cpu = distribute.get_strategy("cpu")
     assert isinstance(cpu, tf.distribute.OneDeviceStrategy) and cpu.num_replicas_in_sync == 1
-    assert training.default_jit_compile(cpu) is runtime.choose("float32", cpu)[0]
+    assert training.default_jit_compile(cpu) is execution.choose("float32", cpu)[0]
 
 
 def test_global_batch_size_scaling():

@@ -26,7 +26,7 @@ from PIL import Image
 
 import keras_vit
 import keras_vit_cli as cli
-from keras_vit import export, runtime, weights
+from keras_vit import execution, export, weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
@@ -174,7 +174,7 @@ def test_export_layout_stores_each_weight_once(exported):
     assert metadata == dict(image_size=[32, 32], num_classes=NUM_CLASSES, top_k=TOP_K,
                             image_dtype="float32", max_pixels=64_000_000, max_patches=None,
                             warmup=True, dtype_policy="float32",
-                            xla=runtime.choose("float32")[0], runtime=runtime.choose("float32")[1],
+                            xla=execution.choose("float32")[0], runtime=execution.choose("float32")[1],
                             formats=["JPEG", "PNG", "GIF", "BMP", "WebP"],
                             signatures=["serving_default", "predict_images"])
     assert export.read_metadata(path) == metadata

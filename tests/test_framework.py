@@ -44,7 +44,7 @@ def test_fused_adamw_falls_back_to_keras_update_with_the_same_result(monkeypatch
         keras.utils.set_random_seed(1)
         model = tiny_model()
         if not fused:  # as where a Keras release lacks the private members
-            monkeypatch.setattr(framework, "_fusable", lambda optimizer: False)
+            monkeypatch.setattr(framework, "_takes_fused_update", lambda optimizer: False)
         optimizer = training.AdamW(1e-2, weight_decay=0.1)
         training.compile_model(model, optimizer, jit_compile=False)
         model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False)

@@ -20,7 +20,7 @@ import tensorflow_datasets as tfds
 
 import keras_vit
 import keras_vit_cli as cli
-from keras_vit import data, framework, training, weights
+from keras_vit import data, training, weights
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
@@ -258,7 +258,7 @@ def test_adamw_under_a_strategy_is_keras_adamw():
         variables = [keras.Variable(np.ones((2,), "float32"))]
         optimizer = training.AdamW(learning_rate=0.1, weight_decay=0.1)
         optimizer.build(variables)
-    assert not framework._fusable(optimizer)  # applied outside the scope: Keras' path
+    assert not optimizer.fuses_update()  # applied outside the scope: Keras' path
     optimizer.apply([np.full((2,), 0.5, "float32")], variables)
     np.testing.assert_allclose(np.array(variables[0]), 1 - 0.01 - 0.1 / (1 + 1e-7 / 0.5),
                                rtol=1e-5)
@@ -453,11 +453,11 @@ def test_mixed_precision_flags():
 
 
 def test_the_recipes_take_the_measured_runtime_by_default():
-    from keras_vit import runtime
+    from keras_vit import execution
 
     model = tiny_model()
     training.compile_finetune(model, total_steps=10, warmup_steps=1)
-    assert model.jit_compile is runtime.choose("float32")[0]  # tests/test_runtime.py: the table
+    assert model.jit_compile is execution.choose("float32")[0]  # tests/test_execution.py: the table
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,15 +1,23 @@
 """Training: the paper's recipes, resumable runs, and `fit`, the one way to train.
 
+Training flows one way, each module calling only those below it (`tests/test_layout_training.py`):
+`fit` (`loop`: the run's plan, its files, Keras' `fit`) -> `recipes` (the paper's optimizers
+and schedules) -> `compilation` (`compile_model`: XLA or not, Keras' fixes) -> `state`
+(`build_training_state`) -> `keras_vit.parallel`, `keras_vit.framework`.
+
 - `fit(model, train, validation, output_dir=...)`: the whole run (see `keras_vit.training.loop`).
 - Recipes (`keras_vit.training.recipes`): `compile_finetune`, `compile_pretrain`,
-  `compile_masked_patches`, `compile_recipe`, `compile_model`, the optimizers, `WarmupDecay`,
-  the loss, `set_precision`; `AdamW` (`keras_vit.training.optimizers`).
-- `enable_compilation_cache(directory)`: JAX's persistent compilation cache.
+  `compile_masked_patches`, `compile_recipe`, the optimizers, `WarmupDecay`, `set_precision`;
+  `AdamW` (`keras_vit.training.optimizers`, its fused update in `keras_vit.training.adam`).
+- Compiling (`keras_vit.training.compilation`): `compile_model`, `default_jit_compile`,
+  `enable_compilation_cache(directory)` (JAX's persistent compilation cache); the loss
+  (`keras_vit.training.losses`); `build_training_state` (`keras_vit.training.state`).
 - Callbacks (`keras_vit.training.callbacks`): `BackupAndRestore`, `BestCheckpoint`,
   `training_callbacks`, for your own `model.fit`; `best_record` (best.json, checked against
   best.npz) and `StateFileError` (a run's state file that is unreadable or not its own).
 """
 
+from keras_vit.execution import PRECISIONS
 from keras_vit.training.callbacks import (
     BackupAndRestore,
     BackupError,
@@ -20,7 +28,12 @@ from keras_vit.training.callbacks import (
     resume_epoch,
     training_callbacks,
 )
-from keras_vit.training.compilation import enable_compilation_cache
+from keras_vit.training.compilation import (
+    compile_model,
+    default_jit_compile,
+    enable_compilation_cache,
+)
+from keras_vit.training.losses import SparseCategoricalCrossentropy
 from keras_vit.training.loop import RunFinished, TrainingDiverged, check_output_dir, fit, plan
 from keras_vit.training.optimizers import AdamW
 from keras_vit.training.recipes import (
@@ -36,25 +49,21 @@ from keras_vit.training.recipes import (
     MPP_BATCH_SIZE,
     MPP_LEARNING_RATE,
     MPP_STEPS,
-    PRECISIONS,
     PRETRAIN_BETA_1,
     PRETRAIN_BETA_2,
     PRETRAIN_WARMUP_STEPS,
     PRETRAIN_WEIGHT_DECAY,
     RECIPES,
-    SparseCategoricalCrossentropy,
     WarmupDecay,
     accumulation_steps,
-    build_training_state,
     compile_finetune,
     compile_masked_patches,
-    compile_model,
     compile_pretrain,
     compile_recipe,
-    default_jit_compile,
     default_warmup_steps,
     finetune_optimizer,
     pretrain_optimizer,
     recipe_defaults,
     set_precision,
 )
+from keras_vit.training.state import build_training_state

@@ -45,7 +45,6 @@ import time
 
 import numpy as np
 
-from keras_vit import runtime
 from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.data import InputData
 from keras_vit.fileio import (
@@ -72,6 +71,7 @@ from keras_vit.training.callbacks import (
     resume_epoch,
     training_callbacks,
 )
+from keras_vit.training.compilation import jit_choice
 from keras_vit.training.recipes import (
     PRETRAIN_WEIGHT_DECAY,
     RECIPES,
@@ -80,9 +80,10 @@ from keras_vit.training.recipes import (
     recipe_defaults,
 )
 from keras_vit.weights import save_npz
+from keras_vit.weights.architecture import SIDECAR_CONFIG
 
 RUN_FILE = "run.json"
-CONFIG_FILE = "config.json"
+CONFIG_FILE = SIDECAR_CONFIG  # the architecture, which keras_vit.from_pretrained reads back
 # The values of settings that a run.json may lack.
 SETTING_DEFAULTS = {"scan": False, "remat": False}
 FINAL_FILE = "final.npz"
@@ -223,14 +224,18 @@ def _model_config(model):
         return None  # not a keras_vit.ViT model: the .npz alone describes it
 
 
-def _runtime(model, recipe, jit_compile):
-    """`{"xla": bool, "why": str}`: the runtime the compiled model trains on, and why."""
+def _compile(model, recipe, settings, weight_decay, jit_compile):
+    """Compiles `model` with the recipe of the run's `settings` (`_plan_run`) in its strategy's
+    scope (nothing for `recipe=None`: the model's own compile), and returns
+    `{"xla": bool, "why": str}`: the runtime it trains on, and why."""
     if recipe is None:
         why = "the model's own compile"
-    elif jit_compile is not None:
-        why = f"asked for (jit_compile={jit_compile})"
     else:
-        why = runtime.choose(model.dtype_policy, tf_distribute.model_strategy(model))[1]
+        jit_compile, why = jit_choice(model, jit_compile)
+        with tf_distribute.strategy_scope(model):
+            compile_recipe(model, recipe, settings["updates"], settings["learning_rate"],
+                           settings["warmup_steps"], weight_decay,
+                           settings["accumulation"], settings["label_smoothing"], jit_compile)
     return {"xla": bool(model.jit_compile), "why": why}
 
 
@@ -255,6 +260,27 @@ def _check_model_classes(model, name, data):
     raise ValueError(f"The {name} data holds {data.num_classes} classes{names}, more than the "
                      f"model's {classes} outputs. Expected a model with num_classes="
                      f"{data.num_classes}, or data of at most {classes} classes.")
+
+
+def _plan_run(model, train, epochs, steps, recipe, learning_rate, warmup_steps, weight_decay,
+              target_batch_size, label_smoothing):
+    """The run's settings, as run.json records them: its length (`plan`), the gradient
+    accumulation, the recipe's learning rate and warm-up, and the encoder's layout."""
+    accumulation = accumulation_steps(target_batch_size, train.batch_size) \
+        if target_batch_size else 1
+    epochs, updates = plan(train.steps_per_epoch, epochs, steps, accumulation)
+    if recipe is not None:
+        learning_rate, warmup_steps = recipe_defaults(recipe, updates, learning_rate,
+                                                      warmup_steps)
+    layout = _model_config(model) or {}
+    return dict(epochs=epochs, updates=updates, steps_per_epoch=train.steps_per_epoch,
+                batch_size=train.batch_size, accumulation=accumulation,
+                examples=train.num_examples, recipe=recipe, learning_rate=learning_rate,
+                warmup_steps=warmup_steps,
+                weight_decay=weight_decay if recipe == "pretrain" else None,
+                label_smoothing=label_smoothing,
+                # The encoder's layout: its backup holds the layers of one layout only.
+                scan=bool(layout.get("scan")), remat=bool(layout.get("remat")))
 
 
 def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
@@ -286,7 +312,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             accumulation (a multiple of `train.batch_size`), e.g. the paper's 512.
         label_smoothing: float in [0, 1). Defaults to 0.
         jit_compile: bool or None. XLA; None takes the measured default for the model's
-            device, precision and strategy (`keras_vit.runtime.choose`), recorded with the
+            device, precision and strategy (`keras_vit.execution.choose`), recorded with the
             reason in `run.json` and the summary.
         monitor: str or None. The log `best.npz` follows. Defaults to "val_accuracy" with
             validation data ("val_loss" for a self-supervised model); without validation data
@@ -340,25 +366,10 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         check_choice("recipe", recipe, RECIPES)
     elif getattr(model, "optimizer", None) is None:
         raise ValueError("recipe=None keeps your compile, but the model is not compiled.")
-    accumulation = accumulation_steps(target_batch_size, train.batch_size) \
-        if target_batch_size else 1
-    epochs, updates = plan(train.steps_per_epoch, epochs, steps, accumulation)
-    if recipe is not None:
-        learning_rate, warmup_steps = recipe_defaults(recipe, updates, learning_rate,
-                                                      warmup_steps)
-    layout = _model_config(model) or {}
-    settings = dict(epochs=epochs, updates=updates, steps_per_epoch=train.steps_per_epoch,
-                    batch_size=train.batch_size, accumulation=accumulation,
-                    examples=train.num_examples, recipe=recipe, learning_rate=learning_rate,
-                    warmup_steps=warmup_steps,
-                    weight_decay=weight_decay if recipe == "pretrain" else None,
-                    label_smoothing=label_smoothing,
-                    # The encoder's layout: its backup holds the layers of one layout only.
-                    scan=bool(layout.get("scan")), remat=bool(layout.get("remat")))
-    if recipe is not None:  # before anything is written: it checks the recipe's arguments
-        with tf_distribute.strategy_scope(model):
-            compile_recipe(model, recipe, updates, learning_rate, warmup_steps, weight_decay,
-                           accumulation, label_smoothing, jit_compile)
+    settings = _plan_run(model, train, epochs, steps, recipe, learning_rate, warmup_steps,
+                         weight_decay, target_batch_size, label_smoothing)
+    # Before anything is written: compiling checks the recipe's arguments.
+    run_time = _compile(model, recipe, settings, weight_decay, jit_compile)
     if monitor is None and validation is not None:
         monitor = "val_loss" if self_supervised else "val_accuracy"
     new_folder = not os.path.exists(os.path.expanduser(os.fspath(output_dir)))
@@ -380,8 +391,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             logs_before = _new_in(output_dir, LOGS_DIR)
             try:
                 summary = _run(model, train, validation, output_dir, settings, monitor,
-                               callbacks, verbose, backup_every, self_supervised,
-                               _runtime(model, recipe, jit_compile))
+                               callbacks, verbose, backup_every, self_supervised, run_time)
             except BaseException:
                 if new_run and chief and not _any_epoch_kept(output_dir):
                     # Nothing to resume: leave nothing.
@@ -427,7 +437,7 @@ def _any_epoch_kept(output_dir):
 def _run(model, train, validation, output_dir, settings, monitor, callbacks, verbose,
          backup_every, self_supervised, run_time):
     """`fit` from the resume check on: the training, the final checkpoint, the summary
-    (`run_time`: the runtime and why, `_runtime`)."""
+    (`run_time`: the runtime and why, `_compile`)."""
     epochs, updates = settings["epochs"], settings["updates"]
     start_epoch = resume_epoch(backup_dir(output_dir))  # the state files, checked before
     best_record(os.path.join(output_dir, BEST_FILE))    # anything is written

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_vit.framework import FusedAdamUpdate
+from keras_vit.training.adam import FusedAdamUpdate
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -12,7 +12,7 @@ class AdamW(FusedAdamUpdate, keras.optimizers.AdamW):
     On TensorFlow outside any distribution strategy, the bias-corrected step size, the
     learning rate and the weight-decay factor are computed once per step instead of once per
     variable, and each float32/float64 variable is updated by one `ResourceApplyAdam` kernel
-    after the decoupled decay `w -= lr wd w` (`keras_vit.framework.FusedAdamUpdate`): far fewer
+    after the decoupled decay `w -= lr wd w` (`keras_vit.training.adam`): far fewer
     operations to trace and compile. The formula is Keras'; the kernel computes `1 - beta_2`
     in float32, so steps differ from Keras' in the sixth significant digit. Elsewhere (under
     a strategy, other backends, `amsgrad`) it is Keras' own AdamW. Arguments and `get_config`

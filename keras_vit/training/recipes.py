@@ -19,25 +19,17 @@ Schedules count optimizer updates: under gradient accumulation (Keras evaluates 
 at every micro-batch) `WarmupDecay(steps_per_update=k)` divides the counter by k, so that
 update n uses the learning rate of step n exactly as without accumulation.
 
-Whether a step compiles with XLA (`jit_compile=None`) is `keras_vit.runtime.choose`'s
-measured table: the faster runtime for the device, the CPU's features and the precision.
-Where XLA does not work it is off whatever the table says: under MirroredStrategy over
-several devices, Keras' XLA-compiled step reads the other replicas' variables across devices
-and fails ("Trying to access resource ... located in device ... CPU:1 from device ... CPU:0");
-under MultiWorkerMirroredStrategy on CPUs XLA has no collectives ("Collectives are not yet
-implemented for CPU devices when compiling with XLA"); and under
-`tf.config.experimental.enable_op_determinism()`, which Keras does not combine with XLA
-(TPUStrategy always compiles with XLA).
+The recipes compile with `keras_vit.training.compilation.compile_model` (XLA or not, Keras'
+fixes under tf.distribute, the training state built before the first step).
 """
 
 import math
 
 import keras
-import tensorflow as tf
 from keras import ops
 
-from keras_vit import framework, runtime
-from keras_vit.parallel import tf_distribute
+from keras_vit import execution
+from keras_vit.training.compilation import compile_model
 from keras_vit.training.optimizers import AdamW
 from keras_vit.checks import (
     check_choice,
@@ -70,7 +62,6 @@ DEFAULT_LEARNING_RATES = {"finetune": 0.003, "pretrain": 1e-3, "pretrain_mpp": M
 # vit_jax `create_learning_rate_schedule(linear_end=1e-5)`: the linear decay's final value.
 LINEAR_DECAY_END = 1e-5
 DECAYS = ("cosine", "linear")
-PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
 
@@ -218,35 +209,6 @@ def pretrain_optimizer(learning_rate=1e-3, total_steps=100_000, warmup_steps=PRE
     )
 
 
-@_register
-class SparseCategoricalCrossentropy(keras.losses.Loss):
-    """Cross-entropy from logits and integer labels, with optional label smoothing.
-
-    Keras' own sparse cross-entropy has no label smoothing; this one smooths the one-hot
-    target to `(1 - s) * onehot + s / num_classes`, as `CategoricalCrossentropy` does.
-
-    Args:
-        label_smoothing: float in [0, 1). Defaults to 0.
-    """
-
-    def __init__(self, label_smoothing=0.0, name="sparse_categorical_crossentropy", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.label_smoothing = check_number("label_smoothing", label_smoothing, 0.0, 1.0)
-
-    def call(self, y_true, y_pred):
-        # y_true = [B] integer labels, y_pred = [B, K] logits
-        y_true = ops.reshape(ops.cast(y_true, "int32"), (-1,))
-        if not self.label_smoothing:
-            return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
-        onehot = ops.one_hot(y_true, ops.shape(y_pred)[-1], dtype=y_pred.dtype)  # [B, K]
-        return keras.losses.categorical_crossentropy(
-            onehot, y_pred, from_logits=True, label_smoothing=self.label_smoothing
-        )
-
-    def get_config(self):
-        return dict(super().get_config(), label_smoothing=self.label_smoothing)
-
-
 def set_precision(precision):
     """Sets Keras' global dtype policy; call before building the model.
 
@@ -257,92 +219,9 @@ def set_precision(precision):
     Returns:
         str. The policy name set.
     """
-    check_choice("precision", precision, tuple(PRECISIONS))
-    keras.config.set_dtype_policy(PRECISIONS[precision])
-    return PRECISIONS[precision]
-
-
-def default_jit_compile(strategy=None, policy=None):
-    """Whether a training step compiles with XLA by default under `strategy` for a model of
-    dtype `policy` (`keras_vit.runtime.choose`, see the module docstring)."""
-    return runtime.choose(policy, strategy or tf.distribute.get_strategy())[0]
-
-
-def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metrics=("accuracy",),
-                  steps_per_execution=1):
-    """Compiles `model` for classification with integer labels, or a self-supervised model
-    (one with `self_supervised = True`, as `keras_vit.pretraining.MaskedPatchModel`, whose
-    `compute_loss` is its objective) with no loss or metric of its own.
-
-    Call it under the strategy's scope when training distributed. Under mixed float16
-    Keras wraps the optimizer in a `LossScaleOptimizer` (dynamic loss scaling). It applies
-    the fixes of `keras_vit.framework` for Keras under tf.distribute (gradients summed across
-    replicas before they are clipped; `fit` under multi-worker MirroredStrategy), and builds
-    the training state before the first step (`build_training_state`).
-
-    Args:
-        model: a `keras.Model` with float32 logits.
-        optimizer: a `keras.optimizers.Optimizer` (e.g. from `finetune_optimizer`).
-        label_smoothing: float in [0, 1). Defaults to 0.
-        jit_compile: bool or None. XLA; None picks the measured default for the model's
-            device, precision and strategy (`keras_vit.runtime.choose`).
-        metrics: sequence of Keras metrics. Defaults to ("accuracy",).
-        steps_per_execution: int. Steps per compiled call. Defaults to 1.
-
-    Returns:
-        The model.
-    """
-    if jit_compile is None:
-        jit_compile = default_jit_compile(tf_distribute.model_strategy(model), model.dtype_policy)
-    classifier = not getattr(model, "self_supervised", False)
-    model.compile(
-        optimizer=optimizer,
-        loss=SparseCategoricalCrossentropy(label_smoothing) if classifier else None,
-        metrics=list(metrics) if classifier else None,
-        jit_compile=jit_compile,
-        steps_per_execution=steps_per_execution,
-    )
-    if keras.backend.backend() == "tensorflow":  # the fixes are for Keras' TensorFlow trainer
-        framework.reduce_gradients_before_clipping(model.optimizer)
-        if tf_distribute.is_multiworker(model.distribute_strategy):
-            framework.enable_multiworker_fit(model)
-    build_training_state(model)
-    return model
-
-
-def build_training_state(model, labels=None):
-    """Creates the optimizer's, loss's and metrics' variables of a compiled `model` now.
-
-    Without a distribution strategy Keras creates them inside the first traced training step,
-    and TensorFlow traces a `tf.function` that created variables a second time (BENCHMARKS.md
-    has the cost). `compile_model` calls this; call it after your own `model.compile` to get
-    the same. Under a strategy it builds in the strategy's scope, as Keras would. A model whose
-    layers are not all built (a Sequential without an `Input`, say) is left for Keras to
-    build at the first step.
-
-    Args:
-        model: a compiled `keras.Model`.
-        labels: `keras.KerasTensor` (or anything with `shape` and `dtype`) describing a batch
-            of labels, for building the loss and metrics. Defaults to integer class ids of
-            shape `[B]` (what `compile_model`'s loss takes); pass
-            `keras.KerasTensor((None, K), "float32")` for one-hot labels.
-
-    Returns:
-        The model.
-    """
-    if getattr(model, "optimizer", None) is None:
-        raise ValueError(f"Model {model.name!r} is not compiled: call `model.compile` first.")
-    if not model.built or not all(layer.built for layer in model.layers):
-        return model  # its variables do not all exist yet: Keras builds at the first step
-    with tf_distribute.strategy_scope(model):
-        inputs = getattr(model, "inputs", None)
-        if inputs and len(inputs) == 1:
-            if labels is None:
-                labels = keras.KerasTensor((inputs[0].shape[0],), "int32")
-            framework.symbolic_build(model, (inputs[0], labels, None))
-        elif not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
-    return model
+    policy = execution.policy_name(precision)
+    keras.config.set_dtype_policy(policy)
+    return policy
 
 
 def compile_finetune(model, learning_rate=0.003, total_steps=10_000,

@@ -5,6 +5,8 @@
 - `layouts`: other layouts rewritten to the official one, position-embedding resizing, the
   architecture read off a file;
 - `loading`: all-or-nothing loading into a model;
+- `architecture`: the architecture a checkpoint describes (its registry entry, the
+  `config.json` beside it, or its array shapes);
 - `registry`, `download`, `sources`: names, the cache, and where weights come from.
 """
 

@@ -1,5 +1,6 @@
-"""The runtime defaults (`keras_vit.runtime`): XLA or TensorFlow's graph runtime, from the
-measured table, for the device, the CPU's features and the precision; what training, the
+"""How a model executes (`keras_vit.execution`): the device probe, the one precision table that
+training and export read, and the runtime defaults (XLA or TensorFlow's graph runtime, from the
+measured table, for the device, the CPU's features and the precision); what training, the
 recipes and the export choose by default; the choice recorded with its reason."""
 
 import json
@@ -10,13 +11,40 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import data, export, runtime, training
+from keras_vit import data, execution, export, training
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
             num_classes=3)
 AMX = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16"})
 AVX2 = frozenset({"avx2", "fma"})
+
+
+def test_the_device_probe_reads_keras_devices(monkeypatch):
+    for devices, kind in ((["cpu:0"], "cpu"), (["CPU:0", "cpu:1"], "cpu"),
+                          (["gpu:0", "gpu:1"], "gpu"), (["tpu:0"], "gpu")):
+        monkeypatch.setattr(keras.distribution, "list_devices", lambda: devices)
+        assert (execution.device_kind(), execution.on_cpu()) == (kind, kind == "cpu")
+
+
+@pytest.mark.parametrize("precision, policy", [("float32", "float32"),
+                                               ("bfloat16", "mixed_bfloat16"),
+                                               ("float16", "mixed_float16")])
+def test_the_precision_table_reads_both_ways(precision, policy):
+    assert execution.policy_name(precision) == policy
+    assert execution.precision_of(policy) == precision
+    assert execution.precision_of(keras.DTypePolicy(policy)) == precision
+
+
+def test_training_and_export_read_the_one_precision_table():
+    assert training.PRECISIONS is execution.PRECISIONS
+    assert set(export.PRECISIONS) < set(execution.PRECISIONS)
+    assert execution.precision_of("int8_from_float32") == "float32"  # outside the table
+    with pytest.raises(ValueError, match="`precision` must be one of 'float32', 'bfloat16'. "
+                                         "Received: precision='float16'"):
+        export.at_precision(keras_vit.ViT(**TINY), "float16")
+    with pytest.raises(ValueError, match="Received: precision='mixed_bfloat16'"):
+        execution.policy_name("mixed_bfloat16")  # a policy is not a precision name
 
 
 @pytest.mark.parametrize("device, flags, precision, xla", [
@@ -30,35 +58,35 @@ AVX2 = frozenset({"avx2", "fma"})
     ("gpu", AMX, "float32", True),
 ])
 def test_the_table_chooses_per_device_cpu_and_precision(device, flags, precision, xla):
-    row = runtime.table_row(precision, device, flags)
+    row = execution.table_row(precision, device, flags)
     assert row.xla is xla
     assert ("AMX" in row.why) == (device == "cpu" and "amx_tile" in flags)
 
 
 def test_choose_reads_this_machine_and_the_policy(monkeypatch):
-    monkeypatch.setattr(runtime, "cpu_flags", lambda: AVX2)
-    assert runtime.choose("mixed_bfloat16") == (True, runtime.TABLE[-1].why)
-    monkeypatch.setattr(runtime, "cpu_flags", lambda: ZEN4)
-    assert runtime.choose("mixed_bfloat16")[0] is False
-    assert runtime.precision_of("mixed_bfloat16") == "bfloat16"
-    assert runtime.precision_of(keras.DTypePolicy("float32")) == "float32"
+    monkeypatch.setattr(execution, "cpu_flags", lambda: AVX2)
+    assert execution.choose("mixed_bfloat16") == (True, execution.TABLE[-1].why)
+    monkeypatch.setattr(execution, "cpu_flags", lambda: ZEN4)
+    assert execution.choose("mixed_bfloat16")[0] is False
+    assert execution.precision_of("mixed_bfloat16") == "bfloat16"
+    assert execution.precision_of(keras.DTypePolicy("float32")) == "float32"
 
 
 def test_where_xla_does_not_work_it_is_off_whatever_the_table(monkeypatch):
-    monkeypatch.setattr(runtime, "cpu_flags", lambda: AVX2)  # a table that says XLA
+    monkeypatch.setattr(execution, "cpu_flags", lambda: AVX2)  # a table that says XLA
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) \
         if len(tf.config.list_logical_devices("CPU")) > 1 else None
     if strategy is not None:
-        xla, why = runtime.choose("float32", strategy)
+        xla, why = execution.choose("float32", strategy)
         assert xla is False and "2 replicas" in why
-    monkeypatch.setattr(runtime.framework, "op_determinism_enabled", lambda: True)
-    xla, why = runtime.choose("float32")
+    monkeypatch.setattr(execution.framework, "op_determinism_enabled", lambda: True)
+    xla, why = execution.choose("float32")
     assert xla is False and "op determinism" in why
 
 
 @pytest.mark.parametrize("flags, xla", [(AVX2, True), (ZEN4, False)])
 def test_the_recipes_and_export_take_the_table_by_default(monkeypatch, tmp_path, flags, xla):
-    monkeypatch.setattr(runtime, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(execution, "cpu_flags", lambda: flags)
     model = keras_vit.ViT(**TINY)
     training.compile_model(model, training.AdamW(1e-3))
     assert model.jit_compile is xla
@@ -67,18 +95,18 @@ def test_the_recipes_and_export_take_the_table_by_default(monkeypatch, tmp_path,
     path = export.export_saved_model(keras_vit.ViT(**TINY), tmp_path / "vit", warmup=False)
     metadata = json.loads((tmp_path / "vit" / "1" / "assets.extra" / "keras_vit.json")
                           .read_text())
-    assert (metadata["xla"], metadata["runtime"]) == (xla, runtime.choose("float32")[1])
+    assert (metadata["xla"], metadata["runtime"]) == (xla, execution.choose("float32")[1])
     assert path.endswith("1")
 
 
 def test_fit_records_the_runtime_and_why(monkeypatch, tmp_path):
-    monkeypatch.setattr(runtime, "cpu_flags", lambda: ZEN4)
+    monkeypatch.setattr(execution, "cpu_flags", lambda: ZEN4)
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, 256, (8, 8, 8, 3), dtype=np.uint8), np.arange(8) % 3
     train = data.from_arrays(x, y, image_size=8, batch_size=4, training=True)
     summary = training.fit(keras_vit.ViT(**TINY), train, output_dir=tmp_path / "run", epochs=1,
                            verbose=0)
-    why = runtime.choose("float32")[1]
+    why = execution.choose("float32")[1]
     assert (summary["xla"], summary["runtime"]) == (False, why)
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())["runtime"]
     assert recorded == {"xla": False, "why": why}

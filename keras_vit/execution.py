@@ -1,12 +1,18 @@
-"""Which runtime runs a keras_vit model fastest: XLA, or TensorFlow's graph runtime.
+"""How a keras_vit model executes here: the device kind, the precision, and XLA or TensorFlow's
+graph runtime.
 
-`choose` is the default wherever a user does not choose: `keras_vit.training.fit` and the
-recipes (training), the command line, `keras_vit.export_saved_model` (inference). It reads the
-measured table below: the first row that matches the device, the CPU's features, the
-precision and the mode decides. `jit_compile=`, `--xla` and `--no-xla` override it; the JAX
-backend always compiles with XLA. `model.compile()` without `jit_compile` keeps Keras' own
-"auto" (XLA on a GPU, the graph runtime on a CPU), which agrees with this table wherever the
-CPU has AVX-512.
+- The device: `device_kind()` ("cpu" or "gpu"), `on_cpu()`, `cpu_flags()` (the CPU's features).
+- The precision: one table, `PRECISIONS`, from the precision names ("float32", "bfloat16",
+  "float16") to the Keras dtype policies that compute in them; `policy_name(precision)` and
+  `precision_of(policy)` read it in each direction. `keras_vit.training.set_precision` and
+  `keras_vit.export_saved_model(precision=)` take these names.
+- The runtime: `choose` is the default wherever a user does not choose: `keras_vit.training.fit`
+  and the recipes (training), the command line, `keras_vit.export_saved_model` (inference). It
+  reads the measured table `TABLE`: the first row that matches the device, the CPU's features,
+  the precision and the mode decides. `jit_compile=`, `--xla` and `--no-xla` override it; the
+  JAX backend always compiles with XLA. `model.compile()` without `jit_compile` keeps Keras'
+  own "auto" (XLA on a GPU, the graph runtime on a CPU), which agrees with this table wherever
+  the CPU has AVX-512.
 
 The table's rows come from `python -m benchmarks.run` (BENCHMARKS.md, a section per machine):
 each says which runtime was faster there for a precision and a mode, ViT-B/16, batch 8.
@@ -19,9 +25,12 @@ import keras
 import tensorflow as tf
 
 from keras_vit import framework
+from keras_vit.checks import check_choice
 
-# Keras dtype policy name -> the precision the table speaks of.
-PRECISIONS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
+# Precision name -> the Keras dtype policy that computes in it (float32 weights and logits under
+# the mixed policies).
+PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+_PRECISION_OF_POLICY = {policy: precision for precision, policy in PRECISIONS.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,16 +73,35 @@ def cpu_flags():
     return frozenset()
 
 
+def on_cpu():
+    """Whether Keras' devices are all CPUs (no GPU or TPU)."""
+    return all(device.lower().startswith("cpu") for device in keras.distribution.list_devices())
+
+
 def device_kind():
     """"gpu" where Keras sees an accelerator (GPU or TPU), else "cpu"."""
-    devices = keras.distribution.list_devices()
-    return "cpu" if all(d.lower().startswith("cpu") for d in devices) else "gpu"
+    return "cpu" if on_cpu() else "gpu"
+
+
+def policy_name(precision, precisions=tuple(PRECISIONS)):
+    """The Keras dtype policy name that computes in `precision` ("float32", "bfloat16",
+    "float16").
+
+    Args:
+        precision: str. A precision name.
+        precisions: the names the caller accepts (a subset of `PRECISIONS`). Defaults to all.
+
+    Raises:
+        ValueError: for a name not in `precisions`.
+    """
+    return PRECISIONS[check_choice("precision", precision, tuple(precisions))]
 
 
 def precision_of(policy=None):
-    """The table's precision of a Keras dtype policy (default: the global one)."""
+    """The precision name of a Keras dtype policy or policy name (default: the global one);
+    "float32" for a policy outside `PRECISIONS` (an int8 or float64 one)."""
     name = policy.name if hasattr(policy, "name") else policy or keras.config.dtype_policy().name
-    return PRECISIONS.get(name, "float32")
+    return _PRECISION_OF_POLICY.get(name, "float32")
 
 
 def table_row(precision, device=None, flags=None):
