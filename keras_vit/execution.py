@@ -19,13 +19,13 @@ each says which runtime was faster there for a precision and a mode, ViT-B/16, b
 """
 
 import dataclasses
-import functools
 
 import keras
 import tensorflow as tf
 
 from keras_vit import framework
 from keras_vit.checks import check_choice
+from keras_vit.devices import cpu_flags, device_kind
 
 # Precision name -> the Keras dtype policy that computes in it (float32 weights and logits under
 # the mixed policies).
@@ -58,29 +58,6 @@ TABLE = (
     Row("cpu", None, ALL, True,
         "a CPU with AVX2 and no AVX-512: XLA was faster than the graph runtime"),
 )
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_flags():
-    """The CPU's feature flags (`/proc/cpuinfo`), empty where unknown."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def on_cpu():
-    """Whether Keras' devices are all CPUs (no GPU or TPU)."""
-    return all(device.lower().startswith("cpu") for device in keras.distribution.list_devices())
-
-
-def device_kind():
-    """"gpu" where Keras sees an accelerator (GPU or TPU), else "cpu"."""
-    return "cpu" if on_cpu() else "gpu"
 
 
 def policy_name(precision, precisions=tuple(PRECISIONS)):

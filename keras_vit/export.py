@@ -50,9 +50,10 @@ from keras_vit.fileio import (
     staging_dir,
 )
 from keras_vit.checks import check_choice, check_int
-from keras_vit.introspection import model_image_size, patch_grid, rebuilt, vit_config
+from keras_vit.introspection import rebuilt, vit_config
 from keras_vit.layer_config import sublayers
 from keras_vit.layers import TokenPooling
+from keras_vit.model_parts import model_image_size, patch_grid
 from keras_vit.preprocessing import IMAGE_CHANNELS
 
 SERVING_SIGNATURE = "serving_default"

@@ -1,11 +1,12 @@
-"""What a keras_vit model is made of, read off the model: its `keras_vit.ViT` arguments, its
-encoder blocks in either layout, its patch grid and image size, the model with its attention
-probabilities, and the model built again with other execution-independent options.
+"""A keras_vit model's arguments (`vit_config`), its model with the attention probabilities
+(`attention_model`), and the model built again in another layout or precision (`rebuilt`,
+`per_block`), for models of this version and files of earlier ones (`keras_vit.compat`).
 """
 
-from keras_vit.encoder import Encoder
+from keras_vit import compat
 from keras_vit.layer_config import sublayers
 from keras_vit.model import ENCODER, ViT
+from keras_vit.model_parts import encoder_blocks, encoder_layer
 
 
 def vit_config(model):
@@ -20,8 +21,6 @@ def vit_config(model):
     """
     if isinstance(model, ViT):
         return model.vit_arguments()
-    from keras_vit import compat  # files of earlier versions only
-
     return compat.legacy_vit_config(model)
 
 
@@ -38,28 +37,6 @@ def attention_model(model):
     of keras_vit 0.3 or earlier is rebuilt as a `keras_vit.ViT` first (a copy of its weights).
     """
     return (model if isinstance(model, ViT) else rebuilt(model)).attention_model()
-
-
-def encoder_layer(model):
-    """The model's `Encoder` layer `Transformer` (`scan=True` or `remat=True`), or None."""
-    names = {layer.name for layer in model.layers}
-    if ENCODER in names and isinstance(model.get_layer(ENCODER), Encoder):
-        return model.get_layer(ENCODER)
-    return None
-
-
-def encoder_blocks(model):
-    """The model's `TransformerBlock`s in order: the layers `encoderblock_{i}`, or the
-    sublayers of its `Encoder` layer `Transformer` (`scan=True`, `remat=True`). Empty for a
-    model without them."""
-    encoder = encoder_layer(model)
-    if encoder is not None:
-        return list(encoder.blocks)
-    names = {layer.name for layer in model.layers}
-    blocks = []
-    while f"encoderblock_{len(blocks)}" in names:
-        blocks.append(model.get_layer(f"encoderblock_{len(blocks)}"))
-    return blocks
 
 
 def per_block(model):
@@ -127,30 +104,3 @@ def _quantize_like(target, source):
         twin.dtype_policy = layer.dtype_policy
 
 
-def patch_grid(model):
-    """The `(rows, cols)` patch grid of a keras_vit model: the one its position embedding is
-    learned for (for a model built with `dynamic_image_size=True`, the base grid), else its
-    patch embedding's; None for a model of any input size with no position-embedding grid.
-    The one place that reads it (weights loading, image size, export and inspection ask here).
-    """
-    names = {layer.name for layer in model.layers}
-    if "posembed_input" in names and model.get_layer("posembed_input").grid_size is not None:
-        return tuple(model.get_layer("posembed_input").grid_size)
-    grid = model.get_layer("embedding").grid_size
-    return None if grid is None or None in tuple(grid) else tuple(grid)
-
-
-def model_image_size(model):
-    """The `(height, width)` a keras_vit model is built for: its input size, or for a model
-    built with `dynamic_image_size=True` the size its position embedding is learned at."""
-    size = tuple(model.inputs[0].shape[1:3])
-    if None not in size:
-        return size
-    names = {layer.name for layer in model.layers}
-    grid = patch_grid(model)
-    if grid is None:
-        raise ValueError(f"Model {model.name!r} has no fixed input size and no position "
-                         "embedding grid ('posembed_input' with a grid_size) to read one from.")
-    patch = model.get_layer("embedding").patch_size
-    stride = model.get_layer("resnet").stride if "resnet" in names else 1
-    return (grid[0] * patch[0] * stride, grid[1] * patch[1] * stride)

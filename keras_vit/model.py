@@ -25,6 +25,7 @@ from keras_vit.checks import (check_bool, check_choice, check_fits_in_memory, ch
                               check_positive_int, to_pair)
 from keras_vit.encoder import Encoder
 from keras_vit.flops import sequence_length, vit_params
+from keras_vit.layer_config import sublayers
 from keras_vit.layers import (CLASSIFIERS, GELU_APPROXIMATE, LAYER_NORM_EPSILON, ClassToken,
                               PatchEmbedding, TokenPooling, TransformerBlock)
 from keras_vit.positions import (AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D,
@@ -206,8 +207,8 @@ class ViT(keras.Model):
         return self._base_policy
 
     def _saved_policy(self):
-        quantized = [layer for layer in self._flatten_layers(include_self=False)
-                     if layer.quantization_mode is not None]
+        every = [sub for layer in self.layers for sub in (layer, *sublayers(layer))]
+        quantized = [layer for layer in every if layer.quantization_mode is not None]
         if not quantized:
             return self._base_policy
         policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=self._base_policy)

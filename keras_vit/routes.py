@@ -24,6 +24,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.devices import on_cpu
+
 # Every choice and its implementations; "auto" (or leaving it out) is the measured default.
 CHOICES = {
     # How softmax(q k^T / sqrt(k)) v is computed: "products", the two matrix products with the
@@ -100,11 +102,6 @@ def chosen_routes():
             if value != AUTO}
 
 
-def _on_cpu():
-    """Whether Keras' devices are all CPUs (no GPU or TPU)."""
-    return all(device.lower().startswith("cpu") for device in keras.distribution.list_devices())
-
-
 def default_route(name, training, dtype="float32"):
     """The measured default implementation of choice `name` (BENCHMARKS.md: "The routes
     behind `keras_vit.routes`").
@@ -121,9 +118,9 @@ def default_route(name, training, dtype="float32"):
     Both are "autodiff" at inference, which has no backward pass.
     """
     if name == "attention":
-        return "products" if training or _on_cpu() else "fused"
+        return "products" if training or on_cpu() else "fused"
     if name == "block_input":
-        jax_on_cpu = keras.backend.backend() == "jax" and _on_cpu()
+        jax_on_cpu = keras.backend.backend() == "jax" and on_cpu()
         return "barrier" if training and jax_on_cpu else "plain"
     if name == "mlp":
         return "tokens" if training else "rows"

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import data, execution, export, training
+from keras_vit import data, devices, execution, export, routes, training
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
             num_classes=3)
@@ -21,10 +21,11 @@ AVX2 = frozenset({"avx2", "fma"})
 
 
 def test_the_device_probe_reads_keras_devices(monkeypatch):
-    for devices, kind in ((["cpu:0"], "cpu"), (["CPU:0", "cpu:1"], "cpu"),
-                          (["gpu:0", "gpu:1"], "gpu"), (["tpu:0"], "gpu")):
-        monkeypatch.setattr(keras.distribution, "list_devices", lambda: devices)
-        assert (execution.device_kind(), execution.on_cpu()) == (kind, kind == "cpu")
+    for listed, kind in ((["cpu:0"], "cpu"), (["CPU:0", "cpu:1"], "cpu"),
+                         (["gpu:0", "gpu:1"], "gpu"), (["tpu:0"], "gpu")):
+        monkeypatch.setattr(keras.distribution, "list_devices", lambda: listed)
+        assert (devices.device_kind(), devices.on_cpu()) == (kind, kind == "cpu")
+        assert routes.route("attention", False) == ("products" if kind == "cpu" else "fused")
 
 
 @pytest.mark.parametrize("precision, policy", [("float32", "float32"),

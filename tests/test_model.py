@@ -14,7 +14,7 @@ import pytest
 import reference
 
 import keras_vit
-from keras_vit.introspection import encoder_blocks
+from keras_vit.model_parts import encoder_blocks
 from keras_vit import weights
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)

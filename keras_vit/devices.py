@@ -1,0 +1,30 @@
+"""The device probe: what kind of device Keras runs on here, and the CPU's features. Without
+TensorFlow, so that the routes (`keras_vit.routes`) can ask on every backend; the rest of how a
+model executes is `keras_vit.execution`."""
+
+import functools
+
+import keras
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_flags():
+    """The CPU's feature flags (`/proc/cpuinfo`), empty where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def on_cpu():
+    """Whether Keras' devices are all CPUs (no GPU or TPU)."""
+    return all(device.lower().startswith("cpu") for device in keras.distribution.list_devices())
+
+
+def device_kind():
+    """"gpu" where Keras sees an accelerator (GPU or TPU), else "cpu"."""
+    return "cpu" if on_cpu() else "gpu"
