@@ -81,8 +81,8 @@ class AddPositionEmbs(ConfigArgs, keras.layers.Layer):
         old_rows, old_cols = self.grid_size
         prefix, patches = pos[:, :self.num_prefix_tokens], pos[0, self.num_prefix_tokens:]
         patches = ops.reshape(patches, (old_rows, old_cols, -1))  # [r0, c0, D]
-        patches = ops.einsum("ri,cj,ijd->rcd", _linear_resize_matrix(rows, old_rows),
-                             _linear_resize_matrix(cols, old_cols), patches)  # [r, c, D]
+        patches = ops.einsum("ri,cj,ijd->rcd", linear_resize_matrix(rows, old_rows),
+                             linear_resize_matrix(cols, old_cols), patches)  # [r, c, D]
         patches = ops.reshape(patches, (1, -1, ops.shape(pos)[-1]))
         return ops.concatenate([prefix, patches], axis=1)
 
@@ -99,25 +99,31 @@ class AddPositionEmbs(ConfigArgs, keras.layers.Layer):
         return inputs_shape
 
 
-def _linear_resize_matrix(new, old):
-    """`[new, old]` float32 weights of linear interpolation from `old` to `new` points with the
-    end points aligned: output o samples input coordinate o * (old - 1) / (new - 1) (0 when
-    new = 1), and the weight of input i is max(0, 1 - |coordinate - i|). `new` may be a scalar
-    tensor."""
-    new_f = ops.cast(new, "float32")
-    step = (old - 1) / ops.maximum(new_f - 1.0, 1.0)
-    coords = ops.arange(new, dtype="float32") * step  # [new]
-    points = ops.arange(old, dtype="float32")  # [old]
-    return ops.relu(1.0 - ops.abs(coords[:, None] - points[None, :]))
+def linear_resize_matrix(new, old, xp=ops):
+    """`[new, old]` weights of linear interpolation from `old` to `new` points with the end
+    points aligned (scipy's `zoom` of order 1): output o samples input coordinate
+    o * (old - 1) / (new - 1) (0 when new = 1), and the weight of input i is
+    max(0, 1 - |coordinate - i|).
+
+    The one rule of every resize of positions: in the graph with `xp=keras.ops` (float32; `new`
+    may be a scalar tensor), at load time with `xp=numpy` (float64,
+    `keras_vit.weights.layouts`).
+    """
+    dtype = "float32" if xp is ops else "float64"
+    step = (old - 1) / xp.maximum(xp.cast(new, dtype) - 1.0, 1.0) if xp is ops else \
+        (old - 1) / max(new - 1, 1)
+    coords = xp.arange(new, dtype=dtype) * step  # [new]
+    points = xp.arange(old, dtype=dtype)  # [old]
+    return xp.maximum(1.0 - xp.abs(coords[:, None] - points[None, :]), 0.0)
 
 
 def _resize_positions(table, new):
     """A table `[old, C]` of 1-D positions resized linearly to `new` positions (an int or a
-    scalar tensor), end points aligned (`_linear_resize_matrix`)."""
+    scalar tensor), end points aligned (`linear_resize_matrix`)."""
     old = table.shape[0]
     if isinstance(new, int) and new == old:
         return table
-    return ops.matmul(_linear_resize_matrix(new, old), table)  # [new, C]
+    return ops.matmul(linear_resize_matrix(new, old), table)  # [new, C]
 
 
 def _grid_concat(first, second, rows, cols, first_is_row):

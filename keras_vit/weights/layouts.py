@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 
+from keras_vit.positions import linear_resize_matrix
 from keras_vit.weights.errors import CheckpointError
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
@@ -116,15 +117,11 @@ def resize_pos_table(table, length, axis=1):
 
 
 def _linear_resize(x, new, axis):
-    old = x.shape[axis]
-    if new == old:
+    """`x` resized linearly along `axis` to `new` points, in float64 (`linear_resize_matrix`)."""
+    if new == x.shape[axis]:
         return x
-    # Output index o samples input coordinate o * (old - 1) / (new - 1) (scipy's zoom).
-    coords = np.arange(new) * ((old - 1) / (new - 1) if new > 1 else 0.0)
-    low = np.clip(np.floor(coords).astype(int), 0, old - 1)
-    high = np.minimum(low + 1, old - 1)
-    frac = (coords - low).reshape([-1 if a == axis else 1 for a in range(x.ndim)])
-    return np.take(x, low, axis=axis) * (1 - frac) + np.take(x, high, axis=axis) * frac
+    weights = linear_resize_matrix(new, x.shape[axis], xp=np)  # [new, old]
+    return np.moveaxis(np.tensordot(weights, np.moveaxis(x, axis, 0), axes=1), 0, axis)
 
 
 def describe(params):
