@@ -64,7 +64,8 @@ from keras_vit.weights import (
 _LAZY = {
     **dict.fromkeys(("evaluate", "extract_features", "fewshot_table", "linear_probe"),
                     "keras_vit.evaluation"),
-    **dict.fromkeys(("export_saved_model", "export_tflite"), "keras_vit.export"),
+    "export_saved_model": "keras_vit.export",
+    "export_tflite": "keras_vit.tflite",
     **dict.fromkeys((
         "attention_map", "attention_rollout", "inspect_model", "mean_attention_distance",
         "patch_embedding_components", "position_embedding_similarity"),
@@ -77,7 +78,7 @@ _LAZY = {
 }
 _LAZY_MODULES = ("data", "evaluation", "export", "fileio", "flops", "framework", "images",
                  "inspection", "labels", "parallel", "plots", "preprocessing", "pretraining",
-                 "training", "vtab")
+                 "tflite", "training", "vtab")
 # Module names kept for one release (each warns when imported).
 _DEPRECATED_MODULES = ("distribute", "sharding", "validation")
 # Names kept for one release: name -> (the module that defines it, the message).

@@ -29,7 +29,6 @@ The batch size is dynamic. `assets.extra/keras_vit.json` records what the export
 when it loads the model, so that the first real request does not pay for graph initialisation.
 """
 
-import contextlib
 import json
 import os
 import tempfile
@@ -43,9 +42,7 @@ from keras_vit import labels as label_sets
 from keras_vit import execution
 from keras_vit.fileio import (
     atomic_write,
-    check_destination,
     check_not_in_use,
-    naming_write_errors,
     refuse_link,
     staging_dir,
 )
@@ -72,12 +69,9 @@ DEFAULT_TOP_K = 5
 IMAGE_DTYPES = ("float32", "uint8")
 # Written beside the signatures: what the export was made with (labels, limits).
 METADATA_FILE = os.path.join("assets.extra", "keras_vit.json")
-TFLITE_QUANTIZATIONS = (None, "dynamic-int8")
 # The precisions the exported signatures may compute in (their policies:
 # `keras_vit.execution.PRECISIONS`).
 PRECISIONS = ("float32", "bfloat16")
-# The float32 TFLite file must reproduce the Keras probabilities to this absolute tolerance.
-TFLITE_FLOAT_TOLERANCE = 1e-4
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,7 +169,7 @@ def check_class_names(class_names, num_classes):
     return class_names
 
 
-def _check_tensorflow_backend(what):
+def check_tensorflow_backend(what):
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
             f"{what} needs the TensorFlow backend (KERAS_BACKEND=tensorflow). Received backend "
@@ -202,13 +196,13 @@ def at_precision(model, precision):
                          f"which needs a keras_vit model: {e}") from None
     if _policy_name(model) == policy:
         return model
-    if _quantized(model):
+    if has_quantized_layers(model):
         raise ValueError("precision= changes a float model's precision; this model is "
                          "int8-quantized. Expected a float model (quantize after).")
     return rebuilt(model, policy)
 
 
-def _quantized(model):
+def has_quantized_layers(model):
     """Whether `model` has quantized layers (`model.quantize("int8")`)."""
     return any(sub.quantization_mode for layer in model.layers
                for sub in (layer, *sublayers(layer)))
@@ -516,7 +510,7 @@ def export_saved_model(
     >>> export_saved_model(model, "/tmp/vit", class_names=["cat", "dog", "bird"])  # doctest: +SKIP
     '/tmp/vit/1'
     """
-    _check_tensorflow_backend("export_saved_model")
+    check_tensorflow_backend("export_saved_model")
     height, width, num_classes = check_model(model)
     model = at_precision(model, precision)
     if jit_compile is None:
@@ -588,124 +582,3 @@ def read_metadata(path):
     if not isinstance(metadata, dict):
         raise ValueError(f"{file} is not a JSON object.")
     return metadata
-
-
-# --------------------------------------------------------------------------------------------
-# TFLite.
-
-
-@contextlib.contextmanager
-def tflite_converter(model):
-    """A `tf.lite.TFLiteConverter` for `model`'s `predict_images` signature (float32 RGB
-    `images` in [0, 255] to `probabilities`), to set options on and `convert()` inside the
-    `with` block (it reads a temporary SavedModel that the block's end removes)."""
-    height, width, _ = check_model(model)
-
-    def predict(images):
-        logits = tf.cast(model(image_ops.scale(images), training=False), tf.float32)
-        return {"probabilities": tf.nn.softmax(logits, axis=-1)}
-
-    # Through a SavedModel, as Keras' own LiteRT export does: converting the tf.function
-    # directly would leave the Keras variables as uninitialised TFLite resource variables.
-    with tempfile.TemporaryDirectory() as saved_model:
-        archive = keras.export.ExportArchive()
-        archive.add_endpoint(SERVING_SIGNATURE, predict, [
-            tf.TensorSpec([None, height, width, IMAGE_CHANNELS], tf.float32, name=IMAGES_INPUT)
-        ])
-        archive.write_out(saved_model, verbose=False)
-        yield tf.lite.TFLiteConverter.from_saved_model(
-            saved_model, signature_keys=[SERVING_SIGNATURE]
-        )
-
-
-def export_tflite(model, path, quantize=None, overwrite=False):
-    """Converts a classifier to a TFLite file, written atomically.
-
-    The file has one signature (`serving_default`) from `images` `[B, H, W, 3]` float32 RGB in
-    [0, 255] (B dynamic: resize the input tensor) to `probabilities` `[B, K]`, the same as the
-    SavedModel's `predict_images`.
-
-    Args:
-        model: a built classifier (see `check_model`).
-        path: str or path of the `.tflite` file.
-        quantize: None (float32) or "dynamic-int8" (weights stored as int8, dequantised or
-            used by hybrid kernels at run time; about 4x smaller). Defaults to None.
-        overwrite: bool. Replace a file already at `path`. Defaults to False.
-
-    Returns:
-        str: `path`.
-
-    Raises:
-        keras_vit.fileio.DestinationExists: before anything is converted, if `path` exists
-            (without `overwrite`) or is a folder.
-        ValueError: for an int8-quantized model (`model.quantize("int8")`), which the
-            converter cannot convert: export the float model, with `quantize="dynamic-int8"`.
-        keras_vit.fileio.WriteError: naming `path`, if it (or the converter's scratch
-            SavedModel) cannot be written; a file already at `path` is left as it was.
-    """
-    _check_tensorflow_backend("export_tflite")
-    check_choice("quantize", quantize, TFLITE_QUANTIZATIONS)
-    check_destination(path, overwrite)
-    if _quantized(model):
-        raise ValueError(
-            f"Model {model.name!r} is int8-quantized (model.quantize('int8')): the TFLite "
-            "converter cannot convert Keras' int8 layers. Expected the float model; "
-            "quantize='dynamic-int8' stores its weights as int8 in the file.")
-    with naming_write_errors(path), tflite_converter(model) as converter:  # its scratch too
-        if quantize == "dynamic-int8":
-            # Optimize.DEFAULT without a representative dataset: dynamic-range quantisation.
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        data = converter.convert()
-    check_destination(path, overwrite)  # still free (or replaceable) now
-    atomic_write(path, lambda f: f.write(data))
-    return os.fspath(path)
-
-
-def run_tflite(path, images):
-    """Runs a file from `export_tflite` on float images `[B, H, W, 3]` in [0, 255].
-
-    Returns:
-        float32 probabilities `[B, K]`.
-    """
-    images = np.asarray(images, np.float32)
-    interpreter = tf.lite.Interpreter(model_path=os.fspath(path))
-    (input_detail,) = interpreter.get_input_details()
-    expected = tuple(input_detail["shape_signature"][1:])
-    if images.ndim != 4 or images.shape[1:] != expected:
-        raise ValueError(
-            f"{path} expects images [batch, {', '.join(map(str, expected))}]. Received shape "
-            f"{images.shape}"
-        )
-    interpreter.resize_tensor_input(input_detail["index"], images.shape)
-    interpreter.allocate_tensors()
-    interpreter.set_tensor(input_detail["index"], images)
-    interpreter.invoke()
-    (output_detail,) = interpreter.get_output_details()
-    return interpreter.get_tensor(output_detail["index"])
-
-
-def tflite_parity(path, model, images):
-    """Compares a TFLite file with the Keras model on float images `[B, H, W, 3]` in [0, 255].
-
-    Returns:
-        dict with `max_abs_diff` (of the probabilities), `top1_agreement` (fraction of images
-        with the same top class) and `num_images`.
-
-    Raises:
-        ValueError: naming the file, if its images or its classes are not the model's.
-    """
-    images = np.asarray(images, np.float32)
-    got = run_tflite(path, images)
-    logits = np.asarray(model.predict_on_batch(np.asarray(image_ops.preprocess_inputs(images))),
-                        np.float64)
-    expected = np.exp(logits - logits.max(-1, keepdims=True))
-    expected /= expected.sum(-1, keepdims=True)
-    if got.shape != expected.shape:
-        raise ValueError(f"{path} gives {got.shape[-1]} probabilities per image, but model "
-                         f"{model.name!r} has {expected.shape[-1]} classes. Expected the TFLite "
-                         "file exported from this model.")
-    return {
-        "max_abs_diff": float(np.abs(got - expected).max()),
-        "top1_agreement": float(np.mean(got.argmax(-1) == expected.argmax(-1))),
-        "num_images": len(images),
-    }

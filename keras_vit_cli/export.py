@@ -98,7 +98,7 @@ def run(args):
         check_output_folder("OUTPUT", args.output, "the SavedModel's version folders")
     import numpy as np
 
-    from keras_vit import export, images
+    from keras_vit import export, images, tflite
     from keras_vit.fileio import check_destination
 
     if args.format == "tflite":
@@ -118,19 +118,19 @@ def run(args):
         metadata = export.read_metadata(path)
         print(f"SavedModel written to {path} (signatures {', '.join(metadata['signatures'])})")
         return 0
-    export.export_tflite(model, args.output, quantize=args.quantize, overwrite=args.overwrite)
+    tflite.export_tflite(model, args.output, quantize=args.quantize, overwrite=args.overwrite)
     height, width, _ = export.check_model(model)
     count = args.parity_images or TFLITE_PARITY_IMAGES
     batch = np.random.default_rng(0).uniform(0, 255, (count, height, width, 3))
-    parity = export.tflite_parity(args.output, model, batch)
+    parity = tflite.tflite_parity(args.output, model, batch)
     print(f"TFLite ({args.quantize or 'float32'}) written to {args.output}: "
           f"{os.path.getsize(args.output):,} bytes")
     print(f"parity with Keras on {parity['num_images']} random images: max |probability "
           f"difference| {parity['max_abs_diff']:.3g}, top-1 agreement "
           f"{parity['top1_agreement']:.1%}")
-    if args.quantize is None and not parity["max_abs_diff"] <= export.TFLITE_FLOAT_TOLERANCE:
+    if args.quantize is None and not parity["max_abs_diff"] <= tflite.TFLITE_FLOAT_TOLERANCE:
         print(f"keras-vit export: error: the float32 TFLite file differs from Keras by more "
-              f"than {export.TFLITE_FLOAT_TOLERANCE}", file=sys.stderr)
+              f"than {tflite.TFLITE_FLOAT_TOLERANCE}", file=sys.stderr)
         return 1
     return 0
 

@@ -26,7 +26,7 @@ from PIL import Image
 
 import keras_vit
 import keras_vit_cli as cli
-from keras_vit import execution, export, weights
+from keras_vit import execution, export, tflite, weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
@@ -522,17 +522,17 @@ def test_tflite_float32_and_dynamic_int8(tmp_path, capsys):
     # tflite_parity reports.
     np.testing.assert_allclose(got8, want, atol=0.05)
     assert np.abs(got8 - want).max() > 1e-6  # really quantised
-    parity = export.tflite_parity(tmp_path / "int8.tflite", model, images)
+    parity = tflite.tflite_parity(tmp_path / "int8.tflite", model, images)
     assert parity["top1_agreement"] == np.mean(got8.argmax(-1) == want.argmax(-1))
     assert parity["max_abs_diff"] == pytest.approx(np.abs(got8 - want).max(), abs=1e-6)
 
 
 def test_tflite_command_fails_when_float32_parity_fails(tmp_path, monkeypatch, capsys):
     random_model().save(tmp_path / "tiny.keras")
-    monkeypatch.setattr(export, "export_tflite", lambda model, path, quantize, overwrite:
+    monkeypatch.setattr(tflite, "export_tflite", lambda model, path, quantize, overwrite:
                         pathlib.Path(path).write_bytes(b""))
     for index, broken in enumerate((np.nan, 0.5)):  # a file whose outputs are NaN, or wrong
-        monkeypatch.setattr(export, "run_tflite", lambda path, images, v=broken: np.full(
+        monkeypatch.setattr(tflite, "run_tflite", lambda path, images, v=broken: np.full(
             (len(images), NUM_CLASSES), v, np.float32))
         assert cli.main(["export", str(tmp_path / f"m{index}.tflite"), "--model",
                          str(tmp_path / "tiny.keras"), "--format", "tflite"]) == 1
@@ -588,7 +588,7 @@ def test_bad_models_and_arguments_are_refused(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="file is a file. Expected a folder"):
         export.export_saved_model(model, tmp_path / "file")
     with pytest.raises(ValueError, match="quantize.*Received: quantize='int4'"):
-        export.export_tflite(model, tmp_path / "m.tflite", quantize="int4")
+        tflite.export_tflite(model, tmp_path / "m.tflite", quantize="int4")
     with monkeypatch.context() as patch:
         patch.setattr(keras.backend, "backend", lambda: "jax")
         with pytest.raises(ValueError, match="TensorFlow backend.*Received backend 'jax'"):

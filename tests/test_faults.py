@@ -242,7 +242,7 @@ WRITES = textwrap.dedent("""
         "model.keras": convert,
         "model.weights.h5": convert,
         "export": lambda p: export.export_saved_model(model, p, warmup=False),
-        "model.tflite": lambda p: export.export_tflite(model, p, overwrite=True),
+        "model.tflite": lambda p: tflite.export_tflite(model, p, overwrite=True),
         "cache": lambda p: evaluation.extract_features(model, (images, np.zeros(300, int)),
                                                        cache=p, progress=False),
         "download.npz": lambda p: download.fetch_cached(

@@ -18,7 +18,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import keras_vit
-from keras_vit import export, training, weights
+from keras_vit import tflite, training, weights
 from keras_vit.weights import CheckpointError, hub
 
 from test_errors import TINY, fit_tiny
@@ -333,11 +333,11 @@ def test_a_backup_pointer_with_a_huge_epoch_is_refused(tmp_path):
 
 
 def test_tflite_parity_against_a_model_of_other_classes_is_named(tmp_path):
-    path = export.export_tflite(keras_vit.ViT(**TINY), tmp_path / "m.tflite")
+    path = tflite.export_tflite(keras_vit.ViT(**TINY), tmp_path / "m.tflite")
     ten = keras_vit.ViT(**dict(TINY, num_classes=10))
     with pytest.raises(ValueError, match=r"m.tflite gives 3 probabilities per image, but model "
                                          ".* has 10 classes"):
-        export.tflite_parity(path, ten, np.zeros((2, 16, 16, 3), np.float32))
+        tflite.tflite_parity(path, ten, np.zeros((2, 16, 16, 3), np.float32))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -251,7 +251,7 @@ def test_tflite_export_does_not_replace_a_file_without_overwrite(tmp_path, capsy
     assert out.read_bytes() == b"mine"
     model = keras_vit.from_pretrained("digits")
     with pytest.raises(fileio.DestinationExists, match="overwrite=True"):
-        keras_vit.export.export_tflite(model, out)
+        keras_vit.tflite.export_tflite(model, out)
     assert out.read_bytes() == b"mine"
 
 

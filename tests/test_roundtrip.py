@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import export, images, weights
+from keras_vit import export, images, tflite, weights
 from keras_vit.weights import hub
 
 BASE = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
@@ -116,8 +116,8 @@ def via_saved_model(model, kind, folder):
 
 
 def via_tflite(model, kind, folder):
-    path = export.export_tflite(model, folder / "m.tflite")
-    return lambda batch: export.run_tflite(path, batch), True
+    path = tflite.export_tflite(model, folder / "m.tflite")
+    return lambda batch: tflite.run_tflite(path, batch), True
 
 
 WRITERS = {"npz": via_npz, "safetensors": via_safetensors, "keras": via_keras,
