@@ -11,7 +11,7 @@ feature map. Weight names follow the checkpoint (`conv_root`, `gn_root`,
 import keras
 from keras import ops
 
-from keras_vit.layers import ConfigArgs
+from keras_vit.layer_config import ConfigArgs
 from keras_vit.checks import check_image_sides, check_positive_int, check_positive_number
 
 # The official StdConv adds this to the kernel's standard deviation (`weight_standardize`).
