@@ -85,9 +85,10 @@ def test_every_module_is_in_one_documented_tier():
 
 def test_no_import_goes_to_a_lower_tier():
     tiers = documented_tiers()
-    wrong = sorted(f"{source} (tier {tiers.get(source)}) imports {target} (tier {tiers.get(target)})"
-                   for source, targets in graph().items() for target in targets
-                   if tiers.get(target, 0) > tiers.get(source, 0))
+    wrong = sorted(
+        f"{source} (tier {tiers.get(source)}) imports {target} (tier {tiers.get(target)})"
+        for source, targets in graph().items() for target in targets
+        if tiers.get(target, 0) > tiers.get(source, 0))
     assert not wrong
 
 
