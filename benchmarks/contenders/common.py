@@ -21,7 +21,6 @@ import platform
 import resource
 import statistics
 import subprocess
-import sys
 import time
 
 from keras_vit_cli.catalog import library_module
@@ -30,6 +29,7 @@ RESULT_PREFIX = "BENCHMARK-RESULT "
 MODES = ("check", "infer", "train", "agreement")
 DEVICES = ("cpu", "gpu")
 PRECISIONS = ("fp32", "bf16", "int8")
+NUM_CLASSES = 1000  # ImageNet's, as every contender's head
 
 # The training recipe every contender runs: AdamW on a cross-entropy loss over random labels.
 LEARNING_RATE = 1e-4
@@ -57,29 +57,27 @@ def variant_config(name):
     )
 
 
-def _positive(text):
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}")
-    return value
+def _at_least(minimum):
+    """An argparse type: an integer >= `minimum`."""
+
+    def parse(text):
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, received {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative(text):
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}")
-    return value
-
-
-def parse_args(argv=None):
+def parse_args(argv=None, precisions=PRECISIONS):
+    """The process's arguments; `precisions`: the ones its contender measures."""
     parser = argparse.ArgumentParser(description="One benchmark measurement of one contender.")
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--model", default="B/16", help="paper variant, e.g. Ti/16, B/16, L/16")
-    parser.add_argument("--image-size", type=_positive, default=224)
-    parser.add_argument("--num-classes", type=_positive, default=1000)
-    parser.add_argument("--batch", type=_positive, default=8)
+    parser.add_argument("--image-size", type=_at_least(1), default=224)
+    parser.add_argument("--batch", type=_at_least(1), default=8)
     parser.add_argument("--device", choices=DEVICES, default="cpu")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--precision", choices=precisions, default="fp32")
     xla = parser.add_mutually_exclusive_group()
     xla.add_argument("--xla", dest="xla", action="store_true", default=None,
                      help="compile with XLA (Keras contenders; default: the library's choice)")
@@ -91,35 +89,30 @@ def parse_args(argv=None):
     parser.add_argument("--savedmodel", action="store_true",
                         help="keras_vit: time the SavedModel's predict_images signature "
                              "(keras_vit.export_saved_model, loaded with tf.saved_model.load)")
-    parser.add_argument("--steps", type=_positive, default=3, help="timed steps")
-    parser.add_argument(
-        "--warmup", type=_non_negative, default=1, help="untimed steps after the first"
-    )
-    parser.add_argument("--agreement-images", type=_positive, default=128)
-    parser.add_argument(
-        "--checkpoint",
-        default=None,
-        help="mode agreement: a trained model (.npz, official layout), not the random variant",
-    )
+    parser.add_argument("--steps", type=_at_least(1), default=3, help="timed steps")
+    parser.add_argument("--warmup", type=_at_least(0), default=1,
+                        help="untimed steps after the first")
+    parser.add_argument("--agreement-images", type=_at_least(1), default=128)
+    parser.add_argument("--checkpoint", help="mode agreement: a trained model (.npz, official "
+                        "layout), not the random variant")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--spawned-at", type=float, default=None, help="time.time() when the driver started us"
-    )
+    parser.add_argument("--spawned-at", type=float,
+                        help="time.time() when the driver started us")
     return parser.parse_args(argv)
 
 
-def random_batch(args, count=None, seed_offset=0, channels_first=False):
-    """Images uniform in [-1, 1] (float32) and labels in [0, num_classes), seeded."""
+def random_batch(args, count=None, size=None, seed_offset=0, channels_first=False):
+    """`count` (default: the batch) images of `size` (default: the image size) uniform in
+    [-1, 1] (float32), and labels in [0, NUM_CLASSES), seeded."""
     import numpy as np
 
     rng = np.random.default_rng(args.seed + seed_offset)
     count = count or args.batch
-    shape = (count, args.image_size, args.image_size, 3)
-    images = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+    size = size or (args.image_size, args.image_size)
+    images = rng.uniform(-1.0, 1.0, (count, *size, 3)).astype(np.float32)
     if channels_first:
         images = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
-    labels = rng.integers(0, args.num_classes, (count,)).astype(np.int64)
-    return images, labels
+    return images, rng.integers(0, NUM_CLASSES, (count,)).astype(np.int64)
 
 
 def top1_agreement(reference_logits, logits):
@@ -139,6 +132,23 @@ def peak_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def step_seconds(fn, calls, warmup=0):
+    """The time of each of `calls` calls of `fn` (synchronous), after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        tic = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - tic)
+    return times
+
+
+def median_seconds(fn, calls, warmup=0):
+    """The median time of `calls` calls of `fn` (synchronous), after `warmup` untimed ones."""
+    return statistics.median(step_seconds(fn, calls, warmup))
+
+
 def time_steps(build, args):
     """Builds with `build()` (which returns a synchronous step function), then times steps.
 
@@ -151,34 +161,12 @@ def time_steps(build, args):
     built = time.perf_counter()
     step()
     first = time.perf_counter()
-    for _ in range(args.warmup):
-        step()
-    times = []
-    for _ in range(args.steps):
-        tic = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - tic)
-    return dict(
-        build_s=built - start,
-        first_step_s=first - start,
-        step_s=times,
-        images_per_s=args.batch / statistics.median(times),
-    )
+    times = step_seconds(step, args.steps, args.warmup)
+    return dict(build_s=built - start, first_step_s=first - start, step_s=times,
+                images_per_s=args.batch / statistics.median(times))
 
 
-def median_seconds(fn, calls, warmup=0):
-    """The median time of `calls` calls of `fn` (synchronous), after `warmup` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(calls):
-        tic = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - tic)
-    return statistics.median(times)
-
-
-def seeded_model_and_batch(variant, batch=8, num_classes=1000, **overrides):
+def seeded_model_and_batch(variant, batch=8, num_classes=NUM_CLASSES, **overrides):
     """For the in-process A/B probes: a keras_vit model built under seed 0 (`overrides` go to
     `create_model`), its initial weights, and a seeded batch of images in [-1, 1] and labels."""
     import keras
@@ -225,8 +213,8 @@ def emit(result):
 
 def main(contender, argv=None):
     """Runs one mode of `contender` (a module with setup / build_inference / build_training and
-    optionally agreement and device_peak_bytes) and prints its result line."""
-    args = parse_args(argv)
+    optionally PRECISIONS, agreement and device_peak_bytes) and prints its result line."""
+    args = parse_args(argv, getattr(contender, "PRECISIONS", PRECISIONS))
     result = dict(mode=args.mode, versions=contender.setup(args))
     if args.spawned_at is not None:
         # Interpreter start and the framework's imports, before any model is built.

@@ -9,9 +9,12 @@ in eval mode; a training step is zero_grad, forward, cross-entropy, backward, Ad
 bf16 is `torch.autocast`. On a GPU every step ends with `torch.cuda.synchronize()`.
 """
 
+import functools
 import sys
 
 from benchmarks.contenders import common
+
+PRECISIONS = ("fp32", "bf16")
 
 # torchvision ops whose fake (meta) kernels torchvision 0.28 registers even when its C++
 # extension failed to load; they share this schema (torchvision/csrc/ops/nms.cpp).
@@ -56,8 +59,6 @@ def import_timm():
 
 
 def setup(args):
-    if args.precision == "int8":
-        raise ValueError("timm contender: --precision int8 is not measured; expected fp32 or bf16.")
     import torch
 
     if args.device == "gpu" and not torch.cuda.is_available():
@@ -74,14 +75,30 @@ def setup(args):
     )
 
 
-def _device(args):
-    return "cuda" if args.device == "gpu" else "cpu"
-
-
-def _autocast(args):
+def _model_and_batch(args, config, training):
+    """The model in training or eval mode on the device, a random batch there, and the context
+    (a new one per step) of the forward pass at `--precision`."""
     import torch
+    from timm.models.vision_transformer import VisionTransformer
 
-    return torch.autocast(_device(args), dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    device = "cuda" if args.device == "gpu" else "cpu"
+    torch.manual_seed(args.seed)
+    model = VisionTransformer(
+        img_size=args.image_size,
+        patch_size=config["patch_size"],
+        embed_dim=config["hidden_size"],
+        depth=config["num_layers"],
+        num_heads=config["num_heads"],
+        mlp_ratio=config["mlp_dim"] / config["hidden_size"],
+        num_classes=common.NUM_CLASSES,
+    )
+    model = model.to(device).train(training)
+    # timm's attention runs PyTorch's fused scaled_dot_product_attention (`fused_attn`).
+    model = torch.compile(model) if args.compile else model
+    images, labels = common.random_batch(args, channels_first=True)
+    autocast = functools.partial(torch.autocast, device, dtype=torch.bfloat16,
+                                 enabled=args.precision == "bf16")
+    return model, torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device), autocast
 
 
 def _sync(args):
@@ -91,40 +108,13 @@ def _sync(args):
         torch.cuda.synchronize()
 
 
-def build_model(args, config):
-    import torch
-    from timm.models.vision_transformer import VisionTransformer
-
-    torch.manual_seed(args.seed)
-    model = VisionTransformer(
-        img_size=args.image_size,
-        patch_size=config["patch_size"],
-        embed_dim=config["hidden_size"],
-        depth=config["num_layers"],
-        num_heads=config["num_heads"],
-        mlp_ratio=config["mlp_dim"] / config["hidden_size"],
-        num_classes=args.num_classes,
-    )
-    model = model.to(_device(args))
-    # timm's attention runs PyTorch's fused scaled_dot_product_attention (`fused_attn`).
-    return torch.compile(model) if args.compile else model
-
-
-def _batch(args):
-    import torch
-
-    images, labels = common.random_batch(args, channels_first=True)
-    return torch.from_numpy(images).to(_device(args)), torch.from_numpy(labels).to(_device(args))
-
-
 def build_inference(args, config):
     import torch
 
-    model = build_model(args, config).eval()
-    images, _ = _batch(args)
+    model, images, _, autocast = _model_and_batch(args, config, training=False)
 
     def step():
-        with torch.inference_mode(), _autocast(args):
+        with torch.inference_mode(), autocast():
             model(images)
         _sync(args)
 
@@ -135,15 +125,14 @@ def build_training(args, config):
     import torch
     import torch.nn.functional as F
 
-    model = build_model(args, config).train()
+    model, images, labels, autocast = _model_and_batch(args, config, training=True)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
     )
-    images, labels = _batch(args)
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        with _autocast(args):
+        with autocast():
             loss = F.cross_entropy(model(images).float(), labels)
         loss.backward()
         optimizer.step()
