@@ -5,13 +5,11 @@
     .venv-bench/bin/python -m benchmarks.run --models Ti/16 --rounds 1         # smoke run
     .venv-bench/bin/python -m benchmarks.run --device gpu --batch 64,256 --precision bf16
 
-For every model, batch size and round, each contender runs in a fresh process per mode (see
-benchmarks/contenders/common.py), one at a time; rounds are interleaved and the contenders'
-order rotates from round to round, so that a slow spell of the machine hits all alike. Printed:
-a Markdown table of the medians over rounds (peak RSS: the maximum), each with its ratio to
-timm at the same precision (or timm fp32); `--json PATH` keeps every round's raw numbers.
-benchmarks/README.md says what each mode measures.
+Each contender runs in a fresh process per model, batch size, round and mode, one at a time, in
+interleaved rounds; a Markdown table gives the medians over rounds with ratios to timm, and
+`--json PATH` keeps every round's raw numbers. benchmarks/README.md says what each measures.
 """
+
 import argparse
 import dataclasses
 import datetime
@@ -35,6 +33,9 @@ FAMILIES = {  # name -> (worker module, label in the table)
     "keras_hub": ("benchmarks.contenders.keras_hub_vit", "keras-hub ViT"),
     "keras_vit": ("benchmarks.contenders.keras_vit_model", "keras_vit"),
 }
+TRAINING_MODES = ("infer", "train")
+# The contender tags that switch a flag on: tag (a `Contender` field) -> the families taking it.
+FLAG_TAGS = {"jax": ("keras_hub", "keras_vit"), "compile": ("timm",), "savedmodel": ("keras_vit",)}
 BASELINE_FAMILY = "timm"
 DEFAULT_CONTENDERS = {
     "cpu": "timm,keras_hub,keras_hub-xla,keras_vit,keras_vit-xla,keras_vit-bf16,"
@@ -43,7 +44,6 @@ DEFAULT_CONTENDERS = {
 }
 DEFAULT_BATCH = {"cpu": "8", "gpu": "64,256"}
 DEFAULT_PRECISION = {"cpu": "fp32", "gpu": "bf16"}
-TRAINING_MODES = ("infer", "train")
 # The options that take one integer: name -> (default, minimum, help).
 INTEGER_OPTIONS = {
     "rounds": ("5", 1, "interleaved rounds per model and batch"),
@@ -63,12 +63,9 @@ ERROR_TAIL_LINES = 12
 
 @dataclasses.dataclass(frozen=True)
 class Contender:
-    """One framework in one configuration: `family[-jax][-xla|-noxla][-compile][-precision]
-    [@DIR]`, e.g. "keras_vit-xla-bf16", "keras_vit-jax-bf16" (Keras on JAX, always XLA),
-    "timm-compile" (`torch.compile`). Without `-xla` or `-noxla` a Keras family runs its
-    library's default (keras_vit: its measured choice; keras-hub: Keras' "auto").
-    `@DIR` runs the contender from another checkout of this repository (its own
-    `benchmarks/contenders` and `keras_vit`), for a before/after comparison."""
+    """One framework in one configuration, e.g. "keras_vit-xla-bf16" (benchmarks/README.md
+    lists the tags). Without `-xla` or `-noxla` a Keras family runs its library's default
+    (keras_vit: its measured choice; keras-hub: Keras' "auto")."""
 
     family: str
     xla: object  # True, False, or None: the library's default
@@ -80,9 +77,10 @@ class Contender:
 
     @property
     def name(self):
-        xla = {True: "xla", False: "noxla", None: None}[self.xla]
-        tags = [t for t, on in (("jax", self.jax), (xla, xla), ("compile", self.compile),
-                                ("savedmodel", self.savedmodel)) if on]
+        tags = ["jax"] if self.jax else []
+        if self.xla is not None:
+            tags.append("xla" if self.xla else "noxla")
+        tags += [tag for tag in ("compile", "savedmodel") if getattr(self, tag)]
         name = "-".join([self.family, *tags, self.precision])
         return f"{name}@{self.tree}" if self.tree else name
 
@@ -127,28 +125,24 @@ def parse_contender(text, default_precision):
     if tree and not os.path.isdir(os.path.join(tree, "benchmarks", "contenders")):
         raise ValueError(f"Contender {text!r}: {tree!r} is not a checkout of this repository "
                          "(no benchmarks/contenders in it).")
-    xla, precision, jax, compiled, savedmodel = None, None, False, False, False
+    fields = dict(xla=None, precision=None)
     for tag in tags:
-        if tag in ("xla", "noxla") and xla is None:
-            xla = tag == "xla"
-        elif tag == "savedmodel" and not savedmodel and family == "keras_vit":
-            savedmodel = True
-        elif tag == "jax" and not jax and family != "timm":
-            jax = True
-        elif tag == "compile" and not compiled and family == "timm":
-            compiled = True
-        elif tag in common.PRECISIONS and precision is None:
-            precision = tag
+        if tag in ("xla", "noxla") and fields["xla"] is None:
+            fields["xla"] = tag == "xla"
+        elif family in FLAG_TAGS.get(tag, ()) and tag not in fields:
+            fields[tag] = True
+        elif tag in common.PRECISIONS and fields["precision"] is None:
+            fields["precision"] = tag
         else:
             raise ValueError(f"Unknown or repeated tag {tag!r} in contender {text!r}. {expected}")
-    precision = precision or default_precision
-    if family == "timm" and xla is not None:
+    fields["precision"] = fields["precision"] or default_precision
+    if family == "timm" and fields["xla"] is not None:
         raise ValueError(f"Contender {text!r}: timm runs on PyTorch and has no XLA variant. "
                          "Expected 'timm' with an optional precision.")
-    if precision == "int8" and family != "keras_vit":
+    if fields["precision"] == "int8" and family != "keras_vit":
         raise ValueError(f"Contender {text!r}: int8 is measured for keras_vit only (Keras "
                          "quantize). Expected keras_vit-int8 or keras_vit-xla-int8.")
-    return Contender(family, xla, precision, jax, compiled, tree or None, savedmodel)
+    return Contender(family, tree=tree or None, **fields)
 
 
 def build_parser():
@@ -159,12 +153,9 @@ def build_parser():
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
     parser.add_argument("--models", default="Ti/16,B/16,L/16", help="comma-separated variants")
-    parser.add_argument(
-        "--contenders",
-        help="comma-separated FAMILY[-xla][-PRECISION] (families: timm, keras_hub, keras_vit; "
-        f"precisions: {', '.join(common.PRECISIONS)}). Default on cpu: "
-        f"{DEFAULT_CONTENDERS['cpu']}; on gpu: {DEFAULT_CONTENDERS['gpu']}",
-    )
+    parser.add_argument("--contenders", help="comma-separated names (benchmarks/README.md). "
+                        f"Default on cpu: {DEFAULT_CONTENDERS['cpu']}; on gpu: "
+                        f"{DEFAULT_CONTENDERS['gpu']}")
     parser.add_argument("--device", choices=common.DEVICES, default="cpu")
     parser.add_argument("--batch", help="comma-separated batch sizes (default: 8 on cpu, "
                         "64,256 on gpu)")
@@ -322,9 +313,7 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=()):
 def _describe_round(result):
     if "error" in result:
         return "FAILED: " + result["error"].splitlines()[-1][:200]
-    parts = []
-    if "images_per_s" in result:
-        parts.append(f"{result['images_per_s']:.2f} img/s")
+    parts = [f"{result['images_per_s']:.2f} img/s"] if "images_per_s" in result else []
     if result.get("mode") == "train":
         parts.append(f"first step {result['first_step_s']:.1f} s")
         parts.append(f"peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB")
@@ -348,9 +337,8 @@ def run_all(plan):
     entries = []
     for model in plan.models:
         for batch in plan.batches:
-            group = {
-                c: dict(model=model, batch=batch, contender=c, rounds=[]) for c in plan.contenders
-            }
+            group = {c: dict(model=model, batch=batch, contender=c, rounds=[])
+                     for c in plan.contenders}
             failed = set()  # (contender, mode) that failed once: not retried in later rounds
             for round_index in range(plan.rounds):
                 where = f"[{model} batch {batch} round {round_index + 1}/{plan.rounds}]"
@@ -366,12 +354,13 @@ def run_all(plan):
                         if "error" in result:
                             failed.add((contender, mode))
             entries.extend(group.values())
-    for contender in [c for c in plan.contenders if c.precision == "int8" and plan.int8_checkpoint]:
-        extra = ("--checkpoint", os.path.abspath(plan.int8_checkpoint))
-        result = _measure(plan, contender, "agreement", f"[{plan.int8_checkpoint}]",
-                          batch=plan.batches[0], extra=extra)
-        entries.append(dict(model=plan.int8_checkpoint, batch=plan.batches[0],
-                            contender=contender, rounds=[result]))
+    if plan.int8_checkpoint:  # the int8 agreement on a trained model, once
+        checkpoint, batch = plan.int8_checkpoint, plan.batches[0]
+        for contender in [c for c in plan.contenders if c.precision == "int8"]:
+            result = _measure(plan, contender, "agreement", f"[{checkpoint}]", batch=batch,
+                              extra=("--checkpoint", os.path.abspath(checkpoint)))
+            entries.append(dict(model=checkpoint, batch=batch, contender=contender,
+                                rounds=[result]))
     return entries
 
 
@@ -426,10 +415,7 @@ def with_ratio(value, reference, fmt):
     """`value` formatted, followed by its ratio to `reference` when both exist."""
     if value is None:
         return "–"
-    text = fmt(value)
-    if reference:
-        text += f" ({value / reference:.2f}x)"
-    return text
+    return fmt(value) + (f" ({value / reference:.2f}x)" if reference else "")
 
 
 def _gigabytes(value):
@@ -539,10 +525,8 @@ def main(argv=None):
             wall_s=(datetime.datetime.now(datetime.UTC) - started).total_seconds(),
             machine=common.machine_info(plan.device),
             plan=dict(dataclasses.asdict(plan), contenders=[c.name for c in plan.contenders]),
-            models={
-                m: dict(c, forward_macs=flops.config_forward_macs(c, plan.image_size))
-                for m, c in plan.configs.items()
-            },
+            models={m: dict(c, forward_macs=flops.config_forward_macs(c, plan.image_size))
+                    for m, c in plan.configs.items()},
             results=[
                 dict(e, contender=e["contender"].name, label=e["contender"].label(e["versions"]))
                 for e in entries

@@ -1,17 +1,13 @@
 """What every contender process shares: its arguments, the timing loop, peak memory, the result.
 
-A contender process does one mode of one round and exits, so that each measurement starts from
-a fresh process (no state, cache or memory carried from another contender or round):
-
-- `check`: import the framework and report its versions;
-- `infer`: build the model, then time `--steps` forward passes after `--warmup` untimed ones;
-- `train`: build and compile the model with AdamW, then time `--steps` training steps after
-  `--warmup` untimed ones; the time to the end of the first step, counted from the start of
-  model construction (so graph build and compilation included), is `first_step_s`;
-- `agreement`: top-1 agreement of a lower-precision model with its fp32 original.
-
-The process prints one line `BENCHMARK-RESULT {json}` on stdout; everything else it prints is
-log. This module imports nothing heavy: each contender imports its framework in `setup`.
+A contender process (`python -m benchmarks.contenders.X --mode MODE ...`) does
+one mode of one round and exits, so that each measurement starts from a fresh process: `check`
+imports the framework and reports its versions; `infer` and `train` build the model (`train`
+compiles it with AdamW), then time `--steps` steps after `--warmup` untimed ones, and
+`first_step_s` runs from the start of model construction (graph build and compilation included)
+to the end of the first step; `agreement` is the top-1 agreement of int8 with fp32. It prints
+one line `BENCHMARK-RESULT {json}` on stdout; everything else is log. This module imports
+nothing heavy: each contender imports its framework in `setup`.
 """
 
 import argparse
@@ -26,7 +22,6 @@ import time
 from keras_vit_cli.catalog import library_module
 
 RESULT_PREFIX = "BENCHMARK-RESULT "
-MODES = ("check", "infer", "train", "agreement")
 DEVICES = ("cpu", "gpu")
 PRECISIONS = ("fp32", "bf16", "int8")
 NUM_CLASSES = 1000  # ImageNet's, as every contender's head
@@ -34,6 +29,7 @@ NUM_CLASSES = 1000  # ImageNet's, as every contender's head
 # The training recipe every contender runs: AdamW on a cross-entropy loss over random labels.
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.05
+MODES = ("check", "infer", "train", "agreement")
 
 
 def variant_config(name):
@@ -52,9 +48,8 @@ def variant_config(name):
             f"Hybrid variant {variant.name!r} has no counterpart in the peers. Expected a "
             f"plain ViT, one of {', '.join(plain)}."
         )
-    return dict(
-        name=variant.name, patch_size=variant.patch_size, **configs.MODEL_SIZES[variant.size]
-    )
+    sizes = configs.MODEL_SIZES[variant.size]
+    return dict(name=variant.name, patch_size=variant.patch_size, **sizes)
 
 
 def _at_least(minimum):
@@ -86,18 +81,16 @@ def parse_args(argv=None, precisions=PRECISIONS):
                         help="Keras contenders: the Keras backend (jax always compiles with XLA)")
     parser.add_argument("--compile", action="store_true",
                         help="timm: torch.compile the model (PyTorch's graph compiler)")
-    parser.add_argument("--savedmodel", action="store_true",
-                        help="keras_vit: time the SavedModel's predict_images signature "
-                             "(keras_vit.export_saved_model, loaded with tf.saved_model.load)")
+    parser.add_argument("--savedmodel", action="store_true", help="keras_vit: time the "
+                        "SavedModel's predict_images signature (keras_vit.export_saved_model)")
     parser.add_argument("--steps", type=_at_least(1), default=3, help="timed steps")
     parser.add_argument("--warmup", type=_at_least(0), default=1,
                         help="untimed steps after the first")
     parser.add_argument("--agreement-images", type=_at_least(1), default=128)
     parser.add_argument("--checkpoint", help="mode agreement: a trained model (.npz, official "
                         "layout), not the random variant")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--spawned-at", type=float,
-                        help="time.time() when the driver started us")
+    parser.add_argument("--seed", type=_at_least(0), default=0)
+    parser.add_argument("--spawned-at", type=float, help="time.time() when the driver started us")
     return parser.parse_args(argv)
 
 
@@ -120,11 +113,8 @@ def top1_agreement(reference_logits, logits):
     import numpy as np
 
     reference, other = np.argmax(reference_logits, -1), np.argmax(logits, -1)
-    return dict(
-        top1_agreement=float(np.mean(reference == other)),
-        distinct_top1=int(len(np.unique(reference))),
-        images=int(len(reference)),
-    )
+    return dict(top1_agreement=float(np.mean(reference == other)),
+                distinct_top1=int(len(np.unique(reference))), images=int(len(reference)))
 
 
 def peak_rss_bytes():
@@ -189,19 +179,18 @@ def machine_info(device="cpu"):
             fields = dict(line.split(":", 1) for line in f.read().splitlines()[::-1] if ":" in line)
         fields = {k.strip(): v.strip() for k, v in fields.items()}  # the first CPU's values
         info["cpu"] = fields.get("model name")
-        info["cpu_flags"] = sorted(
-            f for f in fields.get("flags", "").split() if f.startswith(("avx", "amx", "fma"))
-        )
+        flags = fields.get("flags", "").split()
+        info["cpu_flags"] = sorted(f for f in flags if f.startswith(("avx", "amx", "fma")))
         with open("/proc/meminfo") as f:
             info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
     except OSError:
         pass
     if device == "gpu":
-        query = ["--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+        query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                 "--format=csv,noheader"]
         try:
-            info["gpu"] = subprocess.run(
-                ["nvidia-smi", *query], capture_output=True, text=True, timeout=30
-            ).stdout.strip()
+            done = subprocess.run(query, capture_output=True, text=True, timeout=30)
+            info["gpu"] = done.stdout.strip()
         except (OSError, subprocess.SubprocessError) as e:
             info["gpu"] = f"unknown ({e})"
     return info
@@ -212,8 +201,8 @@ def emit(result):
 
 
 def main(contender, argv=None):
-    """Runs one mode of `contender` (a module with setup / build_inference / build_training and
-    optionally PRECISIONS, agreement and device_peak_bytes) and prints its result line."""
+    """Runs one mode of `contender` (a module with setup, build_inference, build_training,
+    device_peak_bytes, and optionally PRECISIONS and agreement) and prints its result line."""
     args = parse_args(argv, getattr(contender, "PRECISIONS", PRECISIONS))
     result = dict(mode=args.mode, versions=contender.setup(args))
     if args.spawned_at is not None:
@@ -222,14 +211,11 @@ def main(contender, argv=None):
     if args.mode != "check":
         config = variant_config(args.model)
         if args.mode == "agreement":
-            if not hasattr(contender, "agreement"):
-                raise ValueError(f"{contender.__name__} has no `agreement` mode.")
             result.update(contender.agreement(args, config))
         else:
             build = contender.build_training if args.mode == "train" else contender.build_inference
             result.update(time_steps(lambda: build(args, config), args))
         result["peak_rss_bytes"] = peak_rss_bytes()
-        if hasattr(contender, "device_peak_bytes"):
-            result["device_peak_bytes"] = contender.device_peak_bytes(args)
+        result["device_peak_bytes"] = contender.device_peak_bytes(args)
     emit(result)
     return 0

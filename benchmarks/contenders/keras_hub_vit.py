@@ -22,15 +22,10 @@ def build_model(args, config):
     import keras_hub
 
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=(args.image_size, args.image_size, 3),
-        patch_size=config["patch_size"],
-        num_layers=config["num_layers"],
-        num_heads=config["num_heads"],
-        hidden_dim=config["hidden_size"],
-        mlp_dim=config["mlp_dim"],
-        dropout_rate=0.0,
-        attention_dropout=0.0,
-        layer_norm_epsilon=1e-6,
+        image_shape=(args.image_size, args.image_size, 3), patch_size=config["patch_size"],
+        num_layers=config["num_layers"], num_heads=config["num_heads"],
+        hidden_dim=config["hidden_size"], mlp_dim=config["mlp_dim"],
+        dropout_rate=0.0, attention_dropout=0.0, layer_norm_epsilon=1e-6,
     )
     return keras_hub.models.ViTImageClassifier(
         backbone=backbone, num_classes=common.NUM_CLASSES, preprocessor=None, pooling="token"

@@ -1,19 +1,18 @@
 """Contender: keras_vit (this package), built with `keras_vit.create_model(variant)`.
 
     python -m benchmarks.contenders.keras_vit_model --mode infer --model B/16 [--xla|--no-xla]
-        [--precision fp32|bf16|int8]
+        [--precision fp32|bf16|int8] [--backend jax] [--savedmodel]
 
 Random weights, dropout 0 (the same work as the peers; L/16's official config has 0.1), and a
 random head instead of the zero head meant for fine-tuning (whose all-zero logits would make
-class 0 every image's top-1). `--precision int8` quantizes the fp32 model with Keras'
-`model.quantize("int8")` (inference only); mode `agreement` compares its top-1 predictions with
-the fp32 model's on random images (see `agreement`). Inference is `predict_on_batch` after
-`model.compile` (Keras' "auto" runtime unless `--xla`/`--no-xla`); training is the recipes'
-path, `keras_vit.training.compile_model` with `keras_vit.training.AdamW` and the library's
-default runtime unless `--xla`/`--no-xla`.
+class 0 every image's top-1). int8 is Keras' `model.quantize("int8")` of the fp32 model, for
+inference and mode `agreement` only. Inference is `predict_on_batch` after `model.compile`
+(Keras' "auto" runtime unless `--xla`/`--no-xla`); training takes the recipes' path,
+`keras_vit.training.compile_model` with `keras_vit.training.AdamW` (the library's runtime).
 """
 
 import sys
+import tempfile
 
 from benchmarks.contenders import common, keras_common
 from benchmarks.contenders.keras_common import device_peak_bytes  # noqa: F401
@@ -33,9 +32,8 @@ def build_model(args, config, quantize=True):
                                    num_classes=common.NUM_CLASSES, dropout_rate=0.0)
     head = model.get_layer("head")
     # Lecun-normal scale: logits of order one (the zero head's are all zero).
-    head.kernel.assign(
-        keras.random.normal(head.kernel.shape, stddev=config["hidden_size"] ** -0.5, seed=args.seed)
-    )
+    stddev = config["hidden_size"] ** -0.5
+    head.kernel.assign(keras.random.normal(head.kernel.shape, stddev=stddev, seed=args.seed))
     if quantize and args.precision == "int8":
         model.quantize("int8")
     return model
@@ -44,8 +42,6 @@ def build_model(args, config, quantize=True):
 def build_inference(args, config):
     if not args.savedmodel:
         return keras_common.inference_step(build_model(args, config), args)
-    import tempfile
-
     import tensorflow as tf
 
     from keras_vit import export
@@ -83,11 +79,10 @@ def agreement(args, config):
 
     - `top1_agreement`, and `distinct_top1`, the number of classes the fp32 model picks;
     - `centred`: the same after subtracting from both models' logits the fp32 logits' mean over
-      the images. A random ViT gives nearly the same logits to every random image (in a trial
-      the image-dependent part had 5% of the logits' spread, and 2 classes won 64 images), so
-      its plain top-1 hardly depends on the image and its agreement is trivially high;
-      centred, only the image-dependent part decides (as it would be a shift of the head bias,
-      applied to fp32 and int8 alike);
+      the images. A random ViT gives nearly the same logits to every random image, so its plain
+      top-1 hardly depends on the image and its agreement is trivially high; centred, only the
+      image-dependent part decides (as it would be a shift of the head bias, applied to fp32
+      and int8 alike);
     - `relative_logit_error`: RMS of (int8 - fp32) over the RMS of the image-dependent part of
       the fp32 logits.
     """
@@ -96,9 +91,7 @@ def agreement(args, config):
     import keras_vit
 
     if args.precision != "int8":
-        raise ValueError(
-            f"mode agreement compares int8 with fp32. Received: --precision {args.precision}"
-        )
+        raise ValueError(f"mode agreement compares int8 with fp32. Received: {args.precision}")
     if args.checkpoint:
         model = keras_vit.from_pretrained(args.checkpoint)
     else:

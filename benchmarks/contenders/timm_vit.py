@@ -5,7 +5,7 @@
 The model is `timm.models.vision_transformer.VisionTransformer` with the variant's sizes, i.e.
 `timm.create_model("vit_base_patch16_224", pretrained=False)` for B/16 (class token, qkv bias,
 LayerNorm epsilon 1e-6, exact GELU, dropout 0). Inference runs under `torch.inference_mode()`
-in eval mode; a training step is zero_grad, forward, cross-entropy, backward, AdamW step.
+in eval mode; a training step is forward, cross-entropy, zero_grad, backward, AdamW step.
 bf16 is `torch.autocast`. On a GPU every step ends with `torch.cuda.synchronize()`.
 """
 
@@ -46,12 +46,10 @@ def import_timm():
             library.define(op + _NMS_SCHEMA)
         import torchvision
 
-        print(
-            f"timm_vit: torchvision {torchvision.__version__} cannot load its C++ ops next to "
-            f"torch {torch.__version__}; declared {_UNCONDITIONAL_TORCHVISION_OPS} without "
-            "kernels so that its Python parts import (a ViT uses none of its ops).",
-            file=sys.stderr,
-        )
+        print(f"timm_vit: torchvision {torchvision.__version__} cannot load its C++ ops next to "
+              f"torch {torch.__version__}; declared {_UNCONDITIONAL_TORCHVISION_OPS} without "
+              "kernels so that its Python parts import (a ViT uses none of its ops).",
+              file=sys.stderr)
         import_timm.library = library  # a Library's definitions live as long as the object
     import timm
 
@@ -67,78 +65,52 @@ def setup(args):
             "of torch cannot use one: install a CUDA build in the benchmark environment)."
         )
     timm, torchvision = import_timm()
-    return dict(
-        torch=torch.__version__,
-        timm=timm.__version__,
-        torchvision=torchvision.__version__,
-        intra_op_threads=torch.get_num_threads(),
-    )
+    return dict(torch=torch.__version__, timm=timm.__version__,
+                torchvision=torchvision.__version__, intra_op_threads=torch.get_num_threads())
 
 
-def _model_and_batch(args, config, training):
-    """The model in training or eval mode on the device, a random batch there, and the context
-    (a new one per step) of the forward pass at `--precision`."""
+def _step(args, config, training):
+    """A synchronous step on one random batch: a forward pass in eval mode, or with `training`
+    an AdamW step (forward, cross-entropy, zero_grad, backward, step)."""
     import torch
+    import torch.nn.functional as F
     from timm.models.vision_transformer import VisionTransformer
 
     device = "cuda" if args.device == "gpu" else "cpu"
     torch.manual_seed(args.seed)
     model = VisionTransformer(
-        img_size=args.image_size,
-        patch_size=config["patch_size"],
-        embed_dim=config["hidden_size"],
-        depth=config["num_layers"],
-        num_heads=config["num_heads"],
-        mlp_ratio=config["mlp_dim"] / config["hidden_size"],
+        img_size=args.image_size, patch_size=config["patch_size"],
+        embed_dim=config["hidden_size"], depth=config["num_layers"],
+        num_heads=config["num_heads"], mlp_ratio=config["mlp_dim"] / config["hidden_size"],
         num_classes=common.NUM_CLASSES,
     )
     model = model.to(device).train(training)
     # timm's attention runs PyTorch's fused scaled_dot_product_attention (`fused_attn`).
     model = torch.compile(model) if args.compile else model
+    if training:
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
+        )
     images, labels = common.random_batch(args, channels_first=True)
-    autocast = functools.partial(torch.autocast, device, dtype=torch.bfloat16,
-                                 enabled=args.precision == "bf16")
-    return model, torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device), autocast
+    images, labels = torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device)
 
-
-def _sync(args):
-    import torch
-
-    if args.device == "gpu":
-        torch.cuda.synchronize()
-
-
-def build_inference(args, config):
-    import torch
-
-    model, images, _, autocast = _model_and_batch(args, config, training=False)
+    autocast = dict(device_type=device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
     def step():
-        with torch.inference_mode(), autocast():
-            model(images)
-        _sync(args)
+        with torch.inference_mode(not training), torch.autocast(**autocast):
+            logits = model(images)
+        if training:
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(logits.float(), labels).backward()
+            optimizer.step()
+        if args.device == "gpu":
+            torch.cuda.synchronize()
 
     return step
 
 
-def build_training(args, config):
-    import torch
-    import torch.nn.functional as F
-
-    model, images, labels, autocast = _model_and_batch(args, config, training=True)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
-    )
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        with autocast():
-            loss = F.cross_entropy(model(images).float(), labels)
-        loss.backward()
-        optimizer.step()
-        _sync(args)
-
-    return step
+build_inference = functools.partial(_step, training=False)
+build_training = functools.partial(_step, training=True)
 
 
 def device_peak_bytes(args):
