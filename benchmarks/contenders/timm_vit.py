@@ -93,7 +93,6 @@ def _step(args, config, training):
         )
     images, labels = common.random_batch(args, channels_first=True)
     images, labels = torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device)
-
     autocast = dict(device_type=device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
     def step():
