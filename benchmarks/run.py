@@ -256,6 +256,9 @@ def make_plan(args):
             "--int8-checkpoint needs an int8 contender (keras_vit-int8) in --contenders. "
             f"Received: {','.join(c.name for c in contenders)}"
         )
+    if args.int8_checkpoint and not number["agreement_images"]:
+        raise ValueError("--int8-checkpoint compares on --agreement-images images; expected "
+                         "at least 1. Received: 0")
     return Plan(
         models=list(configs),
         configs=configs,
@@ -536,8 +539,7 @@ def main(argv=None):
         # keras_vit.fileio loads no TensorFlow: this driver stays light beside the measured ones.
         atomic_write_text(args.json, json.dumps(document, indent=1))
         print(f"Wrote {args.json}", file=sys.stderr)
-    failed = [e for e in entries if "error" in e["summary"]]
-    return 1 if failed else 0
+    return 1 if any("error" in e["summary"] for e in entries) else 0
 
 
 if __name__ == "__main__":

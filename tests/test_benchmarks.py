@@ -261,6 +261,11 @@ def test_plan_defaults_per_device():
             ["--int8-checkpoint", __file__, "--contenders", "timm,keras_vit"],
             "needs an int8 contender .* Received: timm-fp32,keras_vit-fp32",
         ),
+        (
+            ["--int8-checkpoint", __file__, "--contenders", "keras_vit-int8",
+             "--agreement-images", "0"],
+            "--int8-checkpoint compares on --agreement-images images; expected at least 1",
+        ),
     ],
 )
 def test_bad_options_are_refused(argv, message):

@@ -156,19 +156,17 @@ def time_steps(build, args):
                 images_per_s=args.batch / statistics.median(times))
 
 
-def seeded_model_and_batch(variant, batch=8, num_classes=NUM_CLASSES, **overrides):
+def seeded_model_and_batch(variant, batch=8, **overrides):
     """For the in-process A/B probes: a keras_vit model built under seed 0 (`overrides` go to
-    `create_model`), its initial weights, and a seeded batch of images in [-1, 1] and labels."""
+    `create_model`), its initial weights, and `random_batch`'s images and labels at 224 px."""
     import keras
-    import numpy as np
 
     import keras_vit
 
     keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(variant, num_classes=num_classes, **overrides)
-    rng = np.random.default_rng(0)
-    images = rng.uniform(-1, 1, (batch, 224, 224, 3)).astype("float32")
-    return model, model.get_weights(), images, rng.integers(0, num_classes, batch)
+    model = keras_vit.create_model(variant, num_classes=NUM_CLASSES, **overrides)
+    images, labels = random_batch(argparse.Namespace(seed=0, batch=batch, image_size=224))
+    return model, model.get_weights(), images, labels
 
 
 def machine_info(device="cpu"):
