@@ -20,19 +20,12 @@ import time
 BATCH, SIZE, CLASSES = 8, 224, 1000
 
 
-def _status():
-    values = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            key, value = line.split(":", 1)
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(value.split()[0]) / 2**20  # kB -> GB
-    return values
-
-
 def _stage(name):
-    values = _status()
-    print(f"| {name} | {values['VmRSS']:.2f} GB | {values['VmHWM']:.2f} GB |", flush=True)
+    """A table row: resident memory now and its peak since the last stage; then resets the peak."""
+    with open("/proc/self/status") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    rss, peak = (int(fields[key].split()[0]) / 2**20 for key in ("VmRSS", "VmHWM"))  # kB -> GB
+    print(f"| {name} | {rss:.2f} GB | {peak:.2f} GB |", flush=True)
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # resets VmHWM to the current RSS
 

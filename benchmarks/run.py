@@ -5,23 +5,9 @@
     .venv-bench/bin/python -m benchmarks.run --models Ti/16 --rounds 1         # smoke run
     .venv-bench/bin/python -m benchmarks.run --device gpu --batch 64,256 --precision bf16
 
-For every model, batch size and round, each contender runs in a fresh process per mode
-(`infer`, then `train`; see benchmarks/contenders/common.py), one after the other, so that no
-two measurements share the machine or a process; the contenders' order rotates from round to
-round, and rounds are interleaved (contender A round 1, B round 1, ..., then A round 2, ...),
-so that a slow spell of the machine hits every contender alike. Per round and mode:
-
-- inference: images/s over the median of `--infer-steps` timed forward passes of one batch,
-  after `--warmup` untimed ones;
-- training: images/s over the median of `--train-steps` AdamW steps; the time to the end of the
-  first step, from the start of model construction (graph build and compile included; the
-  interpreter's start and imports are reported apart as `import_s`); the process's peak RSS;
-- int8 contenders: inference only, and in the first round the top-1 agreement with fp32.
-
-Reported: the median over rounds (peak RSS: the maximum), each with its ratio to timm at the
-same precision (or to timm fp32 where timm did not run at it), as a Markdown table on stdout, and everything (every round's raw numbers) as
-JSON with `--json PATH`. On a GPU also the model FLOP utilisation: the analytic FLOP count of
-keras_vit.flops times images/s, over `--peak-flops`.
+Each contender runs in a fresh process per model, batch size, round and mode, one at a time, in
+interleaved rounds; a Markdown table gives the medians over rounds with ratios to timm, and
+`--json PATH` keeps every round's raw numbers. benchmarks/README.md says what each measures.
 """
 
 import argparse
@@ -47,6 +33,9 @@ FAMILIES = {  # name -> (worker module, label in the table)
     "keras_hub": ("benchmarks.contenders.keras_hub_vit", "keras-hub ViT"),
     "keras_vit": ("benchmarks.contenders.keras_vit_model", "keras_vit"),
 }
+TRAINING_MODES = ("infer", "train")
+# The contender tags that switch a flag on: tag (a `Contender` field) -> the families taking it.
+FLAG_TAGS = {"jax": ("keras_hub", "keras_vit"), "compile": ("timm",), "savedmodel": ("keras_vit",)}
 BASELINE_FAMILY = "timm"
 DEFAULT_CONTENDERS = {
     "cpu": "timm,keras_hub,keras_hub-xla,keras_vit,keras_vit-xla,keras_vit-bf16,"
@@ -55,18 +44,28 @@ DEFAULT_CONTENDERS = {
 }
 DEFAULT_BATCH = {"cpu": "8", "gpu": "64,256"}
 DEFAULT_PRECISION = {"cpu": "fp32", "gpu": "bf16"}
-TRAINING_MODES = ("infer", "train")
+# The options that take one integer: name -> (default, minimum, help).
+INTEGER_OPTIONS = {
+    "rounds": ("5", 1, "interleaved rounds per model and batch"),
+    "infer-steps": ("5", 1, "timed forward passes per round"),
+    "train-steps": ("3", 1, "timed training steps per round"),
+    "warmup": ("1", 0, "untimed steps after the first, per round"),
+    "image-size": ("224", 1, "input resolution in pixels"),
+    "agreement-images": ("128", 0, "random images for the int8 top-1 agreement (first round); "
+                         "0 skips it"),
+    "timeout": ("3600", 1, "seconds allowed to one process"),
+    "seed": ("0", 0, "seed of the weights and the random batches"),
+}
+AGREEMENT_KEYS = ("top1_agreement", "distinct_top1", "images", "centred", "relative_logit_error",
+                  "source")
 ERROR_TAIL_LINES = 12
 
 
 @dataclasses.dataclass(frozen=True)
 class Contender:
-    """One framework in one configuration: `family[-jax][-xla|-noxla][-compile][-precision]
-    [@DIR]`, e.g. "keras_vit-xla-bf16", "keras_vit-jax-bf16" (Keras on JAX, always XLA),
-    "timm-compile" (`torch.compile`). Without `-xla` or `-noxla` a Keras family runs its
-    library's default (keras_vit: its measured choice; keras-hub: Keras' "auto").
-    `@DIR` runs the contender from another checkout of this repository (its own
-    `benchmarks/contenders` and `keras_vit`), for a before/after comparison."""
+    """One framework in one configuration, e.g. "keras_vit-xla-bf16" (benchmarks/README.md
+    lists the tags). Without `-xla` or `-noxla` a Keras family runs its library's default
+    (keras_vit: its measured choice; keras-hub: Keras' "auto")."""
 
     family: str
     xla: object  # True, False, or None: the library's default
@@ -78,15 +77,12 @@ class Contender:
 
     @property
     def name(self):
-        xla = {True: "xla", False: "noxla", None: None}[self.xla]
-        tags = [t for t, on in (("jax", self.jax), (xla, xla), ("compile", self.compile),
-                                ("savedmodel", self.savedmodel)) if on]
-        return "-".join([self.family, *tags, self.precision]) + (f"@{self.tree}" if self.tree
-                                                                   else "")
-
-    @property
-    def module(self):
-        return FAMILIES[self.family][0]
+        tags = ["jax"] if self.jax else []
+        if self.xla is not None:
+            tags.append("xla" if self.xla else "noxla")
+        tags += [tag for tag in ("compile", "savedmodel") if getattr(self, tag)]
+        name = "-".join([self.family, *tags, self.precision])
+        return f"{name}@{self.tree}" if self.tree else name
 
     @property
     def modes(self):
@@ -103,12 +99,9 @@ class Contender:
             name += f" {v['keras_vit']}"
         if self.savedmodel:
             name += " SavedModel"
+        runtime = {True: "XLA", False: "no XLA", None: "default runtime"}[self.xla]
         if self.jax:
             runtime = "JAX (XLA)"
-        elif self.xla is None:
-            runtime = "default runtime"
-        else:
-            runtime = "XLA" if self.xla else "no XLA"
         return f"{name}, {runtime}, {self.precision}" + (f" [{self.tree}]" if self.tree else "")
 
 
@@ -132,44 +125,24 @@ def parse_contender(text, default_precision):
     if tree and not os.path.isdir(os.path.join(tree, "benchmarks", "contenders")):
         raise ValueError(f"Contender {text!r}: {tree!r} is not a checkout of this repository "
                          "(no benchmarks/contenders in it).")
-    xla, precision, jax, compiled, savedmodel = None, None, False, False, False
+    fields = dict(xla=None, precision=None)
     for tag in tags:
-        if tag in ("xla", "noxla") and xla is None:
-            xla = tag == "xla"
-        elif tag == "savedmodel" and not savedmodel and family == "keras_vit":
-            savedmodel = True
-        elif tag == "jax" and not jax and family != "timm":
-            jax = True
-        elif tag == "compile" and not compiled and family == "timm":
-            compiled = True
-        elif tag in common.PRECISIONS and precision is None:
-            precision = tag
+        if tag in ("xla", "noxla") and fields["xla"] is None:
+            fields["xla"] = tag == "xla"
+        elif family in FLAG_TAGS.get(tag, ()) and tag not in fields:
+            fields[tag] = True
+        elif tag in common.PRECISIONS and fields["precision"] is None:
+            fields["precision"] = tag
         else:
             raise ValueError(f"Unknown or repeated tag {tag!r} in contender {text!r}. {expected}")
-    precision = precision or default_precision
-    if family == "timm" and xla is not None:
-        raise ValueError(
-            f"Contender {text!r}: timm runs on PyTorch and has no XLA variant. Expected 'timm' "
-            "with an optional precision."
-        )
-    if precision == "int8" and family != "keras_vit":
-        raise ValueError(
-            f"Contender {text!r}: int8 is measured for keras_vit only (Keras quantize). "
-            "Expected keras_vit-int8 or keras_vit-xla-int8."
-        )
-    return Contender(family, xla, precision, jax, compiled, tree or None, savedmodel)
-
-
-def _int_list(name, text, minimum=1):
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or any(v < minimum for v in values):
-        raise ValueError(
-            f"--{name} must be a comma-separated list of integers >= {minimum}. Received: {text!r}"
-        )
-    return values
+    fields["precision"] = fields["precision"] or default_precision
+    if family == "timm" and fields["xla"] is not None:
+        raise ValueError(f"Contender {text!r}: timm runs on PyTorch and has no XLA variant. "
+                         "Expected 'timm' with an optional precision.")
+    if fields["precision"] == "int8" and family != "keras_vit":
+        raise ValueError(f"Contender {text!r}: int8 is measured for keras_vit only (Keras "
+                         "quantize). Expected keras_vit-int8 or keras_vit-xla-int8.")
+    return Contender(family, tree=tree or None, **fields)
 
 
 def build_parser():
@@ -180,62 +153,40 @@ def build_parser():
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
     parser.add_argument("--models", default="Ti/16,B/16,L/16", help="comma-separated variants")
-    parser.add_argument(
-        "--contenders",
-        default=None,
-        help="comma-separated FAMILY[-xla][-PRECISION] (families: timm, keras_hub, keras_vit; "
-        f"precisions: {', '.join(common.PRECISIONS)}). Default on cpu: "
-        f"{DEFAULT_CONTENDERS['cpu']}; on gpu: {DEFAULT_CONTENDERS['gpu']}",
-    )
+    parser.add_argument("--contenders", help="comma-separated names (benchmarks/README.md). "
+                        f"Default on cpu: {DEFAULT_CONTENDERS['cpu']}; on gpu: "
+                        f"{DEFAULT_CONTENDERS['gpu']}")
     parser.add_argument("--device", choices=common.DEVICES, default="cpu")
-    parser.add_argument(
-        "--batch",
-        default=None,
-        help="comma-separated batch sizes (default: 8 on cpu, 64,256 on gpu)",
-    )
-    parser.add_argument(
-        "--precision",
-        choices=("fp32", "bf16"),
-        default=None,
-        help="precision of the contenders named without one (default: fp32 on cpu, bf16 on gpu)",
-    )
-    parser.add_argument("--rounds", default="5", help="interleaved rounds per model and batch")
-    parser.add_argument("--infer-steps", default="5", help="timed forward passes per round")
-    parser.add_argument("--train-steps", default="3", help="timed training steps per round")
-    parser.add_argument("--warmup", default="1", help="untimed steps after the first, per round")
+    parser.add_argument("--batch", help="comma-separated batch sizes (default: 8 on cpu, "
+                        "64,256 on gpu)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), help="precision of the "
+                        "contenders named without one (default: fp32 on cpu, bf16 on gpu)")
     parser.add_argument("--modes", default="infer,train", help="infer, train or both")
-    parser.add_argument("--image-size", default="224")
-    parser.add_argument(
-        "--agreement-images",
-        default="128",
-        help="random images for the int8 top-1 agreement (first round); 0 skips it",
-    )
-    parser.add_argument(
-        "--int8-checkpoint",
-        default=None,
-        help="also measure int8 agreement on this trained model (.npz, official layout)",
-    )
-    parser.add_argument(
-        "--peak-flops",
-        type=float,
-        default=None,
-        help="peak FLOP/s for model FLOP utilisation (default on gpu: "
-        f"{flops.H100_SXM_DENSE_BF16_FLOPS:.0f}, H100 SXM dense bf16; none on cpu)",
-    )
-    parser.add_argument("--json", default=None, help="write every result here as JSON")
-    parser.add_argument(
-        "--python",
-        default=sys.executable,
-        help="interpreter for the contender processes (default: this one)",
-    )
-    parser.add_argument("--timeout", default="3600", help="seconds allowed to one process")
-    parser.add_argument("--seed", default="0")
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="only import every contender's framework in its process, print versions, and exit",
-    )
+    for name, (default, _, help) in INTEGER_OPTIONS.items():
+        parser.add_argument("--" + name, default=default, help=help)
+    parser.add_argument("--int8-checkpoint", help="also measure int8 agreement on this trained "
+                        "model (.npz, official layout)")
+    parser.add_argument("--peak-flops", type=float, help="peak FLOP/s for model FLOP utilisation "
+                        f"(default on gpu: {flops.H100_SXM_DENSE_BF16_FLOPS:.0f}, H100 SXM dense "
+                        "bf16; none on cpu)")
+    parser.add_argument("--json", help="write every result here as JSON")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter for the contender processes (default: this one)")
+    parser.add_argument("--check", action="store_true", help="only import every contender's "
+                        "framework in its process, print versions, and exit")
     return parser
+
+
+def _integers(name, text, minimum=1, several=False):
+    """The integer (`several`: the comma-separated integers) >= `minimum` in option `--name`."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < minimum or (len(values) > 1 and not several):
+        what = "a comma-separated list of integers" if several else "an integer"
+        raise ValueError(f"--{name} must be {what} >= {minimum}. Received: {text!r}")
+    return values if several else values[0]
 
 
 @dataclasses.dataclass
@@ -268,31 +219,30 @@ def make_plan(args):
     """
     device = args.device
     precision = args.precision or DEFAULT_PRECISION[device]
-    contenders = [
-        parse_contender(c, precision)
-        for c in (args.contenders or DEFAULT_CONTENDERS[device]).split(",")
-        if c.strip()
-    ]
+    names = (args.contenders or DEFAULT_CONTENDERS[device]).split(",")
+    contenders = [parse_contender(name, precision) for name in names if name.strip()]
     if not contenders:
         raise ValueError(f"--contenders names no contender. Received: {args.contenders!r}")
-    duplicates = sorted({c.name for c in contenders if contenders.count(c) > 1})
-    if duplicates:
-        raise ValueError(f"--contenders names {duplicates} twice.")
-    (image_size,) = _int_list("image-size", args.image_size)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if not models:
-        raise ValueError(f"--models names no model. Received: {args.models!r}")
+    twice = sorted({c.name for c in contenders if contenders.count(c) > 1})
+    if twice:
+        raise ValueError(f"--contenders names {twice} twice.")
+    number = {}  # the integer options by their `Plan` field names
+    for name, (_, minimum, _) in INTEGER_OPTIONS.items():
+        field = name.replace("-", "_")
+        number[field] = _integers(name, getattr(args, field), minimum)
     configs = {}
-    for model in models:
+    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         config = common.variant_config(model)
-        if image_size % config["patch_size"]:
+        if number["image_size"] % config["patch_size"]:
             raise ValueError(
-                f"--image-size {image_size} is not divisible by {config['name']}'s patch size "
-                f"{config['patch_size']}."
+                f"--image-size {number['image_size']} is not divisible by {config['name']}'s "
+                f"patch size {config['patch_size']}."
             )
         configs[config["name"]] = config
-    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    if not modes or set(modes) - set(TRAINING_MODES):
+    if not configs:
+        raise ValueError(f"--models names no model. Received: {args.models!r}")
+    modes = {m.strip() for m in args.modes.split(",") if m.strip()}
+    if not modes or modes - set(TRAINING_MODES):
         raise ValueError(f"--modes must be infer, train or infer,train. Received: {args.modes!r}")
     peak = args.peak_flops
     if peak is None and device == "gpu":
@@ -306,26 +256,21 @@ def make_plan(args):
             "--int8-checkpoint needs an int8 contender (keras_vit-int8) in --contenders. "
             f"Received: {','.join(c.name for c in contenders)}"
         )
+    if args.int8_checkpoint and not number["agreement_images"]:
+        raise ValueError("--int8-checkpoint compares on --agreement-images images; expected "
+                         "at least 1. Received: 0")
     return Plan(
         models=list(configs),
         configs=configs,
         contenders=contenders,
         device=device,
-        batches=_int_list("batch", args.batch or DEFAULT_BATCH[device]),
-        rounds=_int_list("rounds", args.rounds)[0],
-        steps=dict(
-            infer=_int_list("infer-steps", args.infer_steps)[0],
-            train=_int_list("train-steps", args.train_steps)[0],
-        ),
-        warmup=_int_list("warmup", args.warmup, minimum=0)[0],
+        batches=_integers("batch", args.batch or DEFAULT_BATCH[device], several=True),
+        steps=dict(infer=number.pop("infer_steps"), train=number.pop("train_steps")),
         modes=tuple(m for m in TRAINING_MODES if m in modes),
-        image_size=image_size,
-        agreement_images=_int_list("agreement-images", args.agreement_images, minimum=0)[0],
         int8_checkpoint=args.int8_checkpoint,
         peak_flops=peak,
         python=args.python,
-        timeout=_int_list("timeout", args.timeout)[0],
-        seed=int(args.seed),
+        **number,  # rounds, warmup, image_size, agreement_images, timeout, seed
     )
 
 
@@ -336,10 +281,11 @@ def make_plan(args):
 def run_process(plan, contender, mode, model=None, batch=1, extra=()):
     """Runs one contender process and returns its result dict (with `error` if it failed)."""
     command = [
-        plan.python, "-m", contender.module, "--mode", mode, "--image-size", str(plan.image_size),
-        "--batch", str(batch), "--device", plan.device, "--precision", contender.precision,
-        "--steps", str(plan.steps.get(mode, 1)), "--warmup", str(plan.warmup),
-        "--seed", str(plan.seed), *(["--model", model] if model else []),
+        plan.python, "-m", FAMILIES[contender.family][0], "--mode", mode,
+        "--image-size", str(plan.image_size), "--batch", str(batch), "--device", plan.device,
+        "--precision", contender.precision, "--steps", str(plan.steps.get(mode, 1)),
+        "--warmup", str(plan.warmup), "--seed", str(plan.seed),
+        *(["--model", model] if model else []),
         *({True: ["--xla"], False: ["--no-xla"], None: []}[contender.xla]),
         *(["--backend", "jax"] if contender.jax else []),
         *(["--compile"] if contender.compile else []),
@@ -351,10 +297,8 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=()):
     start = time.time()
     command += ["--spawned-at", repr(start)]
     try:
-        done = subprocess.run(
-            command, cwd=contender.tree or REPO_ROOT, env=env, capture_output=True, text=True,
-            timeout=plan.timeout
-        )
+        done = subprocess.run(command, cwd=contender.tree or REPO_ROOT, env=env,
+                              capture_output=True, text=True, timeout=plan.timeout)
     except subprocess.TimeoutExpired:
         return dict(error=f"timed out after {plan.timeout} s", wall_s=time.time() - start)
     except OSError as e:
@@ -369,16 +313,10 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=()):
     return result
 
 
-def _progress(message):
-    print(message, file=sys.stderr, flush=True)
-
-
 def _describe_round(result):
     if "error" in result:
         return "FAILED: " + result["error"].splitlines()[-1][:200]
-    parts = []
-    if "images_per_s" in result:
-        parts.append(f"{result['images_per_s']:.2f} img/s")
+    parts = [f"{result['images_per_s']:.2f} img/s"] if "images_per_s" in result else []
     if result.get("mode") == "train":
         parts.append(f"first step {result['first_step_s']:.1f} s")
         parts.append(f"peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB")
@@ -387,52 +325,45 @@ def _describe_round(result):
     return ", ".join(parts) + f" ({result['wall_s']:.0f} s)"
 
 
+def _measure(plan, contender, mode, where, round_index=0, **kwargs):
+    """One process of `contender` in `mode`, its result marked with round and mode and told on
+    stderr after `where`, the measurement's place in the run."""
+    result = run_process(plan, contender, mode, **kwargs)
+    result.update(round=round_index + 1, mode=mode)
+    print(f"{where} {contender.name} {mode}: {_describe_round(result)}", file=sys.stderr,
+          flush=True)
+    return result
+
+
 def run_all(plan):
     """Every measurement of `plan`, rounds interleaved. Returns the list of entries."""
     entries = []
     for model in plan.models:
         for batch in plan.batches:
-            group = {
-                c: dict(model=model, batch=batch, contender=c, rounds=[]) for c in plan.contenders
-            }
+            group = {c: dict(model=model, batch=batch, contender=c, rounds=[])
+                     for c in plan.contenders}
             failed = set()  # (contender, mode) that failed once: not retried in later rounds
             for round_index in range(plan.rounds):
+                where = f"[{model} batch {batch} round {round_index + 1}/{plan.rounds}]"
                 shift = round_index % len(plan.contenders)
                 for contender in plan.contenders[shift:] + plan.contenders[:shift]:
                     modes = [m for m in contender.modes if m in plan.modes]
                     if round_index == 0 and contender.precision == "int8" and plan.agreement_images:
                         modes.append("agreement")
-                    for mode in modes:
-                        if (contender, mode) in failed:
-                            continue
-                        result = run_process(plan, contender, mode, model, batch)
-                        result.update(round=round_index + 1, mode=mode)
+                    for mode in [m for m in modes if (contender, m) not in failed]:
+                        result = _measure(plan, contender, mode, where, round_index, model=model,
+                                          batch=batch)
                         group[contender]["rounds"].append(result)
                         if "error" in result:
                             failed.add((contender, mode))
-                        _progress(
-                            f"[{model} batch {batch} round {round_index + 1}/{plan.rounds}] "
-                            f"{contender.name} {mode}: {_describe_round(result)}"
-                        )
             entries.extend(group.values())
-    if plan.int8_checkpoint:
+    if plan.int8_checkpoint:  # the int8 agreement on a trained model, once
+        checkpoint, batch = plan.int8_checkpoint, plan.batches[0]
         for contender in [c for c in plan.contenders if c.precision == "int8"]:
-            result = run_process(
-                plan, contender, "agreement", batch=plan.batches[0],
-                extra=("--checkpoint", os.path.abspath(plan.int8_checkpoint)),
-            )  # fmt: skip
-            result.update(round=1, mode="agreement")
-            _progress(
-                f"[{plan.int8_checkpoint}] {contender.name} agreement: {_describe_round(result)}"
-            )
-            entries.append(
-                dict(
-                    model=plan.int8_checkpoint,
-                    batch=plan.batches[0],
-                    contender=contender,
-                    rounds=[result],
-                )
-            )
+            result = _measure(plan, contender, "agreement", f"[{checkpoint}]", batch=batch,
+                              extra=("--checkpoint", os.path.abspath(checkpoint)))
+            entries.append(dict(model=checkpoint, batch=batch, contender=contender,
+                                rounds=[result]))
     return entries
 
 
@@ -442,17 +373,15 @@ def run_all(plan):
 
 def summarize(entry, plan):
     """Medians over the rounds of one entry (peak RSS: the maximum), and MFU where asked."""
-    by_mode = {}
+    ok = {}
     for result in entry["rounds"]:
-        by_mode.setdefault(result["mode"], []).append(result)
-    ok = {m: [r for r in rs if "error" not in r] for m, rs in by_mode.items()}
-    summary = {}
+        if "error" not in result:
+            ok.setdefault(result["mode"], []).append(result)
     errors = [r["error"] for r in entry["rounds"] if "error" in r]
-    if errors:
-        summary["error"] = errors[0]
-    if ok.get("infer"):
+    summary = dict(error=errors[0]) if errors else {}
+    if "infer" in ok:
         summary["infer_images_per_s"] = statistics.median(r["images_per_s"] for r in ok["infer"])
-    if ok.get("train"):
+    if "train" in ok:
         train = ok["train"]
         summary["train_images_per_s"] = statistics.median(r["images_per_s"] for r in train)
         summary["first_step_s"] = statistics.median(r["first_step_s"] for r in train)
@@ -462,37 +391,20 @@ def summarize(entry, plan):
         device_peaks = [r.get("device_peak_bytes") for r in train]
         if all(device_peaks):
             summary["device_peak_train_bytes"] = max(device_peaks)
-    if ok.get("agreement"):
-        result = ok["agreement"][0]
-        summary["agreement"] = {
-            k: result[k]
-            for k in (
-                "top1_agreement",
-                "distinct_top1",
-                "images",
-                "centred",
-                "relative_logit_error",
-                "source",
-            )
-        }
+    if "agreement" in ok:
+        summary["agreement"] = {k: ok["agreement"][0][k] for k in AGREEMENT_KEYS}
     config = plan.configs.get(entry["model"])
-    if config:
-        macs = forward_macs(config, plan.image_size)
-        for mode, training in (("infer", False), ("train", True)):
-            rate = summary.get(f"{mode}_images_per_s")
-            if rate is None:
-                continue
-            summary[f"{mode}_tflops"] = rate * flops.step_flops(macs, training) / 1e12
-            if plan.peak_flops:
-                summary[f"{mode}_mfu"] = flops.model_flop_utilisation(
-                    rate, macs, training, plan.peak_flops
-                )
+    for mode, training in (("infer", False), ("train", True)):
+        rate = summary.get(f"{mode}_images_per_s")
+        if config is None or rate is None:
+            continue
+        macs = flops.config_forward_macs(config, plan.image_size)
+        summary[f"{mode}_tflops"] = rate * flops.step_flops(macs, training) / 1e12
+        if plan.peak_flops:
+            summary[f"{mode}_mfu"] = flops.model_flop_utilisation(rate, macs, training,
+                                                                  plan.peak_flops)
     versions = next((r["versions"] for r in entry["rounds"] if "versions" in r), {})
     return summary, versions
-
-
-def forward_macs(config, image_size):
-    return flops.config_forward_macs(config, image_size)
 
 
 def baseline_for(contender, contenders):
@@ -506,25 +418,31 @@ def with_ratio(value, reference, fmt):
     """`value` formatted, followed by its ratio to `reference` when both exist."""
     if value is None:
         return "–"
-    text = fmt(value)
-    if reference:
-        text += f" ({value / reference:.2f}x)"
-    return text
+    return fmt(value) + (f" ({value / reference:.2f}x)" if reference else "")
+
+
+def _gigabytes(value):
+    return f"{value / 1e9:.2f} GB"
+
+
+# The table's columns after the contender: (header, summary key, format, ratio to timm or not).
+COLUMNS = [
+    ("inference img/s (median)", "infer_images_per_s", "{:.2f}".format, True),
+    ("one AdamW training step img/s", "train_images_per_s", "{:.2f}".format, True),
+    ("time to first training step", "first_step_s", "{:.1f} s".format, True),
+    ("peak RSS training", "peak_rss_train_bytes", _gigabytes, True),
+]
+GPU_COLUMNS = [
+    ("peak GPU memory training", "device_peak_train_bytes", _gigabytes, True),
+    ("inference MFU", "infer_mfu", "{:.1%}".format, False),
+    ("training MFU", "train_mfu", "{:.1%}".format, False),
+]
 
 
 def markdown_table(entries, plan):
     """One Markdown table per model and batch size, with ratios to timm."""
-    gpu = plan.device == "gpu"
-    header = [
-        "contender",
-        "inference img/s (median)",
-        "one AdamW training step img/s",
-        "time to first training step",
-        "peak RSS training",
-    ]
-    if gpu:
-        header += ["peak GPU memory training", "inference MFU", "training MFU"]
-    header.append("notes")
+    columns = COLUMNS + (GPU_COLUMNS if plan.device == "gpu" else [])
+    header = ["contender", *(column[0] for column in columns), "notes"]
     out = []
     groups = {}
     for entry in entries:
@@ -546,31 +464,9 @@ def markdown_table(entries, plan):
             s = entry["summary"]
             base_entry = by_contender.get(baseline_for(entry["contender"], list(by_contender)))
             b = base_entry["summary"] if base_entry and base_entry is not entry else {}
-            cells = [
-                entry["contender"].label(entry["versions"]),
-                with_ratio(
-                    s.get("infer_images_per_s"), b.get("infer_images_per_s"), "{:.2f}".format
-                ),
-                with_ratio(
-                    s.get("train_images_per_s"), b.get("train_images_per_s"), "{:.2f}".format
-                ),
-                with_ratio(s.get("first_step_s"), b.get("first_step_s"), "{:.1f} s".format),
-                with_ratio(
-                    s.get("peak_rss_train_bytes"),
-                    b.get("peak_rss_train_bytes"),
-                    lambda v: f"{v / 1e9:.2f} GB",
-                ),
-            ]
-            if gpu:
-                cells += [
-                    with_ratio(
-                        s.get("device_peak_train_bytes"),
-                        b.get("device_peak_train_bytes"),
-                        lambda v: f"{v / 1e9:.2f} GB",
-                    ),
-                    with_ratio(s.get("infer_mfu"), None, "{:.1%}".format),
-                    with_ratio(s.get("train_mfu"), None, "{:.1%}".format),
-                ]
+            cells = [entry["contender"].label(entry["versions"])]
+            for _, key, fmt, ratio in columns:
+                cells.append(with_ratio(s.get(key), b.get(key) if ratio else None, fmt))
             cells.append(_notes(s))
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
@@ -594,28 +490,19 @@ def _notes(summary):
     return "; ".join(notes)
 
 
-def write_json(path, document):
-    """Writes `document` to `path` atomically (`keras_vit.fileio` loads no TensorFlow, so
-    this driver process stays light beside the measured ones)."""
-    atomic_write_text(path, json.dumps(document, indent=1))
-
-
 def check(plan):
     """Imports each family's framework in its own process; returns the exit code."""
     status = 0
-    seen = set()
+    first_of_family = {}
     for contender in plan.contenders:
-        if contender.family in seen:
-            continue
-        seen.add(contender.family)
+        first_of_family.setdefault(contender.family, contender)
+    for family, contender in first_of_family.items():
         result = run_process(plan, contender, "check")
         if "error" in result:
             status = 1
-            print(f"{contender.family}: FAILED\n{result['error']}")
+            print(f"{family}: FAILED\n{result['error']}")
         else:
-            print(
-                f"{contender.family}: ok, {result['versions']} (imports {result['import_s']:.1f} s)"
-            )
+            print(f"{family}: ok, {result['versions']} (imports {result['import_s']:.1f} s)")
     return status
 
 
@@ -641,20 +528,18 @@ def main(argv=None):
             wall_s=(datetime.datetime.now(datetime.UTC) - started).total_seconds(),
             machine=common.machine_info(plan.device),
             plan=dict(dataclasses.asdict(plan), contenders=[c.name for c in plan.contenders]),
-            models={
-                m: dict(c, forward_macs=forward_macs(c, plan.image_size))
-                for m, c in plan.configs.items()
-            },
+            models={m: dict(c, forward_macs=flops.config_forward_macs(c, plan.image_size))
+                    for m, c in plan.configs.items()},
             results=[
                 dict(e, contender=e["contender"].name, label=e["contender"].label(e["versions"]))
                 for e in entries
             ],
             table=table,
         )
-        write_json(args.json, document)
+        # keras_vit.fileio loads no TensorFlow: this driver stays light beside the measured ones.
+        atomic_write_text(args.json, json.dumps(document, indent=1))
         print(f"Wrote {args.json}", file=sys.stderr)
-    failed = [e for e in entries if "error" in e["summary"]]
-    return 1 if failed else 0
+    return 1 if any("error" in e["summary"] for e in entries) else 0
 
 
 if __name__ == "__main__":

@@ -246,6 +246,9 @@ def test_plan_defaults_per_device():
         ),
         (["--batch", "8,x"], r"Received: '8,x'"),
         (["--rounds", "0"], r"--rounds .* Received: '0'"),
+        (["--rounds", "2,3"], r"--rounds must be an integer >= 1. Received: '2,3'"),
+        (["--seed", "-1"], r"--seed must be an integer >= 0. Received: '-1'"),
+        (["--warmup", "x"], r"--warmup must be an integer >= 0. Received: 'x'"),
         (["--models", "B/17"], "Unknown ViT variant 'B/17'"),
         (["--models", "R50+B/16"], "Hybrid variant 'R50\\+B/16' has no counterpart"),
         (["--models", "B/16", "--image-size", "200"], "--image-size 200 is not divisible by B/16"),
@@ -257,6 +260,11 @@ def test_plan_defaults_per_device():
         (
             ["--int8-checkpoint", __file__, "--contenders", "timm,keras_vit"],
             "needs an int8 contender .* Received: timm-fp32,keras_vit-fp32",
+        ),
+        (
+            ["--int8-checkpoint", __file__, "--contenders", "keras_vit-int8",
+             "--agreement-images", "0"],
+            "--int8-checkpoint compares on --agreement-images images; expected at least 1",
         ),
     ],
 )

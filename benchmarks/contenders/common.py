@@ -1,17 +1,13 @@
 """What every contender process shares: its arguments, the timing loop, peak memory, the result.
 
-A contender process does one mode of one round and exits, so that each measurement starts from
-a fresh process (no state, cache or memory carried from another contender or round):
-
-- `check`: import the framework and report its versions;
-- `infer`: build the model, then time `--steps` forward passes after `--warmup` untimed ones;
-- `train`: build and compile the model with AdamW, then time `--steps` training steps after
-  `--warmup` untimed ones; the time to the end of the first step, counted from the start of
-  model construction (so graph build and compilation included), is `first_step_s`;
-- `agreement`: top-1 agreement of a lower-precision model with its fp32 original.
-
-The process prints one line `BENCHMARK-RESULT {json}` on stdout; everything else it prints is
-log. This module imports nothing heavy: each contender imports its framework in `setup`.
+A contender process (`python -m benchmarks.contenders.X --mode MODE ...`) does
+one mode of one round and exits, so that each measurement starts from a fresh process: `check`
+imports the framework and reports its versions; `infer` and `train` build the model (`train`
+compiles it with AdamW), then time `--steps` steps after `--warmup` untimed ones, and
+`first_step_s` runs from the start of model construction (graph build and compilation included)
+to the end of the first step; `agreement` is the top-1 agreement of int8 with fp32. It prints
+one line `BENCHMARK-RESULT {json}` on stdout; everything else is log. This module imports
+nothing heavy: each contender imports its framework in `setup`.
 """
 
 import argparse
@@ -21,19 +17,19 @@ import platform
 import resource
 import statistics
 import subprocess
-import sys
 import time
 
 from keras_vit_cli.catalog import library_module
 
 RESULT_PREFIX = "BENCHMARK-RESULT "
-MODES = ("check", "infer", "train", "agreement")
 DEVICES = ("cpu", "gpu")
 PRECISIONS = ("fp32", "bf16", "int8")
+NUM_CLASSES = 1000  # ImageNet's, as every contender's head
 
 # The training recipe every contender runs: AdamW on a cross-entropy loss over random labels.
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.05
+MODES = ("check", "infer", "train", "agreement")
 
 
 def variant_config(name):
@@ -52,34 +48,31 @@ def variant_config(name):
             f"Hybrid variant {variant.name!r} has no counterpart in the peers. Expected a "
             f"plain ViT, one of {', '.join(plain)}."
         )
-    return dict(
-        name=variant.name, patch_size=variant.patch_size, **configs.MODEL_SIZES[variant.size]
-    )
+    sizes = configs.MODEL_SIZES[variant.size]
+    return dict(name=variant.name, patch_size=variant.patch_size, **sizes)
 
 
-def _positive(text):
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}")
-    return value
+def _at_least(minimum):
+    """An argparse type: an integer >= `minimum`."""
+
+    def parse(text):
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, received {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative(text):
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}")
-    return value
-
-
-def parse_args(argv=None):
+def parse_args(argv=None, precisions=PRECISIONS):
+    """The process's arguments; `precisions`: the ones its contender measures."""
     parser = argparse.ArgumentParser(description="One benchmark measurement of one contender.")
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--model", default="B/16", help="paper variant, e.g. Ti/16, B/16, L/16")
-    parser.add_argument("--image-size", type=_positive, default=224)
-    parser.add_argument("--num-classes", type=_positive, default=1000)
-    parser.add_argument("--batch", type=_positive, default=8)
+    parser.add_argument("--image-size", type=_at_least(1), default=224)
+    parser.add_argument("--batch", type=_at_least(1), default=8)
     parser.add_argument("--device", choices=DEVICES, default="cpu")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--precision", choices=precisions, default="fp32")
     xla = parser.add_mutually_exclusive_group()
     xla.add_argument("--xla", dest="xla", action="store_true", default=None,
                      help="compile with XLA (Keras contenders; default: the library's choice)")
@@ -88,38 +81,31 @@ def parse_args(argv=None):
                         help="Keras contenders: the Keras backend (jax always compiles with XLA)")
     parser.add_argument("--compile", action="store_true",
                         help="timm: torch.compile the model (PyTorch's graph compiler)")
-    parser.add_argument("--savedmodel", action="store_true",
-                        help="keras_vit: time the SavedModel's predict_images signature "
-                             "(keras_vit.export_saved_model, loaded with tf.saved_model.load)")
-    parser.add_argument("--steps", type=_positive, default=3, help="timed steps")
-    parser.add_argument(
-        "--warmup", type=_non_negative, default=1, help="untimed steps after the first"
-    )
-    parser.add_argument("--agreement-images", type=_positive, default=128)
-    parser.add_argument(
-        "--checkpoint",
-        default=None,
-        help="mode agreement: a trained model (.npz, official layout), not the random variant",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--spawned-at", type=float, default=None, help="time.time() when the driver started us"
-    )
+    parser.add_argument("--savedmodel", action="store_true", help="keras_vit: time the "
+                        "SavedModel's predict_images signature (keras_vit.export_saved_model)")
+    parser.add_argument("--steps", type=_at_least(1), default=3, help="timed steps")
+    parser.add_argument("--warmup", type=_at_least(0), default=1,
+                        help="untimed steps after the first")
+    parser.add_argument("--agreement-images", type=_at_least(1), default=128)
+    parser.add_argument("--checkpoint", help="mode agreement: a trained model (.npz, official "
+                        "layout), not the random variant")
+    parser.add_argument("--seed", type=_at_least(0), default=0)
+    parser.add_argument("--spawned-at", type=float, help="time.time() when the driver started us")
     return parser.parse_args(argv)
 
 
-def random_batch(args, count=None, seed_offset=0, channels_first=False):
-    """Images uniform in [-1, 1] (float32) and labels in [0, num_classes), seeded."""
+def random_batch(args, count=None, size=None, seed_offset=0, channels_first=False):
+    """`count` (default: the batch) images of `size` (default: the image size) uniform in
+    [-1, 1] (float32), and labels in [0, NUM_CLASSES), seeded."""
     import numpy as np
 
     rng = np.random.default_rng(args.seed + seed_offset)
     count = count or args.batch
-    shape = (count, args.image_size, args.image_size, 3)
-    images = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+    size = size or (args.image_size, args.image_size)
+    images = rng.uniform(-1.0, 1.0, (count, *size, 3)).astype(np.float32)
     if channels_first:
         images = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
-    labels = rng.integers(0, args.num_classes, (count,)).astype(np.int64)
-    return images, labels
+    return images, rng.integers(0, NUM_CLASSES, (count,)).astype(np.int64)
 
 
 def top1_agreement(reference_logits, logits):
@@ -127,16 +113,30 @@ def top1_agreement(reference_logits, logits):
     import numpy as np
 
     reference, other = np.argmax(reference_logits, -1), np.argmax(logits, -1)
-    return dict(
-        top1_agreement=float(np.mean(reference == other)),
-        distinct_top1=int(len(np.unique(reference))),
-        images=int(len(reference)),
-    )
+    return dict(top1_agreement=float(np.mean(reference == other)),
+                distinct_top1=int(len(np.unique(reference))), images=int(len(reference)))
 
 
 def peak_rss_bytes():
     """Peak resident set size of this process (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def step_seconds(fn, calls, warmup=0):
+    """The time of each of `calls` calls of `fn` (synchronous), after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        tic = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - tic)
+    return times
+
+
+def median_seconds(fn, calls, warmup=0):
+    """The median time of `calls` calls of `fn` (synchronous), after `warmup` untimed ones."""
+    return statistics.median(step_seconds(fn, calls, warmup))
 
 
 def time_steps(build, args):
@@ -151,46 +151,22 @@ def time_steps(build, args):
     built = time.perf_counter()
     step()
     first = time.perf_counter()
-    for _ in range(args.warmup):
-        step()
-    times = []
-    for _ in range(args.steps):
-        tic = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - tic)
-    return dict(
-        build_s=built - start,
-        first_step_s=first - start,
-        step_s=times,
-        images_per_s=args.batch / statistics.median(times),
-    )
+    times = step_seconds(step, args.steps, args.warmup)
+    return dict(build_s=built - start, first_step_s=first - start, step_s=times,
+                images_per_s=args.batch / statistics.median(times))
 
 
-def median_seconds(fn, calls, warmup=0):
-    """The median time of `calls` calls of `fn` (synchronous), after `warmup` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(calls):
-        tic = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - tic)
-    return statistics.median(times)
-
-
-def seeded_model_and_batch(variant, batch=8, num_classes=1000, **overrides):
+def seeded_model_and_batch(variant, batch=8, **overrides):
     """For the in-process A/B probes: a keras_vit model built under seed 0 (`overrides` go to
-    `create_model`), its initial weights, and a seeded batch of images in [-1, 1] and labels."""
+    `create_model`), its initial weights, and `random_batch`'s images and labels at 224 px."""
     import keras
-    import numpy as np
 
     import keras_vit
 
     keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(variant, num_classes=num_classes, **overrides)
-    rng = np.random.default_rng(0)
-    images = rng.uniform(-1, 1, (batch, 224, 224, 3)).astype("float32")
-    return model, model.get_weights(), images, rng.integers(0, num_classes, batch)
+    model = keras_vit.create_model(variant, num_classes=NUM_CLASSES, **overrides)
+    images, labels = random_batch(argparse.Namespace(seed=0, batch=batch, image_size=224))
+    return model, model.get_weights(), images, labels
 
 
 def machine_info(device="cpu"):
@@ -201,19 +177,18 @@ def machine_info(device="cpu"):
             fields = dict(line.split(":", 1) for line in f.read().splitlines()[::-1] if ":" in line)
         fields = {k.strip(): v.strip() for k, v in fields.items()}  # the first CPU's values
         info["cpu"] = fields.get("model name")
-        info["cpu_flags"] = sorted(
-            f for f in fields.get("flags", "").split() if f.startswith(("avx", "amx", "fma"))
-        )
+        flags = fields.get("flags", "").split()
+        info["cpu_flags"] = sorted(f for f in flags if f.startswith(("avx", "amx", "fma")))
         with open("/proc/meminfo") as f:
             info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
     except OSError:
         pass
     if device == "gpu":
-        query = ["--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+        query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                 "--format=csv,noheader"]
         try:
-            info["gpu"] = subprocess.run(
-                ["nvidia-smi", *query], capture_output=True, text=True, timeout=30
-            ).stdout.strip()
+            done = subprocess.run(query, capture_output=True, text=True, timeout=30)
+            info["gpu"] = done.stdout.strip()
         except (OSError, subprocess.SubprocessError) as e:
             info["gpu"] = f"unknown ({e})"
     return info
@@ -224,9 +199,9 @@ def emit(result):
 
 
 def main(contender, argv=None):
-    """Runs one mode of `contender` (a module with setup / build_inference / build_training and
-    optionally agreement and device_peak_bytes) and prints its result line."""
-    args = parse_args(argv)
+    """Runs one mode of `contender` (a module with setup, build_inference, build_training,
+    device_peak_bytes, and optionally PRECISIONS and agreement) and prints its result line."""
+    args = parse_args(argv, getattr(contender, "PRECISIONS", PRECISIONS))
     result = dict(mode=args.mode, versions=contender.setup(args))
     if args.spawned_at is not None:
         # Interpreter start and the framework's imports, before any model is built.
@@ -234,14 +209,11 @@ def main(contender, argv=None):
     if args.mode != "check":
         config = variant_config(args.model)
         if args.mode == "agreement":
-            if not hasattr(contender, "agreement"):
-                raise ValueError(f"{contender.__name__} has no `agreement` mode.")
             result.update(contender.agreement(args, config))
         else:
             build = contender.build_training if args.mode == "train" else contender.build_inference
             result.update(time_steps(lambda: build(args, config), args))
         result["peak_rss_bytes"] = peak_rss_bytes()
-        if hasattr(contender, "device_peak_bytes"):
-            result["device_peak_bytes"] = contender.device_peak_bytes(args)
+        result["device_peak_bytes"] = contender.device_peak_bytes(args)
     emit(result)
     return 0

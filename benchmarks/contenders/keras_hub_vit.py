@@ -11,36 +11,24 @@ the class token, as keras-hub's `vit_base_patch16_224_imagenet` preset has.
 import sys
 
 from benchmarks.contenders import common, keras_common
-from benchmarks.contenders.keras_common import device_peak_bytes  # noqa: F401
+from benchmarks.contenders.keras_common import PRECISIONS, device_peak_bytes  # noqa: F401
 
 
 def setup(args):
-    if args.precision == "int8":
-        raise ValueError(
-            "keras-hub contender: --precision int8 is not measured; expected fp32 or bf16."
-        )
-    versions = keras_common.setup(args)
-    import keras_hub
-
-    return dict(versions, keras_hub=keras_hub.__version__)
+    return keras_common.setup(args, "keras_hub")
 
 
 def build_model(args, config):
     import keras_hub
 
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=(args.image_size, args.image_size, 3),
-        patch_size=config["patch_size"],
-        num_layers=config["num_layers"],
-        num_heads=config["num_heads"],
-        hidden_dim=config["hidden_size"],
-        mlp_dim=config["mlp_dim"],
-        dropout_rate=0.0,
-        attention_dropout=0.0,
-        layer_norm_epsilon=1e-6,
+        image_shape=(args.image_size, args.image_size, 3), patch_size=config["patch_size"],
+        num_layers=config["num_layers"], num_heads=config["num_heads"],
+        hidden_dim=config["hidden_size"], mlp_dim=config["mlp_dim"],
+        dropout_rate=0.0, attention_dropout=0.0, layer_norm_epsilon=1e-6,
     )
     return keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=args.num_classes, preprocessor=None, pooling="token"
+        backbone=backbone, num_classes=common.NUM_CLASSES, preprocessor=None, pooling="token"
     )
 
 
@@ -49,7 +37,14 @@ def build_inference(args, config):
 
 
 def build_training(args, config):
-    return keras_common.training_step(build_model(args, config), args)
+    """AdamW on cross-entropy from logits, no metrics (keras-hub's default adds accuracy)."""
+    import keras
+
+    model = build_model(args, config)
+    optimizer = keras.optimizers.AdamW(common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    keras_common.compile_model(model, args, optimizer=optimizer, loss=loss, metrics=None)
+    return keras_common.training_step(model, args)
 
 
 if __name__ == "__main__":

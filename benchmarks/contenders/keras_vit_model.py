@@ -1,45 +1,40 @@
 """Contender: keras_vit (this package), built with `keras_vit.create_model(variant)`.
 
     python -m benchmarks.contenders.keras_vit_model --mode infer --model B/16 [--xla|--no-xla]
-        [--precision fp32|bf16|int8]
+        [--precision fp32|bf16|int8] [--backend jax] [--savedmodel]
 
 Random weights, dropout 0 (the same work as the peers; L/16's official config has 0.1), and a
 random head instead of the zero head meant for fine-tuning (whose all-zero logits would make
-class 0 every image's top-1). `--precision int8` quantizes the fp32 model with Keras'
-`model.quantize("int8")` (inference only); mode `agreement` compares its top-1 predictions with
-the fp32 model's on random images (see `agreement`). Inference is `predict_on_batch` after
-`model.compile` (Keras' "auto" runtime unless `--xla`/`--no-xla`); training is the recipes'
-path, `keras_vit.training.compile_model` with `keras_vit.training.AdamW` and the library's
-default runtime unless `--xla`/`--no-xla`.
+class 0 every image's top-1). int8 is Keras' `model.quantize("int8")` of the fp32 model, for
+inference and mode `agreement` only. Inference is `predict_on_batch` after `model.compile`
+(Keras' "auto" runtime unless `--xla`/`--no-xla`); training takes the recipes' path,
+`keras_vit.training.compile_model` with `keras_vit.training.AdamW` (the library's runtime).
 """
 
 import sys
+import tempfile
 
 from benchmarks.contenders import common, keras_common
 from benchmarks.contenders.keras_common import device_peak_bytes  # noqa: F401
 
 
 def setup(args):
-    versions = keras_common.setup(args)
-    import keras_vit
-
-    return dict(versions, keras_vit=keras_vit.__version__)
+    return keras_common.setup(args, "keras_vit")
 
 
-def build_model(args, config):
+def build_model(args, config, quantize=True):
+    """The variant with a random head; quantized to int8 where `args` asks and `quantize`."""
     import keras
 
     import keras_vit
 
-    model = keras_vit.create_model(
-        config["name"], image_size=args.image_size, num_classes=args.num_classes, dropout_rate=0.0
-    )
+    model = keras_vit.create_model(config["name"], image_size=args.image_size,
+                                   num_classes=common.NUM_CLASSES, dropout_rate=0.0)
     head = model.get_layer("head")
     # Lecun-normal scale: logits of order one (the zero head's are all zero).
-    head.kernel.assign(
-        keras.random.normal(head.kernel.shape, stddev=config["hidden_size"] ** -0.5, seed=args.seed)
-    )
-    if args.precision == "int8":
+    stddev = config["hidden_size"] ** -0.5
+    head.kernel.assign(keras.random.normal(head.kernel.shape, stddev=stddev, seed=args.seed))
+    if quantize and args.precision == "int8":
         model.quantize("int8")
     return model
 
@@ -47,8 +42,6 @@ def build_model(args, config):
 def build_inference(args, config):
     if not args.savedmodel:
         return keras_common.inference_step(build_model(args, config), args)
-    import tempfile
-
     import tensorflow as tf
 
     from keras_vit import export
@@ -66,20 +59,15 @@ def build_inference(args, config):
 def build_training(args, config):
     if args.precision == "int8":
         raise ValueError("--precision int8 is for inference only (Keras int8 quantization).")
-    import keras
-
     from keras_vit import training
 
     model = build_model(args, config)
     optimizer = training.AdamW(common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY)
     # The recipes' path: `jit_compile=None` takes the library's measured default.
-    training.compile_model(model, optimizer, jit_compile=args.xla if args.backend != "jax"
-                           else True, metrics=())
-    if args.xla and not model.jit_compile:
-        raise RuntimeError("--xla: Keras turned jit_compile off, so this would not measure XLA.")
-    images, labels = common.random_batch(args)
-    images, labels = keras.ops.convert_to_tensor(images), keras.ops.convert_to_tensor(labels)
-    return lambda: model.train_on_batch(images, labels)
+    jit_compile = True if args.backend == "jax" else args.xla
+    training.compile_model(model, optimizer, jit_compile=jit_compile, metrics=())
+    keras_common.require_xla(model, args)
+    return keras_common.training_step(model, args)
 
 
 def agreement(args, config):
@@ -91,25 +79,26 @@ def agreement(args, config):
 
     - `top1_agreement`, and `distinct_top1`, the number of classes the fp32 model picks;
     - `centred`: the same after subtracting from both models' logits the fp32 logits' mean over
-      the images. A random ViT gives nearly the same logits to every random image (in a trial
-      the image-dependent part had 5% of the logits' spread, and 2 classes won 64 images), so
-      its plain top-1 hardly depends on the image and its agreement is trivially high;
-      centred, only the image-dependent part decides (as it would be a shift of the head bias,
-      applied to fp32 and int8 alike);
+      the images. A random ViT gives nearly the same logits to every random image, so its plain
+      top-1 hardly depends on the image and its agreement is trivially high; centred, only the
+      image-dependent part decides (as it would be a shift of the head bias, applied to fp32
+      and int8 alike);
     - `relative_logit_error`: RMS of (int8 - fp32) over the RMS of the image-dependent part of
       the fp32 logits.
     """
     import numpy as np
 
+    import keras_vit
+
     if args.precision != "int8":
-        raise ValueError(
-            f"mode agreement compares int8 with fp32. Received: --precision {args.precision}"
-        )
-    model = _fp32_model(args, config)
+        raise ValueError(f"mode agreement compares int8 with fp32. Received: {args.precision}")
+    if args.checkpoint:
+        model = keras_vit.from_pretrained(args.checkpoint)
+    else:
+        model = build_model(args, config, quantize=False)
     keras_common.compile_model(model, args)
     size = tuple(model.input.shape[1:3])
-    rng = np.random.default_rng(args.seed + 1)
-    images = rng.uniform(-1.0, 1.0, (args.agreement_images, *size, 3)).astype(np.float32)
+    images = common.random_batch(args, args.agreement_images, size, seed_offset=1)[0]
     reference = model.predict(images, batch_size=args.batch, verbose=0)
     model.quantize("int8")
     keras_common.compile_model(model, args)
@@ -122,21 +111,6 @@ def agreement(args, config):
         relative_logit_error=float(np.sqrt(np.mean((quantized - reference) ** 2)) / signal),
         source=args.checkpoint or f"random {config['name']}",
     )
-
-
-def _fp32_model(args, config):
-    """The fp32 model: the random-weight variant, or the trained model in --checkpoint."""
-    if not args.checkpoint:
-        return build_model(_with(args, precision="fp32"), config)
-    import keras_vit
-
-    return keras_vit.from_pretrained(args.checkpoint)
-
-
-def _with(args, **changes):
-    import argparse
-
-    return argparse.Namespace(**{**vars(args), **changes})
 
 
 if __name__ == "__main__":

@@ -5,13 +5,16 @@
 The model is `timm.models.vision_transformer.VisionTransformer` with the variant's sizes, i.e.
 `timm.create_model("vit_base_patch16_224", pretrained=False)` for B/16 (class token, qkv bias,
 LayerNorm epsilon 1e-6, exact GELU, dropout 0). Inference runs under `torch.inference_mode()`
-in eval mode; a training step is zero_grad, forward, cross-entropy, backward, AdamW step.
+in eval mode; a training step is forward, cross-entropy, zero_grad, backward, AdamW step.
 bf16 is `torch.autocast`. On a GPU every step ends with `torch.cuda.synchronize()`.
 """
 
+import functools
 import sys
 
 from benchmarks.contenders import common
+
+PRECISIONS = ("fp32", "bf16")
 
 # torchvision ops whose fake (meta) kernels torchvision 0.28 registers even when its C++
 # extension failed to load; they share this schema (torchvision/csrc/ops/nms.cpp).
@@ -43,12 +46,10 @@ def import_timm():
             library.define(op + _NMS_SCHEMA)
         import torchvision
 
-        print(
-            f"timm_vit: torchvision {torchvision.__version__} cannot load its C++ ops next to "
-            f"torch {torch.__version__}; declared {_UNCONDITIONAL_TORCHVISION_OPS} without "
-            "kernels so that its Python parts import (a ViT uses none of its ops).",
-            file=sys.stderr,
-        )
+        print(f"timm_vit: torchvision {torchvision.__version__} cannot load its C++ ops next to "
+              f"torch {torch.__version__}; declared {_UNCONDITIONAL_TORCHVISION_OPS} without "
+              "kernels so that its Python parts import (a ViT uses none of its ops).",
+              file=sys.stderr)
         import_timm.library = library  # a Library's definitions live as long as the object
     import timm
 
@@ -56,8 +57,6 @@ def import_timm():
 
 
 def setup(args):
-    if args.precision == "int8":
-        raise ValueError("timm contender: --precision int8 is not measured; expected fp32 or bf16.")
     import torch
 
     if args.device == "gpu" and not torch.cuda.is_available():
@@ -66,90 +65,51 @@ def setup(args):
             "of torch cannot use one: install a CUDA build in the benchmark environment)."
         )
     timm, torchvision = import_timm()
-    return dict(
-        torch=torch.__version__,
-        timm=timm.__version__,
-        torchvision=torchvision.__version__,
-        intra_op_threads=torch.get_num_threads(),
-    )
+    return dict(torch=torch.__version__, timm=timm.__version__,
+                torchvision=torchvision.__version__, intra_op_threads=torch.get_num_threads())
 
 
-def _device(args):
-    return "cuda" if args.device == "gpu" else "cpu"
-
-
-def _autocast(args):
-    import torch
-
-    return torch.autocast(_device(args), dtype=torch.bfloat16, enabled=args.precision == "bf16")
-
-
-def _sync(args):
-    import torch
-
-    if args.device == "gpu":
-        torch.cuda.synchronize()
-
-
-def build_model(args, config):
-    import torch
-    from timm.models.vision_transformer import VisionTransformer
-
-    torch.manual_seed(args.seed)
-    model = VisionTransformer(
-        img_size=args.image_size,
-        patch_size=config["patch_size"],
-        embed_dim=config["hidden_size"],
-        depth=config["num_layers"],
-        num_heads=config["num_heads"],
-        mlp_ratio=config["mlp_dim"] / config["hidden_size"],
-        num_classes=args.num_classes,
-    )
-    model = model.to(_device(args))
-    # timm's attention runs PyTorch's fused scaled_dot_product_attention (`fused_attn`).
-    return torch.compile(model) if args.compile else model
-
-
-def _batch(args):
-    import torch
-
-    images, labels = common.random_batch(args, channels_first=True)
-    return torch.from_numpy(images).to(_device(args)), torch.from_numpy(labels).to(_device(args))
-
-
-def build_inference(args, config):
-    import torch
-
-    model = build_model(args, config).eval()
-    images, _ = _batch(args)
-
-    def step():
-        with torch.inference_mode(), _autocast(args):
-            model(images)
-        _sync(args)
-
-    return step
-
-
-def build_training(args, config):
+def _step(args, config, training):
+    """A synchronous step on one random batch: a forward pass in eval mode, or with `training`
+    an AdamW step (forward, cross-entropy, zero_grad, backward, step)."""
     import torch
     import torch.nn.functional as F
+    from timm.models.vision_transformer import VisionTransformer
 
-    model = build_model(args, config).train()
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
+    device = "cuda" if args.device == "gpu" else "cpu"
+    torch.manual_seed(args.seed)
+    model = VisionTransformer(
+        img_size=args.image_size, patch_size=config["patch_size"],
+        embed_dim=config["hidden_size"], depth=config["num_layers"],
+        num_heads=config["num_heads"], mlp_ratio=config["mlp_dim"] / config["hidden_size"],
+        num_classes=common.NUM_CLASSES,
     )
-    images, labels = _batch(args)
+    model = model.to(device).train(training)
+    # timm's attention runs PyTorch's fused scaled_dot_product_attention (`fused_attn`).
+    model = torch.compile(model) if args.compile else model
+    if training:
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
+        )
+    images, labels = common.random_batch(args, channels_first=True)
+    images, labels = torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device)
+    autocast = dict(device_type=device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
     def step():
-        optimizer.zero_grad(set_to_none=True)
-        with _autocast(args):
-            loss = F.cross_entropy(model(images).float(), labels)
-        loss.backward()
-        optimizer.step()
-        _sync(args)
+        with torch.inference_mode(not training), torch.autocast(**autocast):
+            logits = model(images)
+        if training:
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(logits.float(), labels).backward()
+            optimizer.step()
+        if args.device == "gpu":
+            torch.cuda.synchronize()
 
     return step
+
+
+build_inference = functools.partial(_step, training=False)
+build_training = functools.partial(_step, training=True)
 
 
 def device_peak_bytes(args):
