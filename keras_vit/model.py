@@ -431,13 +431,19 @@ def _check_memory(args):
     tokens = sequence_length(args["image_size"], args["patch_size"], args["class_token"],
                              args["resnet"])
     activations = tokens * (2 * args["hidden_size"] + args["mlp_dim"])  # [N, D] twice, [N, M]
-    shown = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v!r}"
-                      for k, v in counted.items()
+    shown = ", ".join(f"{k}={_pair_text(v)}" for k, v in counted.items()
                       if k in ("image_size", "patch_size", "hidden_size", "num_layers", "mlp_dim"))
     check_fits_in_memory(
         f"ViT({shown})", FLOAT32_BYTES * (params + activations),
         f"for its {params:,} weights and one image's activations (float32)",
         "a smaller image_size, hidden_size, num_layers or mlp_dim")
+
+
+def _pair_text(value):
+    """`16` for a pair of equal sides `[16, 16]`, `(16, 24)` for another, an int as it is."""
+    if isinstance(value, list):
+        return str(value[0]) if value[0] == value[1] else str(tuple(value))
+    return repr(value)
 
 
 def _resnet_arguments(resnet):
