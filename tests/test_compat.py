@@ -98,3 +98,15 @@ def test_a_model_saves_its_arguments_and_no_execution_route(tmp_path):
     assert "kernels" not in json.dumps(saved) and "routes" not in json.dumps(saved)
     again = keras.saving.load_model(tmp_path / "tiny.keras")
     assert isinstance(again, keras_vit.ViT) and keras_vit.vit_config(again) == arguments
+
+
+def test_a_config_json_of_0_3_with_routes_is_read_without_them():
+    from keras_vit.weights import config_json
+
+    document = {"format": "keras_vit", "class_names": None,
+                "model": dict(TINY, kernels={"attention": "fused"})}
+    checked = config_json.check_keras_vit(document, "run/config.json")
+    assert checked["model"] == TINY
+    with pytest.raises(keras_vit.CheckpointError, match="not keras_vit.ViT arguments: "
+                                                        r"\['routes'\]"):
+        config_json.check_keras_vit(dict(document, model=dict(TINY, routes={})), "config.json")
