@@ -11,7 +11,6 @@ line is the separate package `keras_vit_cli`, which answers `--help` without imp
 __version__ = "0.4.0"
 
 import importlib as _importlib
-import warnings as _warnings
 
 from keras_vit import compat, configs, layers, model, positions, routes
 from keras_vit.builders import (
@@ -79,18 +78,6 @@ _LAZY = {
 _LAZY_MODULES = ("data", "evaluation", "export", "fileio", "flops", "framework", "images",
                  "inspection", "labels", "parallel", "plots", "preprocessing", "pretraining",
                  "tflite", "training", "vtab")
-# Module names kept for one release (each warns when imported).
-_DEPRECATED_MODULES = ("distribute", "sharding", "validation")
-# Names kept for one release: name -> (the module that defines it, the message).
-_DEPRECATED = {
-    "ViTModel": ("keras_vit.model", "keras_vit.ViTModel is deprecated: the builders return "
-                 "Keras' functional keras.Model."),
-    "ScannedEncoder": ("keras_vit.encoder", "keras_vit.ScannedEncoder is deprecated: use "
-                       "keras_vit.Encoder(scan=True)."),
-    "unscanned": ("keras_vit.model", None),  # the function warns when called
-    "ResNetStem": ("keras_vit.resnet", "keras_vit.ResNetStem is deprecated: use "
-                   "keras_vit.ResNet."),
-}
 __all__ = sorted({name for name in globals() if not name.startswith("_")} | set(_LAZY))
 
 
@@ -99,13 +86,8 @@ def __getattr__(name):
         value = getattr(_importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    if name in _LAZY_MODULES or name in _DEPRECATED_MODULES:
+    if name in _LAZY_MODULES:
         return _importlib.import_module(f"{__name__}.{name}")
-    if name in _DEPRECATED:
-        module, message = _DEPRECATED[name]
-        if message:
-            _warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return getattr(_importlib.import_module(module), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

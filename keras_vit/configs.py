@@ -7,7 +7,6 @@ S/32, B/8, R26+B/32, R26+S/32 and R+Ti/16, derived from the same formula (they a
 
 import dataclasses
 import re
-import warnings
 
 # Transformer sizes keyed by the paper's names (as in big_vision's table).
 MODEL_SIZES = {
@@ -39,13 +38,6 @@ class Variant:
     dropout_rate: float
     params: int
     resnet: tuple = None
-
-    @property
-    def backbone(self):
-        """0.2's name for `resnet`; deprecated."""
-        warnings.warn("Variant.backbone is deprecated: use Variant.resnet.", DeprecationWarning,
-                      stacklevel=2)
-        return self.resnet
 
     @property
     def builder_name(self):

@@ -49,10 +49,17 @@ class Context:
     def __init__(self, tmp_path, capsys):
         self.tmp = tmp_path
         self.capsys = capsys
-        self.model = keras_vit.ViT(**TINY)
-        self.model_before = weights.model_params(self.model)
+        self._model = keras_vit.ViT(**TINY)
+        self.model_before = weights.model_params(self._model)
         self.good = tmp_path / "good.npz"
-        weights.save_npz(self.model, self.good)
+        weights.save_npz(self._model, self.good)
+        self.model_used = False
+
+    @property
+    def model(self):
+        """The tiny model a case may load into, train, export or quantize (noted as used)."""
+        self.model_used = True
+        return self._model
 
     def params(self):
         return dict(weights.read_npz(self.good))
@@ -94,7 +101,9 @@ class Context:
         raise CommandFailed(code, err)
 
     def model_unchanged(self):
-        after = weights.model_params(self.model)
+        assert self.model_used, ("the case never uses the context's model, so the check cannot "
+                                 "fail: declare unchanged='files' or 'none'")
+        after = weights.model_params(self._model)
         for key, value in self.model_before.items():
             np.testing.assert_array_equal(after[key], value, err_msg=key)
 
@@ -110,7 +119,9 @@ class Case:
     action: object  # Context -> anything; must raise
     error: type
     phrase: str
-    unchanged: str = "model"  # "model", "files" (nothing under tmp written or changed), "none"
+    # What must be unchanged: "model" (the context's model, which the case uses), "files"
+    # (nothing under tmp written or changed) or "none".
+    unchanged: str = "model"
     after: object = None  # Context -> None: a check of its own, once the error is raised
 
 
@@ -217,7 +228,7 @@ def timm_file(ctx, **changes):
 
     from keras_vit.weights import torch_layouts
 
-    params = torch_layouts.to_timm(weights.model_params(ctx.model))
+    params = torch_layouts.to_timm(ctx.params())
     params.update({k: v for k, v in changes.items() if v is not None})
     for key in [k for k, v in changes.items() if v is None]:
         del params[key]
@@ -401,6 +412,14 @@ def new_output_after_a_usage_error(ctx):
             "--output", ctx.tmp / "new" / "run")
 
 
+def no_nan_weights_written(ctx):
+    """A diverged run writes no final weights, and no NaN weights as its best."""
+    assert not (ctx.tmp / "run" / "final.npz").exists()
+    best = ctx.tmp / "run" / "best.npz"
+    assert not best.exists() or all(np.isfinite(v).all()
+                                    for v in weights.read_npz(best).values())
+
+
 def no_folder(*parts):
     def check(ctx):
         assert not (ctx.tmp.joinpath(*parts)).exists()
@@ -476,23 +495,27 @@ CASES = [
     Case("registered unknown field", lambda c: keras_vit.register_checkpoint(
         "mine/z", "file:///x.npz", resolutoin=224), ValueError, "Unknown registry fields",
         "files"),
+    Case("registered file missing", lambda c: [
+        keras_vit.register_checkpoint("mine/gone", (c.tmp / "gone.npz").as_uri()),
+        keras_vit.load_pretrained(c.model, "mine/gone", progress=False)], weights.DownloadError,
+        "gone.npz: [Errno 2] No such file or directory"),
     # -- Model arguments. ------------------------------------------------------------------------
     Case("gelu_approximate a string", lambda c: keras_vit.ViT(gelu_approximate="no"), ValueError,
-         "`gelu_approximate` must be True or False. Received: gelu_approximate='no'"),
+         "`gelu_approximate` must be True or False. Received: gelu_approximate='no'", "files"),
     Case("include_top a string", lambda c: keras_vit.ViT(include_top="yes"), ValueError,
-         "`include_top` must be True or False"),
+         "`include_top` must be True or False", "files"),
     Case("zero layers", lambda c: keras_vit.ViT(num_layers=0), ValueError,
-         "`num_layers` must be a positive integer"),
+         "`num_layers` must be a positive integer", "files"),
     Case("heads do not divide width", lambda c: keras_vit.ViT(hidden_size=100, num_heads=12),
-         ValueError, "hidden_size 100 is not divisible by num_heads 12"),
+         ValueError, "hidden_size 100 is not divisible by num_heads 12", "files"),
     Case("image not divisible by patch", lambda c: keras_vit.ViT(image_size=225), ValueError,
-         "image_size height 225 is not divisible by patch_size 16"),
+         "image_size height 225 is not divisible by patch_size 16", "files"),
     Case("dropout of 1.5", lambda c: keras_vit.TransformerBlock(2, 8, dropout_rate=1.5),
-         ValueError, "`dropout_rate` must be a number in [0, 1)"),
+         ValueError, "`dropout_rate` must be a number in [0, 1)", "files"),
     Case("NaN epsilon", lambda c: keras_vit.TransformerBlock(2, 8, layer_norm_epsilon=float("nan")),
-         ValueError, "`layer_norm_epsilon` must be a number in (0, inf)"),
+         ValueError, "`layer_norm_epsilon` must be a number in (0, inf)", "files"),
     Case("unknown variant", lambda c: keras_vit.create_model("B/15"), ValueError,
-         "Unknown ViT variant 'B/15'"),
+         "Unknown ViT variant 'B/15'", "files"),
     # -- Data. --------------------------------------------------------------------------------
     Case("float images without their range", lambda c: data.from_arrays(
         np.zeros((4, 8, 8, 3), np.float32), np.arange(4) % 2, image_size=8, batch_size=2,
@@ -560,7 +583,7 @@ CASES = [
          ValueError, "`top` must be a positive integer", "files"),
     # -- Training runs. ------------------------------------------------------------------------
     Case("diverged run", lambda c: fit_tiny(c, c.tmp / "run", lr=1e30), training.TrainingDiverged,
-         "Training diverged", "none"),
+         "Training diverged", "none", after=no_nan_weights_written),
     Case("finished run run again", finished_run, training.RunFinished, "finished (2 epochs)",
          "none"),
     Case("resumed with other settings", changed_run, ValueError,
@@ -585,10 +608,10 @@ CASES = [
     # -- Weights in other layouts. -------------------------------------------------------------
     Case("timm file with an array ViT has no place for", load(lambda c: timm_file(
         c, **{"norm_pre.bias": np.zeros(8, np.float32)})), CheckpointError,
-        "has arrays keras_vit's ViT has no place for: norm_pre.bias", "none"),
+        "has arrays keras_vit's ViT has no place for: norm_pre.bias"),
     Case("timm file without the patch bias", load(lambda c: timm_file(
         c, **{"patch_embed.proj.bias": None})), CheckpointError,
-        "The timm checkpoint has no 'patch_embed.proj.bias'", "none"),
+        "The timm checkpoint has no 'patch_embed.proj.bias'"),
     Case("a hybrid written in timm's layout", lambda c: weights.torch_layouts.to_timm(
         weights.model_params(keras_vit.ViT(**dict(TINY, image_size=32, patch_size=1,
                                                    resnet={"num_layers": (1,)})))),
@@ -684,6 +707,9 @@ CASES = [
          f"is in use by another run: process {os.getpid()} on ", "none"),
     # 2. A full disk is one line naming the file; nothing half-written (backups, exports and
     # the rest: tests/test_faults.py).
+    Case("a checkpoint written over an existing file", lambda c: weights.save_npz(
+        c.model, c.good), fileio.DestinationExists, "good.npz already exists. Nothing was written",
+        "files"),
     Case("a checkpoint written to a full disk", on_a_full_disk(
         lambda c: weights.save_npz(c.model, c.tmp / "full.npz")), fileio.WriteError,
         "full.npz: File too large", "files"),
@@ -717,33 +743,36 @@ CASES = [
         after=no_folder("tfds")),
     # 9. A config.json beside a .safetensors file is checked, field by field.
     Case("config.json model_args not an object", from_file(lambda c: timm_config(
-        c, replace=[1])), CheckpointError, "`model_args` must be a JSON object"),
+        c, replace=[1])), CheckpointError, "`model_args` must be a JSON object", "none"),
     Case("config.json num_heads 3 of width 8", from_file(lambda c: timm_config(
-        c, num_heads=3)), CheckpointError, "model_args.num_heads 3 does not fit the arrays"),
+        c, num_heads=3)), CheckpointError, "model_args.num_heads 3 does not fit the arrays",
+        "none"),
     Case("config.json num_heads -2", from_file(lambda c: timm_config(c, num_heads=-2)),
-         CheckpointError, "`model_args.num_heads` must be a positive integer"),
+         CheckpointError, "`model_args.num_heads` must be a positive integer", "none"),
     Case("config.json num_heads NaN", from_file(lambda c: timm_config(
-        c, num_heads=float("nan"))), CheckpointError, "model_args.num_heads=nan"),
+        c, num_heads=float("nan"))), CheckpointError, "model_args.num_heads=nan", "none"),
     Case("config.json num_heads 2.5", from_file(lambda c: timm_config(c, num_heads=2.5)),
-         CheckpointError, "model_args.num_heads=2.5"),
+         CheckpointError, "model_args.num_heads=2.5", "none"),
     Case("config.json num_heads '2'", from_file(lambda c: timm_config(c, num_heads="2")),
-         CheckpointError, "model_args.num_heads='2'"),
+         CheckpointError, "model_args.num_heads='2'", "none"),
     Case("config.json layer_norm_eps 'x'", from_file(lambda c: transformers_config(
-        c, layer_norm_eps="x")), CheckpointError, "`layer_norm_eps` must be a number"),
+        c, layer_norm_eps="x")), CheckpointError, "`layer_norm_eps` must be a number", "none"),
     # 10. ... and must agree with the arrays.
     Case("config.json depth contradicts the arrays", from_file(lambda c: timm_config(
-        c, depth=12)), CheckpointError, "model_args.depth 12 contradicts the arrays of"),
+        c, depth=12)), CheckpointError, "model_args.depth 12 contradicts the arrays of",
+        "none"),
     Case("config.json num_hidden_layers contradicts the arrays", from_file(
         lambda c: transformers_config(c, num_hidden_layers=5)), CheckpointError,
-        "num_hidden_layers 5 contradicts the arrays of"),
+        "num_hidden_layers 5 contradicts the arrays of", "none"),
     Case("config.json patch_size contradicts the arrays", from_file(lambda c: timm_config(
-        c, patch_size=16)), CheckpointError, "model_args.patch_size [16, 16] contradicts"),
+        c, patch_size=16)), CheckpointError, "model_args.patch_size [16, 16] contradicts",
+        "none"),
     Case("config.json num_classes contradicts the head", from_file(lambda c: timm_config(
-        c, root={"num_classes": 10})), CheckpointError, "num_classes 10 contradicts"),
+        c, root={"num_classes": 10})), CheckpointError, "num_classes 10 contradicts", "none"),
     Case("config.json global_pool map", from_file(lambda c: timm_config(
-        c, global_pool="map")), CheckpointError, "must be one of 'token', 'avg'"),
+        c, global_pool="map")), CheckpointError, "must be one of 'token', 'avg'", "none"),
     Case("config.json model_type beit", from_file(lambda c: transformers_config(
-        c, model_type="beit")), CheckpointError, "model_type 'beit' is not a ViT"),
+        c, model_type="beit")), CheckpointError, "model_type 'beit' is not a ViT", "none"),
     Case("training config.json contradicts its checkpoint", from_file(lambda c: sidecar(
         c, hidden_size=16)), CheckpointError, "model.hidden_size 16 contradicts the arrays",
         "none"),
@@ -820,8 +849,25 @@ def ctx(tmp_path, capsys, monkeypatch):
     return Context(tmp_path, capsys)
 
 
-def test_the_table_covers_sixty_cases():
-    assert len(CASES) >= 60 and len({c.name for c in CASES}) == len(CASES)
+def library_error_classes():
+    """Every exception class a keras_vit module defines."""
+    import importlib
+    import pkgutil
+
+    found = set()
+    for info in pkgutil.walk_packages(keras_vit.__path__, "keras_vit."):
+        if info.name != "keras_vit.__main__":  # runs the command line
+            module = importlib.import_module(info.name)
+            found |= {value for value in vars(module).values() if isinstance(value, type)
+                      and issubclass(value, Exception) and value.__module__ == info.name}
+    return found
+
+
+def test_every_case_has_its_own_name_and_every_library_error_class_a_case():
+    names = [c.name for c in CASES]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+    assert sorted(cls.__name__ for cls in library_error_classes()
+                  - {c.error for c in CASES}) == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -845,11 +891,6 @@ def test_bad_input(case, ctx):
         assert ctx.files(ctx.tmp / "e") == ctx.export_files
     if case.after is not None:
         case.after(ctx)
-    if case.name == "diverged run":  # no NaN weights written as final or best
-        assert not (ctx.tmp / "run" / "final.npz").exists()
-        best = ctx.tmp / "run" / "best.npz"
-        assert not best.exists() or all(np.isfinite(v).all()
-                                        for v in weights.read_npz(best).values())
 
 
 def test_downloads_stay_in_the_cache_and_follow_the_umask(ctx, tmp_path):

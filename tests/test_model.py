@@ -1,6 +1,5 @@
 """The core model: parameter counts, parity with the NumPy reference, round-trips, errors."""
 
-import gc
 import inspect
 import json
 import os
@@ -61,17 +60,82 @@ OFFICIAL_COUNTS = {  # vit_jax models_test.py, 224 px, 1000 classes
     "R50+L/32": 328_994_856,
 }
 
+# The paper's variants (vit_jax configs/models.py): width D, MLP width, blocks, patch size
+# (cells of the ResNet's feature map for hybrids) and the ResNet's units per stage.
+PAPER_VARIANTS = {
+    "Ti/16": (192, 768, 12, 16, None),
+    "S/16": (384, 1536, 12, 16, None),
+    "S/32": (384, 1536, 12, 32, None),
+    "B/8": (768, 3072, 12, 8, None),
+    "B/16": (768, 3072, 12, 16, None),
+    "B/32": (768, 3072, 12, 32, None),
+    "L/16": (1024, 4096, 24, 16, None),
+    "L/32": (1024, 4096, 24, 32, None),
+    "H/14": (1280, 5120, 32, 14, None),
+    "R50+B/16": (768, 3072, 12, 1, (3, 4, 9)),
+    "R50+L/32": (1024, 4096, 24, 1, (3, 4, 6, 3)),
+    "R26+B/32": (768, 3072, 12, 1, (2, 2, 2, 2)),
+    "R26+S/32": (384, 1536, 12, 1, (2, 2, 2, 2)),
+    "R+Ti/16": (192, 768, 12, 8, ()),
+}
 
-def test_parameter_counts_of_every_variant():
-    for name, variant in keras_vit.VARIANTS.items():
+
+def resnet_count(stages, width=64):
+    """Parameters, output channels and stride of the hybrids' ResNet (BiT's ResNetV2): a
+    7x7/2 root convolution without bias, GroupNorm, a 3x3/2 max-pool; bottleneck units of 1x1,
+    3x3 and 1x1 convolutions without bias, each with a GroupNorm (scale and bias), and in each
+    stage's first unit a 1x1 projection with its GroupNorm. Stages after the first halve the
+    map."""
+    count, channels = 7 * 7 * 3 * width + 2 * width, width
+    for stage, units in enumerate(stages):
+        mid = width * 2 ** stage
+        out = 4 * mid
+        for unit in range(units):
+            count += channels * mid + 9 * mid * mid + mid * out + 2 * (mid + mid + out)
+            if unit == 0:
+                count += channels * out + 2 * out
+            channels = out
+    return count, channels, 4 * 2 ** max(len(stages) - 1, 0)
+
+
+def vit_count(hidden, mlp, blocks, patch, resnet=None, image_size=224, num_classes=1000,
+              representation=None):
+    """The parameter count of the ViT architecture, from the paper's equations 1-4."""
+    d = hidden
+    count, channels, stride = resnet_count(resnet) if resnet is not None else (0, 3, 1)
+    tokens = (image_size // (stride * patch)) ** 2
+    count += patch * patch * channels * d + d  # patch embedding E and its bias
+    count += d + (tokens + 1) * d  # class token, position embeddings
+    attention = 4 * d * d + 4 * d  # query, key, value and output projections with biases
+    mlp_block = d * mlp + mlp + mlp * d + d
+    count += blocks * (attention + mlp_block + 2 * 2 * d)  # and two LayerNorms per block
+    count += 2 * d  # the final LayerNorm
+    if representation:
+        count += d * representation + representation  # pre_logits
+        d = representation
+    return count + d * num_classes + num_classes  # the head
+
+
+def test_the_paper_variants_are_the_variants():
+    assert sorted(PAPER_VARIANTS) == sorted(keras_vit.VARIANTS)
+
+
+@pytest.mark.parametrize("name", PAPER_VARIANTS)
+def test_parameter_count_of_a_variant(name):
+    count = vit_count(*PAPER_VARIANTS[name])
+    assert count == OFFICIAL_COUNTS.get(name, count)
+    variant = keras_vit.get_variant(name)
+    assert variant.params == count
+    # Built with the initialisation of its variables deferred: their shapes alone, no values.
+    with keras.StatelessScope(initialize_variables=False):
         model = getattr(keras_vit, variant.builder_name)()
-        count = model.count_params()
-        assert count == variant.params, name
-        if name in OFFICIAL_COUNTS:
-            assert count == OFFICIAL_COUNTS[name], name
-        del model
-        keras.backend.clear_session()
-        gc.collect()
+    assert model.count_params() == count
+
+
+def test_parameter_count_of_a_representation_layer_and_other_sizes():
+    model = keras_vit.ViT(image_size=48, patch_size=2, num_classes=7, representation_size=24,
+                          resnet={"num_layers": (1, 1)}, **TINY)  # tokens: (48 / 8 / 2)^2
+    assert model.count_params() == vit_count(32, 48, 2, 2, (1, 1), 48, 7, 24)
 
 
 def test_variant_lookup_spellings():
