@@ -110,3 +110,18 @@ def test_a_config_json_of_0_3_with_routes_is_read_without_them():
     with pytest.raises(keras_vit.CheckpointError, match="not keras_vit.ViT arguments: "
                                                         r"\['routes'\]"):
         config_json.check_keras_vit(dict(document, model=dict(TINY, routes={})), "config.json")
+
+
+def test_the_names_0_2_kept_for_one_release_are_gone():
+    import importlib
+
+    for module in ("validation", "distribute", "sharding"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"keras_vit.{module}")
+    for name in ("ViTModel", "ResNetStem", "ScannedEncoder", "unscanned"):
+        assert not hasattr(keras_vit, name)
+    assert not hasattr(keras_vit.get_variant("R50+B/16"), "backbone")
+    with pytest.raises(TypeError, match="resnet"):
+        keras_vit.ViT(**TINY, backbone={"num_layers": (1,)})
+    with pytest.raises(TypeError):
+        keras_vit.TransformerBlock(2, 8, remat=True)
