@@ -76,7 +76,8 @@ def build(text, args):
 
     overrides, optimizer, chosen = parse_variant(text)
     start = time.perf_counter()
-    model, _, images, labels = common.seeded_model_and_batch(args.model, args.batch, **overrides)
+    model, _, images, labels = common.seeded_model_and_batch(args.model, args.batch,
+                                                             args.image_size, **overrides)
     if args.mode == "infer":
         model.compile(jit_compile=args.xla)
         call = lambda: model.predict_on_batch(images)  # noqa: E731
@@ -138,6 +139,7 @@ def parse_args(argv):
     parser.add_argument("--model", default="B/16")
     parser.add_argument("--mode", choices=("infer", "train"), default="infer")
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     xla = parser.add_mutually_exclusive_group()
     xla.add_argument("--xla", dest="xla", action="store_true", default=None)
@@ -154,8 +156,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     # What a fresh worker process is given: the options, not the variants.
     args.passed = [f"--model={args.model}", f"--mode={args.mode}", f"--batch={args.batch}",
-                   f"--precision={args.precision}", f"--steps={args.steps}",
-                   f"--device={args.device}"]
+                   f"--image-size={args.image_size}", f"--precision={args.precision}",
+                   f"--steps={args.steps}", f"--device={args.device}"]
     if args.xla is not None:
         args.passed.append("--xla" if args.xla else "--no-xla")
     if args.worker is None:

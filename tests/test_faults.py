@@ -221,7 +221,7 @@ WRITES = textwrap.dedent("""
     import json, os, resource, sys, urllib.parse
     import numpy as np
     import keras, keras_vit, keras_vit_cli
-    from keras_vit import evaluation, export, fileio, training, weights
+    from keras_vit import evaluation, export, fileio, tflite, training, weights
     from keras_vit.weights import download, hub
 
     out, limit = sys.argv[1], int(sys.argv[2])

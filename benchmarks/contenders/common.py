@@ -156,16 +156,17 @@ def time_steps(build, args):
                 images_per_s=args.batch / statistics.median(times))
 
 
-def seeded_model_and_batch(variant, batch=8, **overrides):
+def seeded_model_and_batch(variant, batch=8, image_size=224, **overrides):
     """For the in-process A/B probes: a keras_vit model built under seed 0 (`overrides` go to
-    `create_model`), its initial weights, and `random_batch`'s images and labels at 224 px."""
+    `create_model`), its initial weights, and `random_batch`'s images and labels."""
     import keras
 
     import keras_vit
 
     keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(variant, num_classes=NUM_CLASSES, **overrides)
-    images, labels = random_batch(argparse.Namespace(seed=0, batch=batch, image_size=224))
+    model = keras_vit.create_model(variant, num_classes=NUM_CLASSES, image_size=image_size,
+                                   **overrides)
+    images, labels = random_batch(argparse.Namespace(seed=0, batch=batch, image_size=image_size))
     return model, model.get_weights(), images, labels
 
 
