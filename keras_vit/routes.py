@@ -31,11 +31,8 @@ CHOICES = {
     # How softmax(q k^T / sqrt(k)) v is computed: "products", the two matrix products with the
     # softmax between them, written out (`attention_probabilities`); "fused",
     # `keras.ops.dot_product_attention`, one operation that a backend may run as one kernel
-    # (cuDNN flash attention under JAX on a GPU); "chunked", blocks of queries in turn, whose
-    # backward pass keeps only the queries, keys, values, the context and the softmax's
-    # log-sum-exp and recomputes each block's probabilities (`chunked_attention`, Rabe and
-    # Staats 2021): no `[B, h, N, N]` probabilities are kept for the backward pass.
-    "attention": ("products", "fused", "chunked"),
+    # (cuDNN flash attention under JAX on a GPU).
+    "attention": ("products", "fused"),
     # The encoder block's input in training: "plain" (the identity), or "barrier", the
     # identity whose backward pass computes the residual stream's gradient once per block
     # (`gradient_barrier`).
@@ -172,103 +169,22 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         dropout: a `keras.layers.Dropout` applied to the probabilities, or None.
         training: bool. Whether dropout is on.
         return_probabilities: bool. Also return the probabilities `[B, h, N, N]` (before
-            dropout): computed only then on the fused and chunked routes. Those routes need
-            no dropout on the probabilities (else the products run), and the chunked one a
-            sequence length known when the function is traced.
+            dropout): computed only then on the fused route.
 
     Returns:
         The context `[B, N, h, k]`, or `(context, probabilities)`.
     """
     dropping = training and dropout is not None and dropout.rate > 0
-    chosen = route("attention", training)
-    if chosen == "fused" and not dropping:
+    if route("attention", training) == "fused" and not dropping:
         context = ops.dot_product_attention(
             query, key, value, bias=None if bias is None else ops.cast(bias, query.dtype),
             scale=1.0 / math.sqrt(query.shape[-1]))
-        probs = attention_probabilities(query, key, bias) if return_probabilities else None
-    elif chosen == "chunked" and not dropping and query.shape[1] is not None:
-        context = chunked_attention(query, key, value, bias)
         probs = attention_probabilities(query, key, bias) if return_probabilities else None
     else:
         probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
         dropped = dropout(probs, training=training) if dropping else probs
         context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
     return (context, probs) if return_probabilities else context
-
-
-# Queries per block of the chunked attention.
-ATTENTION_CHUNK = 128
-
-
-def chunked_attention(query, key, value, bias=None, chunk=ATTENTION_CHUNK):
-    """softmax(q k^T / sqrt(k) + bias) v over blocks of `chunk` queries, in float32, with a
-    custom gradient that keeps only its inputs, the context and the log-sum-exp of each row of
-    logits, and recomputes each block's probabilities in the backward pass.
-
-    Args:
-        query, key, value: `[B, N, h, k]`, N known when traced.
-        bias: `[B, h, N, N]` added to the scaled logits, or None.
-        chunk: int. Queries per block.
-
-    Returns:
-        The context `[B, N, h, k]`, in the query's dtype.
-    """
-    scale = 1.0 / math.sqrt(query.shape[-1])
-    blocks = [(start, min(start + chunk, query.shape[1]))
-              for start in range(0, query.shape[1], chunk)]
-
-    def logits_of(q, k, b, start, end):  # the scaled logits of queries start:end, float32
-        logits = ops.einsum("bqhk,bshk->bhqs", q[:, start:end] * scale, k)  # [B, h, q, N]
-        return logits if b is None else logits + b[:, :, start:end]
-
-    def forward(*inputs):
-        q, k, v, b = (_float32(x) for x in (*inputs, None)[:4])
-        contexts, sums = [], []
-        for start, end in blocks:
-            logits = logits_of(q, k, b, start, end)
-            peak = ops.max(logits, axis=-1, keepdims=True)  # [B, h, q, 1]
-            weights = ops.exp(logits - peak)
-            total = ops.sum(weights, axis=-1, keepdims=True)
-            contexts.append(ops.einsum("bhqs,bshk->bqhk", weights / total, v))  # [B, q, h, k]
-            sums.append(peak + ops.log(total))  # the rows' log-sum-exp
-        return ops.concatenate(contexts, axis=1), ops.concatenate(sums, axis=2)
-
-    def backward(inputs, context, log_sums, upstream):
-        q, k, v, b = (_float32(x) for x in (*inputs, None)[:4])
-        g = _float32(upstream)  # [B, N, h, k]
-        d_q, d_bias = [], []
-        d_k = d_v = 0.0
-        for start, end in blocks:
-            probs = ops.exp(logits_of(q, k, b, start, end) - log_sums[:, :, start:end])
-            g_block = g[:, start:end]  # [B, q, h, k]
-            d_v = d_v + ops.einsum("bhqs,bqhk->bshk", probs, g_block)
-            d_probs = ops.einsum("bqhk,bshk->bhqs", g_block, v)  # [B, h, q, N]
-            rows = ops.sum(g_block * context[:, start:end], axis=-1)  # [B, q, h]
-            d_logits = probs * (d_probs - ops.transpose(rows, (0, 2, 1))[..., None])
-            d_q.append(ops.einsum("bhqs,bshk->bqhk", d_logits, k) * scale)
-            d_k = d_k + ops.einsum("bhqs,bqhk->bshk", d_logits, q[:, start:end]) * scale
-            d_bias.append(d_logits)
-        grads = [ops.concatenate(d_q, axis=1), d_k, d_v]
-        if b is not None:
-            grads.append(ops.concatenate(d_bias, axis=2))
-        return [ops.cast(grad, x.dtype) for grad, x in zip(grads, inputs)]
-
-    @ops.custom_gradient
-    def attend(*inputs):
-        context, log_sums = forward(*inputs)
-
-        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
-            return tuple(backward(inputs, context, log_sums,
-                                  args[0] if upstream is None else upstream))
-
-        return ops.cast(context, inputs[0].dtype), grad
-
-    inputs = (query, key, value) if bias is None else (query, key, value, bias)
-    return attend(*inputs)
-
-
-def _float32(x):
-    return None if x is None else ops.cast(x, "float32")
 
 
 # --------------------------------------------------------------------------------------------
