@@ -31,11 +31,8 @@ CHOICES = {
     # How softmax(q k^T / sqrt(k)) v is computed: "products", the two matrix products with the
     # softmax between them, written out (`attention_probabilities`); "fused",
     # `keras.ops.dot_product_attention`, one operation that a backend may run as one kernel
-    # (cuDNN flash attention under JAX on a GPU); "chunked", blocks of queries in turn, whose
-    # backward pass keeps only the queries, keys, values, the context and the softmax's
-    # log-sum-exp and recomputes each block's probabilities (`chunked_attention`, Rabe and
-    # Staats 2021): no `[B, h, N, N]` probabilities are kept for the backward pass.
-    "attention": ("products", "fused", "chunked"),
+    # (cuDNN flash attention under JAX on a GPU).
+    "attention": ("products", "fused"),
     # The encoder block's input in training: "plain" (the identity), or "barrier", the
     # identity whose backward pass computes the residual stream's gradient once per block
     # (`gradient_barrier`).
@@ -172,141 +169,22 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         dropout: a `keras.layers.Dropout` applied to the probabilities, or None.
         training: bool. Whether dropout is on.
         return_probabilities: bool. Also return the probabilities `[B, h, N, N]` (before
-            dropout): computed only then on the fused and chunked routes. Those routes need
-            no dropout on the probabilities (else the products run), and the chunked one a
-            sequence length known when the function is traced.
+            dropout): computed only then on the fused route.
 
     Returns:
         The context `[B, N, h, k]`, or `(context, probabilities)`.
     """
     dropping = training and dropout is not None and dropout.rate > 0
-    chosen = route("attention", training)
-    if chosen == "fused" and not dropping:
+    if route("attention", training) == "fused" and not dropping:
         context = ops.dot_product_attention(
             query, key, value, bias=None if bias is None else ops.cast(bias, query.dtype),
             scale=1.0 / math.sqrt(query.shape[-1]))
-        probs = attention_probabilities(query, key, bias) if return_probabilities else None
-    elif chosen == "chunked" and not dropping and query.shape[1] is not None:
-        context = chunked_attention(query, key, value, bias)
         probs = attention_probabilities(query, key, bias) if return_probabilities else None
     else:
         probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
         dropped = dropout(probs, training=training) if dropping else probs
         context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
     return (context, probs) if return_probabilities else context
-
-
-# Queries per block of the chunked attention.
-ATTENTION_CHUNK = 128
-
-
-def chunked_attention(query, key, value, bias=None, chunk=ATTENTION_CHUNK):
-    """softmax(q k^T / sqrt(k) + bias) v over blocks of `chunk` queries, one block after the
-    other (`keras.ops.fori_loop`), in float32, with a custom gradient that keeps only its
-    inputs, the context and the log-sum-exp of each row of logits, and recomputes each block's
-    probabilities in the backward pass.
-
-    Args:
-        query, key, value: `[B, N, h, k]`, N known when traced.
-        bias: `[B, h, N, N]` added to the scaled logits, or None.
-        chunk: int. Queries per block.
-
-    Returns:
-        The context `[B, N, h, k]`, in the query's dtype.
-    """
-    length, depth = query.shape[1], query.shape[3]
-    scale = 1.0 / math.sqrt(depth)
-    count = -(-length // chunk)
-    padded = count * chunk  # the queries (and the bias' rows) padded to whole blocks
-
-    def pad_rows(x, axis):  # zero rows after the last query, along `axis`
-        widths = [(0, 0)] * len(x.shape)
-        widths[axis] = (0, padded - length)
-        return ops.pad(x, widths)
-
-    def rows(x, start, axis):  # `chunk` rows of `x` from `start` along `axis`
-        starts = [0] * len(x.shape)
-        starts[axis] = start
-        sizes = list(ops.shape(x))
-        sizes[axis] = chunk
-        return ops.slice(x, starts, sizes)
-
-    def put(x, block, start, axis):
-        starts = [0] * len(x.shape)
-        starts[axis] = start
-        return ops.slice_update(x, starts, block)
-
-    def logits_of(q, k, b, start):  # the scaled logits of one block of queries, [B, h, c, N]
-        logits = ops.einsum("bqhk,bshk->bhqs", rows(q, start, 1) * scale, k)
-        return logits if b is None else logits + rows(b, start, 2)
-
-    def prepare(inputs):
-        q, k, v, b = (_float32(x) for x in (*inputs, None)[:4])
-        return pad_rows(q, 1), k, v, None if b is None else pad_rows(b, 2)
-
-    def forward(inputs):
-        q, k, v, b = prepare(inputs)
-
-        def block(i, carry):
-            contexts, sums = carry
-            logits = logits_of(q, k, b, i * chunk)
-            peak = ops.max(logits, axis=-1, keepdims=True)  # [B, h, c, 1]
-            weights = ops.exp(logits - peak)
-            total = ops.sum(weights, axis=-1, keepdims=True)
-            context = ops.einsum("bhqs,bshk->bqhk", weights / total, v)  # [B, c, h, k]
-            return (put(contexts, context, i * chunk, 1),
-                    put(sums, peak + ops.log(total), i * chunk, 2))
-
-        start = (ops.zeros_like(q), ops.zeros_like(ops.transpose(q[..., :1], (0, 2, 1, 3))))
-        contexts, sums = ops.fori_loop(0, count, block, start)
-        return contexts, sums  # [B, padded, h, k], [B, h, padded, 1]
-
-    def backward(inputs, contexts, sums, upstream):
-        q, k, v, b = prepare(inputs)
-        g = pad_rows(_float32(upstream), 1)  # [B, padded, h, k]
-
-        def block(i, carry):
-            d_q, d_k, d_v, d_b = carry
-            start = i * chunk
-            probs = ops.exp(logits_of(q, k, b, start) - rows(sums, start, 2))  # [B, h, c, N]
-            g_block = rows(g, start, 1)  # [B, c, h, k]
-            d_v = d_v + ops.einsum("bhqs,bqhk->bshk", probs, g_block)
-            d_probs = ops.einsum("bqhk,bshk->bhqs", g_block, v)
-            row_sums = ops.sum(g_block * rows(contexts, start, 1), axis=-1)  # [B, c, h]
-            d_logits = probs * (d_probs - ops.transpose(row_sums, (0, 2, 1))[..., None])
-            d_q = put(d_q, ops.einsum("bhqs,bshk->bqhk", d_logits, k) * scale, start, 1)
-            d_k = d_k + ops.einsum("bhqs,bqhk->bshk", d_logits, rows(q, start, 1)) * scale
-            if d_b is not None:
-                d_b = put(d_b, d_logits, start, 2)
-            return d_q, d_k, d_v, d_b
-
-        zeros = (ops.zeros_like(q), ops.zeros_like(k), ops.zeros_like(v),
-                 None if b is None else ops.zeros_like(b))
-        if b is None:  # a loop carries no None
-            d_q, d_k, d_v = ops.fori_loop(
-                0, count, lambda i, c: block(i, (*c, None))[:3], zeros[:3])
-            grads = [d_q[:, :length], d_k, d_v]
-        else:
-            d_q, d_k, d_v, d_b = ops.fori_loop(0, count, block, zeros)
-            grads = [d_q[:, :length], d_k, d_v, d_b[:, :, :length]]
-        return [ops.cast(grad, x.dtype) for grad, x in zip(grads, inputs)]
-
-    @ops.custom_gradient
-    def attend(*inputs):
-        contexts, sums = forward(inputs)
-
-        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
-            return tuple(backward(inputs, contexts, sums,
-                                  args[0] if upstream is None else upstream))
-
-        return ops.cast(contexts[:, :length], inputs[0].dtype), grad
-
-    inputs = (query, key, value) if bias is None else (query, key, value, bias)
-    return attend(*inputs)
-
-
-def _float32(x):
-    return None if x is None else ops.cast(x, "float32")
 
 
 # --------------------------------------------------------------------------------------------

@@ -310,35 +310,6 @@ BARRIER_ON_JAX = textwrap.dedent("""
 """)
 
 
-CHUNKED_ON_JAX = textwrap.dedent("""
-    import jax, jax.numpy as jnp, keras, numpy as np
-    from keras_vit import routes
-
-    rng = np.random.default_rng(4)
-    q, k, v, w = (jnp.asarray(rng.normal(size=(2, 8, 2, 4)), jnp.float32) for _ in range(4))
-    b = jnp.asarray(rng.normal(size=(2, 2, 8, 8)), jnp.float32)
-
-    def products(q, k, v, b):
-        probs = routes.attention_probabilities(q, k, b)
-        return jnp.sum(keras.ops.einsum("bhqs,bshk->bqhk", probs, v) * w)
-
-    def chunked(q, k, v, b):
-        return jnp.sum(routes.chunked_attention(q, k, v, b, chunk=3) * w)
-
-    want = jax.grad(products, argnums=(0, 1, 2, 3))(q, k, v, b)
-    got = jax.jit(jax.grad(chunked, argnums=(0, 1, 2, 3)))(q, k, v, b)
-    for g, ref in zip(got, want):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(ref), rtol=1e-5, atol=1e-5)
-    assert np.isclose(float(chunked(q, k, v, b)), float(products(q, k, v, b)), rtol=1e-5)
-    print("ok")
-""")
-
-
-def test_the_chunked_attention_gives_the_products_gradients_on_jax():
-    """Three blocks of queries under jax.jit: the custom gradient's recomputation."""
-    assert run_jax(CHUNKED_ON_JAX).strip().splitlines()[-1] == "ok"
-
-
 def test_gradient_barrier_changes_no_gradient_on_jax():
     assert run_jax(BARRIER_ON_JAX).strip().splitlines()[-1] == "ok"
 

@@ -229,8 +229,8 @@ def test_the_rows_route_feeds_each_matmul_to_its_bias_add():
 @pytest.mark.parametrize("value, message", [
     (dict(attn="fused"), "Unknown route choice 'attn'. Expected some of 'attention', "
                          "'block_input'"),
-    (dict(attention="flash"), "Route 'attention' must be one of 'auto', 'products', 'fused', "
-                              "'chunked'. Received: 'flash'"),
+    (dict(attention="flash"), "Route 'attention' must be one of 'auto', 'products', 'fused'. "
+                              "Received: 'flash'"),
 ])
 def test_bad_route_choices_name_the_problem(value, message):
     with pytest.raises(ValueError, match=message):
@@ -244,31 +244,3 @@ def test_bad_route_choices_name_the_problem(value, message):
 def test_a_route_is_no_argument_of_the_model():
     with pytest.raises(TypeError, match="kernels"):
         keras_vit.ViT(**CONFIG, kernels={"attention": "fused"})
-
-
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_the_chunked_attention_over_several_blocks_is_the_products_forward_and_backward(
-        with_bias):
-    """Blocks of 3 queries over 8 tokens (the last block short): the context and the gradients
-    of the queries, keys, values and bias are those of the two products with autodiff."""
-    rng = np.random.default_rng(4)
-    q, k, v = (tf.constant(rng.normal(size=(2, 8, 2, 4)), tf.float32) for _ in range(3))
-    bias = tf.constant(rng.normal(size=(2, 2, 8, 8)), tf.float32) if with_bias else None
-    w = tf.constant(rng.normal(size=(2, 8, 2, 4)), tf.float32)
-    inputs = [q, k, v] + ([bias] if with_bias else [])
-
-    def run(attend):
-        with tf.GradientTape() as tape:
-            tape.watch(inputs)
-            context = attend(*inputs)
-            loss = tf.reduce_sum(context * w)
-        return [context.numpy()] + [g.numpy() for g in tape.gradient(loss, inputs)]
-
-    def products(q, k, v, b=None):
-        return keras.ops.einsum("bhqs,bshk->bqhk", routes.attention_probabilities(q, k, b), v)
-
-    want = run(products)
-    got = run(lambda *x: routes.chunked_attention(*x, chunk=3))
-    for g, ref in zip(got, want):
-        np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-5)
-    assert min(np.abs(ref).max() for ref in want) > 0.1
