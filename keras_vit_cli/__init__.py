@@ -17,6 +17,7 @@ folders it created and left empty.
 import argparse
 import importlib
 import os
+import shlex
 import sys
 import tempfile
 
@@ -92,6 +93,8 @@ def build_parser(argv=()):
 
 # Commands that never need TensorFlow.
 LIGHT_COMMANDS = ("models", "checkpoints")
+# Commands whose interrupted run the same command resumes.
+RESUMABLE = ("train", "pretrain", "vtab")
 # The exit status of a command whose standard output was closed by its reader (128 + SIGPIPE).
 CLOSED_PIPE = 141
 DEBUG_HELP = "on an error, show the full traceback (for a bug report) instead of one line"
@@ -158,6 +161,7 @@ def main(argv=None):
     open_closed_streams()
     _quiet_tensorflow()
     args = build_parser(argv).parse_args(argv)
+    args.argv = argv
     with Interrupts().installed() as interrupts:
         return _run(args, interrupts)
 
@@ -180,7 +184,8 @@ def _run(args, interrupts):
         _remove_empty(new_folders)
         if args.debug:
             raise
-        print(f"keras-vit {args.command}: {interrupts.words()}", file=sys.stderr)
+        print(f"keras-vit {args.command}: {interrupts.words()}{_resume_text(args)}",
+              file=sys.stderr)
         return interrupts.status()
     except Exception as error:  # noqa: BLE001 - one line, or the traceback with --debug
         _remove_empty(new_folders)
@@ -200,6 +205,30 @@ def _run(args, interrupts):
             message, status = _bug(error), FAILURE
         print(f"keras-vit {args.command}: error: {message}", file=sys.stderr)
         return status
+
+
+def _resume_text(args):
+    """For an interrupted run (`train`, `pretrain`, `vtab`): what it kept and the command that
+    resumes it, as the rest of the one line; else nothing."""
+    if args.command not in RESUMABLE or not getattr(args, "output", None):
+        return ""
+    command = shlex.join(["keras-vit", *getattr(args, "argv", [args.command])])
+    if args.command == "vtab":
+        return (f"; the finished tasks in {args.output} are kept, and the same command goes on "
+                f"from them: {command}")
+    epoch = 0
+    callbacks = sys.modules.get("keras_vit.training.callbacks")  # loaded once the run started
+    if callbacks is not None:
+        try:
+            epoch = callbacks.resume_epoch(callbacks.backup_dir(args.output))
+        except (OSError, ValueError):  # an unreadable backup: the next run names the problem
+            epoch = 0
+    if epoch:
+        return (f"; the backup of epoch {epoch} is kept in "
+                f"{callbacks.backup_dir(args.output)}, and the same command resumes from it: "
+                f"{command}")
+    return (f"; no epoch had finished, so nothing was kept: the same command starts again: "
+            f"{command}")
 
 
 def _stdout_closed():

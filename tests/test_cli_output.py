@@ -163,6 +163,8 @@ def test_train_ends_with_a_table_and_json_keeps_the_keys(tmp_path, capsys):
             "best_weights", "monitor", "best_value", "best_epoch", "validation_loss",
             "validation_accuracy", "seconds"} <= set(summary)
     assert (summary["epochs"], summary["best_epoch"]) == (1, 1)
+    # best.json numbers the epoch as the summary and Keras' progress do.
+    assert json.loads((tmp_path / "json" / "best.json").read_text())["epoch"] == 1
     assert summary["examples"] == {"train": 18, "validation": 2}
     assert summary["splits"] == {"train": "train", "validation": "validation"}
     assert summary["data"] == str(folder)

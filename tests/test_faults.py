@@ -296,12 +296,12 @@ def test_best_npz_and_its_record_stay_a_pair_when_a_write_fails(tmp_path):
             pytest.raises(keras_vit.fileio.WriteError, match=f"Cannot write {best}: File too"):
         callback.on_epoch_end(1, {"loss": 0.5})  # best.json is written first: it names both
     assert best.read_bytes() == first and leftovers(tmp_path) == []
-    assert json.loads((tmp_path / "best.json").read_text())["epoch"] == 1
-    assert training.best_record(best)["epoch"] == 0  # the file that is there
+    assert json.loads((tmp_path / "best.json").read_text())["epoch"] == 2  # from 1
+    assert training.best_record(best)["epoch"] == 1  # the file that is there
     resumed = training.BestCheckpoint(best, monitor="loss")
     resumed.set_model(model)
     resumed.on_train_begin()
-    assert (resumed.best, resumed.best_epoch) == (1.0, 0)
+    assert (resumed.best, resumed.best_epoch) == (1.0, 1)
     best.write_bytes(np.random.default_rng(0).bytes(len(first)))  # replaced behind its back
     with pytest.raises(training.StateFileError, match="is not the file .* records"):
         resumed.on_train_begin()

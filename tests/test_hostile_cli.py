@@ -135,6 +135,43 @@ def test_signals_end_export_with_their_status_and_nothing_written(tmp_path):
         assert not os.path.exists(run.args[-1]), (when, os.listdir(run.args[-1]))
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+def test_an_interrupted_training_run_says_what_it_kept_and_the_command_that_resumes_it(
+        tmp_path, image_folder):
+    """Ctrl-C once the first epoch's backup is written: one line naming the backup and the
+    exact command (its resuming is tests/test_training.py's)."""
+    argv = ["train", "--model-config", TINY_JSON, "--folder", str(image_folder), "--epochs",
+            "500", "--batch-size", "4", "--validation-split", "none", "--output",
+            str(tmp_path / "run")]
+    run = keras_vit(*argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pointer = tmp_path / "run" / "backup" / "latest.json"
+    start = time.monotonic()
+    while not pointer.exists() and run.poll() is None and time.monotonic() - start < 240:
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    status, _, err = finished(run)
+    assert status == 130, err[-3000:]
+    (line,) = error_lines(err)
+    epoch = json.loads(pointer.read_text())["epoch"]
+    assert line == (f"keras-vit train: interrupted; the backup of epoch {epoch} is kept in "
+                    f"{tmp_path / 'run' / 'backup'}, and the same command resumes from it: "
+                    f"keras-vit {' '.join(argv[:2])} '{TINY_JSON}' {' '.join(argv[3:])}")
+
+
+def test_an_interrupted_run_that_finished_no_epoch_says_nothing_was_kept(tmp_path):
+    import argparse
+
+    from keras_vit.training import callbacks  # what a started run has loaded
+
+    assert callbacks.resume_epoch(callbacks.backup_dir(tmp_path / "run")) == 0
+    args = argparse.Namespace(command="pretrain", output=str(tmp_path / "run"),
+                              argv=["pretrain", "--output", str(tmp_path / "run")])
+    assert cli._resume_text(args) == (
+        "; no epoch had finished, so nothing was kept: the same command starts again: "
+        f"keras-vit pretrain --output {tmp_path / 'run'}")
+    assert cli._resume_text(argparse.Namespace(command="export", output="x")) == ""
+
+
 def test_an_interrupt_swallowed_by_a_garbage_collection_callback_is_raised_again():
     import gc
 

@@ -30,8 +30,9 @@ BACKUP_POINTER = "latest.json"
 BACKUP_STATE = "state.npz"
 BEST_FILE = "best.npz"
 BEST_RECORD = "best.json"
-# best.json: the monitored value, the epoch, and the SHA-256 of best.npz; "previous" keeps the
-# record of the file it replaces until that file is replaced too.
+# best.json: the monitored value, the epoch (numbered from 1, as Keras' progress shows "Epoch
+# 1/N" and the run's summary counts), and the SHA-256 of best.npz; "previous" keeps the record
+# of the file it replaces until that file is replaced too.
 BEST_FIELDS = {"monitor": str, "value": float, "epoch": int, "sha256": str}
 _SHA256_DIGITS = 64
 # The most epochs a backup pointer may record: far beyond any real run (a larger number is a
@@ -325,9 +326,10 @@ class BestCheckpoint(keras.callbacks.Callback):
         params = finite_params(self.model)
         if params is None:
             return
-        self.best, self.best_epoch = value, epoch
+        self.best, self.best_epoch = value, epoch + 1  # Keras' index from 0: the epoch's number
         data = npz_bytes(params)
-        entry = {"monitor": self.monitor, "value": value, "epoch": epoch, "sha256": _sha256(data)}
+        entry = {"monitor": self.monitor, "value": value, "epoch": self.best_epoch,
+                 "sha256": _sha256(data)}
         if tf_distribute.is_chief():
             atomic_write_text(self.record, json.dumps(dict(entry, previous=self._kept)))
             atomic_write(self.path, lambda f: f.write(data))

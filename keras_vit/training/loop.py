@@ -490,10 +490,8 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
         summary["encoder_weights"] = encoder
     record = best_record(os.path.join(output_dir, BEST_FILE))
     if record is not None:
-        # best.json keeps the callback's epoch index (from 0); the summary numbers epochs as
-        # Keras' progress does ("Epoch 1/N" is the first).
         summary.update(best_weights=os.path.join(output_dir, BEST_FILE), monitor=monitor,
-                       best_value=record["value"], best_epoch=record["epoch"] + 1)
+                       best_value=record["value"], best_epoch=record["epoch"])
     if validation is not None:
         results = model.evaluate(validation.dataset, verbose=0, return_dict=True)
         summary.update({f"validation_{k}": float(v) for k, v in results.items()})
