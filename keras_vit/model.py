@@ -263,6 +263,7 @@ def _check_model_kwargs(kwargs):
         if name != "trainable":
             raise TypeError(f"ViT() got an unexpected keyword argument {name!r}. Expected "
                             "keras_vit.ViT's arguments or `trainable`.")
+        check_bool("trainable", kwargs[name])
 
 
 def _checked_arguments(args):

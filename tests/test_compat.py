@@ -123,5 +123,7 @@ def test_the_names_0_2_kept_for_one_release_are_gone():
     assert not hasattr(keras_vit.get_variant("R50+B/16"), "backbone")
     with pytest.raises(TypeError, match="resnet"):
         keras_vit.ViT(**TINY, backbone={"num_layers": (1,)})
+    with pytest.raises(ValueError, match="trainable"):  # Keras' own argument, checked too
+        keras_vit.ViT(**TINY, trainable="no")
     with pytest.raises(ValueError, match="remat"):  # Keras' own refusal of an argument
         keras_vit.TransformerBlock(2, 8, remat=True)
