@@ -1,0 +1,103 @@
+"""The documentation site as a reader sees it at a laptop's 1280 px, in the rendered HTML of
+one strict build (made once for this module): its code blocks wrap instead of hiding their
+ends behind a scroll bar. Where a headless Chromium is installed (Debian's
+`chromium-headless-shell` or `chromium`), three pages are also laid out at 1280 px and
+measured: nothing is cut off.
+
+(tests/test_docs.py checks that the site builds strictly and that its Python blocks run.)"""
+
+import html
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXTRA_CSS = "stylesheets/extra.css"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("docs_site") / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                           str(folder)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
+def text_of(fragment):
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def css_rules(css):
+    """`{selector: declarations}` of a stylesheet without at-rules."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    return {" ".join(selector.split()): " ".join(body.split())
+            for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css)
+            for selector in selectors.split(",")}
+
+
+def test_code_blocks_wrap_instead_of_scrolling(site):
+    rules = css_rules((site / EXTRA_CSS).read_text())
+    wrap = rules.get(".md-typeset pre > code", "")
+    assert "white-space: pre-wrap" in wrap and "overflow-wrap: anywhere" in wrap, rules
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    for page in pages:
+        text = page.read_text()
+        if "<pre" not in text:
+            continue
+        # Every page links the stylesheet, and each of its code blocks is a `pre > code` of
+        # the page's content, which the rule reaches.
+        assert re.search(r'<link[^>]+href="[./]*%s"' % re.escape(EXTRA_CSS), text), page
+        for block in re.findall(r"<pre[^>]*>(.*?)</pre>", text, re.S):
+            assert re.match(r"(<span></span>)?<code", block), (page, block[:80])
+
+
+def browser():
+    return shutil.which("chromium-headless-shell") or shutil.which("chromium")
+
+
+# Each code block and table of the content, laid out at 1280 px: its width in the page, and
+# whether anything in it lies beyond what it shows (a horizontal scroll bar).
+MEASURE = """<script>
+addEventListener("load", () => {
+  const cut = [];
+  for (const el of document.querySelectorAll(".md-content pre > code, .md-content table")) {
+    const box = el.closest(".md-typeset__scrollwrap") || el;
+    if (el.scrollWidth > el.clientWidth + 1 || box.scrollWidth > box.clientWidth + 1)
+      cut.push(el.textContent.slice(0, 60));
+  }
+  const content = document.querySelector(".md-content").getBoundingClientRect().width;
+  const result = document.createElement("pre");
+  result.id = "measured";
+  result.textContent = JSON.stringify({cut, content, width: innerWidth});
+  document.body.appendChild(result);
+});
+</script>"""
+
+
+@pytest.mark.skipif(browser() is None, reason="no headless Chromium installed")
+@pytest.mark.parametrize("page", ["index.html", "guides/models/index.html",
+                                  "reference/models/index.html"])
+def test_nothing_is_cut_off_at_1280_px_in_a_browser(site, page, tmp_path):
+    # A copy of the page with the measuring script, beside the site's assets.
+    copy = tmp_path / "site"
+    shutil.copytree(site, copy)
+    target = copy / page
+    target.write_text(target.read_text().replace("</head>", MEASURE + "</head>"))
+    dom = subprocess.run([browser(), "--headless", "--no-sandbox", "--disable-gpu",
+                          "--window-size=1280,900", "--virtual-time-budget=5000", "--dump-dom",
+                          target.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    measured = json.loads(html.unescape(found.group(1)))
+    assert measured["width"] == 1280, measured
+    # The page gives its content most of the window (the table of contents sits in the
+    # navigation column), and no code block or table hides its end.
+    assert measured["content"] > 900, measured
+    assert not measured["cut"], measured["cut"]
