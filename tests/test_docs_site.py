@@ -1,11 +1,13 @@
-"""The documentation site as a reader sees it at a laptop's 1280 px, in the rendered HTML of
-one strict build (made once for this module): its code blocks wrap instead of hiding their
-ends behind a scroll bar. Where a headless Chromium is installed (Debian's
-`chromium-headless-shell` or `chromium`), three pages are also laid out at 1280 px and
-measured: nothing is cut off.
+"""The documentation site as a reader sees it at a laptop's 1280 px: the rendered HTML of one
+strict build (made once for this module) says what each argument of the API reference is
+(its type) and what it defaults to (a value, not a constant's name), and its code blocks wrap
+instead of hiding their ends behind a scroll bar. Where a headless Chromium is installed
+(Debian's `chromium-headless-shell` or `chromium`), three pages are also laid out at 1280 px
+and measured: nothing is cut off.
 
 (tests/test_docs.py checks that the site builds strictly and that its Python blocks run.)"""
 
+import ast
 import html
 import json
 import pathlib
@@ -31,6 +33,63 @@ def site(tmp_path_factory):
 
 def text_of(fragment):
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def parameter_rows(site):
+    """`(page, name, type, default)` for each row of the API reference's parameter tables."""
+    rows = []
+    for page in sorted((site / "reference").rglob("index.html")):
+        for table in re.findall(r"<table>(.*?)</table>", page.read_text(), re.S):
+            heads = [text_of(h) for h in re.findall(r"<th[^>]*>(.*?)</th>", table, re.S)]
+            if heads[:2] != ["Name", "Type"]:
+                continue
+            for row in re.findall(r'<tr class="doc-section-item">(.*?)</tr>', table, re.S):
+                cells = dict(zip(heads, map(text_of, re.findall(r"<td[^>]*>(.*?)</td>", row,
+                                                                re.S))))
+                rows.append((page.parent.name, cells["Name"], cells["Type"],
+                             cells.get("Default", "")))
+    return rows
+
+
+def package_constants():
+    """Every module-level UPPER_CASE name of keras_vit with its defining expression's source."""
+    constants = {}
+    for path in (ROOT / "keras_vit").rglob("*.py"):
+        source = path.read_text()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and re.fullmatch(r"[A-Z][A-Z0-9_]+",
+                                                                     target.id):
+                        constants[target.id] = ast.get_source_segment(source, node.value)
+    return constants
+
+
+def test_every_parameter_of_the_reference_has_a_type(site):
+    rows = parameter_rows(site)
+    assert len(rows) > 200, len(rows)  # the tables were found
+    untyped = [(page, name) for page, name, kind, _ in rows if not kind]
+    assert not untyped, f"{len(untyped)} parameters without a type: {untyped[:10]}"
+    # The keras-hub form `name: type. What it is.` gives the type; the description goes on.
+    vit = {name: kind for page, name, kind, _ in rows if page == "models"}
+    assert vit["image_size"] == "int or (height, width)" and vit["include_top"] == "bool"
+
+
+def test_defaults_show_values_not_the_names_of_constants(site):
+    constants = package_constants()
+    assert "DEFAULT_TOP_K" in constants
+    named = r"\b(?:\w+\.)*(%s)\b" % "|".join(sorted(constants, key=len, reverse=True))
+    shown = [(page, name, default) for page, name, _, default in parameter_rows(site)
+             if re.fullmatch(named, default)]
+    assert not shown, f"defaults shown as constant names: {shown[:10]}"
+    # Nor in a signature (`fewshot_table(..., l2_regs=DEFAULT_L2_REGS)`).
+    for page in sorted((site / "reference").rglob("index.html")):
+        signatures = re.findall(r"=\s*" + named, text_of(page.read_text()))
+        assert not signatures, f"{page.parent.name}: defaults named {sorted(set(signatures))}"
+    # The value is the constant's: `export_saved_model(top_k=DEFAULT_TOP_K)` shows 5.
+    export = {name: default for page, name, _, default in parameter_rows(site)
+              if page == "export"}
+    assert export["top_k"] == str(ast.literal_eval(constants["DEFAULT_TOP_K"]))
 
 
 def css_rules(css):
