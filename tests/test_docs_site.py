@@ -1,9 +1,9 @@
 """The documentation site as a reader sees it at a laptop's 1280 px: the rendered HTML of one
 strict build (made once for this module) says what each argument of the API reference is
-(its type) and what it defaults to (a value, not a constant's name), and its code blocks wrap
-instead of hiding their ends behind a scroll bar. Where a headless Chromium is installed
-(Debian's `chromium-headless-shell` or `chromium`), three pages are also laid out at 1280 px
-and measured: nothing is cut off.
+(its type) and what it defaults to (a value, not a constant's name), its code blocks wrap
+instead of hiding their ends behind a scroll bar, and the home page installs the package as
+the README does. Where a headless Chromium is installed (Debian's `chromium-headless-shell`
+or `chromium`), three pages are also laid out at 1280 px and measured: nothing is cut off.
 
 (tests/test_docs.py checks that the site builds strictly and that its Python blocks run.)"""
 
@@ -115,6 +115,26 @@ def test_code_blocks_wrap_instead_of_scrolling(site):
         assert re.search(r'<link[^>]+href="[./]*%s"' % re.escape(EXTRA_CSS), text), page
         for block in re.findall(r"<pre[^>]*>(.*?)</pre>", text, re.S):
             assert re.match(r"(<span></span>)?<code", block), (page, block[:80])
+
+
+def install_commands(text):
+    """The commands of the first bash block after the "## Install" heading."""
+    section = text.split("\n## Install\n", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_home_page_installs_as_the_readme_does(site):
+    readme = (ROOT / "README.md").read_text()
+    home = install_commands((ROOT / "docs" / "index.md").read_text())
+    expected = install_commands(readme)
+    assert expected and home[:len(expected)] == expected, (home, expected)
+    # What the home page adds (the docs extra) is the README's command too.
+    for command in home[len(expected):]:
+        assert command in readme, command
+    # And the rendered page shows them.
+    rendered = text_of((site / "index.html").read_text())
+    assert all(command in rendered for command in home)
 
 
 def browser():
