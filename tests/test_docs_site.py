@@ -3,7 +3,7 @@ strict build (made once for this module) says what each argument of the API refe
 (its type) and what it defaults to (a value, not a constant's name), its code blocks wrap
 instead of hiding their ends behind a scroll bar, and the home page installs the package as
 the README does. Where a headless Chromium is installed (Debian's `chromium-headless-shell`
-or `chromium`), three pages are also laid out at 1280 px and measured: nothing is cut off.
+or `chromium`), four pages are also laid out at 1280 px and measured: nothing is cut off.
 
 (tests/test_docs.py checks that the site builds strictly and that its Python blocks run.)"""
 
@@ -162,7 +162,7 @@ addEventListener("load", () => {
 
 @pytest.mark.skipif(browser() is None, reason="no headless Chromium installed")
 @pytest.mark.parametrize("page", ["index.html", "guides/models/index.html",
-                                  "reference/models/index.html"])
+                                  "guides/errors/index.html", "reference/models/index.html"])
 def test_nothing_is_cut_off_at_1280_px_in_a_browser(site, page, tmp_path):
     # A copy of the page with the measuring script, beside the site's assets.
     copy = tmp_path / "site"
