@@ -20,8 +20,8 @@ def build_training_state(model, labels=None):
     Args:
         model: a compiled `keras.Model`.
         labels: `keras.KerasTensor` or None. Describes a batch of labels (anything with
-            `shape` and `dtype` will do), for building the loss and metrics. Defaults to integer class ids of
-            shape `[B]` (what `compile_model`'s loss takes); pass
+            `shape` and `dtype` will do), for building the loss and metrics. Defaults to
+            integer class ids of shape `[B]` (what `compile_model`'s loss takes); pass
             `keras.KerasTensor((None, K), "float32")` for one-hot labels.
 
     Returns:
