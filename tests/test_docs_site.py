@@ -110,10 +110,13 @@ def test_code_blocks_wrap_instead_of_scrolling(site):
         text = page.read_text()
         if "<pre" not in text:
             continue
-        # Every page links the stylesheet, and each of its code blocks is a `pre > code` of
-        # the page's content, which the rule reaches.
+        # Every page links the stylesheet, and each of its code blocks is a `pre > code` in
+        # the page's `md-typeset` content, which the rule reaches.
         assert re.search(r'<link[^>]+href="[./]*%s"' % re.escape(EXTRA_CSS), text), page
-        for block in re.findall(r"<pre[^>]*>(.*?)</pre>", text, re.S):
+        content = re.search(r'<article class="[^"]*\bmd-typeset\b[^"]*">(.*)</article>', text,
+                            re.S).group(1)
+        assert content.count("<pre") == text.count("<pre"), page
+        for block in re.findall(r"<pre[^>]*>(.*?)</pre>", content, re.S):
             assert re.match(r"(<span></span>)?<code", block), (page, block[:80])
 
 
