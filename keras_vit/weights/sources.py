@@ -139,7 +139,8 @@ def load_pretrained(model, source, progress=True):
 
     Args:
         model: a model from `keras_vit.ViT` or a named builder.
-        source: a registry name, a local `.npz` path or an `http(s)://` / `file://` URL.
+        source: str or path. A registry name, a local `.npz` path or an `http(s)://` /
+            `file://` URL.
         progress: bool. Show a progress bar while downloading. Defaults to True.
 
     Returns:
