@@ -11,6 +11,7 @@ import ast
 import html
 import json
 import pathlib
+import os
 import re
 import shutil
 import subprocess
@@ -163,10 +164,12 @@ addEventListener("load", () => {
 </script>"""
 
 
-@pytest.mark.skipif(browser() is None, reason="no headless Chromium installed")
 @pytest.mark.parametrize("page", ["index.html", "guides/models/index.html",
                                   "guides/errors/index.html", "reference/models/index.html"])
 def test_nothing_is_cut_off_at_1280_px_in_a_browser(site, page, tmp_path):
+    if browser() is None:  # .ci/run installs it: there, its absence fails the test
+        reason = "no headless Chromium installed (Debian: apt-get install chromium-headless-shell)"
+        (pytest.fail if os.environ.get("KERAS_VIT_CI") == "1" else pytest.skip)(reason)
     # A copy of the page with the measuring script, beside the site's assets.
     copy = tmp_path / "site"
     shutil.copytree(site, copy)
