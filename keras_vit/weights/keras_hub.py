@@ -283,7 +283,8 @@ def read_preset(path):
 
     The architecture is read and checked from the JSON files first; keras-hub then loads the
     weights (`ViTImageClassifier.from_preset`, or `ViTBackbone.from_preset` for a backbone
-    saved alone).
+    saved alone). The model gives the head's logits, before the `activation` a keras-hub
+    classifier may apply; the classifier's `dropout` (training only) has no counterpart.
 
     Raises:
         CheckpointError: naming the file and the field, for a folder that is not a ViT preset
