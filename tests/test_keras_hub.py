@@ -149,6 +149,18 @@ def test_destination_rules(hub, tmp_path):
     assert not [p for p in tmp_path.iterdir() if fileio.is_temporary(p.name)]
 
 
+def test_a_file_at_the_destination_is_never_replaced(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "keras_hub", None)  # refused before keras-hub is needed
+    (tmp_path / "preset").write_text("mine")
+    with pytest.raises(fileio.DestinationExists, match="is a file"):
+        keras_vit.save_keras_hub_preset(keras_vit.ViT(**TINY), tmp_path / "preset",
+                                        overwrite=True)
+    assert cli.main(["convert", "digits", str(tmp_path / "preset"), "--format", "keras-hub",
+                     "--overwrite"]) == 2
+    assert "OUT " + str(tmp_path / "preset") + " is a file" in capsys.readouterr().err
+    assert (tmp_path / "preset").read_text() == "mine"
+
+
 # (keras_vit.ViT arguments, a phrase of the refusal): nothing is written, keras-hub unneeded.
 REFUSED = {
     "tanh GELU": (dict(gelu_approximate=True), "tanh-approximate GELU"),
