@@ -64,7 +64,7 @@ INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos
 # keras-hub's converter flags (crop_to_aspect_ratio, pad_to_aspect_ratio) as timm's crop_mode:
 # "center" crops the centred region of the target's aspect ratio, then resizes (timm's center
 # crop at crop_pct 1.0); "squash" resizes without keeping the aspect ratio; "border" resizes
-# to fit, keeping it, and pads.
+# the longest side to fit, keeping it, and pads (keras-hub with zeros, timm with the mean).
 CROP_MODES = {(True, False): "center", (False, False): "squash", (False, True): "border"}
 PIXEL_MAX = 255.0
 SIGNIFICANT_DIGITS = 10  # of mean and std read from a converter's scale and offset
