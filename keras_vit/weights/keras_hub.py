@@ -25,7 +25,6 @@ keras-hub is an optional dependency (`pip install keras-hub`), imported only whe
 read or written.
 """
 
-import importlib
 import json
 import os
 import re
@@ -111,7 +110,9 @@ def import_keras_hub():
     """The `keras_hub` package, or ImportError naming the command that installs it."""
     try:
         # Optional dependency: only reading or writing a preset needs it.
-        return importlib.import_module("keras_hub")
+        import keras_hub
+
+        return keras_hub
     except ImportError as e:
         raise ImportError(f"keras-hub presets need the keras-hub package: {INSTALL}") from e
 
