@@ -66,8 +66,8 @@ def list_checkpoints(pattern=None):
     >>> names = [c["name"] for c in list_checkpoints("Ti/16")]
     >>> names[0]
     'augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0'
-    >>> [c["name"] for c in list_checkpoints("vit_base_patch16_224.augreg2*")]
-    ['vit_base_patch16_224.augreg2_in21k_ft_in1k']
+    >>> len(list_checkpoints("vit_base_patch16_224.augreg2*"))
+    1
     """
     entries = queries.with_defaults([copy.deepcopy(e) for e in _registry().values()])
     if pattern is None:
@@ -163,8 +163,8 @@ def register_checkpoint(name, url, variant=None, sha256=None, overwrite=False, *
 
 def hub_source(name):
     """The `hf://` source of a registry name whose weights are on the Hugging Face Hub (timm's
-    files, e.g. "vit_base_patch16_224.augreg2_in21k_ft_in1k" -> "hf://timm/vit_base_patch16_224.
-    augreg2_in21k_ft_in1k"), else None."""
+    files: "vit_small_patch16_224.dino" -> "hf://timm/vit_small_patch16_224.dino"), else
+    None."""
     entry = _registry().get(name) if isinstance(name, str) else None
     url = entry and entry.get("url")
     return url if isinstance(url, str) and url.startswith(queries.HUB_PREFIX) else None
