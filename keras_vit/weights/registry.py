@@ -24,7 +24,6 @@ from keras_vit.weights import entries as queries
 
 _REGISTERED = {}  # name -> entry, added with `register_checkpoint`
 URL_SCHEMES = ("http", "https", "file")
-HUB_SCHEME = "hf"  # hf://ORG/NAME: safetensors on the Hugging Face Hub (keras_vit.weights.hub)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]*(/[A-Za-z0-9][A-Za-z0-9._+\-]*)*")
 # Each name segment is a folder or file name in the cache (`<segment>.npz` for the last): at
@@ -117,8 +116,7 @@ def register_checkpoint(name, url, variant=None, sha256=None, overwrite=False, *
 
     Args:
         name: str. Registry name: letters, digits and `._+-`, segments joined by `/` (no `..`).
-        url: str. `http(s)://` or `file://` URL of the `.npz`, or `hf://ORG/NAME[@REVISION]`
-            for safetensors weights on the Hugging Face Hub.
+        url: str. `http(s)://` or `file://` URL of the `.npz`.
         variant: str or None. The ViT variant, e.g. "B/16"; None for another architecture,
             which is then read off the file (or from `config=`).
         sha256: str or None. Expected SHA-256 of the file; checked on download and on every
@@ -142,9 +140,9 @@ def register_checkpoint(name, url, variant=None, sha256=None, overwrite=False, *
                          f"characters, too long for a file name in the cache. Expected segments "
                          f"of at most {MAX_SEGMENT} characters.")
     scheme = url.split("://", 1)[0] if isinstance(url, str) and "://" in url else None
-    if scheme not in (*URL_SCHEMES, HUB_SCHEME):
+    if scheme not in URL_SCHEMES:
         raise ValueError(f"Checkpoint URL {url!r} is not understood. Expected an http://, "
-                         "https://, file:// or hf:// URL.")
+                         "https:// or file:// URL.")
     entry = dict(
         name=name, url=url, file=None,
         variant=configs.get_variant(variant).name if variant is not None else None,
