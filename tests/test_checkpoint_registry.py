@@ -285,7 +285,12 @@ for name, kwargs in json.loads({families!r}):
         x = torch.nn.functional.interpolate(images, size=(side, side), mode="bilinear")
         outputs[name] = model((x / 255 - mean) / std).tolist()
     save_for_hf(model, pathlib.Path({folder!r}) / name, safe_serialization=True)
-print(json.dumps(outputs))
+sys.path.insert(0, str(pathlib.Path({root!r}) / "checkpoints"))
+import make_registry  # the registry's entries, as it writes them from timm's configurations
+family = dict(make_registry.TIMM)
+entries = {{name: make_registry.timm_entry(timm, name, family[name]) for name, _ in
+            json.loads({families!r})}}
+print(json.dumps(dict(outputs=outputs, entries=entries)))
 """
 
 
@@ -298,7 +303,10 @@ def test_every_family_loads_exactly_from_the_files_timm_writes(offline_hub, tmp_
     done = subprocess.run([TIMM_PYTHON, "-c", code], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    outputs = json.loads(done.stdout.strip().splitlines()[-1])
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    outputs, by_name = printed["outputs"], {e["name"]: e for e in registry_file()}
+    for name, _ in FAMILIES:  # registry.json holds what make_registry.py reads from timm
+        assert printed["entries"][name] == by_name[name], name
     for name, _ in FAMILIES[::2]:  # as the Hub's files written by earlier timm: no model_args
         config = tmp_path / "timm" / name / "config.json"
         written = json.loads(config.read_text())
