@@ -86,8 +86,9 @@ def select(entries, pattern):
         variant = None
     chosen = library_module("weights.entries").matching(entries, pattern, variant)
     if not chosen:
-        close = difflib.get_close_matches(pattern, [e["name"] for e in entries], n=3,
-                                          cutoff=0.5)
+        words = {w for e in entries for w in (e["name"], e["name"].split(".")[0],
+                                              *(e.get("tags") or ()))}
+        close = difflib.get_close_matches(pattern, sorted(words), n=3, cutoff=0.6)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
         raise ValueError(f"No checkpoint's name, variant or tag matches {pattern!r}.{hint} "
                          "Expected a name, a variant (B/16), a tag (timm, augreg, dino, ...) "

@@ -147,7 +147,7 @@ def test_list_checkpoints_takes_a_variant_in_any_spelling():
     b16 = [e["name"] for e in keras_vit.list_checkpoints("B/16")]
     assert b16 == [e["name"] for e in keras_vit.list_checkpoints("ViT_B16")]
     assert "imagenet21k/ViT-B_16" in b16 and "vit_base_patch16_224.mae" in b16
-    assert keras_vit.list_checkpoints("no-such-*") == []
+    assert keras_vit.list_checkpoints("no-such-*") == keras_vit.list_checkpoints("") == []
     with pytest.raises(ValueError, match="`pattern` must be a string"):
         keras_vit.list_checkpoints(16)
 
@@ -361,9 +361,15 @@ def test_checkpoints_json_has_every_field_and_the_default(capsys):
         assert list(entry["preprocessing"]) == PREPROCESSING_KEYS
 
 
-def test_checkpoints_matching_nothing_is_one_line(capsys):
-    assert cli.main(["checkpoints", "vit_base_patch16_224.augreg3*"]) == 2
+@pytest.mark.parametrize("pattern", ["vit_base_patch16_224.augreg3*", "", "["])
+def test_checkpoints_matching_nothing_is_one_line(capsys, pattern):
+    assert cli.main(["checkpoints", pattern]) == 2
     err = capsys.readouterr().err
     assert err.startswith("keras-vit checkpoints: error: No checkpoint's name, variant or tag "
-                          "matches 'vit_base_patch16_224.augreg3*'.")
+                          f"matches {pattern!r}.")
     assert err.count("\n") == 1
+
+
+def test_checkpoints_names_close_names_and_tags_for_a_typo(capsys):
+    assert cli.main(["checkpoints", "dinno"]) == 2
+    assert "Did you mean 'dino'?" in capsys.readouterr().err

@@ -17,7 +17,8 @@ def matches(entry, pattern):
     """Whether a shell-style `pattern` (`*`, `?`, `[...]`; any case) matches the entry's name,
     variant or one of its tags, e.g. "vit_base*", "B/16", "dino", "*in21k*"."""
     pattern = pattern.lower()
-    fields = [entry["name"], entry.get("variant") or "", *(entry.get("tags") or ())]
+    fields = [entry["name"], *([entry["variant"]] if entry.get("variant") else []),
+              *(entry.get("tags") or ())]
     return any(fnmatch.fnmatchcase(field.lower(), pattern) for field in fields)
 
 
