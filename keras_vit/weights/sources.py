@@ -4,7 +4,8 @@
 `--weights` take:
 
 - `True`: the documented default for the variant (see `default_checkpoint`);
-- a registry name, e.g. "imagenet21k/ViT-B_16" (see `list_checkpoints()`);
+- a registry name, e.g. "imagenet21k/ViT-B_16" or timm's
+  "vit_base_patch16_224.augreg2_in21k_ft_in1k" (see `list_checkpoints()`);
 - a local `.npz` path (`~` is expanded);
 - an `http(s)://` or `file://` URL (downloaded once into the cache);
 - `hf://ORG/NAME[@REVISION]` on the Hugging Face Hub, or a local `.safetensors` file, in
@@ -80,8 +81,9 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
         if check is not None:
             check(params, entry)
         return params, entry
-    if hub.is_hub(source):
-        config_path, weights_path = hub.hub_files(source)
+    on_hub = source if hub.is_hub(source) else registry.hub_source(source)
+    if on_hub:  # hf://ORG/NAME, or a registry name of a file there (timm's)
+        config_path, weights_path = hub.hub_files(on_hub)
         return _torch_layout(weights_path, config_path, source, num_heads, check)
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".safetensors"):
         path = os.path.expanduser(os.fspath(source))
