@@ -20,6 +20,13 @@ from keras_vit.weights.loading import match_params
 from keras_vit.weights.registry import is_registered
 
 
+# The `ViT` arguments that say what a checkpoint computes rather than its sizes: a named
+# builder given such a checkpoint (timm's files, a config.json beside a file) takes them from
+# it, where the caller does not pass them.
+CHECKPOINT_FUNCTIONS = ("classifier", "gelu_approximate", "layer_norm_epsilon", "qkv_bias",
+                        "class_token", "fc_norm", "position_embedding")
+
+
 def _new_model(kwargs, entry, described_by=None):
     """`ViT(**kwargs)`. When the registry entry's classifier is kept whole, its representation
     layer is built too (the released network). An argument `ViT` refuses is reported as
@@ -110,7 +117,16 @@ def create_model(variant, image_size=224, num_classes=1000, include_top=True, pr
         if variant and variant != spec.name:
             raise ValueError(f"Checkpoint {pretrained!r} is a ViT-{variant} checkpoint; "
                              f"{spec.builder_name} builds ViT-{spec.name}.")
-    return _fetch_into_new_model(pretrained, lambda params, entry: (kwargs, None, None))[0]
+
+    def architecture(params, entry):
+        # What the checkpoint computes (its activation, norms, pooling) comes with its weights,
+        # unless the caller chose otherwise: the variant gives only the sizes.
+        declared = (entry or {}).get("config") or {}
+        taken = {key: declared[key] for key in CHECKPOINT_FUNCTIONS
+                 if key in declared and key not in overrides}
+        return dict(kwargs, **taken), None, None
+
+    return _fetch_into_new_model(pretrained, architecture)[0]
 
 
 def from_pretrained(source, progress=True, **overrides):

@@ -37,8 +37,9 @@ COMMANDS = {
     "models": ("keras_vit_cli.models",
                "list every ViT variant with its configuration, parameters and GFLOPs"),
     "checkpoints": ("keras_vit_cli.checkpoints",
-                    "list the pretrained checkpoints by name (variant, resolution, classes, "
-                    "data, size)"),
+                    "list the pretrained checkpoints (timm's ViTs included) matching a name, "
+                    "variant, tag or pattern: variant, resolution, classes, top-1, size, data, "
+                    "and each variant's default"),
     "predict": ("keras_vit_cli.predict", "classify images and print the top classes"),
     "convert": ("keras_vit_cli.convert",
                 "turn a checkpoint into a .keras model, .weights.h5, .npz (official layout) or "

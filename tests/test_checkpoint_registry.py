@@ -4,13 +4,12 @@ every entry's size, top-1 and preprocessing, each variant's default, and `keras-
 checkpoints [PATTERN]`.
 
 The files timm writes itself are tested where `KERAS_VIT_TIMM_PYTHON` names an interpreter with
-timm (`bash benchmarks/setup_peers.sh`; see tests/test_timm_interop.py), for example
+timm (`.ci/run` builds one; see tests/test_timm_interop.py), for example
 `KERAS_VIT_TIMM_PYTHON=.venv-bench/bin/python .venv/bin/python -m pytest
 tests/test_checkpoint_registry.py`; elsewhere the download path is tested on files written here
 in the Hub's format."""
 
 import json
-import os
 import pathlib
 import subprocess
 
@@ -27,7 +26,6 @@ from keras_vit import configs, flops
 from keras_vit.weights import registry, torch_layouts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TIMM_PYTHON = os.environ.get("KERAS_VIT_TIMM_PYTHON")
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 PREPROCESSING_KEYS = ["input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std"]
 # The official ImageNet-1k fine-tune with no published top-1 (and no documented resolution).
@@ -215,9 +213,13 @@ def test_a_timm_name_loads_from_the_hub_with_the_papers_numerics(offline_hub, tm
     np.testing.assert_allclose(model.predict(images, verbose=0), want, atol=1e-4)
     again = keras_vit.from_pretrained(f"hf://timm/{name}")
     np.testing.assert_allclose(again.predict(images, verbose=0), want, atol=1e-4)
-    same = keras_vit.ViT_Ti16(image_size=32, num_classes=7, num_layers=1, pretrained=name,
-                              gelu_approximate=False, layer_norm_epsilon=1e-6)
+    # A named builder takes what the file computes (timm's exact GELU) from the file.
+    same = keras_vit.ViT_Ti16(image_size=32, num_classes=7, num_layers=1, pretrained=name)
+    assert same.get_config()["gelu_approximate"] is False
     np.testing.assert_allclose(same.predict(images, verbose=0), want, atol=1e-4)
+    chosen = keras_vit.ViT_Ti16(image_size=32, num_classes=7, num_layers=1, pretrained=name,
+                                gelu_approximate=True)  # unless the caller chooses
+    assert chosen.get_config()["gelu_approximate"] is True
 
 
 def test_the_command_line_takes_a_timm_name_as_weights(offline_hub, tmp_path, capsys):
@@ -294,13 +296,13 @@ print(json.dumps(dict(outputs=outputs, entries=entries)))
 """
 
 
-@pytest.mark.skipif(not TIMM_PYTHON, reason="KERAS_VIT_TIMM_PYTHON names no interpreter with timm")
-def test_every_family_loads_exactly_from_the_files_timm_writes(offline_hub, tmp_path):
+def test_every_family_loads_exactly_from_the_files_timm_writes(offline_hub, tmp_path,
+                                                               timm_python):
     images = np.random.default_rng(4).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     np.save(tmp_path / "images.npy", images)
     code = WRITE_WITH_TIMM.format(root=str(ROOT), images=str(tmp_path / "images.npy"),
                                   families=json.dumps(FAMILIES), folder=str(tmp_path / "timm"))
-    done = subprocess.run([TIMM_PYTHON, "-c", code], capture_output=True, text=True,
+    done = subprocess.run([timm_python, "-c", code], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     printed = json.loads(done.stdout.strip().splitlines()[-1])
