@@ -1,5 +1,6 @@
-"""`keras-vit export OUTPUT`: a TF Serving SavedModel or a TFLite file."""
+"""`keras-vit export OUTPUT`: a TF Serving SavedModel, a TFLite file or an ONNX file."""
 
+import importlib.util
 import os
 import sys
 
@@ -18,19 +19,28 @@ from keras_vit_cli.common import (
 
 # Random images the TFLite export compares TFLite and Keras on.
 TFLITE_PARITY_IMAGES = 8
+FORMATS = ("saved_model", "tflite", "onnx")
+# The formats written as one file, by the name their messages give them.
+FILE_FORMATS = {"tflite": "TFLite", "onnx": "ONNX"}
+# What `--format onnx` needs beyond the base install: the `onnx` extra (setup.cfg), looked for
+# before TensorFlow starts.
+ONNX_PACKAGES = ("tf2onnx", "onnx", "onnxruntime")
 
 
 def configure(parser):
     parser.add_argument("output", help="SavedModel: the base folder (the version goes inside); "
-                                       "TFLite: the .tflite file")
+                                       "TFLite: the .tflite file; ONNX: the .onnx file")
     add_model_arguments(parser)
     parser.add_argument("--num-classes", type=positive_int_arg, default=None,
                         help="head size for a variant without --weights (1000)")
-    parser.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model",
+    parser.add_argument("--format", choices=FORMATS, default="saved_model",
                         help="saved_model: a TF Serving SavedModel folder; tflite: a .tflite "
-                             "file (default saved_model)")
+                             "file; onnx: an .onnx file for ONNX Runtime, preprocessed images "
+                             "in, logits out (needs pip install 'keras-vit[onnx]') (default "
+                             "saved_model)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing version folder (SavedModel) or file (TFLite)")
+                        help="replace an existing version folder (SavedModel) or file (TFLite, "
+                             "ONNX)")
     saved_model = parser.add_argument_group("SavedModel")
     saved_model.add_argument("--version", type=int_arg(0), help="the version folder (1)")
     add_class_names_argument(saved_model)
@@ -76,32 +86,43 @@ def _check_format_args(args):
                         "--precision": args.precision,
                         "--dynamic-image-size": args.dynamic_image_size,
                         "--max-patches": args.max_patches}
-    wrong = tflite_only if args.format == "saved_model" else saved_model_only
+    wrong = {"saved_model": tflite_only, "tflite": saved_model_only,
+             "onnx": {**saved_model_only, **tflite_only}}[args.format]
     given = [flag for flag, value in wrong.items() if value not in (None, False)]
     if given:
         raise ValueError(f"{', '.join(given)} does not apply to --format {args.format}.")
 
 
+def _check_onnx_packages():
+    missing = [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ValueError(f"--format onnx needs {', '.join(missing)}, which "
+                         f"{'is' if len(missing) == 1 else 'are'} not installed: "
+                         "pip install 'keras-vit[onnx]'.")
+
+
 def check(args):
-    """The flags and input files, before TensorFlow starts: the flags of the other format, the
-    model and weights files and the class-names file."""
+    """The flags and input files, before TensorFlow starts: the flags of the other formats, the
+    packages of --format onnx, the model and weights files and the class-names file."""
     _check_format_args(args)
+    if args.format == "onnx":
+        _check_onnx_packages()
     check_model_paths(args)
     check_class_names_file(args)
 
 
 def run(args):
     _check_format_args(args)
-    if args.format == "tflite":
-        check_output_file("OUTPUT", args.output, "the TFLite file")
-    else:
+    if args.format == "saved_model":
         check_output_folder("OUTPUT", args.output, "the SavedModel's version folders")
+    else:
+        check_output_file("OUTPUT", args.output, f"the {FILE_FORMATS[args.format]} file")
     import numpy as np
 
     from keras_vit import export, images, tflite
     from keras_vit.fileio import check_destination
 
-    if args.format == "tflite":
+    if args.format != "saved_model":
         check_destination(args.output, args.overwrite)  # before the model is loaded
     architecture = {"dynamic_image_size": True} if args.dynamic_image_size else None
     model, checkpoint_names = model_from_args(args, num_classes=args.num_classes,
@@ -118,6 +139,8 @@ def run(args):
         metadata = export.read_metadata(path)
         print(f"SavedModel written to {path} (signatures {', '.join(metadata['signatures'])})")
         return 0
+    if args.format == "onnx":
+        return _export_onnx(model, args)
     tflite.export_tflite(model, args.output, quantize=args.quantize, overwrite=args.overwrite)
     height, width, _ = export.check_model(model)
     count = args.parity_images or TFLITE_PARITY_IMAGES
@@ -132,6 +155,20 @@ def run(args):
         print(f"keras-vit export: error: the float32 TFLite file differs from Keras by more "
               f"than {tflite.TFLITE_FLOAT_TOLERANCE}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _export_onnx(model, args):
+    from keras_vit import onnx_export
+
+    onnx_export.export_onnx(model, args.output, overwrite=args.overwrite)
+    height, width = (d or name for d, name in zip(model.inputs[0].shape[1:3],
+                                                  onnx_export.DIMENSION_NAMES[1:]))
+    print(f"ONNX written to {args.output}: {os.path.getsize(args.output):,} bytes; input "
+          f"{onnx_export.INPUT_NAME} [batch, {height}, {width}, 3] float32 in [-1, 1], output "
+          f"{onnx_export.OUTPUT_NAME} [batch, {model.outputs[0].shape[-1]}]")
+    print(f"ONNX Runtime gives the Keras logits within {onnx_export.ONNX_TOLERANCE} on "
+          f"{onnx_export.CHECK_IMAGES} random images")
     return 0
 
 
