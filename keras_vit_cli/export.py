@@ -17,8 +17,8 @@ from keras_vit_cli.common import (
     positive_int_arg,
 )
 
-# Random images the TFLite export compares TFLite and Keras on.
-TFLITE_PARITY_IMAGES = 8
+# Random images the TFLite and ONNX exports compare their file and Keras on.
+PARITY_IMAGES = 8
 FORMATS = ("saved_model", "tflite", "onnx")
 # The formats written as one file, by the name their messages give them.
 FILE_FORMATS = {"tflite": "TFLite", "onnx": "ONNX"}
@@ -41,6 +41,9 @@ def configure(parser):
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing version folder (SavedModel) or file (TFLite, "
                              "ONNX)")
+    parser.add_argument("--parity-images", type=positive_int_arg,
+                        help=f"TFLite, ONNX: random images of the parity check against Keras "
+                             f"({PARITY_IMAGES})")
     saved_model = parser.add_argument_group("SavedModel")
     saved_model.add_argument("--version", type=int_arg(0), help="the version folder (1)")
     add_class_names_argument(saved_model)
@@ -73,20 +76,18 @@ def configure(parser):
     tflite = parser.add_argument_group("TFLite")
     tflite.add_argument("--quantize", choices=("dynamic-int8",),
                         help="dynamic-range int8 weights (default: float32)")
-    tflite.add_argument("--parity-images", type=positive_int_arg,
-                        help=f"random images of the parity check against Keras "
-                             f"({TFLITE_PARITY_IMAGES})")
 
 
 def _check_format_args(args):
-    tflite_only = {"--quantize": args.quantize, "--parity-images": args.parity_images}
+    tflite_only = {"--quantize": args.quantize}
+    files_only = {"--parity-images": args.parity_images}  # TFLite and ONNX
     saved_model_only = {"--version": args.version, "--class-names": args.class_names,
                         "--top-k": args.top_k, "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
                         "--xla/--no-xla": args.xla, "--max-pixels": args.max_pixels,
                         "--precision": args.precision,
                         "--dynamic-image-size": args.dynamic_image_size,
                         "--max-patches": args.max_patches}
-    wrong = {"saved_model": tflite_only, "tflite": saved_model_only,
+    wrong = {"saved_model": {**tflite_only, **files_only}, "tflite": saved_model_only,
              "onnx": {**saved_model_only, **tflite_only}}[args.format]
     given = [flag for flag, value in wrong.items() if value not in (None, False)]
     if given:
@@ -143,7 +144,7 @@ def run(args):
         return _export_onnx(model, args)
     tflite.export_tflite(model, args.output, quantize=args.quantize, overwrite=args.overwrite)
     height, width, _ = export.check_model(model)
-    count = args.parity_images or TFLITE_PARITY_IMAGES
+    count = args.parity_images or PARITY_IMAGES
     batch = np.random.default_rng(0).uniform(0, 255, (count, height, width, 3))
     parity = tflite.tflite_parity(args.output, model, batch)
     print(f"TFLite ({args.quantize or 'float32'}) written to {args.output}: "
@@ -159,16 +160,25 @@ def run(args):
 
 
 def _export_onnx(model, args):
-    from keras_vit import onnx_export
+    """`--format onnx`: the file (which the library checks against Keras before it is put in
+    place), and its parity with Keras on `--parity-images` other random images."""
+    import numpy as np
+
+    from keras_vit import export, onnx_export
 
     onnx_export.export_onnx(model, args.output, overwrite=args.overwrite)
-    height, width = (d or name for d, name in zip(model.inputs[0].shape[1:3],
-                                                  onnx_export.DIMENSION_NAMES[1:]))
+    height, width, num_classes = export.check_model(model)
+    shown = [d or name for d, name in zip(model.inputs[0].shape[1:3],
+                                          onnx_export.DIMENSION_NAMES[1:])]
     print(f"ONNX written to {args.output}: {os.path.getsize(args.output):,} bytes; input "
-          f"{onnx_export.INPUT_NAME} [batch, {height}, {width}, 3] float32 in [-1, 1], output "
-          f"{onnx_export.OUTPUT_NAME} [batch, {model.outputs[0].shape[-1]}]")
-    print(f"ONNX Runtime gives the Keras logits within {onnx_export.ONNX_TOLERANCE} on "
-          f"{onnx_export.CHECK_IMAGES} random images")
+          f"{onnx_export.INPUT_NAME} [batch, {shown[0]}, {shown[1]}, 3] float32 in [-1, 1], "
+          f"output {onnx_export.OUTPUT_NAME} [batch, {num_classes}]")
+    count = args.parity_images or PARITY_IMAGES
+    batch = np.random.default_rng(1).uniform(-1, 1, (count, height, width, 3))
+    parity = onnx_export.onnx_parity(args.output, model, batch)
+    print(f"parity with Keras on {parity['num_images']} random images in ONNX Runtime: max "
+          f"|logit difference| {parity['max_abs_diff']:.3g}, top-1 agreement "
+          f"{parity['top1_agreement']:.1%}")
     return 0
 
 
