@@ -4,11 +4,14 @@ batch size, or is refused before anything is written, with one line naming why; 
 line's errors are one line with exit status 2; the onnxruntime benchmark contender is
 registered."""
 
+import gc
 import importlib.util
 import os
 import pathlib
 import re
 import sys
+import threading
+import weakref
 
 import keras
 import numpy as np
@@ -101,6 +104,28 @@ def test_a_keras_classifier_that_is_not_a_keras_vit_model_exports_too(tmp_path):
     with pytest.raises(ValueError, match=r"cnn.onnx takes images \[batch, 16, 16, 3\]. "
                                          r"Received shape \(2, 24, 32, 3\)"):
         onnx_export.run_onnx(path, OTHER_SIZE)
+
+
+def test_garbage_cycles_are_freed_while_the_converter_runs():
+    """tf2onnx drops a copy of its graph, weights included, as a reference cycle in each
+    optimisation pass: the export frees them as it goes, not when CPython next runs a full
+    collection."""
+
+    class Graph:  # a graph copy: its nodes point back at it
+        pass
+
+    freed = threading.Event()
+    gc.disable()  # only the export's collector runs
+    try:
+        with onnx_export._collecting_garbage(every=0.01):
+            copy = Graph()
+            copy.nodes = [copy]
+            weakref.finalize(copy, freed.set)
+            del copy
+            assert freed.wait(timeout=60)
+    finally:
+        gc.enable()
+    assert "keras_vit-onnx-gc" not in {thread.name for thread in threading.enumerate()}
 
 
 # ------------------------------------------------------------------------------------------
