@@ -40,7 +40,10 @@ FAMILIES = {  # name -> (worker module, label in the table)
     "timm": ("benchmarks.contenders.timm_vit", "timm"),
     "keras_hub": ("benchmarks.contenders.keras_hub_vit", "keras-hub ViT"),
     "keras_vit": ("benchmarks.contenders.keras_vit_model", "keras_vit"),
+    "onnxruntime": ("benchmarks.contenders.onnxruntime_vit", "keras_vit ONNX in ONNX Runtime"),
 }
+# The families that measure inference only.
+INFERENCE_ONLY = ("onnxruntime",)
 TRAINING_MODES = ("infer", "train")
 # The contender tags that switch a flag on: tag (a `Contender` field) -> the families taking it.
 FLAG_TAGS = {"jax": ("keras_hub", "keras_vit"), "compile": ("timm",), "savedmodel": ("keras_vit",)}
@@ -94,7 +97,8 @@ class Contender:
 
     @property
     def modes(self):
-        return ("infer",) if self.precision == "int8" or self.savedmodel else TRAINING_MODES
+        inference_only = self.precision == "int8" or self.savedmodel
+        return ("infer",) if inference_only or self.family in INFERENCE_ONLY else TRAINING_MODES
 
     def label(self, versions=None):
         """The table's name for it, with the framework versions its process reported."""

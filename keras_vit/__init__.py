@@ -66,6 +66,7 @@ _LAZY = {
                     "keras_vit.evaluation"),
     "export_saved_model": "keras_vit.export",
     "export_tflite": "keras_vit.tflite",
+    "export_onnx": "keras_vit.onnx_export",
     **dict.fromkeys((
         "attention_map", "attention_rollout", "inspect_model", "mean_attention_distance",
         "patch_embedding_components", "position_embedding_similarity"),

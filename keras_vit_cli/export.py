@@ -1,5 +1,6 @@
-"""`keras-vit export OUTPUT`: a TF Serving SavedModel or a TFLite file."""
+"""`keras-vit export OUTPUT`: a TF Serving SavedModel, a TFLite file or an ONNX file."""
 
+import importlib.util
 import os
 import sys
 
@@ -16,21 +17,33 @@ from keras_vit_cli.common import (
     positive_int_arg,
 )
 
-# Random images the TFLite export compares TFLite and Keras on.
-TFLITE_PARITY_IMAGES = 8
+# Random images the TFLite and ONNX exports compare their file and Keras on.
+PARITY_IMAGES = 8
+FORMATS = ("saved_model", "tflite", "onnx")
+# The formats written as one file, by the name their messages give them.
+FILE_FORMATS = {"tflite": "TFLite", "onnx": "ONNX"}
+# What `--format onnx` needs beyond the base install: the `onnx` extra (setup.cfg), looked for
+# before TensorFlow starts.
+ONNX_PACKAGES = ("tf2onnx", "onnx", "onnxruntime")
 
 
 def configure(parser):
     parser.add_argument("output", help="SavedModel: the base folder (the version goes inside); "
-                                       "TFLite: the .tflite file")
+                                       "TFLite: the .tflite file; ONNX: the .onnx file")
     add_model_arguments(parser)
     parser.add_argument("--num-classes", type=positive_int_arg, default=None,
                         help="head size for a variant without --weights (1000)")
-    parser.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model",
+    parser.add_argument("--format", choices=FORMATS, default="saved_model",
                         help="saved_model: a TF Serving SavedModel folder; tflite: a .tflite "
-                             "file (default saved_model)")
+                             "file; onnx: an .onnx file for ONNX Runtime, preprocessed images "
+                             "in, logits out (needs pip install 'keras-vit[onnx]') (default "
+                             "saved_model)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing version folder (SavedModel) or file (TFLite)")
+                        help="replace an existing version folder (SavedModel) or file (TFLite, "
+                             "ONNX)")
+    parser.add_argument("--parity-images", type=positive_int_arg,
+                        help=f"TFLite, ONNX: random images of the parity check against Keras "
+                             f"({PARITY_IMAGES})")
     saved_model = parser.add_argument_group("SavedModel")
     saved_model.add_argument("--version", type=int_arg(0), help="the version folder (1)")
     add_class_names_argument(saved_model)
@@ -63,45 +76,54 @@ def configure(parser):
     tflite = parser.add_argument_group("TFLite")
     tflite.add_argument("--quantize", choices=("dynamic-int8",),
                         help="dynamic-range int8 weights (default: float32)")
-    tflite.add_argument("--parity-images", type=positive_int_arg,
-                        help=f"random images of the parity check against Keras "
-                             f"({TFLITE_PARITY_IMAGES})")
 
 
 def _check_format_args(args):
-    tflite_only = {"--quantize": args.quantize, "--parity-images": args.parity_images}
+    tflite_only = {"--quantize": args.quantize}
+    files_only = {"--parity-images": args.parity_images}  # TFLite and ONNX
     saved_model_only = {"--version": args.version, "--class-names": args.class_names,
                         "--top-k": args.top_k, "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
                         "--xla/--no-xla": args.xla, "--max-pixels": args.max_pixels,
                         "--precision": args.precision,
                         "--dynamic-image-size": args.dynamic_image_size,
                         "--max-patches": args.max_patches}
-    wrong = tflite_only if args.format == "saved_model" else saved_model_only
+    wrong = {"saved_model": {**tflite_only, **files_only}, "tflite": saved_model_only,
+             "onnx": {**saved_model_only, **tflite_only}}[args.format]
     given = [flag for flag, value in wrong.items() if value not in (None, False)]
     if given:
         raise ValueError(f"{', '.join(given)} does not apply to --format {args.format}.")
 
 
+def _check_onnx_packages():
+    missing = [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ValueError(f"--format onnx needs {', '.join(missing)}, which "
+                         f"{'is' if len(missing) == 1 else 'are'} not installed: "
+                         "pip install 'keras-vit[onnx]'.")
+
+
 def check(args):
-    """The flags and input files, before TensorFlow starts: the flags of the other format, the
-    model and weights files and the class-names file."""
+    """The flags and input files, before TensorFlow starts: the flags of the other formats, the
+    packages of --format onnx, the model and weights files and the class-names file."""
     _check_format_args(args)
+    if args.format == "onnx":
+        _check_onnx_packages()
     check_model_paths(args)
     check_class_names_file(args)
 
 
 def run(args):
     _check_format_args(args)
-    if args.format == "tflite":
-        check_output_file("OUTPUT", args.output, "the TFLite file")
-    else:
+    if args.format == "saved_model":
         check_output_folder("OUTPUT", args.output, "the SavedModel's version folders")
+    else:
+        check_output_file("OUTPUT", args.output, f"the {FILE_FORMATS[args.format]} file")
     import numpy as np
 
     from keras_vit import export, images, tflite
     from keras_vit.fileio import check_destination
 
-    if args.format == "tflite":
+    if args.format != "saved_model":
         check_destination(args.output, args.overwrite)  # before the model is loaded
     architecture = {"dynamic_image_size": True} if args.dynamic_image_size else None
     model, checkpoint_names = model_from_args(args, num_classes=args.num_classes,
@@ -118,9 +140,11 @@ def run(args):
         metadata = export.read_metadata(path)
         print(f"SavedModel written to {path} (signatures {', '.join(metadata['signatures'])})")
         return 0
+    if args.format == "onnx":
+        return _export_onnx(model, args)
     tflite.export_tflite(model, args.output, quantize=args.quantize, overwrite=args.overwrite)
     height, width, _ = export.check_model(model)
-    count = args.parity_images or TFLITE_PARITY_IMAGES
+    count = args.parity_images or PARITY_IMAGES
     batch = np.random.default_rng(0).uniform(0, 255, (count, height, width, 3))
     parity = tflite.tflite_parity(args.output, model, batch)
     print(f"TFLite ({args.quantize or 'float32'}) written to {args.output}: "
@@ -132,6 +156,29 @@ def run(args):
         print(f"keras-vit export: error: the float32 TFLite file differs from Keras by more "
               f"than {tflite.TFLITE_FLOAT_TOLERANCE}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _export_onnx(model, args):
+    """`--format onnx`: the file (which the library checks against Keras before it is put in
+    place), and its parity with Keras on `--parity-images` other random images."""
+    import numpy as np
+
+    from keras_vit import export, onnx_export
+
+    onnx_export.export_onnx(model, args.output, overwrite=args.overwrite)
+    height, width, num_classes = export.check_model(model)
+    shown = [d or name for d, name in zip(model.inputs[0].shape[1:3],
+                                          onnx_export.DIMENSION_NAMES[1:])]
+    print(f"ONNX written to {args.output}: {os.path.getsize(args.output):,} bytes; input "
+          f"{onnx_export.INPUT_NAME} [batch, {shown[0]}, {shown[1]}, 3] float32 in [-1, 1], "
+          f"output {onnx_export.OUTPUT_NAME} [batch, {num_classes}]")
+    count = args.parity_images or PARITY_IMAGES
+    batch = np.random.default_rng(1).uniform(-1, 1, (count, height, width, 3))
+    parity = onnx_export.onnx_parity(args.output, model, batch)
+    print(f"parity with Keras on {parity['num_images']} random images in ONNX Runtime: max "
+          f"|logit difference| {parity['max_abs_diff']:.3g}, top-1 agreement "
+          f"{parity['top1_agreement']:.1%}")
     return 0
 
 

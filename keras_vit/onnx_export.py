@@ -1,0 +1,313 @@
+"""ONNX: a classifier as an `.onnx` file for ONNX Runtime (and TensorRT, OpenVINO), written by
+Keras' own export (`model.export(path, format="onnx")`, which converts the model's traced
+TensorFlow function with tf2onnx).
+
+The graph is the Keras model's function and nothing more: input `images`, `[batch, H, W, 3]`
+float32 RGB already scaled to [-1, 1] (`keras_vit.preprocess_inputs`); output `logits`,
+`[batch, K]` float32. The batch dimension is dynamic (named `batch`); a model built with
+`dynamic_image_size=True` keeps its height and width dynamic too (`height`, `width`). Softmax,
+top-k and class names are the caller's (the SavedModel export, `keras_vit.export`, has them in
+its graph).
+
+The file is checked before it is put in place: ONNX's checker, then ONNX Runtime loads it and
+reproduces the Keras logits on random images within `ONNX_TOLERANCE`.
+
+Needs the `onnx` extra (tf2onnx, onnx, onnxruntime): `pip install 'keras-vit[onnx]'`. This
+module imports onnx and onnxruntime, so it imports only where they are installed.
+"""
+
+import contextlib
+import gc
+import importlib.util
+import logging
+import math
+import os
+import threading
+import warnings
+
+import keras
+import numpy as np
+import onnx
+import onnxruntime
+import tensorflow as tf
+from onnx import helper, numpy_helper
+
+from keras_vit.export import check_model, check_tensorflow_backend
+from keras_vit.fileio import atomic_file, check_destination
+from keras_vit.layer_config import sublayers
+from keras_vit.preprocessing import IMAGE_CHANNELS
+
+INPUT_NAME = "images"
+OUTPUT_NAME = "logits"
+# The names of the graph's symbolic dimensions: the input's batch, height and width.
+DIMENSION_NAMES = ("batch", "height", "width")
+# ONNX Runtime must reproduce the Keras logits to this tolerance: absolute, or relative to the
+# largest logit where that is above 1 (float32 rounding grows with the values).
+ONNX_TOLERANCE = 1e-4
+# Random images the export compares ONNX Runtime and Keras on before the file is put in place.
+CHECK_IMAGES = 4
+# An ONNX file is one protobuf message, which holds at most 2 GiB; Keras' export writes no
+# external data files.
+MAX_FILE_BYTES = 2**31
+# The converter Keras' ONNX export imports on the TensorFlow backend (the `onnx` extra, with
+# onnx and onnxruntime, which this module imports).
+CONVERTER = "tf2onnx"
+INSTALL = "pip install 'keras-vit[onnx]'"
+# Seconds between the garbage collections during a conversion (see `_collecting_garbage`).
+COLLECT_EVERY = 1.0
+
+
+def check_converter():
+    """Raises ImportError, naming the package and the command that installs it, if tf2onnx
+    (which Keras' ONNX export imports on the TensorFlow backend) is not installed."""
+    if importlib.util.find_spec(CONVERTER) is None:
+        missing = ModuleNotFoundError(f"No module named {CONVERTER!r}", name=CONVERTER)
+        raise ImportError(f"Keras' ONNX export needs {CONVERTER}, which is not installed: "
+                          f"{INSTALL}.") from missing
+
+
+def check_float32(model):
+    """Raises ValueError if a layer of `model` computes in another dtype than float32 (a mixed
+    or half-precision policy): Keras' ONNX export takes float32 models only, and the graph it
+    writes for bfloat16 is no valid ONNX (its Conv takes no bfloat16). int8-quantized layers
+    compute in float32 and are exported."""
+    nested = (sub for top in model.layers for sub in sublayers(top))
+    for layer in (model, *model.layers, *nested):
+        if layer.compute_dtype != "float32":
+            raise ValueError(
+                f"Model {model.name!r} computes in {layer.compute_dtype} (layer "
+                f"{layer.name!r}, dtype policy {layer.dtype_policy.name!r}): Keras' ONNX "
+                "export takes float32 models only. Expected a float32 model: build it under "
+                "the float32 policy, or export keras_vit.export.at_precision(model, 'float32') "
+                "(the same weights in float32).")
+
+
+def check_size(model):
+    """Raises ValueError if `model`'s weights do not fit in one ONNX file (2 GiB)."""
+    size = sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in model.weights)
+    if size >= MAX_FILE_BYTES:
+        raise ValueError(
+            f"Model {model.name!r} has {size / 2**30:.2f} GiB of weights; an ONNX file is one "
+            "protobuf message of at most 2 GiB, and Keras' ONNX export writes no external "
+            "data. Expected a model with less than 2 GiB of weights (ViT-L/16 and smaller).")
+
+
+def export_onnx(model, path, overwrite=False):
+    """Exports a classifier as an ONNX file, with Keras' own ONNX export, written atomically.
+
+    The graph maps `images` `[batch, H, W, 3]` float32, preprocessed as the model expects
+    (`keras_vit.preprocess_inputs`: RGB scaled to [-1, 1]), to `logits` `[batch, K]`
+    float32: the Keras model's function. The batch size is dynamic; so are H and W for a model
+    built with `dynamic_image_size=True`. Before the file is put in place, ONNX Runtime loads it
+    and must reproduce the Keras logits on `CHECK_IMAGES` random images within
+    `ONNX_TOLERANCE` (relative to the largest logit where that is above 1).
+
+    Args:
+        model: a built float32 classifier (see `keras_vit.export.check_model`): any keras_vit
+            model with its head (plain, hybrid, any position embedding or pooling, scanned,
+            int8-quantized, of any input size).
+        path: str or path of the `.onnx` file.
+        overwrite: bool. Replace a file already at `path`. Defaults to False.
+
+    Returns:
+        str: `path`.
+
+    Raises:
+        TypeError: if `model` is not a `keras.Model`.
+        ImportError: if tf2onnx is not installed (`pip install 'keras-vit[onnx]'`).
+        keras_vit.fileio.DestinationExists: before anything is converted, if `path` exists
+            (without `overwrite`) or is a folder.
+        ValueError: before anything is written, for a model that is not a classifier, that
+            computes in another precision than float32 (a mixed-precision policy), or whose
+            weights exceed the 2 GiB an ONNX file holds; or if the converter leaves operations
+            ONNX does not define, or ONNX Runtime does not reproduce the Keras logits.
+        keras_vit.fileio.WriteError: naming `path`, if it cannot be written; a file already
+            at `path` is left as it was.
+
+    Examples:
+    >>> keras_vit.export_onnx(model, "vit.onnx")  # doctest: +SKIP
+    'vit.onnx'
+    """
+    check_tensorflow_backend("export_onnx")
+    check_converter()
+    check_model(model)
+    check_float32(model)
+    check_size(model)
+    check_destination(path, overwrite)
+    spec = tf.TensorSpec([None, *model.inputs[0].shape[1:]], tf.float32, name=INPUT_NAME)
+    with atomic_file(path) as scratch:
+        with _quiet_converter(), _collecting_garbage():
+            model.export(scratch, format="onnx", verbose=False, input_signature=[spec])
+        _finish(scratch)
+        _check_against_keras(scratch, model, path)
+        check_destination(path, overwrite)  # still free (or replaceable) now
+    return os.fspath(path)
+
+
+@contextlib.contextmanager
+def _quiet_converter():
+    """Keeps tf2onnx's log (an error line for each TensorFlow op it leaves unconverted: they
+    are found and named in one message afterwards) and Keras' NumPy-2 patch's FutureWarning
+    out of the output."""
+    logger = logging.getLogger("tf2onnx")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"In the future `np\.object`",
+                                    category=FutureWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _collecting_garbage(every=COLLECT_EVERY):
+    """Runs CPython's full garbage collection every `every` seconds while the block runs.
+
+    tf2onnx copies its whole graph, weights included, before each of its optimisation passes
+    (`copy.deepcopy` in `tf2onnx.optimizer.optimize_graph`) and drops the copy as a reference
+    cycle, which only the cyclic collector frees; with Keras and TensorFlow loaded, CPython
+    runs a full collection only once a quarter as many objects as it already holds have
+    survived, so the copies pile up and the conversion holds the weights many times over.
+    """
+    stop = threading.Event()
+
+    def collect():
+        while not stop.wait(every):
+            gc.collect()
+
+    thread = threading.Thread(target=collect, name="keras_vit-onnx-gc", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _finish(path):
+    """Names the graph's output and symbolic dimensions (tf2onnx calls them `Identity:0` and
+    `unk__N`), writes TensorFlow's Erfc as ONNX operators, and checks the result with ONNX's
+    checker; rewrites the file at `path`.
+
+    Raises:
+        ValueError: if operations remain that ONNX does not define.
+    """
+    proto = onnx.load(path)
+    graph = proto.graph
+    (image,), (logits,) = graph.input, graph.output
+    _rename_tensor(graph, logits.name, OUTPUT_NAME)
+    for value, names in ((image, DIMENSION_NAMES), (logits, DIMENSION_NAMES[:1])):
+        for dim, name in zip(value.type.tensor_type.shape.dim, names):
+            if not dim.HasField("dim_value"):
+                dim.dim_param = name
+    _replace_erfc(graph)
+    unknown = sorted({node.op_type for node in graph.node
+                      if not onnx.defs.has(node.op_type, node.domain)})
+    if unknown:
+        raise ValueError(
+            f"Keras' ONNX export (tf2onnx) cannot convert the TensorFlow operations "
+            f"{', '.join(unknown)} of this model: ONNX has no such operators. Nothing was "
+            "written.")
+    onnx.checker.check_model(proto)
+    onnx.save(proto, path)
+
+
+def _rename_tensor(graph, old, new):
+    """Renames the tensor `old` to `new` wherever the graph names it."""
+    for node in graph.node:
+        for names in (node.input, node.output):
+            for i, name in enumerate(names):
+                if name == old:
+                    names[i] = new
+    for value in (*graph.output, *graph.value_info):
+        if value.name == old:
+            value.name = new
+
+
+def _replace_erfc(graph):
+    """tf2onnx leaves TensorFlow's Erfc (of the exact GELU, `0.5 x erfc(-x / sqrt(2))`) in the
+    graph, and ONNX has no Erfc: each becomes `1 - Erf(x)`, in float32."""
+    nodes = []
+    for node in graph.node:
+        if node.op_type != "Erfc" or node.domain:
+            nodes.append(node)
+            continue
+        one, erf = f"{node.name}/one", f"{node.name}/erf"
+        graph.initializer.append(numpy_helper.from_array(np.ones((), np.float32), one))
+        nodes.append(helper.make_node("Erf", list(node.input), [erf], name=erf))
+        nodes.append(helper.make_node("Sub", [one, erf], list(node.output), name=node.name))
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def _check_against_keras(file, model, path):
+    """Raises ValueError naming `path` if ONNX Runtime, on the written `file`, does not give the
+    Keras logits on random images at the model's resolution."""
+    height, width, _ = check_model(model)  # of a model of any size: the size it was built for
+    images = np.random.default_rng(0).uniform(
+        -1, 1, (CHECK_IMAGES, height, width, IMAGE_CHANNELS)).astype(np.float32)
+    parity = onnx_parity(file, model, images)
+    bound = ONNX_TOLERANCE * max(1.0, parity["max_abs_logit"])
+    if not parity["max_abs_diff"] <= bound:
+        raise ValueError(
+            f"The ONNX graph of model {model.name!r} differs from Keras by "
+            f"{parity['max_abs_diff']:.3g} in the logits (more than {bound:.3g}) on "
+            f"{CHECK_IMAGES} random images, in ONNX Runtime: Keras' ONNX export (tf2onnx) "
+            f"does not convert this model faithfully. Nothing was written to {path}.")
+
+
+def run_onnx(path, images):
+    """Runs a file from `export_onnx` with ONNX Runtime on the CPU.
+
+    Args:
+        path: str or path of the `.onnx` file.
+        images: float `[B, H, W, 3]`, preprocessed (`keras_vit.preprocess_inputs`).
+
+    Returns:
+        float32 logits `[B, K]`.
+
+    Raises:
+        ValueError: naming the file, if the images are not of the shape it takes.
+    """
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # errors only: no notes on the graph's optimisation
+    session = onnxruntime.InferenceSession(os.fspath(path), options,
+                                           providers=["CPUExecutionProvider"])
+    images = np.asarray(images, np.float32)
+    (image,) = session.get_inputs()
+    expected = [d if isinstance(d, int) else None for d in image.shape]
+    if images.ndim != len(expected) or any(
+            d is not None and d != n for d, n in zip(expected[1:], images.shape[1:])):
+        shown = ", ".join("any" if d is None else str(d) for d in expected[1:])
+        raise ValueError(f"{path} takes images [batch, {shown}]. Received shape "
+                         f"{images.shape}")
+    return session.run(None, {image.name: images})[0]
+
+
+def onnx_parity(path, model, images):
+    """Compares an ONNX file of `model` with the Keras model on preprocessed images
+    `[B, H, W, 3]`.
+
+    Returns:
+        dict with `max_abs_diff` (of the logits), `max_abs_logit` (the Keras model's largest
+        logit magnitude), `top1_agreement` (fraction of images with the same top class) and
+        `num_images`.
+
+    Raises:
+        ValueError: naming the file, if its images or its classes are not the model's.
+    """
+    images = np.asarray(images, np.float32)
+    got = run_onnx(path, images)
+    expected = keras.ops.convert_to_numpy(model(images, training=False)).astype(np.float32)
+    if got.shape != expected.shape:
+        raise ValueError(f"{path} gives {got.shape[-1]} logits per image, but model "
+                         f"{model.name!r} has {expected.shape[-1]} classes. Expected the ONNX "
+                         "file exported from this model.")
+    return {
+        "max_abs_diff": float(np.abs(got - expected).max()),
+        "max_abs_logit": float(np.abs(expected).max()),
+        "top1_agreement": float(np.mean(got.argmax(-1) == expected.argmax(-1))),
+        "num_images": len(images),
+    }
