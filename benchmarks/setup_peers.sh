@@ -31,7 +31,7 @@ if torch.version.cuda is not None or not torch.__version__.startswith("2.13.0"):
 check_torch
 
 # 2. This package and the peers, torch held by the constraints.
-"${PIP[@]}" -c benchmarks/constraints.txt -e .
+"${PIP[@]}" -c benchmarks/constraints.txt -e ".[onnx]"  # the onnxruntime contender
 "${PIP[@]}" -c benchmarks/constraints.txt -r benchmarks/requirements.txt
 
 # 3. torch is still the CPU build, and each contender's framework imports in its process.

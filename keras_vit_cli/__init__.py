@@ -55,7 +55,7 @@ COMMANDS = {
     "fewshot": ("keras_vit_cli.evaluate",
                 "few-shot linear accuracy of frozen features (the paper's second metric)"),
     "export": ("keras_vit_cli.export",
-               "export a classifier as a TF Serving SavedModel or a TFLite file"),
+               "export a classifier as a TF Serving SavedModel, a TFLite file or an ONNX file"),
     "inspect": ("keras_vit_cli.inspection",
                 "draw attention maps and the paper's Figure 7 for a model on some images"),
 }

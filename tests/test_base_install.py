@@ -32,7 +32,7 @@ DIST = ROOT / "dist"
 # Modules that only the extras install (serving, figures, demo, test); pillow is not one:
 # the base install brings it (through tensorboard).
 EXTRAS_MODULES = ("tensorflow_serving", "matplotlib", "sklearn", "scipy", "pytest", "jax",
-                  "keras_hub")
+                  "keras_hub", "onnx", "onnxruntime", "tf2onnx")
 # The installed packages and the checkout folders they are built from.
 PACKAGES = {"keras_vit": "keras_vit", "keras_vit_cli": "keras_vit_cli",
             "keras_vit_checkpoints": "checkpoints"}
