@@ -76,9 +76,9 @@ _LAZY = {
     "get_strategy": "keras_vit.parallel.tf_distribute",
     **dict.fromkeys(("get_distribution", "layout_map"), "keras_vit.parallel.keras_distribution"),
 }
-_LAZY_MODULES = ("data", "data_config", "evaluation", "export", "fileio", "flops", "framework", "images",
-                 "inspection", "labels", "parallel", "plots", "preprocessing", "pretraining",
-                 "tflite", "training", "vtab")
+_LAZY_MODULES = ("data", "data_config", "evaluation", "export", "fileio", "flops", "framework",
+                 "images", "inspection", "labels", "parallel", "plots", "preprocessing",
+                 "pretraining", "tflite", "training", "vtab")
 __all__ = sorted({name for name in globals() if not name.startswith("_")} | set(_LAZY))
 
 

@@ -25,136 +25,36 @@ serving signatures apply it by default. The TensorFlow ops that apply a data con
 `keras_vit.images`; this module needs no TensorFlow.
 """
 
-import math
-import numbers
 import os
 
-FIELDS = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std")
-ANTIALIAS = "antialias"  # keras_vit's own field, optional
-# timm's interpolation names that keras_vit's resize implements (tf.image.resize: "lanczos" is
-# PIL's three-lobe Lanczos, TensorFlow's "lanczos3").
-INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos")
-CROP_MODES = ("center", "squash")
-RGB = 3
-# vit_jax input pipeline: `tf.image.resize` (bilinear, no antialias), then `x / 127.5 - 1`.
-PAPER_MEAN = PAPER_STD = (0.5, 0.5, 0.5)
-PAPER_INTERPOLATION = "bilinear"
-# timm's `PretrainedCfg` defaults, for the fields a timm `pretrained_cfg` leaves out.
-TIMM_DEFAULTS = dict(interpolation="bicubic", crop_pct=0.875, crop_mode="center",
-                     mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
-DEFAULT_IMAGE_SIZE = 224
+import huggingface_hub
+
+from keras_vit.model_parts import model_image_size
+from keras_vit.preprocessing import (  # noqa: F401 - the data config's definition, importable here
+    ANTIALIAS,
+    ATTRIBUTE,
+    CROP_MODES,
+    DEFAULT_IMAGE_SIZE,
+    FIELDS,
+    INTERPOLATIONS,
+    PAPER_INTERPOLATION,
+    PAPER_MEAN,
+    PAPER_STD,
+    TIMM_DEFAULTS,
+    check_data_config,
+    config_image_size,
+    paper_data_config,
+    timm_data_config,
+    timm_pretrained_cfg,
+    with_image_size,
+)
+from keras_vit.weights import hub, registry
+from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
+from keras_vit.weights.errors import CheckpointError
+from keras_vit.weights.layouts import config_from_params
+from keras_vit.weights.npz import open_npz
+
 CONFIG_FILE = "config.json"
-# The attribute a model built from a checkpoint carries its data config in.
-ATTRIBUTE = "data_config"
-
-
-def paper_data_config(image_size=DEFAULT_IMAGE_SIZE):
-    """The paper's preprocessing at `image_size` (int or (height, width)): a bilinear resize of
-    each side, no crop, no antialias, mean = std = 0.5 ([-1, 1] scaling)."""
-    height, width = _pair("image_size", image_size)
-    return dict(input_size=[RGB, height, width], interpolation=PAPER_INTERPOLATION,
-                crop_pct=1.0, crop_mode="squash", mean=list(PAPER_MEAN), std=list(PAPER_STD),
-                antialias=False)
-
-
-def _pair(field, value):
-    values = (value, value) if isinstance(value, numbers.Integral) else value
-    if not isinstance(values, (list, tuple)) or len(values) != 2 or not all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
-            for v in values):
-        raise ValueError(f"`{field}` must be a positive int or (height, width). "
-                         f"Received: {field}={value!r:.100}")
-    return int(values[0]), int(values[1])
-
-
-def _number(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) \
-        and math.isfinite(value)
-
-
-def _rgb_numbers(where, field, value, positive=False):
-    if not isinstance(value, (list, tuple)) or len(value) != RGB \
-            or not all(_number(v) and (v > 0 or not positive) for v in value):
-        what = "positive numbers" if positive else "numbers"
-        raise ValueError(f"{where}: `{field}` must be {RGB} {what} (R, G, B). "
-                         f"Received: {field}={value!r:.100}")
-    return [float(v) for v in value]
-
-
-def check_data_config(config, where="data config"):
-    """A data config, checked and normalised (lists, floats; `antialias` filled in).
-
-    Args:
-        config: dict with `FIELDS` (and optionally `antialias`).
-        where: str. What holds it (a file and field), for messages.
-
-    Raises:
-        ValueError: one line naming `where`, the field, the value and what was expected.
-    """
-    if not isinstance(config, dict):
-        raise ValueError(f"{where} must be a JSON object with {', '.join(FIELDS)}. "
-                         f"Received: {config!r:.100}")
-    unknown = sorted(set(config) - set(FIELDS) - {ANTIALIAS})
-    missing = [field for field in FIELDS if field not in config]
-    if unknown or missing:
-        problem = f"has unknown fields {unknown}" if unknown else f"lacks {missing}"
-        raise ValueError(f"{where} {problem}. Expected the fields {', '.join(FIELDS)} "
-                         f"(and optionally {ANTIALIAS}).")
-    size = config["input_size"]
-    if not isinstance(size, (list, tuple)) or len(size) != RGB or size[0] != RGB or not all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in size):
-        raise ValueError(f"{where}: `input_size` must be [3, height, width] (positive ints). "
-                         f"Received: input_size={size!r:.100}")
-    for field, choices in (("interpolation", INTERPOLATIONS), ("crop_mode", CROP_MODES)):
-        if config[field] not in choices:
-            raise ValueError(f"{where}: `{field}` {config[field]!r:.100} is not supported. "
-                             f"Expected one of {', '.join(choices)}.")
-    crop_pct = config["crop_pct"]
-    if not _number(crop_pct) or not 0 < crop_pct <= 1:
-        raise ValueError(f"{where}: `crop_pct` must be a number in (0, 1]. "
-                         f"Received: crop_pct={crop_pct!r:.100}")
-    antialias = config.get(ANTIALIAS, True)
-    if not isinstance(antialias, bool):
-        raise ValueError(f"{where}: `{ANTIALIAS}` must be true or false. "
-                         f"Received: {ANTIALIAS}={antialias!r:.100}")
-    return dict(input_size=[int(v) for v in size], interpolation=config["interpolation"],
-                crop_pct=float(crop_pct), crop_mode=config["crop_mode"],
-                mean=_rgb_numbers(where, "mean", config["mean"]),
-                std=_rgb_numbers(where, "std", config["std"], positive=True),
-                antialias=antialias)
-
-
-def image_size(config):
-    """(height, width) of a checked data config."""
-    return tuple(config["input_size"][1:])
-
-
-def with_image_size(config, size):
-    """`config` at another resolution (crop, interpolation and normalisation kept)."""
-    height, width = _pair("image_size", size)
-    return dict(config, input_size=[RGB, height, width])
-
-
-def timm_data_config(pretrained_cfg, where="pretrained_cfg"):
-    """The data config of a timm `pretrained_cfg` (a dict), timm's defaults filling the fields
-    it leaves out; `input_size` is required.
-
-    Raises:
-        ValueError: naming `where` and the field.
-    """
-    if not isinstance(pretrained_cfg, dict) or "input_size" not in pretrained_cfg:
-        raise ValueError(f"{where} must be a JSON object with `input_size` [3, height, width]. "
-                         f"Received: {pretrained_cfg!r:.100}")
-    config = dict(TIMM_DEFAULTS)
-    config.update({field: pretrained_cfg[field] for field in FIELDS
-                   if pretrained_cfg.get(field) is not None})
-    return check_data_config(config, where)
-
-
-def timm_pretrained_cfg(config):
-    """The six fields of timm's `pretrained_cfg` for a checked data config (timm's own files
-    have no `antialias`: its resize is PIL's, which always antialiases)."""
-    return {field: config[field] for field in FIELDS}
 
 
 def _is_model(source):
@@ -168,8 +68,6 @@ def model_data_config(model, image_size=None):
     if config is None and image_size is not None:
         return paper_data_config(image_size)
     if config is None:
-        from keras_vit.model_parts import model_image_size
-
         config = paper_data_config(model_image_size(model))
     config = check_data_config(dict(config), f"the data_config of model {model.name!r}")
     return with_image_size(config, image_size) if image_size is not None else config
@@ -228,9 +126,6 @@ def checkpoint_data_config(source, entry=None):
     Raises:
         keras_vit.CheckpointError: naming the file or entry and the field, for a malformed one.
     """
-    from keras_vit.weights import registry
-    from keras_vit.weights.errors import CheckpointError
-
     if entry and entry.get("preprocessing") is not None:
         try:
             return check_data_config(entry["preprocessing"],
@@ -248,15 +143,12 @@ def attach(model, source, entry=None):
     config = checkpoint_data_config(source, entry)
     setattr(model, ATTRIBUTE, None)  # the paper's where the checkpoint states none
     if config is not None:
-        from keras_vit.model_parts import model_image_size
-
         setattr(model, ATTRIBUTE, with_image_size(config, model_image_size(model)))
     return model
 
 
 def _source_data_config(source):
-    from keras_vit.weights import registry
-
+    """`resolve_data_config` of a registry name, a path or a URL."""
     if registry.is_registered(source):
         entry = registry.get_checkpoint(source)
         config = checkpoint_data_config(source, entry)
@@ -272,7 +164,7 @@ def _source_data_config(source):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{text}: no such file.")
         return _json_data_config(path, required=True)
-    if not text.startswith("hf://") and "://" not in text and not os.path.exists(path):
+    if "://" not in text and not os.path.exists(path):
         registry.get_checkpoint(text)  # raises, naming close registry names
     config = _file_data_config(source)
     if config is not None:
@@ -281,22 +173,23 @@ def _source_data_config(source):
 
 
 def _json_data_config(path, required=False):
-    """The data config in a `config.json`: keras_vit's `preprocessing` or timm's
-    `pretrained_cfg`; None for a keras_vit one without (or another tool's, unless
-    `required`)."""
-    from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
-    from keras_vit.weights.errors import CheckpointError
-
+    """The data config in a `config.json`: keras_vit's `preprocessing` (the paper's, at its
+    model's resolution, for one without) or timm's `pretrained_cfg`; None for another tool's
+    (refused if `required`)."""
     document = read_json(path, "a model's config.json")
     try:
         if isinstance(document, dict) and document.get("format") == KERAS_VIT_FORMAT:
             stated = document.get("preprocessing")
-            return None if stated is None else check_data_config(
-                stated, f"{path}: `preprocessing`")
+            if stated is None:
+                model = document.get("model") if isinstance(document.get("model"), dict) \
+                    else {}
+                return paper_data_config(model.get("image_size") or DEFAULT_IMAGE_SIZE)
+            return check_data_config(stated, f"{path}: `preprocessing`")
         if isinstance(document, dict) and "pretrained_cfg" in document:
             return timm_data_config(document["pretrained_cfg"], f"{path}: `pretrained_cfg`")
     except ValueError as e:
-        raise CheckpointError(str(e)) from None
+        raise CheckpointError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") \
+            from None
     if required:
         raise CheckpointError(f"{path} states no preprocessing. Expected keras_vit's config.json "
                               "(`preprocessing`) or timm's (`pretrained_cfg`).")
@@ -307,31 +200,26 @@ def _file_data_config(source):
     """The data config a checkpoint file states (a `.safetensors` file's keras_vit metadata,
     else the `config.json` beside the file or in the `hf://` repository), or None."""
     text = os.fspath(source)
-    if text.startswith("hf://"):
-        path = _cached_hub_config(text)
-        return _json_data_config(path) if path else None
-    if "://" in text:
+    if text.startswith(hub.HF_SCHEME):
+        weights, beside = (_cached_hub_file(text, name) for name in (hub.WEIGHTS_FILE,
+                                                                    CONFIG_FILE))
+    elif "://" in text:
         return None
-    path = os.path.expanduser(text)
-    if path.endswith(".safetensors") and os.path.isfile(path):
-        from keras_vit.weights import hub
-
-        own = hub.read_own_config(path)
+    else:
+        weights = os.path.expanduser(text)
+        beside = os.path.join(os.path.dirname(weights), CONFIG_FILE)
+    if weights and weights.endswith(".safetensors") and os.path.isfile(weights):
+        own = hub.read_own_config(weights)
         if own and own.get("preprocessing") is not None:
             return own["preprocessing"]
-    beside = os.path.join(os.path.dirname(path), CONFIG_FILE)
-    return _json_data_config(beside) if os.path.isfile(beside) else None
+    return _json_data_config(beside) if beside and os.path.isfile(beside) else None
 
 
-def _cached_hub_config(source):
-    """The `config.json` of `hf://ORG/NAME[@REVISION]` in the Hugging Face cache (where
+def _cached_hub_file(source, name):
+    """The file `name` of `hf://ORG/NAME[@REVISION]` in the Hugging Face cache (where
     `from_pretrained` put it), or None."""
-    import huggingface_hub
-
-    from keras_vit.weights import hub
-
     repo, revision = hub.parse_hub(source)
-    path = huggingface_hub.try_to_load_from_cache(repo, CONFIG_FILE, revision=revision)
+    path = huggingface_hub.try_to_load_from_cache(repo, name, revision=revision)
     return path if isinstance(path, str) else None
 
 
@@ -340,7 +228,4 @@ def _file_image_size(source):
     path = os.path.expanduser(os.fspath(source))
     if not path.endswith(".npz") or not os.path.isfile(path):
         return None
-    from keras_vit.weights.layouts import config_from_params
-    from keras_vit.weights.npz import open_npz
-
-    return _pair("image_size", config_from_params(open_npz(path).placeholders())["image_size"])
+    return config_from_params(open_npz(path).placeholders())["image_size"]

@@ -26,9 +26,10 @@ Both return the same float32 (and int32, string) outputs, whatever the model's d
   names, stored in the export as the asset `assets/labels.txt`, one name a line).
 
 The batch size is dynamic. `assets.extra/keras_vit.json` records what the export was made with
-(resolution, classes, `max_pixels`, the data config, the signatures). With tensorflow-serving-api installed,
-`assets.extra/tf_serving_warmup_requests` holds PredictionLog records that TF Serving replays
-when it loads the model, so that the first real request does not pay for graph initialisation.
+(resolution, classes, `max_pixels`, the data config, the signatures). With
+tensorflow-serving-api installed, `assets.extra/tf_serving_warmup_requests` holds PredictionLog
+records that TF Serving replays when it loads the model, so that the first real request does
+not pay for graph initialisation.
 """
 
 import json
@@ -255,11 +256,10 @@ def _decode_images(image_bytes, data_config, max_pixels):
 
     `keras_vit.images.decode_image` for each (JPEG, PNG, GIF, BMP or WebP, at most
     `max_pixels`, checked from the header before decoding), then the data config's resize and
-    crop (`keras_vit.images.resize_crop`); on the CPU. A bad image fails the request with an InvalidArgumentError that says why; the server
-    stays up.
+    crop (`keras_vit.images.resize_crop`); on the CPU. A bad image fails the request with an
+    InvalidArgumentError that says why; the server stays up.
     """
-
-    size = data_configs.image_size(data_config)
+    size = data_configs.config_image_size(data_config)
 
     def decode(data):
         image = image_ops.decode_image(data, max_pixels, name=BYTES_INPUT)

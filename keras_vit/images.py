@@ -81,7 +81,7 @@ RESIZE_METHODS = {"bilinear": "bilinear", "bicubic": "bicubic", "nearest": "near
 def _resized_size(height, width, config):
     """(height, width) int32 scalars that `resize_crop` resizes an image of height x width
     (int32 scalars) to, as timm's eval transform computes them."""
-    target = data_configs.image_size(config)
+    target = data_configs.config_image_size(config)
     # timm: scale_size = floor(input_size / crop_pct).
     scaled = [math.floor(side / config["crop_pct"]) for side in target]
     if config["crop_mode"] == "squash":
@@ -105,7 +105,7 @@ def resize_crop(image, config):
     """A data config's resize and centre crop of `[H, W, 3]` (float32 in [0, 255]) to its
     `input_size`, as timm's eval transform (`transforms_imagenet_eval`) does with PIL; the
     result is clipped to [0, 255], as PIL's 8-bit images are."""
-    height, width = data_configs.image_size(config)
+    height, width = data_configs.config_image_size(config)
     shape = tf.shape(image)
     new_h, new_w = _resized_size(shape[0], shape[1], config)
     # new_size = [new_h, new_w]; an image already at that size is kept as it is.

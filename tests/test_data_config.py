@@ -8,7 +8,6 @@ interpreter with timm (see tests/test_timm_interop.py), against timm's own `crea
 and `resolve_data_config`.
 """
 
-import io
 import json
 import math
 import os
@@ -382,3 +381,32 @@ def test_timms_create_transform_gives_the_same_input(tmp_path):
         assert got.shape == want.shape
         # timm's PIL resize works in 8 bits: a few levels of 255 at most, over std.
         assert np.abs(got - want).max() <= PIL_LEVELS / 255 / min(config["std"]), case
+
+
+def test_a_hub_checkpoint_keeps_the_data_config_of_timms_config_json(tmp_path):
+    """`hf://` through the Hugging Face cache, offline: timm's `pretrained_cfg` (bicubic, crop
+    0.9) is the model's data config, and `resolve_data_config` reads it from the cache."""
+    import shutil
+    import sys
+
+    fixture = ROOT / "tests" / "fixtures" / "hub" / "timm_vit"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    folder = tmp_path / "hf" / "hub" / "models--timm--vit-test"
+    (folder / "snapshots" / commit).mkdir(parents=True)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(commit)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(fixture / name, folder / "snapshots" / commit / name)
+    code = ("import json, keras_vit\n"
+            "model = keras_vit.from_pretrained('hf://timm/vit-test', progress=False)\n"
+            "print(json.dumps([model.data_config, "
+            "keras_vit.resolve_data_config('hf://timm/vit-test')]))\n")
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1",
+               TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    carried, resolved = json.loads(done.stdout.strip().splitlines()[-1])
+    stated = json.loads((fixture / "config.json").read_text())["pretrained_cfg"]
+    assert carried == resolved == dc.timm_data_config(stated)
+    assert (carried["interpolation"], carried["crop_pct"]) == ("bicubic", 0.9)

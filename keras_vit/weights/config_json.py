@@ -9,7 +9,7 @@ Checks name fields as the file does (`model_args.depth`, `num_hidden_layers`).
 - keras_vit's (`keras_vit.training.fit` beside its checkpoints, and the metadata of the
   `.safetensors` files keras_vit writes): `{"format": "keras_vit", "model": keras_vit.ViT
   arguments, "class_names": [...], "preprocessing": the data config}` (`keras_vit_document`;
-  `preprocessing`: timm's field names, `keras_vit.data_config`);
+  `preprocessing`: timm's field names, `keras_vit.preprocessing.check_data_config`);
 - timm's (`timm.models.push_to_hf_hub` / `save_for_hf`): `architecture`, `num_classes`,
   `global_pool`, `label_names`, `model_args` (the `VisionTransformer` arguments) and
   `pretrained_cfg`;
@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from keras_vit import configs, data_config
+from keras_vit import configs
 from keras_vit.checks import (
     check_bool,
     check_choice,
@@ -32,6 +32,12 @@ from keras_vit.checks import (
     to_pair,
 )
 from keras_vit.model import ViT
+from keras_vit.preprocessing import (
+    check_data_config,
+    paper_data_config,
+    timm_pretrained_cfg,
+    with_image_size,
+)
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.layouts import POSEMB_2D_KEYS, POSEMB_KEY, canonicalize, config_from_params
 
@@ -166,10 +172,10 @@ def keras_vit_document(config, class_names=None, preprocessing=None):
     (`config`; None for a model it did not build), class names and data config (None: the
     paper's, written out at the model's resolution), as `check_keras_vit` reads it."""
     if preprocessing is None and config is not None:
-        preprocessing = data_config.paper_data_config(config["image_size"])
+        preprocessing = paper_data_config(config["image_size"])
     return {"format": KERAS_VIT_FORMAT, "model": config,
             "class_names": list(class_names) if class_names else None,
-            "preprocessing": preprocessing and data_config.check_data_config(dict(preprocessing))}
+            "preprocessing": preprocessing and check_data_config(dict(preprocessing))}
 
 
 def check_keras_vit(document, where):
@@ -199,8 +205,8 @@ def check_keras_vit(document, where):
 
 
 def _data_config(field, value):
-    """`keras_vit.data_config.check_data_config` as a `keras_vit.checks` rule."""
-    return data_config.check_data_config(value, f"`{field}`")
+    """`keras_vit.preprocessing.check_data_config` as a `keras_vit.checks` rule."""
+    return check_data_config(value, f"`{field}`")
 
 
 def declared_keras_vit(model, where):
@@ -318,10 +324,10 @@ def timm_config(config, class_names=None, preprocessing=None):
                 num_classes=num_classes, in_chans=RGB,
                 act_layer="gelu_tanh" if config["gelu_approximate"] else "gelu",
                 dynamic_img_size=config["dynamic_image_size"])
-    preprocessing = data_config.with_image_size(
-        data_config.check_data_config(dict(preprocessing)) if preprocessing is not None
-        else data_config.paper_data_config(image), image)
-    pretrained = dict(data_config.timm_pretrained_cfg(preprocessing),
+    preprocessing = with_image_size(
+        check_data_config(dict(preprocessing)) if preprocessing is not None
+        else paper_data_config(image), image)
+    pretrained = dict(timm_pretrained_cfg(preprocessing),
                       fixed_input_size=not config["dynamic_image_size"], num_classes=num_classes,
                       first_conv="patch_embed.proj", classifier="head")
     document = dict(architecture=TIMM_ARCHITECTURE, num_classes=num_classes, num_features=width,
