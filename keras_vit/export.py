@@ -26,10 +26,10 @@ Both return the same float32 (and int32, string) outputs, whatever the model's d
   names, stored in the export as the asset `assets/labels.txt`, one name a line).
 
 The batch size is dynamic. `assets.extra/keras_vit.json` records what the export was made with
-(resolution, classes, `max_pixels`, the data config, the signatures). With
-tensorflow-serving-api installed, `assets.extra/tf_serving_warmup_requests` holds PredictionLog
-records that TF Serving replays when it loads the model, so that the first real request does
-not pay for graph initialisation.
+(resolution, classes, `max_pixels`, the signatures, and the data config where the model states
+one). With tensorflow-serving-api installed, `assets.extra/tf_serving_warmup_requests` holds
+PredictionLog records that TF Serving replays when it loads the model, so that the first real
+request does not pay for graph initialisation.
 """
 
 import json
@@ -504,7 +504,8 @@ def export_saved_model(
             None.
         data_config: None, or a data config (anything `keras_vit.resolve_data_config` takes):
             the resize, crop and normalisation inside the signatures, at the model's
-            resolution (recorded in `assets.extra/keras_vit.json`). None: the model's own (its
+            resolution (recorded in `assets.extra/keras_vit.json` where it is stated, by this
+            argument or by the model: absent there, the paper's). None: the model's own (its
             checkpoint's, for a model from `keras_vit.from_pretrained`). Defaults to None.
 
     Returns:
@@ -525,6 +526,7 @@ def export_saved_model(
     """
     check_tensorflow_backend("export_saved_model")
     height, width, num_classes = check_model(model)
+    stated = data_config is not None or getattr(model, "data_config", None) is not None
     data_config = data_configs.resolve_data_config(
         model if data_config is None else data_config, (height, width))
     model = at_precision(model, precision)
@@ -556,9 +558,11 @@ def export_saved_model(
                     image_dtype=image_dtype, max_pixels=max_pixels, max_patches=max_patches,
                     warmup=bool(records), dtype_policy=_policy_name(model),
                     xla=bool(jit_compile), runtime=why,
-                    formats=list(image_ops.FORMATS), data_config=data_config,
+                    formats=list(image_ops.FORMATS),
                     signatures=[SERVING_SIGNATURE, IMAGES_SIGNATURE]
                     + ([NATIVE_SIZE_SIGNATURE] if max_patches else []))
+    if stated:  # the paper's where absent
+        metadata["data_config"] = data_config
 
     with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:
         labels_path = os.path.join(scratch, LABELS_ASSET)
