@@ -410,3 +410,32 @@ def test_a_hub_checkpoint_keeps_the_data_config_of_timms_config_json(tmp_path):
     stated = json.loads((fixture / "config.json").read_text())["pretrained_cfg"]
     assert carried == resolved == dc.timm_data_config(stated)
     assert (carried["interpolation"], carried["crop_pct"]) == ("bicubic", 0.9)
+
+
+def test_evaluate_command_reads_a_folder_as_the_checkpoint_says(tmp_path, capsys):
+    """`keras-vit evaluate --folder` with the model's data config: its loss is the one of the
+    images preprocessed as the config says, not as the paper's."""
+    npz = checkpoint_with_config(tmp_path / "mine", IMAGENET)
+    paths = []
+    for i in range(3):
+        (tmp_path / "images" / f"c{i}").mkdir(parents=True)
+        paths.append(write_png(tmp_path / "images" / f"c{i}" / "0.png", smooth_image(30, 41, i)))
+    assert cli.main(["evaluate", "--folder", str(tmp_path / "images"), "--weights", str(npz),
+                     "--batch-size", "3", "--verbose", "0", "--json"]) == 0
+    loss = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["loss"]
+    model = keras_vit.from_pretrained(npz)
+    probabilities = {name: expected_probabilities(model, paths, config)
+                     for name, config in (("own", IMAGENET), ("paper", dc.paper_data_config(16)))}
+    losses = {name: -np.log(p[np.arange(3), np.arange(3)]).mean()
+              for name, p in probabilities.items()}
+    assert abs(losses["own"] - losses["paper"]) > 1e-3  # the check can tell them apart
+    np.testing.assert_allclose(loss, losses["own"], rtol=1e-4)
+
+
+def test_inspect_shows_the_images_as_they_were_before_normalisation():
+    from keras_vit.inspection import figures
+
+    pixels = np.random.default_rng(0).uniform(0, 255, (2, 16, 16, 3)).astype(np.float32)
+    for config in (IMAGENET, None):
+        inputs = keras.ops.convert_to_numpy(keras_vit.preprocess_inputs(pixels, config))
+        np.testing.assert_allclose(figures._to_unit(inputs, config), pixels / 255, atol=1e-5)
