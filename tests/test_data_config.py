@@ -439,3 +439,18 @@ def test_inspect_shows_the_images_as_they_were_before_normalisation():
     for config in (IMAGENET, None):
         inputs = keras.ops.convert_to_numpy(keras_vit.preprocess_inputs(pixels, config))
         np.testing.assert_allclose(figures._to_unit(inputs, config), pixels / 255, atol=1e-5)
+
+
+def test_a_fine_tuned_checkpoint_keeps_its_data_config(tmp_path):
+    """`keras_vit.training.fit` writes the model's data config into the run's config.json, so
+    that the fine-tuned checkpoint is read as the one it started from."""
+    model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "mine", IMAGENET))
+    rng = np.random.default_rng(0)
+    train = keras_vit.data.from_arrays(rng.integers(0, 256, (4, 16, 16, 3), np.uint8),
+                                       np.array([0, 1, 2, 0]), image_size=16, batch_size=4,
+                                       training=True)
+    keras_vit.training.fit(model, train, output_dir=tmp_path / "run", steps=1, verbose=0,
+                           jit_compile=False)
+    written = json.loads((tmp_path / "run" / "config.json").read_text())["preprocessing"]
+    assert written == dc.check_data_config(IMAGENET)
+    assert keras_vit.from_pretrained(tmp_path / "run" / "final.npz").data_config == written
