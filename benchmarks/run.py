@@ -4,6 +4,14 @@
     .venv-bench/bin/python -m benchmarks.run --json cpu.json   # Ti, B, L /16; batch 8; 5 rounds
     .venv-bench/bin/python -m benchmarks.run --models Ti/16 --rounds 1         # smoke run
     .venv-bench/bin/python -m benchmarks.run --device gpu --batch 64,256 --precision bf16
+    .venv-bench/bin/python -m benchmarks.run --points B/16@224x8,B/16@384x4,L/16@224x4 \
+        --contenders timm,timm-bf16,keras_vit,keras_vit-bf16     # the operating points
+
+`--points MODEL@SIZExBATCH,...` measures the listed operating points (each its own model,
+resolution and batch) instead of every model at every batch of `--models` and `--batch` at one
+`--image-size`; with more than one point, a last table gives every keras_vit contender's ratios
+to timm at each point, and `python -m benchmarks.plot RESULTS.json OUT.png` draws speed and peak
+memory against the number of tokens.
 
 Each contender runs in a fresh process per model, batch size, round and mode, one at a time, in
 interleaved rounds; a Markdown table gives the medians over rounds with ratios to timm, and
@@ -162,6 +170,8 @@ def build_parser():
     parser.add_argument("--precision", choices=("fp32", "bf16"), help="precision of the "
                         "contenders named without one (default: fp32 on cpu, bf16 on gpu)")
     parser.add_argument("--modes", default="infer,train", help="infer, train or both")
+    parser.add_argument("--points", help="comma-separated operating points MODEL@SIZExBATCH, "
+                        "e.g. B/16@384x4 (instead of --models, --batch and --image-size)")
     for name, (default, _, help) in INTEGER_OPTIONS.items():
         parser.add_argument("--" + name, default=default, help=help)
     parser.add_argument("--int8-checkpoint", help="also measure int8 agreement on this trained "
@@ -175,6 +185,16 @@ def build_parser():
     parser.add_argument("--check", action="store_true", help="only import every contender's "
                         "framework in its process, print versions, and exit")
     return parser
+
+
+def _point(text):
+    """(model, image size, batch) of an operating point written MODEL@SIZExBATCH."""
+    model, _, rest = text.strip().partition("@")
+    size, _, batch = rest.partition("x")
+    if not (model and size.isdigit() and batch.isdigit() and int(size) and int(batch)):
+        raise ValueError(f"--points: {text.strip()!r} is not MODEL@SIZExBATCH with positive "
+                         "integers, e.g. B/16@384x4.")
+    return model, int(size), int(batch)
 
 
 def _integers(name, text, minimum=1, several=False):
@@ -195,6 +215,7 @@ class Plan:
 
     models: list
     configs: dict
+    points: list  # (model, image size, batch), in the order measured
     contenders: list
     device: str
     batches: list
@@ -230,17 +251,25 @@ def make_plan(args):
     for name, (_, minimum, _) in INTEGER_OPTIONS.items():
         field = name.replace("-", "_")
         number[field] = _integers(name, getattr(args, field), minimum)
-    configs = {}
-    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
+    batches = _integers("batch", args.batch or DEFAULT_BATCH[device], several=True)
+    configs, points = {}, []
+    if args.points:
+        wanted = [_point(text) for text in args.points.split(",") if text.strip()]
+    else:
+        wanted = [(model.strip(), number["image_size"], batch)
+                  for model in args.models.split(",") if model.strip() for batch in batches]
+    for model, size, batch in wanted:
         config = common.variant_config(model)
-        if number["image_size"] % config["patch_size"]:
-            raise ValueError(
-                f"--image-size {number['image_size']} is not divisible by {config['name']}'s "
-                f"patch size {config['patch_size']}."
-            )
+        if size % config["patch_size"]:
+            where = f"--points {model}@{size}x{batch}" if args.points else f"--image-size {size}"
+            raise ValueError(f"{where} is not divisible by {config['name']}'s patch size "
+                             f"{config['patch_size']}.")
         configs[config["name"]] = config
-    if not configs:
-        raise ValueError(f"--models names no model. Received: {args.models!r}")
+        if (config["name"], size, batch) not in points:
+            points.append((config["name"], size, batch))
+    if not points:
+        raise ValueError(f"--models or --points names no model. Received: "
+                         f"{args.points or args.models!r}")
     modes = {m.strip() for m in args.modes.split(",") if m.strip()}
     if not modes or modes - set(TRAINING_MODES):
         raise ValueError(f"--modes must be infer, train or infer,train. Received: {args.modes!r}")
@@ -262,9 +291,10 @@ def make_plan(args):
     return Plan(
         models=list(configs),
         configs=configs,
+        points=points,
         contenders=contenders,
         device=device,
-        batches=_integers("batch", args.batch or DEFAULT_BATCH[device], several=True),
+        batches=sorted({batch for _, _, batch in points}),
         steps=dict(infer=number.pop("infer_steps"), train=number.pop("train_steps")),
         modes=tuple(m for m in TRAINING_MODES if m in modes),
         int8_checkpoint=args.int8_checkpoint,
@@ -278,11 +308,12 @@ def make_plan(args):
 # Running the contender processes.
 
 
-def run_process(plan, contender, mode, model=None, batch=1, extra=()):
+def run_process(plan, contender, mode, model=None, batch=1, extra=(), image_size=None):
     """Runs one contender process and returns its result dict (with `error` if it failed)."""
     command = [
         plan.python, "-m", FAMILIES[contender.family][0], "--mode", mode,
-        "--image-size", str(plan.image_size), "--batch", str(batch), "--device", plan.device,
+        "--image-size", str(image_size or plan.image_size), "--batch", str(batch),
+        "--device", plan.device,
         "--precision", contender.precision, "--steps", str(plan.steps.get(mode, 1)),
         "--warmup", str(plan.warmup), "--seed", str(plan.seed),
         *(["--model", model] if model else []),
@@ -319,6 +350,7 @@ def _describe_round(result):
     parts = [f"{result['images_per_s']:.2f} img/s"] if "images_per_s" in result else []
     if result.get("mode") == "train":
         parts.append(f"first step {result['first_step_s']:.1f} s")
+    if result.get("mode") in TRAINING_MODES:
         parts.append(f"peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB")
     if "top1_agreement" in result:
         parts.append(f"top-1 agreement {result['top1_agreement']:.1%}")
@@ -338,32 +370,31 @@ def _measure(plan, contender, mode, where, round_index=0, **kwargs):
 def run_all(plan):
     """Every measurement of `plan`, rounds interleaved. Returns the list of entries."""
     entries = []
-    for model in plan.models:
-        for batch in plan.batches:
-            group = {c: dict(model=model, batch=batch, contender=c, rounds=[])
-                     for c in plan.contenders}
-            failed = set()  # (contender, mode) that failed once: not retried in later rounds
-            for round_index in range(plan.rounds):
-                where = f"[{model} batch {batch} round {round_index + 1}/{plan.rounds}]"
-                shift = round_index % len(plan.contenders)
-                for contender in plan.contenders[shift:] + plan.contenders[:shift]:
-                    modes = [m for m in contender.modes if m in plan.modes]
-                    if round_index == 0 and contender.precision == "int8" and plan.agreement_images:
-                        modes.append("agreement")
-                    for mode in [m for m in modes if (contender, m) not in failed]:
-                        result = _measure(plan, contender, mode, where, round_index, model=model,
-                                          batch=batch)
-                        group[contender]["rounds"].append(result)
-                        if "error" in result:
-                            failed.add((contender, mode))
-            entries.extend(group.values())
+    for model, size, batch in plan.points:
+        group = {c: dict(model=model, image_size=size, batch=batch, contender=c, rounds=[])
+                 for c in plan.contenders}
+        failed = set()  # (contender, mode) that failed once: not retried in later rounds
+        for round_index in range(plan.rounds):
+            where = f"[{model} {size} px batch {batch} round {round_index + 1}/{plan.rounds}]"
+            shift = round_index % len(plan.contenders)
+            for contender in plan.contenders[shift:] + plan.contenders[:shift]:
+                modes = [m for m in contender.modes if m in plan.modes]
+                if round_index == 0 and contender.precision == "int8" and plan.agreement_images:
+                    modes.append("agreement")
+                for mode in [m for m in modes if (contender, m) not in failed]:
+                    result = _measure(plan, contender, mode, where, round_index, model=model,
+                                      batch=batch, image_size=size)
+                    group[contender]["rounds"].append(result)
+                    if "error" in result:
+                        failed.add((contender, mode))
+        entries.extend(group.values())
     if plan.int8_checkpoint:  # the int8 agreement on a trained model, once
         checkpoint, batch = plan.int8_checkpoint, plan.batches[0]
         for contender in [c for c in plan.contenders if c.precision == "int8"]:
             result = _measure(plan, contender, "agreement", f"[{checkpoint}]", batch=batch,
                               extra=("--checkpoint", os.path.abspath(checkpoint)))
-            entries.append(dict(model=checkpoint, batch=batch, contender=contender,
-                                rounds=[result]))
+            entries.append(dict(model=checkpoint, image_size=plan.image_size, batch=batch,
+                                contender=contender, rounds=[result]))
     return entries
 
 
@@ -381,6 +412,8 @@ def summarize(entry, plan):
     summary = dict(error=errors[0]) if errors else {}
     if "infer" in ok:
         summary["infer_images_per_s"] = statistics.median(r["images_per_s"] for r in ok["infer"])
+        if all("peak_rss_bytes" in r for r in ok["infer"]):
+            summary["peak_rss_infer_bytes"] = max(r["peak_rss_bytes"] for r in ok["infer"])
     if "train" in ok:
         train = ok["train"]
         summary["train_images_per_s"] = statistics.median(r["images_per_s"] for r in train)
@@ -398,7 +431,7 @@ def summarize(entry, plan):
         rate = summary.get(f"{mode}_images_per_s")
         if config is None or rate is None:
             continue
-        macs = flops.config_forward_macs(config, plan.image_size)
+        macs = flops.config_forward_macs(config, entry["image_size"])
         summary[f"{mode}_tflops"] = rate * flops.step_flops(macs, training) / 1e12
         if plan.peak_flops:
             summary[f"{mode}_mfu"] = flops.model_flop_utilisation(rate, macs, training,
@@ -431,6 +464,7 @@ COLUMNS = [
     ("one AdamW training step img/s", "train_images_per_s", "{:.2f}".format, True),
     ("time to first training step", "first_step_s", "{:.1f} s".format, True),
     ("peak RSS training", "peak_rss_train_bytes", _gigabytes, True),
+    ("peak RSS inference", "peak_rss_infer_bytes", _gigabytes, True),
 ]
 GPU_COLUMNS = [
     ("peak GPU memory training", "device_peak_train_bytes", _gigabytes, True),
@@ -446,11 +480,11 @@ def markdown_table(entries, plan):
     out = []
     groups = {}
     for entry in entries:
-        groups.setdefault((entry["model"], entry["batch"]), []).append(entry)
-    for (model, batch), group in groups.items():
+        groups.setdefault((entry["model"], entry["image_size"], entry["batch"]), []).append(entry)
+    for (model, size, batch), group in groups.items():
         by_contender = {e["contender"]: e for e in group}
         if model in plan.configs:
-            out.append(f"### {model}, {plan.image_size} px, batch {batch}, {plan.device}\n")
+            out.append(f"### {model}, {size} px, batch {batch}, {plan.device}\n")
         else:
             out.append(f"### {model} (--int8-checkpoint)\n")
         if any(c.family == BASELINE_FAMILY for c in by_contender):
@@ -471,6 +505,55 @@ def markdown_table(entries, plan):
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
+
+
+# The operating-point table's measures: (header, summary key); each a ratio to timm.
+POINT_MEASURES = [
+    ("inference", "infer_images_per_s"),
+    ("training", "train_images_per_s"),
+    ("training peak memory", "peak_rss_train_bytes"),
+    ("first training step", "first_step_s"),
+    ("inference peak memory", "peak_rss_infer_bytes"),
+]
+
+
+def points_table(entries):
+    """One row per operating point, one column per measure: each keras_vit contender's ratio to
+    timm at its precision (speed above 1 is faster, memory and time below 1 are smaller), and
+    the memory in GB beside it."""
+    keras_vits = []
+    for entry in entries:
+        if entry["contender"].family == "keras_vit" and entry["contender"] not in keras_vits:
+            keras_vits.append(entry["contender"])
+    points = {}
+    for entry in entries:
+        points.setdefault((entry["model"], entry["image_size"], entry["batch"]), {})[
+            entry["contender"]] = entry
+    header = ["point"] + [f"{name}: {' / '.join(c.name for c in keras_vits)}"
+                          for name, _ in POINT_MEASURES]
+    out = ["### keras_vit / timm at each operating point\n",
+           "Speed: keras_vit's images per second over timm's (above 1: faster); memory and "
+           "first step: keras_vit's over timm's (below 1: less), keras_vit's and timm's GB in "
+           "parentheses.\n",
+           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (model, size, batch), by_contender in points.items():
+        cells = [f"{model}, {size} px, batch {batch}"]
+        for _, key in POINT_MEASURES:
+            parts = []
+            for contender in keras_vits:
+                mine = by_contender.get(contender, {}).get("summary", {}).get(key)
+                base = by_contender.get(baseline_for(contender, list(by_contender)), {})
+                theirs = base.get("summary", {}).get(key)
+                if mine is None or not theirs:
+                    parts.append("–")
+                elif key.startswith("peak_rss"):
+                    parts.append(f"{mine / theirs:.2f}x ({mine / 1e9:.2f} vs "
+                                 f"{theirs / 1e9:.2f})")
+                else:
+                    parts.append(f"{mine / theirs:.2f}x")
+            cells.append(" / ".join(parts))
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
 def _notes(summary):
@@ -506,6 +589,15 @@ def check(plan):
     return status
 
 
+def _macs_at_one_size(plan, model):
+    """{"forward_macs": ...} of `model` where all its points share one image size, else {}
+    (each result then carries its own)."""
+    sizes = {size for name, size, _ in plan.points if name == model}
+    if len(sizes) != 1:
+        return {}
+    return {"forward_macs": flops.config_forward_macs(plan.configs[model], sizes.pop())}
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
@@ -520,6 +612,8 @@ def main(argv=None):
     for entry in entries:
         entry["summary"], entry["versions"] = summarize(entry, plan)
     table = markdown_table(entries, plan)
+    if len(plan.points) > 1:
+        table += "\n" + points_table(entries)
     print(table)
     if args.json:
         document = dict(
@@ -528,10 +622,12 @@ def main(argv=None):
             wall_s=(datetime.datetime.now(datetime.UTC) - started).total_seconds(),
             machine=common.machine_info(plan.device),
             plan=dict(dataclasses.asdict(plan), contenders=[c.name for c in plan.contenders]),
-            models={m: dict(c, forward_macs=flops.config_forward_macs(c, plan.image_size))
-                    for m, c in plan.configs.items()},
+            models={m: dict(c, **_macs_at_one_size(plan, m)) for m, c in plan.configs.items()},
             results=[
-                dict(e, contender=e["contender"].name, label=e["contender"].label(e["versions"]))
+                dict(e, contender=e["contender"].name, label=e["contender"].label(e["versions"]),
+                     **({"forward_macs": flops.config_forward_macs(plan.configs[e["model"]],
+                                                                   e["image_size"])}
+                        if e["model"] in plan.configs else {}))
                 for e in entries
             ],
             table=table,

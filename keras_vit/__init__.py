@@ -58,6 +58,7 @@ from keras_vit.weights import (
     load_pretrained,
     register_checkpoint,
 )
+from keras_vit.weights.keras_hub import save_keras_hub_preset
 
 # Public names of the modules that load on first use -> that module.
 _LAZY = {

@@ -125,8 +125,9 @@ def from_pretrained(source, progress=True, **overrides):
             that `keras_vit.training.fit` writes beside its checkpoints, else from the file's
             array shapes (`keras_vit.weights.config_from_params`, hybrids included).
         progress: bool. Show a download progress bar. Defaults to True.
-        **overrides: arguments of `keras_vit.ViT` to change (e.g. `image_size`, `num_classes`,
-            `include_top`); position embeddings and head follow the usual loading rules.
+        **overrides: keyword arguments. Arguments of `keras_vit.ViT` to change (e.g.
+            `image_size`, `num_classes`, `include_top`); position embeddings and head follow
+            the usual loading rules.
 
     Examples:
     >>> model = from_pretrained("digits")  # the shipped demo, 10 classes at 16x16

@@ -188,16 +188,17 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
 
     Args:
         model: a keras_vit model (with or without head).
-        data: a `keras_vit.data` pipeline (`InputData`), a dataset of (images, labels)
-            batches or an (images, labels) arrays pair.
+        data: InputData, tf.data.Dataset or (images, labels). A `keras_vit.data` pipeline
+            (`InputData`), a dataset of (images, labels) batches or an (images, labels)
+            arrays pair.
         batch_size: int. Batch size for arrays. Defaults to 64.
         cache: str or None. A folder: features and labels are stored there in a file named
             by everything that produced them: the model's configuration and weights
             (`feature_cache_key`), the data's content (`data_digest`: for a dataset, one pass
             over its batches, without the model) and `cache_key`. A damaged file is computed
             again.
-        cache_key: JSON-serialisable description of `data` (e.g. data set and split), part of
-            the cache name. Defaults to None.
+        cache_key: JSON-serialisable or None. A description of `data` (e.g. data set and
+            split), part of the cache name. Defaults to None.
         progress: bool. Show a progress bar (`keras.utils.Progbar`, in images; without a
             total for a dataset of unknown size). Defaults to True.
         strategy: a `tf.distribute.Strategy` or None: the feature model is built and run under
@@ -391,9 +392,10 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
 
     Args:
         model: a keras_vit classifier (with head).
-        data: a `keras_vit.data` pipeline (`InputData`), a dataset of (images, labels)
-            batches or an (images, labels) arrays pair; `labels` may be a dict with `label`
-            and `label_set` (see the module docstring).
+        data: InputData, tf.data.Dataset or (images, labels). A `keras_vit.data` pipeline
+            (`InputData`), a dataset of (images, labels) batches or an (images, labels)
+            arrays pair; `labels` may be a dict with `label` and `label_set` (see the module
+            docstring).
         batch_size: int. For arrays. Defaults to 64.
         class_names: list of str or None. For the CSV and the figure. (To check that the
             data's classes are the model's, see `check_class_names`.)

@@ -470,13 +470,13 @@ def export_saved_model(
     leaves a partial export under the version's name.
 
     Args:
-        model: a built `keras.Model` from images `[B, H, W, 3]` in [-1, 1] to logits `[B, K]`,
-            such as any `keras_vit` classifier (mixed precision included).
+        model: keras.Model. A built model from images `[B, H, W, 3]` in [-1, 1] to logits
+            `[B, K]`, such as any `keras_vit` classifier (mixed precision included).
         export_dir: str or path. The model's base folder, the one TF Serving's `--model_base_path`
             points to.
         version: int >= 0. The version folder's name. Defaults to 1.
-        class_names: list of K str, or None for the shipped ImageNet names (1000 or 21843
-            classes) or "0" ... "K-1". Returned by `top_k_labels`. Defaults to None.
+        class_names: list of str or None. K names, or None for the shipped ImageNet names
+            (1000 or 21843 classes) or "0" ... "K-1". Returned by `top_k_labels`. Defaults to None.
         top_k: int. How many classes `top_k_*` return (at most K). Defaults to 5.
         image_dtype: "float32" or "uint8". The dtype of `predict_images`' input (uint8 is four
             times smaller on the wire). Defaults to "float32".

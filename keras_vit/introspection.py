@@ -13,8 +13,9 @@ def vit_config(model):
     """The `keras_vit.ViT` arguments that rebuild `model`.
 
     Args:
-        model: a `keras_vit.ViT` (built by it or a named builder, or loaded from its `.keras`
-            file), or a model loaded from a `.keras` file of keras_vit 0.3 or earlier.
+        model: keras.Model. A `keras_vit.ViT` (built by it or a named builder, or loaded
+            from its `.keras` file), or a model loaded from a `.keras` file of keras_vit 0.3
+            or earlier.
 
     Returns:
         dict of `keras_vit.ViT` keyword arguments (JSON-serialisable).

@@ -381,8 +381,8 @@ def masked_patch_model(vit, objective="mean_color", mask_rate=MASK_RATE,
     the [mask] embedding and the prediction head.
 
     Args:
-        vit: a `keras_vit.ViT` model (plain or hybrid, "token" or "gap", any head: it is not
-            used), or a dict of `keras_vit.ViT` arguments.
+        vit: `keras_vit.ViT` or dict. A `keras_vit.ViT` model (plain or hybrid, "token" or
+            "gap", any head: it is not used), or a dict of `keras_vit.ViT` arguments.
         objective: str. "mean_color" (the paper's: the 3-bit mean colour, 512 classes),
             "downsized_color" (a 4x4 downsized patch: 16 x 512 classes) or "pixels" (L2
             regression of the patch's pixels in [-1, 1]). Defaults to "mean_color".

@@ -1,24 +1,35 @@
-"""`keras-vit checkpoints [VARIANT]`: the checkpoint registry's names, without TensorFlow.
+"""`keras-vit checkpoints [PATTERN]`: the checkpoint registry, for choosing one, without TensorFlow.
 
-    keras-vit checkpoints            # every name keras_vit knows
-    keras-vit checkpoints B/16       # those of one variant (any spelling: B/16, ViT_B16)
+    keras-vit checkpoints                      # every checkpoint keras_vit knows by name
+    keras-vit checkpoints 'vit_base_patch16*'  # names, variants or tags a pattern matches
+    keras-vit checkpoints B/16                 # one variant (any spelling: B/16, ViT_B16)
+    keras-vit checkpoints dino                 # a tag: official, augreg, timm, dino, mae, ...
+    keras-vit checkpoints digits               # one checkpoint, every field
     keras-vit predict cat.jpg --weights NAME
 
-Each row: the variant, the resolution it was trained at, its classes, its download size, the
-data sets it was pre-trained (and fine-tuned) on, and last its name (what `--weights` and
-`keras_vit.from_pretrained` take). `--json` prints the registry entries themselves.
+Each row: a `*` where the checkpoint is its variant's default (what `--weights default` and
+`pretrained=True` load at 224 px with a 1000-class head), the variant, the resolution it was
+trained at, its classes, its ImageNet-1k top-1 (%), its download size, the data sets it was
+pre-trained (and fine-tuned) on, and last its name (what `--weights` and
+`keras_vit.from_pretrained` take). A name given whole shows that entry's every field; `--json`
+prints the entries themselves, each with `"default": true|false`.
 """
 
+import difflib
 import json
 
 from keras_vit_cli.catalog import library_module, registry_entries
 
-COLUMNS = ("variant", "resolution", "classes", "download", "data", "name")
+COLUMNS = ("", "variant", "resolution", "classes", "top-1", "download", "data", "name")
+DEFAULT_MARK = "*"
 
 
 def configure(parser):
-    parser.add_argument("variant", nargs="?", metavar="VARIANT",
-                        help="only the checkpoints of this variant, e.g. B/16 or ViT_B16")
+    parser.add_argument("pattern", nargs="?", metavar="PATTERN",
+                        help="only the checkpoints whose name, variant or a tag matches this "
+                             "shell-style pattern (quote it: 'vit_base*', '*in21k*'), or a "
+                             "variant in any spelling (B/16, ViT_B16); a whole name shows that "
+                             "checkpoint's every field")
     parser.add_argument("--json", action="store_true",
                         help="print the registry entries as one JSON list instead of the table")
 
@@ -34,12 +45,18 @@ def _data_name(text):
     return text.split(" (")[0]
 
 
+def _resolution(value):
+    return "x".join(map(str, value)) if isinstance(value, list) else str(value or "-")
+
+
 def _row(entry):
     data = _data_name(entry.get("pretraining") or "-")
     if entry.get("finetuning"):
         data += f" -> {_data_name(entry['finetuning'])}"
-    return (entry.get("variant") or "custom", str(entry.get("resolution") or "-"),
-            str(entry.get("num_classes") or "-"), _size(entry), data, entry["name"])
+    top1 = entry.get("imagenet_top1")
+    return (DEFAULT_MARK if entry.get("default") else "", entry.get("variant") or "-",
+            _resolution(entry.get("resolution")), str(entry.get("num_classes") or "-"),
+            "-" if top1 is None else f"{top1:.1f}", _size(entry), data, entry["name"])
 
 
 def table(entries):
@@ -50,17 +67,50 @@ def table(entries):
                                + [row[-1]]) for row in rows)
 
 
+def whole(entry):
+    """Every field of one entry, one a line: strings as they are, the rest as JSON."""
+    width = max(map(len, entry)) + 2
+    return "\n".join(f"{key:<{width}}{value if isinstance(value, str) else json.dumps(value)}"
+                     for key, value in entry.items())
+
+
+def select(entries, pattern):
+    """The entries `pattern` matches (see `keras_vit.list_checkpoints`).
+
+    Raises:
+        ValueError: naming the pattern and close names, if it matches none.
+    """
+    try:
+        variant = library_module("configs").get_variant(pattern).name
+    except ValueError:
+        variant = None
+    chosen = library_module("weights.entries").matching(entries, pattern, variant)
+    if not chosen:
+        words = {w for e in entries for w in (e["name"], e["name"].split(".")[0],
+                                              *(e.get("tags") or ()))}
+        close = difflib.get_close_matches(pattern, sorted(words), n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ValueError(f"No checkpoint's name, variant or tag matches {pattern!r}.{hint} "
+                         "Expected a name, a variant (B/16), a tag (timm, augreg, dino, ...) "
+                         "or a shell-style pattern ('vit_base*'); `keras-vit checkpoints` "
+                         "lists them all.")
+    return chosen
+
+
 def run(args):
-    entries = registry_entries()
-    if args.variant:
-        wanted = library_module("configs").get_variant(args.variant).name
-        entries = [entry for entry in entries if entry.get("variant") == wanted]
+    entries = library_module("weights.entries").with_defaults(registry_entries())
+    named = [e for e in entries if e["name"] == args.pattern]
+    if args.pattern is not None and not named:
+        entries = select(entries, args.pattern)
     if args.json:
-        print(json.dumps(entries))
-        return 0
-    print(table(entries))
-    print(f"{len(entries)} checkpoint(s). Load one by name: --weights NAME (any command) or "
-          "keras_vit.from_pretrained(NAME).")
+        print(json.dumps(named or entries))
+    elif named:
+        print(whole(named[0]))
+    else:
+        print(table(entries))
+        print(f"{len(entries)} checkpoint(s); {DEFAULT_MARK} marks each variant's default "
+              "(pretrained=True, --weights default; at 224 px with 1000 classes). Load one by "
+              "name: --weights NAME (any command) or keras_vit.from_pretrained(NAME).")
     return 0
 
 

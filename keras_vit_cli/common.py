@@ -133,7 +133,8 @@ def add_model_arguments(parser, weights_help=""):
                             '"num_heads": 4, "mlp_dim": 128}\'')
     group.add_argument("--weights", "--pretrained", dest="weights", metavar="SOURCE",
                        help="a registry name (keras-vit checkpoints), an .npz or .safetensors "
-                            f"path, a URL, hf://ORG/NAME, or '{DEFAULT_WEIGHTS}' for the "
+                            "path, a keras-hub preset folder, a URL, hf://ORG/NAME, or "
+                            f"'{DEFAULT_WEIGHTS}' for the "
                             "variant's default checkpoint"
                             + weights_help)
     group.add_argument("--image-size", type=image_size_arg, metavar="N|HxW",
@@ -181,7 +182,8 @@ def check_model_paths(args):
     if model and model.endswith(".keras") and not os.path.isfile(os.path.expanduser(model)):
         raise FileNotFoundError(f"--model {model}: no such file.")
     path = _local_weights_path(getattr(args, "weights", None))
-    if path is not None and not os.path.isfile(path):
+    # A folder is read as a keras-hub preset (the library names what it lacks otherwise).
+    if path is not None and not (os.path.isfile(path) or os.path.isdir(path)):
         raise FileNotFoundError(f"No checkpoint file at {path}.")
 
 

@@ -2,7 +2,9 @@
 the official layout, or a `.safetensors` file in timm's layout with the `config.json` timm
 writes beside it (`keras_vit.weights.hub.save_safetensors`: `keras_vit.from_pretrained(OUT)`
 rebuilds the model, and `timm.create_model(name, pretrained=True,
-pretrained_cfg_overlay=dict(file=OUT), **model_args)` loads it)."""
+pretrained_cfg_overlay=dict(file=OUT), **model_args)` loads it); with `--format keras-hub`, a
+keras-hub preset folder (`keras_vit.save_keras_hub_preset`: `keras_hub.models.ImageClassifier.
+from_preset(OUT)` loads it with its preprocessor)."""
 
 import argparse
 
@@ -10,10 +12,13 @@ from keras_vit_cli.common import (
     add_model_arguments,
     check_model_paths,
     check_output_file,
+    check_output_folder,
     model_from_args,
 )
 
 FORMATS = (".keras", ".weights.h5", ".npz", ".safetensors")
+# Formats named by --format rather than by OUT's suffix: OUT is then a folder.
+FOLDER_FORMATS = ("keras-hub",)
 # A .weights.h5 file's size, at most: 4 bytes a parameter and HDF5's own records.
 H5_BYTES_PER_PARAMETER = 4
 H5_OVERHEAD = 1 << 20
@@ -23,7 +28,10 @@ def configure(parser):
     parser.add_argument("source", help="weights: a registry name, an .npz or .safetensors path, a URL "
                                        "or hf://ORG/NAME; or a .keras model")
     parser.add_argument("out", help="output file: .keras, .weights.h5, .npz (official layout) "
-                                    "or .safetensors (timm's layout)")
+                                    "or .safetensors (timm's layout); a folder with --format")
+    parser.add_argument("--format", choices=FOLDER_FORMATS,
+                        help="write OUT as a keras-hub preset folder (keras_hub.models."
+                             "ImageClassifier.from_preset(OUT) loads it with its preprocessor)")
     add_model_arguments(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a file already at OUT (never one a running job holds)")
@@ -32,8 +40,9 @@ def configure(parser):
 def check(args):
     """The flags and SOURCE, before TensorFlow starts: OUT's format, and a SOURCE file that
     does not exist."""
-    if not args.out.endswith(FORMATS):
-        raise ValueError(f"OUT must end in {', '.join(FORMATS)}. Received: {args.out}")
+    if args.format is None and not args.out.endswith(FORMATS):
+        raise ValueError(f"OUT must end in {', '.join(FORMATS)}, or be a folder with --format "
+                         f"{'/'.join(FOLDER_FORMATS)}. Received: {args.out}")
     if args.weights:
         raise ValueError("SOURCE is the weights; --weights is not needed.")
     if args.source.endswith(".keras") and (args.model or args.model_config is not None):
@@ -42,21 +51,30 @@ def check(args):
     source = {"model": args.source} if args.source.endswith(".keras") else {
         "model": args.model, "weights": args.source}
     check_model_paths(argparse.Namespace(**source))
+    if args.format is not None:
+        check_output_folder("OUT", args.out, f"the {args.format} preset")
+
+
+def _source_model(args):
+    """The model SOURCE holds, and its class names."""
+    if args.source.endswith(".keras"):  # a saved model: its architecture and weights
+        args.model = args.source
+    else:
+        args.weights = args.source
+    return model_from_args(args)
 
 
 def run(args):
     check(args)
+    if args.format == "keras-hub":
+        return _write_keras_hub(args)
     suffix = next(suffix for suffix in FORMATS if args.out.endswith(suffix))
     check_output_file("OUT", args.out, f"the {suffix} file")
     from keras_vit.fileio import atomic_file, check_destination, check_room
     from keras_vit.weights import hub, save_npz
 
     check_destination(args.out, args.overwrite)  # before the model is loaded
-    if args.source.endswith(".keras"):  # a saved model: its architecture and weights
-        args.model = args.source
-    else:
-        args.weights = args.source
-    model, class_names = model_from_args(args)
+    model, class_names = _source_model(args)
     if args.out.endswith(".npz"):
         save_npz(model, args.out, overwrite=args.overwrite)
     elif args.out.endswith(".safetensors"):
@@ -72,6 +90,22 @@ def run(args):
                 model.save_weights(tmp, overwrite=True)
     print(f"Wrote {args.out} ({model.name}, {model.count_params():,} parameters, "
           f"input {tuple(model.inputs[0].shape[1:])})")
+    return 0
+
+
+def _write_keras_hub(args):
+    """`--format keras-hub`: OUT as a keras-hub preset folder, with the source's preprocessing
+    where it is a preset (else keras_vit's own input scaling)."""
+    from keras_vit.weights import keras_hub
+
+    keras_hub.check_preset_destination(args.out, args.overwrite)  # before the model is loaded
+    keras_hub.import_keras_hub()  # before the model is loaded, too
+    model, _ = _source_model(args)  # keras-hub presets hold no class names
+    preprocessing = keras_hub.preset_preprocessing(args.source) \
+        if keras_hub.is_folder(args.source) else None
+    keras_hub.save_keras_hub_preset(model, args.out, preprocessing, overwrite=args.overwrite)
+    print(f"Wrote {args.out} (a keras-hub preset of {model.name}, {model.count_params():,} "
+          f"parameters, input {tuple(model.inputs[0].shape[1:])})")
     return 0
 
 

@@ -36,3 +36,15 @@ def image_folder(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(path)
     return folder
+
+
+@pytest.fixture
+def timm_python():
+    """The interpreter named by `KERAS_VIT_TIMM_PYTHON`, one with torch and timm (they are not
+    dependencies of the package or of this interpreter). Without it the test is skipped, or
+    fails under CI (`KERAS_VIT_CI=1`), where `.ci/run` builds that interpreter."""
+    python = os.environ.get("KERAS_VIT_TIMM_PYTHON")
+    if not python:
+        reason = "KERAS_VIT_TIMM_PYTHON names no interpreter with timm"
+        (pytest.fail if os.environ.get("KERAS_VIT_CI") == "1" else pytest.skip)(reason)
+    return python

@@ -31,7 +31,8 @@ BASE = ROOT / ".venv-base" / "bin"
 DIST = ROOT / "dist"
 # Modules that only the extras install (serving, figures, demo, test); pillow is not one:
 # the base install brings it (through tensorboard).
-EXTRAS_MODULES = ("tensorflow_serving", "matplotlib", "sklearn", "scipy", "pytest", "jax")
+EXTRAS_MODULES = ("tensorflow_serving", "matplotlib", "sklearn", "scipy", "pytest", "jax",
+                  "keras_hub")
 # The installed packages and the checkout folders they are built from.
 PACKAGES = {"keras_vit": "keras_vit", "keras_vit_cli": "keras_vit_cli",
             "keras_vit_checkpoints": "checkpoints"}

@@ -252,6 +252,10 @@ def test_plan_defaults_per_device():
         (["--models", "B/17"], "Unknown ViT variant 'B/17'"),
         (["--models", "R50+B/16"], "Hybrid variant 'R50\\+B/16' has no counterpart"),
         (["--models", "B/16", "--image-size", "200"], "--image-size 200 is not divisible by B/16"),
+        (["--points", "B/16@200x4"], "--points B/16@200x4 is not divisible by B/16's patch size"),
+        (["--points", "B/16@384"], r"--points: 'B/16@384' is not MODEL@SIZExBATCH"),
+        (["--points", "B/16@384x0"], r"--points: 'B/16@384x0' is not MODEL@SIZExBATCH"),
+        (["--points", "B/17@224x4"], "Unknown ViT variant 'B/17'"),
         (["--modes", "infer,test"], "--modes must be infer, train or infer,train. Received: "),
         (["--contenders", "timm,timm"], r"--contenders names \['timm-fp32'\] twice"),
         (["--contenders", ","], "--contenders names no contender"),
@@ -304,7 +308,8 @@ def test_summary_takes_medians_max_rss_and_ratios_to_timm():
         return out
 
     entries = [
-        dict(model="B/16", batch=8, contender=c, rounds=rounds(["infer", "train"] * 3))
+        dict(model="B/16", image_size=224, batch=8, contender=c,
+             rounds=rounds(["infer", "train"] * 3))
         for c in (timm, ours)
     ]
     agreement = dict(
@@ -318,7 +323,8 @@ def test_summary_takes_medians_max_rss_and_ratios_to_timm():
         source="random B/16",
     )
     entries.append(
-        dict(model="B/16", batch=8, contender=int8, rounds=rounds(["infer"] * 3) + [agreement])
+        dict(model="B/16", image_size=224, batch=8, contender=int8,
+             rounds=rounds(["infer"] * 3) + [agreement])
     )
     for entry in entries:
         entry["summary"], entry["versions"] = run.summarize(entry, plan)
@@ -358,7 +364,7 @@ def test_gpu_table_reports_model_flop_utilisation():
         dict(mode="train", round=1, images_per_s=1000.0, first_step_s=20.0,
              peak_rss_bytes=int(5e9), device_peak_bytes=int(30e9)),
     ]  # fmt: skip
-    entry = dict(model="B/16", batch=256, contender=contender, rounds=rounds)
+    entry = dict(model="B/16", image_size=224, batch=256, contender=contender, rounds=rounds)
     entry["summary"], entry["versions"] = run.summarize(entry, plan)
     macs = flops.vit_forward_macs(224, 16, hidden_size=768, num_layers=12, mlp_dim=3072)
     train_mfu = 1000.0 * 3 * 2 * macs / 8e14
@@ -436,3 +442,73 @@ def test_route_variants_parse():
             routes.parse_variant(bad)
     with pytest.raises(ValueError, match="must be one of 'auto', 'products', 'fused'"):
         routes.parse_variant("attention=flash")
+
+
+def test_points_are_measured_each_at_its_size_and_batch(monkeypatch):
+    plan = plan_for("--points", "B/16@224x8,B/16@384x4,L/16@224x4,B/16@384x4",
+                    "--contenders", "timm,keras_vit", "--rounds", "1")
+    assert plan.points == [("B/16", 224, 8), ("B/16", 384, 4), ("L/16", 224, 4)]
+    assert plan.models == ["B/16", "L/16"] and plan.batches == [4, 8]
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        result = dict(images_per_s=1.0, first_step_s=2.0, peak_rss_bytes=3, import_s=0.5,
+                      versions={})
+        return subprocess.CompletedProcess(command, 0, common.RESULT_PREFIX + json.dumps(result),
+                                           "")
+
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    entries = run.run_all(plan)
+    sizes = [(c[c.index("--image-size") + 1], c[c.index("--batch") + 1], c[c.index("--model") + 1])
+             for c in commands]
+    assert sorted(set(sizes)) == [("224", "4", "L/16"), ("224", "8", "B/16"), ("384", "4", "B/16")]
+    assert len(commands) == 3 * 2 * 2  # points x contenders x modes
+    assert [(e["model"], e["image_size"], e["batch"]) for e in entries[::2]] == plan.points
+
+
+def _point_entries(plan):
+    """Two contenders' summaries at each of `plan`'s points: keras_vit twice timm's speed and
+    memory at the first point, half at the others."""
+    entries = []
+    for index, (model, size, batch) in enumerate(plan.points):
+        for contender in plan.contenders:
+            factor = 1.0 if contender.family == "timm" else (2.0 if index == 0 else 0.5)
+            entry = dict(model=model, image_size=size, batch=batch, contender=contender,
+                         versions={}, rounds=[])
+            entry["summary"] = dict(infer_images_per_s=10 * factor, train_images_per_s=factor,
+                                    peak_rss_train_bytes=int(4e9 * factor),
+                                    peak_rss_infer_bytes=int(1e9 * factor),
+                                    first_step_s=5 * factor)
+            entries.append(entry)
+    return entries
+
+
+def test_points_table_gives_keras_vits_ratios_to_timm_at_each_point():
+    plan = plan_for("--points", "B/16@224x8,B/16@384x4", "--contenders",
+                    "timm,timm-bf16,keras_vit,keras_vit-bf16")
+    table = run.points_table(_point_entries(plan))
+    rows = [line for line in table.splitlines() if line.startswith("| B/16")]
+    assert rows[0] == ("| B/16, 224 px, batch 8 | 2.00x / 2.00x | 2.00x / 2.00x | "
+                       "2.00x (8.00 vs 4.00) / 2.00x (8.00 vs 4.00) | 2.00x / 2.00x | "
+                       "2.00x (2.00 vs 1.00) / 2.00x (2.00 vs 1.00) |")
+    assert rows[1].startswith("| B/16, 384 px, batch 4 | 0.50x / 0.50x | 0.50x / 0.50x | "
+                              "0.50x (2.00 vs 4.00)")
+
+
+def test_plot_draws_speed_and_memory_against_tokens(tmp_path):
+    pytest.importorskip("matplotlib")
+    from benchmarks import plot
+
+    plan = plan_for("--points", "B/16@224x4,B/16@384x4", "--contenders", "timm,keras_vit")
+    entries = _point_entries(plan)
+    entries[-1]["summary"] = dict(error="out of memory")
+    document = dict(models=plan.configs, machine=dict(cpu="a CPU"), results=[
+        dict(e, contender=e["contender"].name, label=e["contender"].name) for e in entries])
+    lines, failed = plot.series(document)
+    assert lines[("keras_vit-fp32", "B/16")]["train_images_per_s"] == [(197, 2.0)]
+    assert lines[("timm-fp32", "B/16")]["peak_rss_train_bytes"] == [(197, 4.0), (577, 4.0)]
+    assert failed == ["keras_vit-fp32 B/16 384 px"]
+    (tmp_path / "r.json").write_text(json.dumps(document))
+    assert plot.main([str(tmp_path / "r.json"), str(tmp_path / "out.png")]) == 0
+    assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

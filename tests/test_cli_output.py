@@ -34,32 +34,37 @@ def registry():
 def test_checkpoints_lists_every_registry_name_with_its_facts(capsys):
     assert cli.main(["checkpoints"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["variant", "resolution", "classes", "download", "data", "name"]
+    assert lines[0].split() == ["variant", "resolution", "classes", "top-1", "download", "data",
+                                "name"]
     entries = registry()
     assert [line.split()[-1] for line in lines[1:-1]] == [e["name"] for e in entries]
-    assert lines[-1].startswith(f"{len(entries)} checkpoint(s). Load one by name")
+    assert lines[-1].startswith(f"{len(entries)} checkpoint(s); * marks each variant's default")
     rows = dict(zip((e["name"] for e in entries), lines[1:-1]))
     assert rows["imagenet21k+imagenet2012/ViT-B_16"].split() == [
-        "B/16", "384", "1000", "331", "MiB", "imagenet21k", "->", "imagenet2012",
+        "B/16", "384", "1000", "84.2", "331", "MiB", "imagenet21k", "->", "imagenet2012",
         "imagenet21k+imagenet2012/ViT-B_16"]
     assert rows["imagenet21k/ViT-L_32"].split() == [
-        "L/32", "224", "21843", "-", "imagenet21k", "imagenet21k/ViT-L_32"]
+        "L/32", "224", "21843", "-", "1,255", "MiB", "imagenet21k", "imagenet21k/ViT-L_32"]
     assert rows["digits"].split() == [
-        "custom", "16", "10", "0.55", "MiB", "(shipped)", "scikit-learn", "digits", "digits"]
+        "-", "16", "10", "-", "0.55", "MiB", "(shipped)", "scikit-learn", "digits", "digits"]
+    assert rows["imagenet21k/ViT-H_14"].split()[0] == "*"  # H/14's default: no 1k fine-tune
 
 
 @pytest.mark.parametrize("spelling", ["B/16", "ViT_B16", "vit-b16"])
 def test_checkpoints_of_one_variant_and_their_json(capsys, spelling):
     assert cli.main(["checkpoints", spelling, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed == [e for e in registry() if e["variant"] == "B/16"]
-    assert len(printed) == 6
+    default = keras_vit.default_checkpoint("B/16")
+    assert printed == [dict(e, default=e["name"] == default) for e in registry()
+                       if e["variant"] == "B/16"]
+    assert len([e for e in printed if not e["url"].startswith("hf://")]) == 6
 
 
 def test_checkpoints_of_an_unknown_variant_is_one_line(capsys):
     assert cli.main(["checkpoints", "B/17"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("keras-vit checkpoints: error: Unknown ViT variant 'B/17'. Expected ")
+    assert err.startswith("keras-vit checkpoints: error: No checkpoint's name, variant or tag "
+                          "matches 'B/17'. Expected ")
     assert err.count("\n") == 1
 
 

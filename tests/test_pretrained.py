@@ -486,7 +486,7 @@ def test_registry_covers_the_official_folders():
             ("imagenet2012", 384),
         ], variant
     for entry in keras_vit.list_checkpoints():
-        if entry.get("file"):  # shipped with the package
+        if entry.get("file") or entry["url"].startswith("hf://timm/"):  # shipped, or timm's
             continue
         assert entry["url"].startswith("https://storage.googleapis.com/vit_models/")
         assert entry["url"].endswith(entry["name"].split("/", 1)[1] + ".npz")

@@ -17,7 +17,7 @@ CLI = ROOT / "keras_vit_cli"
 # Function-level imports allowed outside the command line, each an optional dependency (or a
 # platform-specific one), imported where it is needed with a comment saying why.
 LAZY_IMPORTS = ("matplotlib", "tensorflow_serving", "tensorflow_datasets", "fcntl", "huggingface_hub",
-                "safetensors", "jax", "resource")
+                "safetensors", "jax", "resource", "keras_hub")
 
 
 def module_name(path):

@@ -3,13 +3,12 @@ pretrained=True)` on the folder `keras_vit.weights.hub.save_safetensors` wrote g
 logits.
 
 timm and torch are not dependencies of the package or of its tests: this runs where
-`KERAS_VIT_TIMM_PYTHON` names an interpreter that has them (the benchmarks' environment,
-`bash benchmarks/setup_peers.sh`), for example
-`KERAS_VIT_TIMM_PYTHON=.venv-bench/bin/python .venv/bin/python -m pytest tests/test_timm_interop.py`,
-and is skipped elsewhere."""
+`KERAS_VIT_TIMM_PYTHON` names an interpreter that has them (`.ci/run` builds `.venv-timm` and
+sets it; the benchmarks' environment from `bash benchmarks/setup_peers.sh` has them too), for
+example `KERAS_VIT_TIMM_PYTHON=.venv-bench/bin/python .venv/bin/python -m pytest
+tests/test_timm_interop.py`. Elsewhere it is skipped (the `timm_python` fixture)."""
 
 import json
-import os
 import pathlib
 import subprocess
 
@@ -21,7 +20,6 @@ import keras_vit
 from keras_vit.weights import hub
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TIMM_PYTHON = os.environ.get("KERAS_VIT_TIMM_PYTHON")
 # Reads the folder with timm and prints its logits of the images as JSON.
 READ_WITH_TIMM = """
 import json, sys
@@ -38,12 +36,11 @@ print(json.dumps(logits.numpy().tolist()))
 """
 
 
-@pytest.mark.skipif(not TIMM_PYTHON, reason="KERAS_VIT_TIMM_PYTHON names no interpreter with timm")
 @pytest.mark.parametrize("config", [
     dict(hidden_size=64, num_heads=4, mlp_dim=128),   # a width no paper variant has
     dict(hidden_size=48, num_heads=3, mlp_dim=192, classifier="gap"),
 ])
-def test_timm_reads_the_safetensors_keras_vit_writes(tmp_path, config):
+def test_timm_reads_the_safetensors_keras_vit_writes(tmp_path, config, timm_python):
     keras.utils.set_random_seed(0)
     model = keras_vit.ViT(image_size=32, patch_size=8, num_layers=2, num_classes=3, **config)
     rng = np.random.default_rng(0)
@@ -53,7 +50,7 @@ def test_timm_reads_the_safetensors_keras_vit_writes(tmp_path, config):
     np.save(tmp_path / "images.npy", images)
     code = READ_WITH_TIMM.format(root=str(ROOT), folder=str(tmp_path),
                                  images=str(tmp_path / "images.npy"))
-    done = subprocess.run([TIMM_PYTHON, "-c", code], capture_output=True, text=True,
+    done = subprocess.run([timm_python, "-c", code], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     got = np.array(json.loads(done.stdout.strip().splitlines()[-1]))

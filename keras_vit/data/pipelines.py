@@ -304,7 +304,7 @@ def from_arrays(
     """A pipeline over in-memory images.
 
     Args:
-        images: array `[N, H, W, 3]`, `[N, H, W, 1]` or `[N, H, W]`, RGB or grey values:
+        images: array. `[N, H, W, 3]`, `[N, H, W, 1]` or `[N, H, W]`, RGB or grey values:
             integers in [0, 255], or floats in the range `value_range` says.
         labels: int array `[N]`, or None for unlabelled images (self-supervised pre-training,
             `keras_vit.pretraining`): every label is then 0, of one class.
@@ -316,8 +316,9 @@ def from_arrays(
             False.
         seed: int. Seed of the shuffle and augmentation. Defaults to 0.
         start_epoch: int. First epoch of a training pipeline (to resume a run). Defaults to 0.
-        augment: True for the official inception crop and flip, False for none, or a dict
-            overriding `area_range`, `flip` or `crop` (False: resize the whole image).
+        augment: bool or dict. True for the official inception crop and flip, False for
+            none, or a dict overriding `area_range`, `flip` or `crop` (False: resize the
+            whole image).
             Defaults to True.
         strategy: `tf.distribute.Strategy` or None. See the module docstring.
         class_names: sequence of str. Label names. Defaults to none.
@@ -420,8 +421,8 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     Args:
         dataset: `tf.data.Dataset` of `(image, label)`.
         num_classes: int. Labels lie in `[0, num_classes)`.
-        decode: a function from one raw image to a uint8 `[H, W, C]` tensor, or None: decode
-            encoded images, pass decoded ones through.
+        decode: callable or None. A function from one raw image to a uint8 `[H, W, C]`
+            tensor, or None: decode encoded images, pass decoded ones through.
 
     Returns:
         `InputData`.

@@ -107,7 +107,7 @@ def get_distribution(config=None, model_parallel=1, devices=None):
         model_parallel: int. Devices each model replica is sharded over (the "model" axis);
             1 replicates the model on every device (`keras.distribution.DataParallel`).
             Defaults to 1.
-        devices: list of device names ("gpu:0", ...). Defaults to
+        devices: list of str. Device names ("gpu:0", ...). Defaults to
             `keras.distribution.list_devices()`: every accelerator, else every CPU device.
 
     Returns:

@@ -298,10 +298,11 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         output_dir: str. The run's folder (see the module docstring).
         epochs: int. Whole passes over `train`; or give `steps`.
         steps: int. Optimizer updates, rounded up to whole epochs; or give `epochs`.
-        recipe: "finetune" (SGD momentum 0.9, clipping at 1, warm-up then cosine decay),
-            "pretrain" (AdamW, weight decay, warm-up then linear decay), "pretrain_mpp" (Adam,
-            warm-up then cosine decay, for `keras_vit.pretraining.masked_patch_model`), or
-            None to keep the compile you gave the model. Defaults to "finetune".
+        recipe: str or None. "finetune" (SGD momentum 0.9, clipping at 1, warm-up then
+            cosine decay), "pretrain" (AdamW, weight decay, warm-up then linear decay),
+            "pretrain_mpp" (Adam, warm-up then cosine decay, for
+            `keras_vit.pretraining.masked_patch_model`), or None to keep the compile you gave
+            the model. Defaults to "finetune".
         learning_rate: float. Peak learning rate. Defaults to the recipe's (0.003, 1e-3,
             2e-4).
         warmup_steps: int. Linear warm-up updates. Defaults to the one rule of

@@ -19,9 +19,9 @@ def build_training_state(model, labels=None):
 
     Args:
         model: a compiled `keras.Model`.
-        labels: `keras.KerasTensor` (or anything with `shape` and `dtype`) describing a batch
-            of labels, for building the loss and metrics. Defaults to integer class ids of
-            shape `[B]` (what `compile_model`'s loss takes); pass
+        labels: `keras.KerasTensor` or None. Describes a batch of labels (anything with
+            `shape` and `dtype` will do), for building the loss and metrics. Defaults to
+            integer class ids of shape `[B]` (what `compile_model`'s loss takes); pass
             `keras.KerasTensor((None, K), "float32")` for one-hot labels.
 
     Returns:

@@ -351,8 +351,9 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
         jit_compile: bool or None. XLA; None picks what works (see `keras_vit.training.fit`).
         strategy: a `tf.distribute.Strategy` or None.
         callbacks: more Keras callbacks for every fine-tuning run.
-        description: JSON-serialisable description of the model (e.g. its variant and weights),
-            recorded in `vtab.json`: a run is resumed only with the same description.
+        description: JSON-serialisable or None. A description of the model (e.g. its variant
+            and weights), recorded in `vtab.json`: a run is resumed only with the same
+            description.
         verbose: 0 (silent), 1 (a line and a bar of its updates per run) or 2 (a line per run
             and Keras' progress per epoch). Defaults to 1.
 

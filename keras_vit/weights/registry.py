@@ -1,9 +1,14 @@
-"""The checkpoint registry: every official file by name, the shipped demo, and your own.
+"""The checkpoint registry: every official file by name, timm's ViTs, the shipped demo, and
+your own.
 
-`checkpoints/registry.json` (installed as `keras_vit_checkpoints`) lists the official
-`imagenet21k/`, `imagenet21k+imagenet2012/` and recommended AugReg files with their URL,
-variant, resolution, classes and data sets; `register_checkpoint` adds entries for this
-process (a mirror, a `file://` path, your own training run).
+`checkpoints/registry.json` (installed as `keras_vit_checkpoints`, written by
+`checkpoints/make_registry.py`) lists the official `imagenet21k/`, `imagenet21k+imagenet2012/`
+and recommended AugReg files, and the ViT checkpoints timm publishes on the Hugging Face Hub
+that keras_vit loads exactly (under their timm names, e.g.
+"vit_base_patch16_224.augreg2_in21k_ft_in1k", from `hf://timm/<name>`), each with its URL,
+variant, resolution, classes, data sets, size, licence, ImageNet top-1 (and its source) and
+preprocessing (timm's data-config fields); `register_checkpoint` adds entries for this process
+(a mirror, a `file://` path, your own training run).
 """
 
 import copy
@@ -15,6 +20,7 @@ import re
 
 from keras_vit import configs
 from keras_vit.checks import check_bool
+from keras_vit.weights import entries as queries
 
 _REGISTERED = {}  # name -> entry, added with `register_checkpoint`
 URL_SCHEMES = ("http", "https", "file")
@@ -40,24 +46,43 @@ def is_registered(name):
     return isinstance(name, str) and name in _registry()
 
 
-def list_checkpoints(variant=None):
-    """Lists the known checkpoints, optionally only those of one variant.
+def list_checkpoints(pattern=None):
+    """Lists the known checkpoints, optionally those a pattern matches.
 
     Args:
-        variant: str or None. E.g. "B/16" (any spelling `keras_vit.get_variant` accepts).
+        pattern: str or None. A shell-style pattern (`*`, `?`, `[...]`, any case) matched
+            against each name, variant and tag (e.g. "vit_base_patch16*", "B/16", "dino",
+            "*in21k*"); a variant in any spelling `keras_vit.get_variant` accepts ("ViT_B16")
+            matches that variant's checkpoints. None lists them all.
 
     Returns:
         A list of dicts with name, url, variant, resolution, num_classes, representation_size,
-        pretraining, finetuning, labels, size_mib, sha256, imagenet_top1, name_source.
+        pretraining, finetuning, labels, size_mib, sha256, imagenet_top1 (and its source),
+        license, preprocessing, tags, name_source, and `default`: whether it is its variant's
+        `pretrained=True` (and `--weights default`) checkpoint at 224 px with 1000 classes.
 
     Examples:
     >>> names = [c["name"] for c in list_checkpoints("Ti/16")]
     >>> names[0]
     'augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0'
+    >>> len(list_checkpoints("vit_base_patch16_224.augreg2*"))
+    1
     """
-    wanted = configs.get_variant(variant).name if variant else None
-    return [copy.deepcopy(entry) for entry in _registry().values()
-            if wanted is None or entry["variant"] == wanted]
+    entries = queries.with_defaults([copy.deepcopy(e) for e in _registry().values()])
+    if pattern is None:
+        return entries
+    if not isinstance(pattern, str):
+        raise ValueError(f"`pattern` must be a string such as 'vit_base*' or 'B/16'. Received: "
+                         f"{pattern!r}")
+    return queries.matching(entries, pattern, _variant_name(pattern))
+
+
+def _variant_name(text):
+    """The variant `text` spells ("ViT_B16" -> "B/16"), or None."""
+    try:
+        return configs.get_variant(text).name
+    except ValueError:
+        return None
 
 
 def get_checkpoint(name):
@@ -123,8 +148,8 @@ def register_checkpoint(name, url, variant=None, sha256=None, overwrite=False, *
         variant=configs.get_variant(variant).name if variant is not None else None,
         config=None, resolution=None, num_classes=None, representation_size=None,
         pretraining=None, finetuning=None, labels=None, class_names=None, size_mib=None,
-        sha256=normalize_sha256(sha256), imagenet_top1=None,
-        name_source="registered at run time",
+        sha256=normalize_sha256(sha256), imagenet_top1=None, imagenet_top1_source=None,
+        license=None, preprocessing=None, tags=[], name_source="registered at run time",
     )
     unknown = sorted(set(info) - set(entry))
     if unknown:
@@ -134,6 +159,15 @@ def register_checkpoint(name, url, variant=None, sha256=None, overwrite=False, *
     return copy.deepcopy(entry)
 
 
+def hub_source(name):
+    """The `hf://` source of a registry name whose weights are on the Hugging Face Hub (timm's
+    files: "vit_small_patch16_224.dino" -> "hf://timm/vit_small_patch16_224.dino"), else
+    None."""
+    entry = _registry().get(name) if isinstance(name, str) else None
+    url = entry and entry.get("url")
+    return url if isinstance(url, str) and url.startswith(queries.HUB_PREFIX) else None
+
+
 def default_checkpoint(variant, image_size=224, num_classes=1000, include_top=True):
     """The checkpoint `pretrained=True` loads for a variant.
 
@@ -141,22 +175,13 @@ def default_checkpoint(variant, image_size=224, num_classes=1000, include_top=Tr
     resolution nearest to `image_size` among the best-scoring family (AugReg where it exists,
     else the original `imagenet21k+imagenet2012` files). Otherwise (a new head, or no head):
     the ImageNet-21k pre-trained weights (AugReg where they exist, else `imagenet21k/`).
-    ViT-H/14 has no ImageNet-1k fine-tune, so it always gets the ImageNet-21k weights.
+    ViT-H/14 has no ImageNet-1k fine-tune, so it always gets the ImageNet-21k weights. The
+    paper's own files only: timm's are loaded by name (see `list_checkpoints`).
     """
     spec = configs.get_variant(variant)
-    entries = list_checkpoints(spec.name)
     side = max(image_size) if isinstance(image_size, (tuple, list)) else image_size
-
-    def family_rank(entry):
-        return 0 if entry["name"].startswith("augreg/") else 1
-
-    if include_top and num_classes == 1000:
-        fine_tuned = [e for e in entries if e["finetuning"] == "imagenet2012"]
-        if fine_tuned:
-            best = min(family_rank(e) for e in fine_tuned)
-            family = [e for e in fine_tuned if family_rank(e) == best]
-            return min(family, key=lambda e: abs((e["resolution"] or side) - side))["name"]
-    upstream = [e for e in entries if e["finetuning"] is None and e["pretraining"]]
-    if not upstream:
+    name = queries.default_name(list(_registry().values()), spec.name, side, num_classes,
+                                include_top)
+    if name is None:
         raise ValueError(f"No pretrained checkpoint is registered for ViT-{spec.name}.")
-    return min(upstream, key=family_rank)["name"]
+    return name

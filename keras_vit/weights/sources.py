@@ -4,18 +4,20 @@
 `--weights` take:
 
 - `True`: the documented default for the variant (see `default_checkpoint`);
-- a registry name, e.g. "imagenet21k/ViT-B_16" (see `list_checkpoints()`);
+- a registry name, e.g. "imagenet21k/ViT-B_16" or timm's
+  "vit_base_patch16_224.augreg2_in21k_ft_in1k" (see `list_checkpoints()`);
 - a local `.npz` path (`~` is expanded);
 - an `http(s)://` or `file://` URL (downloaded once into the cache);
 - `hf://ORG/NAME[@REVISION]` on the Hugging Face Hub, or a local `.safetensors` file, in
-  timm's or transformers' layout (`keras_vit.weights.hub`).
+  timm's or transformers' layout (`keras_vit.weights.hub`);
+- a keras-hub ViT preset folder (`keras_vit.weights.keras_hub`).
 """
 
 import importlib.resources
 import os
 import re
 
-from keras_vit.weights import download, hub, registry
+from keras_vit.weights import download, hub, keras_hub, registry
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.loading import load_params, match_params
 from keras_vit.weights.npz import open_npz, read_npz
@@ -65,7 +67,8 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
     Returns:
         (params, entry): the arrays by key, and the registry entry (None for `.npz` paths and
         URLs; for safetensors, an entry with the `config` and `class_names` the file's
-        `config.json` gives).
+        `config.json` gives; for a keras-hub preset folder, one with its `config` and
+        `preprocessing`, see `keras_vit.weights.keras_hub.read_preset`).
 
     Raises:
         ValueError: for a source that is none of these (naming close registry names).
@@ -73,8 +76,14 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
         CheckpointError, DownloadError: for a bad file or a failed download.
     """
     check_source(source)
-    if hub.is_hub(source):
-        config_path, weights_path = hub.hub_files(source)
+    if keras_hub.is_folder(source) and not registry.is_registered(source):
+        params, entry = keras_hub.read_preset(source)
+        if check is not None:
+            check(params, entry)
+        return params, entry
+    on_hub = source if hub.is_hub(source) else registry.hub_source(source)
+    if on_hub:  # hf://ORG/NAME, or a registry name of a file there (timm's)
+        config_path, weights_path = hub.hub_files(on_hub)
         return _torch_layout(weights_path, config_path, source, num_heads, check)
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".safetensors"):
         path = os.path.expanduser(os.fspath(source))
@@ -139,7 +148,8 @@ def load_pretrained(model, source, progress=True):
 
     Args:
         model: a model from `keras_vit.ViT` or a named builder.
-        source: a registry name, a local `.npz` path or an `http(s)://` / `file://` URL.
+        source: str or path. A registry name, a local `.npz` path or an `http(s)://` /
+            `file://` URL.
         progress: bool. Show a progress bar while downloading. Defaults to True.
 
     Returns:

@@ -1,0 +1,511 @@
+"""keras-hub's ViT presets, both ways: a preset folder read into a `keras_vit.ViT`, and a
+`keras_vit.ViT` written as a preset that `keras_hub.models.ImageClassifier.from_preset` loads
+with its preprocessor.
+
+A preset is the folder keras-hub's `save_to_preset` writes: `config.json` (the `ViTBackbone`),
+`model.weights.h5`, `metadata.json`, and for a classifier `task.json` (the
+`ViTImageClassifier`: classes, pooling, `intermediate_dim`), `task.weights.h5` and
+`preprocessor.json` (its `ViTImageConverter`: image size, `scale`, `offset`, resizing). The
+architecture is read from those JSON files and checked before keras-hub is imported; keras-hub
+itself then loads the weights, and its variables are renamed to the official checkpoint keys
+(`KERAS_HUB_RULES`), so loading is keras_vit's usual all-or-nothing loading.
+
+Both networks compute the same function: the same patch embedding, pre-norm blocks, exact
+GELU, LayerNorm epsilon from the file, and a `pre_logits` Dense + tanh. What one side cannot
+hold is refused, naming it: keras-hub's ViT has no hybrid stem, no position embedding but the
+learned 1-D table, no tanh-approximate GELU, no `fc_norm`, and its "gap" pooling averages the
+class token in; keras_vit's ViT always has the biases keras-hub makes optional.
+
+The preprocessing travels as a data config with timm's field names (`input_size`,
+`interpolation`, `crop_pct`, `crop_mode`, `mean`, `std`; mean and std of pixels in [0, 1]):
+keras-hub's converter computes `x * scale + offset` on pixels in [0, 255], which is
+`(x / 255 - mean) / std` with `std = 1 / (255 * scale)` and `mean = -offset * std`.
+
+keras-hub is an optional dependency (`pip install keras-hub`), imported only when a preset is
+read or written.
+"""
+
+import json
+import os
+import re
+
+import keras
+import numpy as np
+
+from keras_vit.checks import check_bool, check_choice, check_positive_int, to_pair
+from keras_vit.fileio import DestinationExists, atomic_write_text, check_destination, staging_dir
+from keras_vit.introspection import vit_config
+from keras_vit.preprocessing import IMAGE_CHANNELS, INPUT_OFFSET, INPUT_SCALE
+from keras_vit.weights import config_json
+from keras_vit.weights.errors import CheckpointError
+from keras_vit.weights.keymap import model_params
+from keras_vit.weights.layouts import POSEMB_KEY
+
+# The files of a preset folder (keras-hub's `preset_utils` names).
+CONFIG_FILE = "config.json"
+METADATA_FILE = "metadata.json"
+TASK_FILE = "task.json"
+PREPROCESSOR_FILE = "preprocessor.json"
+IMAGE_CONVERTER_FILE = "image_converter.json"
+# keras_vit's mark on the presets it writes (what it may replace with `overwrite=True`).
+MARK_FILE = "keras_vit.json"
+BACKBONE_CLASS = "ViTBackbone"
+TASK_CLASS = "ViTImageClassifier"
+INSTALL = "pip install keras-hub"
+# keras-hub's ViT defaults (`ViTBackbone`, `ViTImageClassifier`).
+KERAS_HUB_LAYER_NORM_EPSILON = 1e-6
+# keras-hub's pooling -> keras_vit's classifier; both need (keras-hub) or forbid (keras_vit's
+# "gap") the class token as listed.
+POOLINGS = {"token": ("token", True), "gap": ("gap", False)}
+# Keras' `Resizing` interpolations, which keras-hub's converter takes (timm's bilinear, bicubic
+# and nearest among them).
+INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5")
+# keras-hub's converter flags (crop_to_aspect_ratio, pad_to_aspect_ratio) as timm's crop_mode:
+# "center" crops the centred region of the target's aspect ratio, then resizes (timm's center
+# crop at crop_pct 1.0); "squash" resizes without keeping the aspect ratio; "border" resizes
+# the longest side to fit, keeping it, and pads (keras-hub with zeros, timm with the mean).
+CROP_MODES = {(True, False): "center", (False, False): "squash", (False, True): "border"}
+PIXEL_MAX = 255.0
+SIGNIFICANT_DIGITS = 10  # of mean and std read from a converter's scale and offset
+# keras_vit's own input, as a data config: bilinear resize to the model's size, no crop, then
+# `x / 127.5 - 1` (`keras_vit.preprocessing`), i.e. mean = std = 0.5.
+_STD = INPUT_SCALE / PIXEL_MAX
+KERAS_VIT_PREPROCESSING = dict(interpolation="bilinear", crop_pct=1.0, crop_mode="squash",
+                               mean=[-INPUT_OFFSET * _STD] * IMAGE_CHANNELS,
+                               std=[_STD] * IMAGE_CHANNELS)
+
+# (pattern, replacement) on keras-hub's ViT variable paths, in order: the official checkpoint
+# key (`keras_vit.weights.keymap`). keras-hub numbers its blocks from 1.
+KERAS_HUB_RULES = (
+    (r"^vit_patching_and_embedding/class_token$", "cls"),
+    (r"^vit_patching_and_embedding/patch_embedding/", "embedding/"),
+    (r"^vit_patching_and_embedding/position_embedding/embeddings$", POSEMB_KEY),
+    (r"^vit_encoder/transformer_block_(\d+)/",
+     lambda m: f"Transformer/encoderblock_{int(m[1]) - 1}/"),
+    (r"/ln_1/", "/LayerNorm_0/"),
+    (r"/mha/attention_output/", "/MultiHeadDotProductAttention_1/out/"),
+    (r"/mha/", "/MultiHeadDotProductAttention_1/"),
+    (r"/ln_2/", "/LayerNorm_2/"),
+    (r"/mlp/dense_1/", "/MlpBlock_3/Dense_0/"),
+    (r"/mlp/dense_2/", "/MlpBlock_3/Dense_1/"),
+    (r"^vit_encoder/ln/", "Transformer/encoder_norm/"),
+    (r"^predictions/", "head/"),
+    (r"/gamma$", "/scale"),
+    (r"/beta$", "/bias"),
+)
+_COMPILED = tuple((re.compile(pattern), repl) for pattern, repl in KERAS_HUB_RULES)
+# The biases keras_vit leaves out with `qkv_bias=False`: zeros in keras-hub's attention.
+QKV_BIASES = tuple(f"MultiHeadDotProductAttention_1/{name}/bias"
+                   for name in ("query", "key", "value"))
+
+
+def official_key(path):
+    """The official checkpoint key of a keras-hub ViT variable path, by `KERAS_HUB_RULES`."""
+    for pattern, repl in _COMPILED:
+        path = pattern.sub(repl, path)
+    return path
+
+
+def import_keras_hub():
+    """The `keras_hub` package, or ImportError naming the command that installs it."""
+    try:
+        # Optional dependency: only reading or writing a preset needs it.
+        import keras_hub
+
+        return keras_hub
+    except ImportError as e:
+        raise ImportError(f"keras-hub presets need the keras-hub package: {INSTALL}") from e
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading.
+
+
+def is_folder(source):
+    """Whether `source` is a path to an existing folder (the only folders keras_vit reads as
+    weights are keras-hub presets)."""
+    return isinstance(source, (str, os.PathLike)) and not isinstance(source, bytes) \
+        and os.path.isdir(os.path.expanduser(os.fspath(source)))
+
+
+def _file(folder, name):
+    return os.path.join(os.path.expanduser(os.fspath(folder)), name)
+
+
+def _object_config(folder, name, class_name):
+    """The `config` of the Keras object serialised in `folder/name`, checked to be a
+    keras-hub `class_name`."""
+    path = _file(folder, name)
+    document = config_json.read_json(path, f"keras-hub's {name} of a {class_name}")
+    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
+        raise CheckpointError(f"{path} is not a serialised keras-hub object. Expected a JSON "
+                              f"object with `class_name` and `config` (a {class_name}).")
+    found = document.get("class_name")
+    if found != class_name:
+        raise CheckpointError(f"{path} describes a keras-hub {found!r}; keras_vit reads ViT "
+                              f"presets. Expected class_name {class_name!r}.")
+    return document["config"]
+
+
+def _checked(path, check, field, value, *args):
+    """`check(field, value, *args)` (a `keras_vit.checks` rule), its error naming the file."""
+    try:
+        return check(field, value, *args)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def _backbone_arguments(folder):
+    """The `keras_vit.ViT` arguments of a preset's `config.json` (a `ViTBackbone`), and whether
+    it has a class token."""
+    path = _file(folder, CONFIG_FILE)
+    config = _object_config(folder, CONFIG_FILE, BACKBONE_CLASS)
+    shape = config.get("image_shape")
+    if not isinstance(shape, list) or len(shape) != 3 or shape[-1] != IMAGE_CHANNELS:
+        raise CheckpointError(f"{path}: `image_shape` must be [height, width, 3] (RGB, "
+                              f"channels last). Received: image_shape={shape!r:.100}")
+    for flag in ("use_mha_bias", "use_mlp_bias", "use_patch_bias"):
+        if _checked(path, check_bool, flag, config.get(flag, True)) is not True:
+            raise CheckpointError(f"{path}: {flag}=false; keras_vit's ViT always has these "
+                                  f"biases. Expected a preset with {flag}=true.")
+    class_token = _checked(path, check_bool, "use_class_token", config.get("use_class_token",
+                                                                           True))
+    arguments = dict(
+        image_size=list(_checked(path, to_pair, "image_shape", shape[:2])),
+        patch_size=list(_checked(path, to_pair, "patch_size", config.get("patch_size"))),
+        hidden_size=config.get("hidden_dim"), num_layers=config.get("num_layers"),
+        num_heads=config.get("num_heads"), mlp_dim=config.get("mlp_dim"),
+        dropout_rate=config.get("dropout_rate", 0.0),
+        attention_dropout_rate=config.get("attention_dropout", 0.0),
+        layer_norm_epsilon=config.get("layer_norm_epsilon", KERAS_HUB_LAYER_NORM_EPSILON),
+        gelu_approximate=False)  # keras-hub's MLP: Dense(activation="gelu"), the exact form
+    return arguments, class_token
+
+
+def _head_arguments(folder, class_token):
+    """The `keras_vit.ViT` arguments of a preset's `task.json` (a `ViTImageClassifier`), or of
+    its backbone alone (no head) where there is none."""
+    if not os.path.isfile(_file(folder, TASK_FILE)):
+        return dict(include_top=False, classifier="token" if class_token else "gap")
+    path = _file(folder, TASK_FILE)
+    config = _object_config(folder, TASK_FILE, TASK_CLASS)
+    pooling = _checked(path, check_choice, "pooling", config.get("pooling", "token"),
+                       tuple(POOLINGS))
+    classifier, needs_token = POOLINGS[pooling]
+    if needs_token != class_token:
+        raise CheckpointError(
+            f"{path}: pooling {pooling!r} with use_class_token={str(class_token).lower()} in "
+            f"{CONFIG_FILE}: keras-hub's 'gap' averages the class token with the patch tokens "
+            "and its 'token' reads the first token, which keras_vit's ViT does not express. "
+            "Expected 'token' with a class token or 'gap' without one.")
+    return dict(include_top=True, classifier=classifier,
+                num_classes=_checked(path, check_positive_int, "num_classes",
+                                     config.get("num_classes")),
+                representation_size=_checked(path, check_positive_int, "intermediate_dim",
+                                             config.get("intermediate_dim"), True))
+
+
+def _number_per_channel(path, field, value, default):
+    """A converter's `scale` or `offset` (None, a number or one per channel) as 3 floats."""
+    value = default if value is None else value
+    values = value if isinstance(value, list) else [value] * IMAGE_CHANNELS
+    if len(values) != IMAGE_CHANNELS or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+            for v in values):
+        raise CheckpointError(f"{path}: `{field}` must be a number or {IMAGE_CHANNELS} numbers "
+                              f"(one per RGB channel). Received: {field}={value!r:.100}")
+    return [float(v) for v in values]
+
+
+def _rounded(values):
+    return [float(f"{v:.{SIGNIFICANT_DIGITS}g}") for v in values]
+
+
+def preset_preprocessing(path):
+    """The data config of a keras-hub preset's image converter, with timm's field names:
+    `input_size` [3, height, width], `interpolation`, `crop_pct` (1.0), `crop_mode`
+    ("center", "squash" or "border", see `CROP_MODES`), `mean` and `std` (of pixels in [0, 1]:
+    the model sees `(x / 255 - mean) / std`, which is the converter's `x * scale + offset`).
+    None for a preset without a converter (a backbone saved alone). Reads JSON only: keras-hub
+    need not be installed.
+
+    Raises:
+        CheckpointError: naming the file and the field, for a converter keras_vit cannot read.
+    """
+    for name in (PREPROCESSOR_FILE, IMAGE_CONVERTER_FILE):
+        if os.path.isfile(_file(path, name)):
+            break
+    else:
+        return None
+    where = _file(path, name)
+    config = _object_config(path, name, "ViTImageClassifierPreprocessor"
+                            if name == PREPROCESSOR_FILE else "ViTImageConverter")
+    if name == PREPROCESSOR_FILE:
+        converter = config.get("image_converter")
+        if not isinstance(converter, dict) or converter.get("class_name") != "ViTImageConverter" \
+                or not isinstance(converter.get("config"), dict):
+            raise CheckpointError(f"{where}: `image_converter` is not a ViTImageConverter. "
+                                  "Expected the converter keras-hub's ViT preprocessor saves.")
+        config = converter["config"]
+    scale = _number_per_channel(where, "scale", config.get("scale"), 1.0)
+    offset = _number_per_channel(where, "offset", config.get("offset"), 0.0)
+    if 0.0 in scale:
+        raise CheckpointError(f"{where}: `scale` is 0 (every image the same). Expected a "
+                              "non-zero scale per channel.")
+    std = [1.0 / (PIXEL_MAX * s) for s in scale]
+    crop = (config.get("crop_to_aspect_ratio", True), config.get("pad_to_aspect_ratio", False))
+    if crop not in CROP_MODES:
+        raise CheckpointError(f"{where}: crop_to_aspect_ratio and pad_to_aspect_ratio are "
+                              f"{crop}. Expected booleans, at most one of them true.")
+    size = config.get("image_size")
+    return dict(input_size=None if size is None else
+                [IMAGE_CHANNELS, *_checked(where, to_pair, "image_size", size)],
+                interpolation=_checked(where, check_choice, "interpolation",
+                                       config.get("interpolation", "bilinear"), INTERPOLATIONS),
+                crop_pct=1.0, crop_mode=CROP_MODES[crop],
+                mean=_rounded([-o * s for o, s in zip(offset, std)]), std=_rounded(std))
+
+
+def _check_is_preset(path):
+    folder = os.path.expanduser(os.fspath(path))
+    missing = [name for name in (CONFIG_FILE, METADATA_FILE)
+               if not os.path.isfile(os.path.join(folder, name))]
+    if missing:
+        raise CheckpointError(f"{path} is a folder without {' and '.join(missing)}: not a "
+                              "keras-hub preset. Expected an .npz or .safetensors file, or a "
+                              "folder keras-hub's save_to_preset wrote.")
+
+
+def read_preset(path):
+    """The arrays of a keras-hub ViT preset folder in the official layout, and an entry
+    describing it as `keras_vit.weights.sources.fetch_params` returns one: `config` (the
+    `keras_vit.ViT` arguments: exact GELU, the preset's LayerNorm epsilon, its head or none),
+    `num_classes`, `representation_size` and `preprocessing` (`preset_preprocessing`).
+
+    The architecture is read and checked from the JSON files first; keras-hub then loads the
+    weights (`ViTImageClassifier.from_preset`, or `ViTBackbone.from_preset` for a backbone
+    saved alone). The model gives the head's logits, before the `activation` a keras-hub
+    classifier may apply; the classifier's `dropout` (training only) has no counterpart.
+
+    Raises:
+        CheckpointError: naming the file and the field, for a folder that is not a ViT preset
+            or one keras_vit's ViT cannot express.
+        ImportError: naming `pip install keras-hub`, if keras-hub is not installed.
+    """
+    _check_is_preset(path)
+    folder = os.path.expanduser(os.fspath(path))
+    config, class_token = _backbone_arguments(folder)
+    config.update(_head_arguments(folder, class_token))
+    preprocessing = preset_preprocessing(folder)
+    hub = import_keras_hub()
+    loader = hub.models.ViTImageClassifier if config["include_top"] else hub.models.ViTBackbone
+    try:
+        model = loader.from_preset(folder)
+    except (ValueError, TypeError, KeyError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path}: keras-hub could not load the preset ({first}).") from None
+    params = {}
+    for variable in model.weights:
+        value = np.asarray(keras.ops.convert_to_numpy(variable), np.float32)
+        key = official_key(variable.path)
+        params[key] = value[np.newaxis] if key == POSEMB_KEY else value
+    entry = dict(name=str(path), url=None, variant=None, config=config, class_names=None,
+                 num_classes=config.get("num_classes"),
+                 representation_size=config.get("representation_size"), sha256=None,
+                 preprocessing=preprocessing)
+    return params, entry
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing.
+
+
+def _refusal(config):
+    """Why keras-hub's ViT cannot hold a `keras_vit.ViT` configuration, or None."""
+    if config.get("resnet") is not None:
+        return ("it is a hybrid (a ResNet stem before the patches); keras-hub's ViTBackbone "
+                "cuts its patches from the pixels")
+    if config["position_embedding"] != "learned":
+        return (f"position_embedding={config['position_embedding']!r}; keras-hub's ViTBackbone "
+                "has one learned 1-D table ('learned')")
+    if config["gelu_approximate"]:
+        return ("it uses the tanh-approximate GELU (gelu_approximate=True, as the paper's "
+                "checkpoints); keras-hub's ViT uses the exact GELU. Rebuild it with "
+                "gelu_approximate=False to write it anyway (its outputs then change slightly)")
+    if config["fc_norm"]:
+        return ("fc_norm=True (the final LayerNorm on the pooled features); keras-hub's ViT "
+                "normalises the token sequence")
+    if config["classifier"] == "gap" and config["class_token"]:
+        return ("it averages the patch tokens beside a class token (classifier='gap', "
+                "class_token=True); keras-hub's 'gap' averages the class token in too")
+    if not config["include_top"] and config["representation_size"]:
+        return ("it has a representation layer (pre_logits) but no head; keras-hub keeps "
+                "pre_logits in its classifier only")
+    return None
+
+
+def _per_channel_or_one(values):
+    values = [float(v) for v in values]
+    return values[0] if len(set(values)) == 1 else values
+
+
+def converter_arguments(preprocessing, image_size):
+    """`keras_hub.layers.ViTImageConverter` arguments for a data config (timm's field names;
+    None: keras_vit's own, `KERAS_VIT_PREPROCESSING`), at the model's `image_size` (its
+    `input_size` is not read).
+
+    Raises:
+        ValueError: naming the field, for what keras-hub's converter cannot do (a crop_pct
+            other than 1, an interpolation Keras' `Resizing` lacks).
+    """
+    config = dict(KERAS_VIT_PREPROCESSING, **(preprocessing or {}))
+    crop_pct = config["crop_pct"]
+    if crop_pct != 1.0:
+        raise ValueError(f"preprocessing crop_pct={crop_pct!r}: keras-hub's image converter "
+                         "resizes the whole image (or its centred region of the model's aspect "
+                         "ratio). Expected crop_pct 1.0.")
+    check_choice("preprocessing interpolation", config["interpolation"], INTERPOLATIONS)
+    crop_mode = check_choice("preprocessing crop_mode", config["crop_mode"],
+                             tuple(CROP_MODES.values()))
+    crop, pad = next(flags for flags, mode in CROP_MODES.items() if mode == crop_mode)
+    mean, std = (np.broadcast_to(np.asarray(config[k], float), (IMAGE_CHANNELS,))
+                 for k in ("mean", "std"))
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std > 0)):
+        raise ValueError(f"preprocessing mean={list(mean)} std={list(std)}: expected finite "
+                         "numbers, std above 0.")
+    return dict(image_size=tuple(image_size), scale=_per_channel_or_one(1 / (PIXEL_MAX * std)),
+                offset=_per_channel_or_one(-mean / std), crop_to_aspect_ratio=crop,
+                pad_to_aspect_ratio=pad, interpolation=config["interpolation"])
+
+
+def _is_ours(folder):
+    """Whether `folder` holds the mark of a preset keras_vit wrote."""
+    mark = os.path.join(folder, MARK_FILE)
+    if not os.path.isfile(mark) or os.path.islink(mark):
+        return False
+    try:
+        document = config_json.read_json(mark, "keras_vit's mark on a preset")
+    except CheckpointError:
+        return False
+    return isinstance(document, dict) and document.get("written_by") == config_json.WRITTEN_BY
+
+
+def check_preset_destination(path, overwrite):
+    """Refuses to write a preset at `path` over anything but nothing, an empty folder, or (with
+    `overwrite`) a preset keras_vit wrote: `DestinationExists` for a file there or an earlier
+    preset without `overwrite`, ValueError for a folder holding anything else (never
+    replaced), `WriteError` for a link, `FolderInUse` inside a running job's folder."""
+    check_destination(path, True, kind="folder")
+    folder = os.fspath(path)
+    if not os.path.isdir(folder) or not os.listdir(folder):
+        return
+    if not _is_ours(folder):
+        raise ValueError(f"{path} is a folder holding files keras_vit did not write; it is "
+                         "never replaced. Nothing was written; expected a new or empty folder.")
+    if not overwrite:
+        raise DestinationExists(f"{path} already holds a preset. Nothing was written; pass "
+                                "overwrite=True (--overwrite) to replace it, or choose another "
+                                "folder.")
+
+
+def _keras_hub_models(hub, config, converter):
+    """(the keras-hub model whose weights are the network's, the preprocessor): a
+    `ViTImageClassifier` holding its preprocessor, or a `ViTBackbone` and the preprocessor
+    beside it for a model without a head."""
+    backbone = hub.models.ViTBackbone(
+        image_shape=(*config["image_size"], IMAGE_CHANNELS), patch_size=tuple(config["patch_size"]),
+        num_layers=config["num_layers"], num_heads=config["num_heads"],
+        hidden_dim=config["hidden_size"], mlp_dim=config["mlp_dim"],
+        dropout_rate=config["dropout_rate"], attention_dropout=config["attention_dropout_rate"],
+        layer_norm_epsilon=config["layer_norm_epsilon"], use_class_token=config["class_token"],
+        dtype="float32")
+    preprocessor = hub.models.ViTImageClassifierPreprocessor(
+        image_converter=hub.layers.ViTImageConverter(**converter))
+    if not config["include_top"]:
+        return backbone, preprocessor
+    return hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=config["num_classes"], preprocessor=preprocessor,
+        pooling=config["classifier"], intermediate_dim=config["representation_size"],
+        head_dtype="float32"), None
+
+
+def _assign(hub_model, params):
+    """Sets every keras-hub variable from the official-layout `params` (zeros for the query,
+    key and value biases of a model without them)."""
+    used = set()
+    for variable in hub_model.weights:
+        key = official_key(variable.path)
+        if key in params:
+            value = params[key]
+            used.add(key)
+        elif key.endswith(QKV_BIASES):
+            value = np.zeros(variable.shape, np.float32)
+        else:
+            raise RuntimeError(f"keras-hub's variable {variable.path} has no counterpart ({key}) "
+                               "in keras_vit's model.")
+        variable.assign(np.reshape(np.asarray(value, np.float32), variable.shape))
+    left = sorted(set(params) - used)
+    if left:
+        raise RuntimeError(f"keras-hub's ViT has no variable for {left}.")
+
+
+def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False):
+    """Writes a `keras_vit.ViT` as a keras-hub preset folder, so that
+    `keras_hub.models.ImageClassifier.from_preset(path)` loads it with its preprocessor
+    (and `keras_vit.from_pretrained(path)` reads it back): keras-hub's `predict` on RGB images
+    in [0, 255] then gives the model's logits.
+
+    The preset is keras-hub's own (`ViTImageClassifier.save_to_preset`, or the backbone and
+    preprocessor for a model without a head), written in a staging folder and renamed into
+    place, with `keras_vit.json`, keras_vit's mark, beside keras-hub's files. A model without
+    query/key/value biases (`qkv_bias=False`) gets zero biases there. keras-hub's models take
+    one input size: a `dynamic_image_size` model is written at its `image_size`. keras-hub
+    stores no class names.
+
+    Args:
+        model: a `keras_vit.ViT`.
+        path: str or path. The preset folder: new, empty, or (with `overwrite`) a preset
+            keras_vit wrote; a folder holding anything else is never replaced.
+        preprocessing: dict or None. The model's data config, with timm's field names
+            (`interpolation`, `crop_pct` (1.0 only), `crop_mode`, `mean`, `std`). Defaults to
+            None: keras_vit's own input (`x / 127.5 - 1`, bilinear, no crop).
+        overwrite: bool. Replace a preset keras_vit wrote at `path`. Defaults to False.
+
+    Returns:
+        str: `path`.
+
+    Raises:
+        keras_vit.CheckpointError: naming the reason, before anything is written, for a model
+            keras-hub's ViT cannot hold (a hybrid, another position embedding, the tanh GELU,
+            `fc_norm`, "gap" beside a class token, `pre_logits` without a head).
+        ValueError: for preprocessing keras-hub's converter cannot do, or a folder at `path`
+            that keras_vit did not write.
+        keras_vit.fileio.DestinationExists: for a preset already at `path` (without
+            `overwrite`) or a file there.
+        ImportError: naming `pip install keras-hub`, if keras-hub is not installed.
+
+    Examples:
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2,
+    ...                       num_heads=4, mlp_dim=64, num_classes=10, gelu_approximate=False)
+    >>> save_keras_hub_preset(model, "/tmp/vit_preset")  # doctest: +SKIP
+    '/tmp/vit_preset'
+    """
+    config = vit_config(model)
+    reason = _refusal(config)
+    if reason:
+        raise CheckpointError(f"keras-hub's ViT cannot hold this model: {reason}. Nothing was "
+                              "written.")
+    converter = converter_arguments(preprocessing, config["image_size"])
+    check_preset_destination(path, overwrite)
+    hub = import_keras_hub()
+    hub_model, preprocessor = _keras_hub_models(hub, config, converter)
+    _assign(hub_model, model_params(model))
+    mark = dict(written_by=config_json.WRITTEN_BY, format="keras-hub preset", model=config,
+                preprocessing=preprocessing or KERAS_VIT_PREPROCESSING)
+    with staging_dir(path) as staging:
+        hub_model.save_to_preset(staging)
+        if preprocessor is not None:
+            preprocessor.save_to_preset(staging)
+        atomic_write_text(os.path.join(staging, MARK_FILE), json.dumps(mark, indent=2))
+        check_preset_destination(path, overwrite)  # still free (or ours) now
+    return os.fspath(path)

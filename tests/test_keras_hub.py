@@ -1,0 +1,266 @@
+"""keras-hub's ViT presets both ways (`keras_vit.weights.keras_hub`): presets keras-hub writes
+itself (tiny random `ViTBackbone` / `ViTImageClassifier` with their preprocessors) read by
+`keras_vit.from_pretrained`, and presets keras_vit writes loaded by
+`keras_hub.models.ImageClassifier.from_preset` with their preprocessor: in each direction the
+logits keras-hub's `predict` gives on images in [0, 255] are compared with keras_vit's on the
+same images, preprocessed as the data config says. The refusals (what one side cannot hold)
+and the destination rules need no keras-hub."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import keras_vit
+import keras_vit_cli as cli
+from keras_vit import builders, fileio
+from keras_vit.weights import CheckpointError
+
+TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
+            num_classes=3, gelu_approximate=False)
+SIZE = TINY["image_size"]
+IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def hub():
+    return pytest.importorskip("keras_hub")
+
+
+def randomize(model, seed=0):
+    """Random values in every variable (LayerNorm scales and biases included), so that a
+    misplaced array changes the logits."""
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        variable.assign(rng.normal(0.0, 0.5, variable.shape).astype("float32"))
+    return model
+
+
+def images(seed=1):
+    return np.random.default_rng(seed).integers(0, 256, (4, SIZE, SIZE, 3)).astype("float32")
+
+
+def apply(preprocessing, pixels):
+    """The data config applied to pixels in [0, 255], as its fields say."""
+    return (pixels / 255.0 - np.asarray(preprocessing["mean"])) / np.asarray(preprocessing["std"])
+
+
+def converter(hub, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+    return hub.layers.ViTImageConverter(
+        image_size=(SIZE, SIZE), scale=[1 / (255 * s) for s in std],
+        offset=[-m / s for m, s in zip(mean, std)])
+
+
+def keras_hub_classifier(hub, pooling="token", class_token=True, intermediate_dim=None):
+    backbone = hub.models.ViTBackbone(
+        image_shape=(SIZE, SIZE, 3), patch_size=8, num_layers=2, num_heads=2, hidden_dim=8,
+        mlp_dim=12, use_class_token=class_token, layer_norm_epsilon=1e-5)
+    preprocessor = hub.models.ViTImageClassifierPreprocessor(image_converter=converter(hub))
+    return randomize(hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=3, preprocessor=preprocessor, pooling=pooling,
+        intermediate_dim=intermediate_dim))
+
+
+@pytest.mark.parametrize("pooling,class_token,intermediate_dim",
+                         [("token", True, None), ("gap", False, 5)])
+def test_from_pretrained_reads_a_classifier_preset_keras_hub_wrote(hub, tmp_path, pooling,
+                                                                   class_token,
+                                                                   intermediate_dim):
+    classifier = keras_hub_classifier(hub, pooling, class_token, intermediate_dim)
+    classifier.save_to_preset(tmp_path / "preset")
+    model, info = builders.build_from_checkpoint(str(tmp_path / "preset"))
+    preprocessing = info["entry"]["preprocessing"]
+    assert preprocessing == dict(input_size=[3, SIZE, SIZE], interpolation="bilinear",
+                                 crop_pct=1.0, crop_mode="center", mean=IMAGENET_MEAN,
+                                 std=IMAGENET_STD)
+    config = keras_vit.vit_config(model)
+    assert (config["classifier"], config["representation_size"], config["layer_norm_epsilon"],
+            config["gelu_approximate"]) == (pooling, intermediate_dim, 1e-5, False)
+    pixels = images()
+    np.testing.assert_allclose(model(apply(preprocessing, pixels)),
+                               classifier.predict(pixels, verbose=0), atol=ATOL)
+
+
+def test_from_pretrained_reads_a_backbone_preset_as_features(hub, tmp_path):
+    backbone = keras_hub_classifier(hub).backbone
+    backbone.save_to_preset(tmp_path / "preset")
+    converter(hub).save_to_preset(tmp_path / "preset")  # image_converter.json beside it
+    model, info = builders.build_from_checkpoint(tmp_path / "preset")
+    assert keras_vit.vit_config(model)["include_top"] is False
+    pixels = images()
+    expected = backbone.predict(converter(hub)(pixels), verbose=0)[:, 0]  # the class token
+    np.testing.assert_allclose(model(apply(info["entry"]["preprocessing"], pixels)), expected,
+                               atol=ATOL)
+
+
+@pytest.mark.parametrize("arguments", [dict(qkv_bias=False, representation_size=5,
+                                            layer_norm_epsilon=1e-5),
+                                       dict(classifier="gap")],
+                         ids=["token-no-qkv-bias-pre-logits", "gap"])
+def test_a_preset_keras_vit_writes_loads_in_keras_hub_with_its_preprocessor(hub, tmp_path,
+                                                                          arguments):
+    model = randomize(keras_vit.ViT(**dict(TINY, **arguments)))
+    path = keras_vit.save_keras_hub_preset(model, tmp_path / "preset")
+    loaded = hub.models.ImageClassifier.from_preset(path)
+    assert isinstance(loaded, hub.models.ViTImageClassifier) and loaded.preprocessor is not None
+    pixels = images()
+    expected = np.asarray(model(keras_vit.preprocess_inputs(pixels)))  # x / 127.5 - 1
+    np.testing.assert_allclose(loaded.predict(pixels, verbose=0), expected, atol=ATOL)
+    read_back, info = builders.build_from_checkpoint(path)  # and back, preprocessing included
+    np.testing.assert_allclose(read_back(apply(info["entry"]["preprocessing"], pixels)),
+                               expected, atol=ATOL)
+
+
+def test_convert_writes_a_preset_from_a_preset_keeping_its_preprocessing(hub, tmp_path,
+                                                                        capsys):
+    classifier = keras_hub_classifier(hub)
+    classifier.save_to_preset(tmp_path / "source")
+    # SOURCE names the folder by an absolute path (checked as a local path before loading).
+    assert cli.main(["convert", str(tmp_path / "source"), str(tmp_path / "copy"),
+                     "--format", "keras-hub"]) == 0
+    assert "a keras-hub preset of" in capsys.readouterr().out
+    pixels = images()
+    copy = hub.models.ImageClassifier.from_preset(str(tmp_path / "copy"))
+    np.testing.assert_allclose(copy.predict(pixels, verbose=0),
+                               classifier.predict(pixels, verbose=0), atol=ATOL)
+
+
+def test_destination_rules(hub, tmp_path):
+    model = randomize(keras_vit.ViT(**TINY))
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="keras_vit did not write; it is never replaced"):
+        keras_vit.save_keras_hub_preset(model, foreign, overwrite=True)
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    (tmp_path / "empty").mkdir()
+    ours = keras_vit.save_keras_hub_preset(model, tmp_path / "empty")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "empty").iterdir()}
+    with pytest.raises(fileio.DestinationExists, match="already holds a preset"):
+        keras_vit.save_keras_hub_preset(model, ours)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "empty").iterdir()} == before
+    other = randomize(keras_vit.ViT(**TINY), seed=5)
+    keras_vit.save_keras_hub_preset(other, ours, overwrite=True)
+    np.testing.assert_allclose(keras_vit.from_pretrained(ours)(np.zeros((1, SIZE, SIZE, 3))),
+                               other(np.zeros((1, SIZE, SIZE, 3))), atol=ATOL)
+    assert not [p for p in tmp_path.iterdir() if fileio.is_temporary(p.name)]
+
+
+def test_a_file_at_the_destination_is_never_replaced(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "keras_hub", None)  # refused before keras-hub is needed
+    (tmp_path / "preset").write_text("mine")
+    with pytest.raises(fileio.DestinationExists, match="is a file"):
+        keras_vit.save_keras_hub_preset(keras_vit.ViT(**TINY), tmp_path / "preset",
+                                        overwrite=True)
+    assert cli.main(["convert", "digits", str(tmp_path / "preset"), "--format", "keras-hub",
+                     "--overwrite"]) == 2
+    assert "OUT " + str(tmp_path / "preset") + " is a file" in capsys.readouterr().err
+    assert (tmp_path / "preset").read_text() == "mine"
+
+
+# (keras_vit.ViT arguments, a phrase of the refusal): nothing is written, keras-hub unneeded.
+REFUSED = {
+    "tanh GELU": (dict(gelu_approximate=True), "tanh-approximate GELU"),
+    "hybrid": (dict(image_size=32, patch_size=2, resnet={"num_layers": ()}), "hybrid"),
+    "2-D position embedding": (dict(position_embedding="learned_2d"), "'learned_2d'"),
+    "fc_norm": (dict(classifier="gap", fc_norm=True), "fc_norm=True"),
+    "gap beside a class token": (dict(classifier="gap", class_token=True),
+                                 "averages the class token in"),
+    "pre_logits without head": (dict(include_top=False, representation_size=4),
+                                "pre_logits"),
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_refuses_what_keras_hubs_vit_cannot_hold(tmp_path, monkeypatch, name):
+    monkeypatch.setitem(sys.modules, "keras_hub", None)  # refused before keras-hub is needed
+    arguments, phrase = REFUSED[name]
+    model = keras_vit.ViT(**dict(TINY, **arguments))
+    with pytest.raises(CheckpointError, match="keras-hub's ViT cannot hold") as raised:
+        keras_vit.save_keras_hub_preset(model, tmp_path / "preset")
+    assert phrase in str(raised.value) and "\n" not in str(raised.value)
+    assert not os.path.exists(tmp_path / "preset")
+
+
+def test_the_command_line_names_the_refusal(tmp_path, capsys):
+    assert cli.main(["convert", "digits", str(tmp_path / "preset"), "--format",
+                     "keras-hub"]) == 2
+    err = capsys.readouterr().err
+    assert "error: keras-hub's ViT cannot hold this model: it uses the tanh-approximate GELU" \
+        in err and "Traceback" not in err
+    assert not os.path.exists(tmp_path / "preset")
+
+
+def test_without_keras_hub_one_line_names_pip_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "keras_hub", None)
+    model = keras_vit.ViT(**TINY)
+    with pytest.raises(ImportError, match="pip install keras-hub"):
+        keras_vit.save_keras_hub_preset(model, tmp_path / "preset")
+    write_preset_json(tmp_path / "read", "ViTBackbone", BACKBONE_CONFIG)
+    with pytest.raises(ImportError, match="pip install keras-hub"):
+        keras_vit.from_pretrained(tmp_path / "read")
+    assert cli.main(["convert", "digits", str(tmp_path / "preset"), "--format",
+                     "keras-hub"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install keras-hub" in err and "Traceback" not in err
+    assert not os.path.exists(tmp_path / "preset")
+
+
+BACKBONE_CONFIG = dict(image_shape=[SIZE, SIZE, 3], patch_size=[8, 8], num_layers=1, num_heads=2,
+                       hidden_dim=8, mlp_dim=8, use_class_token=True)
+
+
+def write_preset_json(folder, class_name, config, task=None):
+    """A preset's JSON files as keras-hub writes them (no weights: read before them)."""
+    os.makedirs(folder, exist_ok=True)
+
+    def serialised(name, value):
+        return dict(module="keras_hub", class_name=name, config=value,
+                    registered_name=f"keras_hub>{name}")
+
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(serialised(class_name, config), f)
+    with open(os.path.join(folder, "metadata.json"), "w") as f:
+        json.dump(dict(keras_hub_version="0.32.0"), f)
+    if task is not None:
+        with open(os.path.join(folder, "task.json"), "w") as f:
+            json.dump(serialised("ViTImageClassifier", task), f)
+    return folder
+
+
+# (config.json class and config, task.json config or None, a phrase of the refusal).
+UNREADABLE = {
+    "not a ViT": ("ResNetBackbone", BACKBONE_CONFIG, None,
+                  "describes a keras-hub 'ResNetBackbone'"),
+    "no MLP biases": ("ViTBackbone", dict(BACKBONE_CONFIG, use_mlp_bias=False), None,
+                      "use_mlp_bias=false; keras_vit's ViT always has these biases"),
+    "gap with class token": ("ViTBackbone", BACKBONE_CONFIG, dict(num_classes=3, pooling="gap"),
+                             "'gap' averages the class token"),
+    "token without class token": ("ViTBackbone", dict(BACKBONE_CONFIG, use_class_token=False),
+                                  dict(num_classes=3, pooling="token"),
+                                  "pooling 'token' with use_class_token=false"),
+    "channels": ("ViTBackbone", dict(BACKBONE_CONFIG, image_shape=[SIZE, SIZE, 1]), None,
+                 "`image_shape` must be [height, width, 3]"),
+}
+
+
+@pytest.mark.parametrize("name", UNREADABLE)
+def test_refuses_presets_keras_vits_vit_cannot_express(tmp_path, monkeypatch, name):
+    monkeypatch.setitem(sys.modules, "keras_hub", None)  # refused from the JSON files alone
+    class_name, config, task, phrase = UNREADABLE[name]
+    folder = write_preset_json(tmp_path / "preset", class_name, config, task)
+    with pytest.raises(CheckpointError) as raised:
+        keras_vit.from_pretrained(folder)
+    assert phrase in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_folder_that_is_no_preset_is_named_as_such(tmp_path, capsys):
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(CheckpointError, match="without config.json and metadata.json: not a "
+                                              "keras-hub preset"):
+        keras_vit.from_pretrained(tmp_path / "folder")
+    assert cli.main(["convert", str(tmp_path / "folder"), str(tmp_path / "w.npz")]) == 2
+    assert "not a keras-hub preset" in capsys.readouterr().err
