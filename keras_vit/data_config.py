@@ -48,7 +48,7 @@ from keras_vit.preprocessing import (  # noqa: F401 - the data config's definiti
     timm_pretrained_cfg,
     with_image_size,
 )
-from keras_vit.weights import hub, registry
+from keras_vit.weights import hub, keras_hub, registry
 from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.layouts import config_from_params
@@ -85,7 +85,8 @@ def resolve_data_config(source=None, image_size=None):
               `keras_vit.from_pretrained`), else the paper's at its input size;
             - a registry name: its entry's `preprocessing`, else the paper's at its resolution;
             - a folder holding a `config.json`, or a `config.json`: keras_vit's `preprocessing`
-              or timm's `pretrained_cfg`;
+              or timm's `pretrained_cfg`; a keras-hub preset folder: its image converter's
+              (at 224 where it states no size);
             - a checkpoint file (`.npz`, `.safetensors`) or `hf://ORG/NAME`: what its
               metadata or the `config.json` beside it says, else the paper's.
         image_size: int or (height, width), or None. The resolution to give the config
@@ -118,18 +119,21 @@ def resolve_data_config(source=None, image_size=None):
     return with_image_size(config, image_size) if image_size is not None else config
 
 
-def checkpoint_data_config(source, entry=None):
-    """The data config a checkpoint states: its registry entry's `preprocessing` (`entry`:
-    the entry `keras_vit.weights.fetch_params` returned, where there is one), else what its
-    file's metadata or `config.json` says; None where nothing says (the paper's applies).
+def checkpoint_data_config(source, entry=None, image_size=None):
+    """The data config a checkpoint states: its entry's `preprocessing` (`entry`: the registry
+    or keras-hub preset entry `keras_vit.weights.fetch_params` returned, where there is one),
+    else what its file's metadata or `config.json` says; None where nothing says (the paper's
+    applies). `image_size` gives the `input_size` of a stated config without one.
 
     Raises:
         keras_vit.CheckpointError: naming the file or entry and the field, for a malformed one.
     """
     if entry and entry.get("preprocessing") is not None:
+        stated = dict(entry["preprocessing"])
+        if stated.get("input_size") is None and image_size is not None:
+            stated["input_size"] = with_image_size(stated, image_size)["input_size"]
         try:
-            return check_data_config(entry["preprocessing"],
-                                     f"checkpoint {entry.get('name')!r}'s preprocessing")
+            return check_data_config(stated, f"checkpoint {entry.get('name')!r}'s preprocessing")
         except ValueError as e:
             raise CheckpointError(str(e)) from None
     if registry.is_registered(source):
@@ -140,21 +144,24 @@ def checkpoint_data_config(source, entry=None):
 def attach(model, source, entry=None):
     """Gives `model`, built from the checkpoint `source`, its data config (at the model's own
     input size) as `model.data_config`; returns the model."""
-    config = checkpoint_data_config(source, entry)
-    setattr(model, ATTRIBUTE, None)  # the paper's where the checkpoint states none
-    if config is not None:
-        setattr(model, ATTRIBUTE, with_image_size(config, model_image_size(model)))
-    return model
+    size = model_image_size(model)
+    config = checkpoint_data_config(source, entry, size)
+    setattr(model, ATTRIBUTE, None if config is None else with_image_size(config, size))
+    return model  # None: the paper's, as the checkpoint states none
 
 
 def _source_data_config(source):
     """`resolve_data_config` of a registry name, a path or a URL."""
     if registry.is_registered(source):
         entry = registry.get_checkpoint(source)
-        config = checkpoint_data_config(source, entry)
-        return config or paper_data_config(entry.get("resolution") or DEFAULT_IMAGE_SIZE)
+        size = entry.get("resolution") or DEFAULT_IMAGE_SIZE
+        return checkpoint_data_config(source, entry, size) or paper_data_config(size)
     text = os.fspath(source)
     path = os.path.expanduser(text)
+    if os.path.isfile(os.path.join(path, keras_hub.METADATA_FILE)):  # a keras-hub preset
+        entry = dict(name=text, preprocessing=keras_hub.preset_preprocessing(path))
+        return checkpoint_data_config(source, entry, DEFAULT_IMAGE_SIZE) \
+            or paper_data_config(DEFAULT_IMAGE_SIZE)
     if os.path.isdir(path):
         path = os.path.join(path, CONFIG_FILE)
         if not os.path.isfile(path):

@@ -11,7 +11,8 @@
 - `resize_crop`, `normalize` and `eval_transform`: a data config's evaluation preprocessing
   (`keras_vit.data_config`), as timm's `create_transform` builds it: resize (with the
   interpolation; "center": the shorter side to `input_size / crop_pct`, keeping the aspect
-  ratio; "squash": each side), centre crop to `input_size`, then `(x / 255 - mean) / std`.
+  ratio; "squash": each side; "border": the longer side, then padding with the mean colour),
+  centre crop to `input_size`, then `(x / 255 - mean) / std`.
 - `resize` and `eval_preprocess`: the paper's (plain bilinear resize to the model resolution,
   no crop, then scaling to [-1, 1]): `eval_transform` of the paper's data config, bit for bit.
 
@@ -73,9 +74,10 @@ def eval_preprocess(image, size):
     return scale(resize(to_rgb(image), size))
 
 
-# timm's interpolation names -> tf.image.resize's methods.
+# Data config interpolations -> tf.image.resize's methods (timm's "lanczos" is PIL's, a=3).
 RESIZE_METHODS = {"bilinear": "bilinear", "bicubic": "bicubic", "nearest": "nearest",
-                  "lanczos": "lanczos3"}
+                  "lanczos": "lanczos3", "area": "area", "lanczos3": "lanczos3",
+                  "lanczos5": "lanczos5"}
 
 
 def _resized_size(height, width, config):
@@ -87,7 +89,7 @@ def _resized_size(height, width, config):
     if config["crop_mode"] == "squash":
         return tf.constant(scaled[0]), tf.constant(scaled[1])
     h, w = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
-    if scaled[0] == scaled[1]:
+    if scaled[0] == scaled[1] and config["crop_mode"] == "center":
         # torchvision Resize(int): the shorter side to the size, the longer to
         # int(size * long / short).
         short, long = tf.minimum(h, w), tf.maximum(h, w)
@@ -95,8 +97,10 @@ def _resized_size(height, width, config):
         new_h = tf.where(h <= w, tf.constant(float(scaled[0]), tf.float64), new_long)
         new_w = tf.where(h <= w, new_long, tf.constant(float(scaled[0]), tf.float64))
     else:
-        # timm ResizeKeepRatio: both sides divided by the smaller ratio, rounded (half to even).
-        ratio = tf.minimum(h / scaled[0], w / scaled[1])
+        # timm ResizeKeepRatio: both sides divided by the smaller ratio ("border": the larger),
+        # rounded half to even.
+        ratio = (tf.maximum if config["crop_mode"] == "border" else tf.minimum)(
+            h / scaled[0], w / scaled[1])
         new_h, new_w = tf.round(h / ratio), tf.round(w / ratio)
     return tf.cast(new_h, tf.int32), tf.cast(new_w, tf.int32)
 
@@ -114,6 +118,14 @@ def resize_crop(image, config):
                     lambda: tf.image.resize(image, tf.stack([new_h, new_w]),
                                             method=RESIZE_METHODS[config["interpolation"]],
                                             antialias=config["antialias"]))
+    if config["crop_mode"] == "border":
+        # timm CenterCropOrPad: pad the short sides with the mean colour, round(255 * mean),
+        # (size - side) // 2 before and the rest after.
+        fill = tf.constant([round(255 * m) for m in config["mean"]], tf.float32)
+        pad_h, pad_w = tf.maximum(height - new_h, 0), tf.maximum(width - new_w, 0)
+        image = tf.pad(image - fill, [[pad_h // 2, pad_h - pad_h // 2],
+                                      [pad_w // 2, pad_w - pad_w // 2], [0, 0]]) + fill
+        new_h, new_w = new_h + pad_h, new_w + pad_w
     # torchvision CenterCrop: offsets int(round((size - crop) / 2)), half to even.
     top = tf.cast(tf.round(tf.cast(new_h - height, tf.float64) / 2), tf.int32)
     left = tf.cast(tf.round(tf.cast(new_w - width, tf.float64) / 2), tf.int32)

@@ -30,10 +30,12 @@ IMAGE_CHANNELS = 3
 
 FIELDS = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std")
 ANTIALIAS = "antialias"  # keras_vit's own field, optional
-# timm's interpolation names that keras_vit's resize implements (tf.image.resize: "lanczos" is
-# PIL's three-lobe Lanczos, TensorFlow's "lanczos3").
-INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos")
-CROP_MODES = ("center", "squash")
+# The interpolations keras_vit's resize implements: timm's names ("lanczos" is PIL's three-lobe
+# Lanczos, TensorFlow's "lanczos3"), and Keras' other ones (the keras-hub converter's).
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos", "area", "lanczos3", "lanczos5")
+# timm's crop modes: "center", "squash" and "border" (the longer side to input_size / crop_pct,
+# keeping the aspect ratio, then padded with the mean colour to input_size).
+CROP_MODES = ("center", "squash", "border")
 # vit_jax input pipeline: `tf.image.resize` (bilinear, no antialias), then `x / 127.5 - 1`.
 PAPER_MEAN = PAPER_STD = (0.5, 0.5, 0.5)
 PAPER_INTERPOLATION = "bilinear"

@@ -63,6 +63,9 @@ def pil_eval_transform(pixels, config):
     h, w = pixels.shape[:2]
     if config["crop_mode"] == "squash":
         new_h, new_w = scaled
+    elif config["crop_mode"] == "border":  # timm ResizeKeepRatio(longest=1)
+        ratio = max(h / scaled[0], w / scaled[1])
+        new_h, new_w = round(h / ratio), round(w / ratio)
     elif scaled[0] == scaled[1]:  # torchvision Resize(int): the shorter side
         new_h, new_w = (int(scaled[0] * h / w), scaled[0]) if w <= h \
             else (scaled[0], int(scaled[0] * w / h))
@@ -72,14 +75,21 @@ def pil_eval_transform(pixels, config):
     image = Image.fromarray(pixels)
     if (new_h, new_w) != (h, w):
         image = image.resize((new_w, new_h), PIL_FILTERS[config["interpolation"]])
+    image = np.asarray(image, np.float32)
+    if config["crop_mode"] == "border":  # timm CenterCropOrPad, with the mean colour
+        pad_h, pad_w = max(height - new_h, 0), max(width - new_w, 0)
+        padded = np.empty((new_h + pad_h, new_w + pad_w, 3), np.float32)
+        padded[:] = [round(255 * m) for m in config["mean"]]
+        padded[pad_h // 2:pad_h // 2 + new_h, pad_w // 2:pad_w // 2 + new_w] = image
+        image, new_h, new_w = padded, new_h + pad_h, new_w + pad_w
     top, left = int(round((new_h - height) / 2.0)), int(round((new_w - width) / 2.0))
-    return np.asarray(image, np.float32)[top:top + height, left:left + width]
+    return image[top:top + height, left:left + width]
 
 
-def tiny_model(seed=0):
+def tiny_model(seed=0, **changes):
     """A tiny classifier with random weights everywhere (a zero head would hide the input)."""
     keras.utils.set_random_seed(seed)
-    model = keras_vit.ViT(**TINY)
+    model = keras_vit.ViT(**dict(TINY, **changes))
     rng = np.random.default_rng(seed)
     model.set_weights([rng.normal(0, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()])
     return model
@@ -115,13 +125,16 @@ def test_paper_data_config_gives_the_paper_input_bit_for_bit(tmp_path):
                                   images.eval_preprocess(tf.constant(pixels), (16, 12)).numpy())
 
 
-def test_a_model_without_a_data_config_gets_the_papers_at_its_size():
+def test_a_model_gets_its_checkpoints_data_config_else_the_papers_at_its_size():
     model = keras_vit.ViT(**dict(TINY, image_size=(16, 24)))
     assert keras_vit.resolve_data_config(model) == dc.paper_data_config((16, 24))
     assert keras_vit.resolve_data_config() == dc.paper_data_config(224)
+    # A registry entry's own `preprocessing`, carried by the model built from it.
+    stated = dc.check_data_config(keras_vit.weights.get_checkpoint("digits")["preprocessing"])
     digits = keras_vit.from_pretrained("digits", progress=False)
-    assert keras_vit.resolve_data_config("digits") == dc.paper_data_config(16)
-    assert keras_vit.resolve_data_config(digits) == dc.paper_data_config(16)
+    assert keras_vit.resolve_data_config("digits") == stated
+    assert keras_vit.resolve_data_config(digits) == stated
+    assert stated["mean"] == stated["std"] == [0.5, 0.5, 0.5]  # x / 127.5 - 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,7 +143,8 @@ def test_a_model_without_a_data_config_gets_the_papers_at_its_size():
 
 @pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "nearest", "lanczos"])
 @pytest.mark.parametrize("crop_mode, crop_pct", [("center", 0.875), ("center", 1.0),
-                                                  ("squash", 0.9), ("squash", 1.0)])
+                                                  ("squash", 0.9), ("squash", 1.0),
+                                                  ("border", 1.0), ("border", 0.8)])
 @pytest.mark.parametrize("shape, size", [((37, 23), (16, 16)), ((20, 50), (12, 16)),
                                          ((9, 7), (16, 16))])
 def test_resize_crop_matches_timms_transform_written_with_pil(interpolation, crop_mode, crop_pct,
@@ -219,12 +233,12 @@ def test_safetensors_carry_the_data_config_to_keras_vit_and_to_timms_config(tmp_
 
 @pytest.mark.parametrize("change, phrase", [
     (dict(interpolation="hamming"), "`interpolation` 'hamming' is not supported. Expected one "
-                                    "of bilinear, bicubic, nearest, lanczos"),
+                                    "of bilinear, bicubic, nearest, lanczos, area"),
     (dict(crop_pct=0), "`crop_pct` must be a number in (0, 1]. Received: crop_pct=0"),
     (dict(crop_pct=1.2), "`crop_pct` must be a number in (0, 1]"),
     (dict(crop_pct=True), "`crop_pct` must be a number"),
     (dict(crop_pct=float("nan")), "`crop_pct` must be a number"),
-    (dict(crop_mode="border"), "`crop_mode` 'border' is not supported"),
+    (dict(crop_mode="edge"), "`crop_mode` 'edge' is not supported"),
     (dict(input_size=[16, 16]), "`input_size` must be [3, height, width]"),
     (dict(input_size=[1, 16, 16]), "`input_size` must be [3, height, width]"),
     (dict(mean=[0.5, 0.5]), "`mean` must be 3 numbers (R, G, B)"),
@@ -358,7 +372,10 @@ def test_timms_create_transform_gives_the_same_input(tmp_path):
             (dict(IMAGENET, input_size=[3, 12, 16], interpolation="bilinear"), (20, 50)),
             (dict(IMAGENET, crop_mode="squash", crop_pct=1.0, mean=[0.5] * 3, std=[0.5] * 3),
              (40, 30)),
-            (dict(IMAGENET, crop_pct=0.95, interpolation="bicubic"), (9, 7))]):
+            (dict(IMAGENET, crop_pct=0.95, interpolation="bicubic"), (9, 7)),
+            (dict(IMAGENET, crop_mode="border", crop_pct=1.0), (20, 50)),
+            (dict(IMAGENET, crop_mode="border", crop_pct=0.9, input_size=[3, 12, 16]),
+             (40, 30))]):
         path = write_png(tmp_path / f"{i}.png", smooth_image(*shape, seed=i))
         cases.append(dict(pretrained_cfg=config, image=str(path)))
     # And the pretrained_cfg of the config.json keras_vit writes for timm.
@@ -454,3 +471,17 @@ def test_a_fine_tuned_checkpoint_keeps_its_data_config(tmp_path):
     written = json.loads((tmp_path / "run" / "config.json").read_text())["preprocessing"]
     assert written == dc.check_data_config(IMAGENET)
     assert keras_vit.from_pretrained(tmp_path / "run" / "final.npz").data_config == written
+
+
+def test_a_keras_hub_preset_keeps_its_image_converters_data_config(tmp_path):
+    pytest.importorskip("keras_hub")
+    from keras_vit.weights import keras_hub
+
+    stated = dict(IMAGENET, crop_pct=1.0, interpolation="bicubic")  # keras-hub crops none
+    keras_hub.save_keras_hub_preset(tiny_model(gelu_approximate=False), tmp_path / "preset",
+                                    stated)
+    want = dc.check_data_config(keras_hub.preset_preprocessing(tmp_path / "preset"))
+    assert (want["interpolation"], want["crop_mode"]) == ("bicubic", "center")
+    np.testing.assert_allclose(want["std"], IMAGENET["std"], rtol=1e-6)
+    assert keras_vit.from_pretrained(tmp_path / "preset").data_config == want
+    assert keras_vit.resolve_data_config(tmp_path / "preset") == want
