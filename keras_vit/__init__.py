@@ -73,13 +73,14 @@ _LAZY = {
         "keras_vit.inspection"),
     **dict.fromkeys(("class_names", "decode_predictions"), "keras_vit.labels"),
     "preprocess_inputs": "keras_vit.preprocessing",
+    "resolve_data_config": "keras_vit.data_config",
     "load_image": "keras_vit.images",
     "get_strategy": "keras_vit.parallel.tf_distribute",
     **dict.fromkeys(("get_distribution", "layout_map"), "keras_vit.parallel.keras_distribution"),
 }
-_LAZY_MODULES = ("data", "evaluation", "export", "fileio", "flops", "framework", "images",
-                 "inspection", "labels", "parallel", "plots", "preprocessing", "pretraining",
-                 "tflite", "training", "vtab")
+_LAZY_MODULES = ("data", "data_config", "evaluation", "export", "fileio", "flops", "framework",
+                 "images", "inspection", "labels", "parallel", "plots", "preprocessing",
+                 "pretraining", "tflite", "training", "vtab")
 __all__ = sorted({name for name in globals() if not name.startswith("_")} | set(_LAZY))
 
 

@@ -6,7 +6,7 @@ loads weights through `keras_vit.weights`. `from_pretrained` builds the architec
 checkpoint describes (`keras_vit.weights.architecture.checkpoint_config`).
 """
 
-from keras_vit import configs
+from keras_vit import configs, data_config
 from keras_vit.model import ViT
 from keras_vit.weights import (
     CheckpointError,
@@ -47,7 +47,8 @@ def _new_model(kwargs, entry, described_by=None):
 def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
     """Reads a checkpoint into the model `architecture(params, entry)` gives: `(kwargs, class
     names, described_by)` (see `_new_model`). The model is built, and keys and shapes checked
-    against it, from the file's headers, before any array is read.
+    against it, from the file's headers, before any array is read. The model carries the
+    checkpoint's data config (`keras_vit.data_config.attach`).
 
     Returns:
         (model, loading report, registry entry, class names).
@@ -62,6 +63,7 @@ def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
 
     params, entry = fetch_params(source, progress=progress, num_heads=num_heads, check=build)
     report = load_params(built["model"], params, source=str(source))
+    data_config.attach(built["model"], source, entry)
     return built["model"], report, entry, built["names"]
 
 

@@ -17,9 +17,11 @@ few-shot linear accuracy, plus a linear probe and batched feature extraction.
 batches with images already scaled to [-1, 1] (what `keras_vit.data` pipelines give), or a
 pair of arrays `(images, labels)` with RGB images at the model's resolution: integers in
 [0, 255], or floats in the range `value_range` says ((0, 255) or (0, 1), as
-`keras_vit.data.from_arrays` takes them). `labels` are class ids `[N]`, or for multi-label
-evaluation a dict: `label` (class ids `[N]`) and `label_set` (multi-hot `[N, num_classes]`,
-see `multi_hot`), as `keras_vit.data` gives for ImageNet-ReaL.
+`keras_vit.data.from_arrays` takes them), normalised with the model's data config (its
+checkpoint's mean and std, `keras_vit.resolve_data_config`; the paper's [-1, 1] by default).
+`labels` are class ids `[N]`, or for multi-label evaluation a dict: `label` (class ids
+`[N]`) and `label_set` (multi-hot `[N, num_classes]`, see `multi_hot`), as `keras_vit.data`
+gives for ImageNet-ReaL.
 """
 
 import contextlib
@@ -54,14 +56,15 @@ def _is_arrays(data):
     return isinstance(data, tuple) and len(data) == 2
 
 
-def _batches(data, batch_size, progress, value_range=None):
-    """Yields (images in [-1, 1], labels, label sets or None) NumPy batches from a pipeline, a
-    dataset or an arrays pair (whose float images need their `value_range`); with
+def _batches(data, batch_size, progress, value_range=None, data_config=None):
+    """Yields (model inputs, labels, label sets or None) NumPy batches from a pipeline, a
+    dataset or an arrays pair (whose float images need their `value_range`, and are normalised
+    with `data_config`'s mean and std: the model's, `keras_vit.resolve_data_config`); with
     `progress`, a `keras.utils.Progbar` counts the images used (of how many, where that is
     known)."""
     bar = keras.utils.Progbar(_num_examples(data), unit_name="image") if progress else None
     done = 0
-    for batch in _numpy_batches(data, batch_size, value_range):
+    for batch in _numpy_batches(data, batch_size, value_range, data_config):
         yield batch
         done += len(batch[1])
         if bar and (bar.target is None or done < bar.target):  # the last one: finalize's
@@ -70,7 +73,7 @@ def _batches(data, batch_size, progress, value_range=None):
         bar.update(done, finalize=True)
 
 
-def _numpy_batches(data, batch_size, value_range=None):
+def _numpy_batches(data, batch_size, value_range=None, data_config=None):
     """The batches `_batches` yields, without the progress bar."""
     if isinstance(data, InputData):
         data = data.dataset
@@ -84,7 +87,7 @@ def _numpy_batches(data, batch_size, value_range=None):
             raise ValueError(f"{len(images)} images but {len(labels)} labels.")
         for start in range(0, len(images), batch_size):
             chunk = slice(start, start + batch_size)
-            yield (np.asarray(preprocess_inputs(images[chunk])), labels[chunk],
+            yield (np.asarray(preprocess_inputs(images[chunk], data_config)), labels[chunk],
                    None if label_sets is None else label_sets[chunk])
         return
     if value_range is not None:
@@ -208,7 +211,9 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
     """
     path = None
     if cache:
-        name = f"{feature_cache_key(model, cache_key)}-" \
+        stated = getattr(model, "data_config", None)  # the features of arrays depend on it
+        key = cache_key if stated is None else {"data": cache_key, "data_config": stated}
+        name = f"{feature_cache_key(model, key)}-" \
                f"{data_digest(data, batch_size, value_range)}.npz"
         path = os.path.join(os.path.expanduser(os.fspath(cache)), name)
         cached = _read_cache(path)
@@ -218,7 +223,8 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
     with scope:
         features_model = representation_model(model)
     features, labels = [], []
-    for images, batch_labels, _ in _batches(data, batch_size, progress, value_range):
+    for images, batch_labels, _ in _batches(data, batch_size, progress, value_range,
+                                            getattr(model, "data_config", None)):
         features.append(np.asarray(features_model.predict_on_batch(images), np.float32))
         labels.append(batch_labels.astype(np.int64))
     if not features:
@@ -422,7 +428,8 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     num_classes = int(model.output.shape[-1])
     top5, loss_sum = 0, 0.0
     all_labels, predicted, in_set, has_set = [], [], [], []
-    for images, labels, label_sets in _batches(data, batch_size, progress, value_range):
+    for images, labels, label_sets in _batches(data, batch_size, progress, value_range,
+                                               getattr(model, "data_config", None)):
         labels = check_labels(labels, num_classes)
         logits = np.asarray(model.predict_on_batch(images), np.float64)
         logits -= logits.max(axis=1, keepdims=True)

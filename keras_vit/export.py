@@ -8,10 +8,12 @@ TF Serving watches for, with two signatures:
 - `serving_default`: input `image_bytes`, a batch of encoded JPEG, PNG, GIF, BMP or WebP images
   (strings; `{"b64": ...}` over REST). Each image's format and declared size are checked
   (`max_pixels`) before it is decoded (`keras_vit.images.decode_image`, the decoder of
-  `keras-vit predict`), resized to the model resolution and scaled to [-1, 1] inside the
-  graph, on the CPU and outside any XLA cluster.
+  `keras-vit predict`), resized and cropped to the model resolution and normalised inside the
+  graph, on the CPU and outside any XLA cluster, as the model's data config says (its
+  checkpoint's interpolation, crop, mean and std: `keras_vit.resolve_data_config`; the paper's
+  bilinear resize and [-1, 1] for a model that states none).
 - `predict_images`: input `images`, `[B, H, W, 3]` float32 (or uint8, see `image_dtype`) RGB in
-  [0, 255] at the model resolution.
+  [0, 255] at the model resolution, normalised as the data config says.
 - `serving_native_size`, for a model built with `dynamic_image_size=True` only: input
   `image_bytes` as `serving_default`, but each image is classified at its own size rounded to
   the patch grid (scaled down, keeping its aspect ratio, to at most `max_patches` patches)
@@ -24,9 +26,10 @@ Both return the same float32 (and int32, string) outputs, whatever the model's d
   names, stored in the export as the asset `assets/labels.txt`, one name a line).
 
 The batch size is dynamic. `assets.extra/keras_vit.json` records what the export was made with
-(resolution, classes, `max_pixels`, the signatures). With tensorflow-serving-api installed,
-`assets.extra/tf_serving_warmup_requests` holds PredictionLog records that TF Serving replays
-when it loads the model, so that the first real request does not pay for graph initialisation.
+(resolution, classes, `max_pixels`, the signatures, and the data config where the model states
+one). With tensorflow-serving-api installed, `assets.extra/tf_serving_warmup_requests` holds
+PredictionLog records that TF Serving replays when it loads the model, so that the first real
+request does not pay for graph initialisation.
 """
 
 import json
@@ -37,6 +40,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import data_config as data_configs
 from keras_vit import images as image_ops
 from keras_vit import labels as label_sets
 from keras_vit import execution
@@ -220,18 +224,19 @@ def _policy_name(model):
 # The serving graph.
 
 
-def _forward(model, jit_compile):
+def _forward(model, jit_compile, data_config):
     """images `[B, H, W, 3]` in [0, 255] -> logits `[B, K]`, float32 whatever the policy."""
 
     def forward(images):
-        return tf.cast(model(image_ops.scale(images), training=False), tf.float32)
+        inputs = image_ops.normalize(images, data_config)
+        return tf.cast(model(inputs, training=False), tf.float32)
 
     return tf.function(forward, jit_compile=True) if jit_compile else forward
 
 
-def _classify(model, images, labels, top_k, jit_compile):
+def _classify(model, images, labels, top_k, jit_compile, data_config):
     """The outputs of the signatures from float images `[B, H, W, 3]` in [0, 255]."""
-    return _outputs(_forward(model, jit_compile)(images), labels, top_k)
+    return _outputs(_forward(model, jit_compile, data_config)(images), labels, top_k)
 
 
 def _outputs(logits, labels, top_k):
@@ -246,18 +251,19 @@ def _outputs(logits, labels, top_k):
     }
 
 
-def _decode_images(image_bytes, size, max_pixels):
+def _decode_images(image_bytes, data_config, max_pixels):
     """Decodes a batch of encoded images `[B]` to float32 RGB `[B, H, W, 3]` in [0, 255].
 
     `keras_vit.images.decode_image` for each (JPEG, PNG, GIF, BMP or WebP, at most
-    `max_pixels`, checked from the header before decoding), then the evaluation resize; on the
-    CPU. A bad image fails the request with an InvalidArgumentError that says why; the server
-    stays up.
+    `max_pixels`, checked from the header before decoding), then the data config's resize and
+    crop (`keras_vit.images.resize_crop`); on the CPU. A bad image fails the request with an
+    InvalidArgumentError that says why; the server stays up.
     """
+    size = data_configs.config_image_size(data_config)
 
     def decode(data):
         image = image_ops.decode_image(data, max_pixels, name=BYTES_INPUT)
-        return image_ops.resize(image, size)  # [H, W, 3] float32
+        return image_ops.resize_crop(tf.cast(image, tf.float32), data_config)  # [H, W, 3]
 
     with tf.device("/CPU:0"):
         return tf.map_fn(
@@ -281,11 +287,11 @@ def native_size(height, width, patch_pixels, max_patches):
     return (tf.cast(rows, tf.int32) * patch_pixels[0], tf.cast(cols, tf.int32) * patch_pixels[1])
 
 
-def _classify_native(model, image_bytes, labels, top_k, max_pixels, max_patches):
+def _classify_native(model, image_bytes, labels, top_k, max_pixels, max_patches, data_config):
     """`serving_native_size`: each image decoded and classified at its own size (on the CPU:
-    one forward pass per image, as the sizes differ)."""
+    one forward pass per image, as the sizes differ), normalised as `data_config` says."""
     patch_pixels, _ = _native_grid(model)
-    forward = _forward(model, jit_compile=False)
+    forward = _forward(model, jit_compile=False, data_config=data_config)
     num_classes = model.outputs[0].shape[-1]
 
     def classify(data):
@@ -312,7 +318,7 @@ def _labels_table(labels_path, num_classes):
 
 
 def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile, max_pixels,
-                       max_patches):
+                       max_patches, data_config):
     height, width, num_classes = check_model(model)
     labels = _labels_table(labels_path, num_classes)
     archive = keras.export.ExportArchive()
@@ -322,14 +328,15 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
     archive.track(labels)
 
     def serve_bytes(image_bytes):
-        images = _decode_images(image_bytes, (height, width), max_pixels)
-        return _classify(model, images, labels, top_k, jit_compile)
+        images = _decode_images(image_bytes, data_config, max_pixels)
+        return _classify(model, images, labels, top_k, jit_compile, data_config)
 
     def serve_images(images):
         # A signature does not hold its callers to its shape: another one (rank 3, another
         # size, an empty image) is refused here, before it reaches the model's kernels.
         images = tf.ensure_shape(images, [None, height, width, IMAGE_CHANNELS])
-        return _classify(model, tf.cast(images, tf.float32), labels, top_k, jit_compile)
+        return _classify(model, tf.cast(images, tf.float32), labels, top_k, jit_compile,
+                         data_config)
 
     archive.add_endpoint(
         SERVING_SIGNATURE, serve_bytes, [tf.TensorSpec([None], tf.string, name=BYTES_INPUT)]
@@ -342,7 +349,8 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
     if max_patches:
 
         def serve_native(image_bytes):
-            return _classify_native(model, image_bytes, labels, top_k, max_pixels, max_patches)
+            return _classify_native(model, image_bytes, labels, top_k, max_pixels, max_patches,
+                                    data_config)
 
         archive.add_endpoint(NATIVE_SIZE_SIGNATURE, serve_native,
                              [tf.TensorSpec([None], tf.string, name=BYTES_INPUT)])
@@ -453,6 +461,7 @@ def export_saved_model(
     max_pixels=image_ops.DEFAULT_MAX_PIXELS,
     max_patches="auto",
     precision=None,
+    data_config=None,
 ):
     """Exports a classifier as a SavedModel that TF Serving serves as is.
 
@@ -493,6 +502,11 @@ def export_saved_model(
             (float32 weights, bfloat16 products, float32 LayerNorm statistics, softmax and
             logits); the outputs are float32 either way. A keras_vit model only. Defaults to
             None.
+        data_config: None, or a data config (anything `keras_vit.resolve_data_config` takes):
+            the resize, crop and normalisation inside the signatures, at the model's
+            resolution (recorded in `assets.extra/keras_vit.json` where it is stated, by this
+            argument or by the model: absent there, the paper's). None: the model's own (its
+            checkpoint's, for a model from `keras_vit.from_pretrained`). Defaults to None.
 
     Returns:
         str: the version folder.
@@ -512,6 +526,9 @@ def export_saved_model(
     """
     check_tensorflow_backend("export_saved_model")
     height, width, num_classes = check_model(model)
+    stated = data_config is not None or getattr(model, "data_config", None) is not None
+    data_config = data_configs.resolve_data_config(
+        model if data_config is None else data_config, (height, width))
     model = at_precision(model, precision)
     if jit_compile is None:
         jit_compile, why = execution.choose(_policy_name(model))
@@ -544,13 +561,15 @@ def export_saved_model(
                     formats=list(image_ops.FORMATS),
                     signatures=[SERVING_SIGNATURE, IMAGES_SIGNATURE]
                     + ([NATIVE_SIZE_SIGNATURE] if max_patches else []))
+    if stated:  # the paper's where absent
+        metadata["data_config"] = data_config
 
     with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:
         labels_path = os.path.join(scratch, LABELS_ASSET)
         with open(labels_path, "w", encoding="utf-8") as f:
             f.write("".join(name + "\n" for name in class_names))
         _write_saved_model(model, staging, labels_path, top_k, image_dtype, jit_compile,
-                           max_pixels, max_patches)
+                           max_pixels, max_patches, data_config)
         if records:
             _write_warmup(os.path.join(staging, WARMUP_FILE), records)
         atomic_write(os.path.join(staging, METADATA_FILE),

@@ -8,23 +8,30 @@
   image is refused without allocating it. Files the decoders would misread or print to stderr
   about (a truncated JPEG, an animated WebP, an OS/2 BMP) are refused by name, also before
   decoding.
-- `resize` and `eval_preprocess`: the official evaluation preprocessing (plain bilinear resize
-  to the model resolution, no crop, then scaling).
+- `resize_crop`, `normalize` and `eval_transform`: a data config's evaluation preprocessing
+  (`keras_vit.data_config`), as timm's `create_transform` builds it: resize (with the
+  interpolation; "center": the shorter side to `input_size / crop_pct`, keeping the aspect
+  ratio; "squash": each side; "border": the longer side, then padding with the mean colour),
+  centre crop to `input_size`, then `(x / 255 - mean) / std`.
+- `resize` and `eval_preprocess`: the paper's (plain bilinear resize to the model resolution,
+  no crop, then scaling to [-1, 1]): `eval_transform` of the paper's data config, bit for bit.
 
-`preprocess_inputs`, the same scaling with `keras.ops` on any backend, is defined in
+`preprocess_inputs`, the same normalisation with `keras.ops` on any backend, is defined in
 `keras_vit.preprocessing` (which does not import TensorFlow) and importable from here too.
 """
 
+import math
 import os
 import stat
 
-import numpy as np
 import tensorflow as tf
 
+from keras_vit import data_config as data_configs
 from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is importable from here
     IMAGE_CHANNELS,
     INPUT_OFFSET,
     INPUT_SCALE,
+    normalization,
     preprocess_inputs,
 )
 
@@ -65,6 +72,79 @@ def resize(image, size):
 def eval_preprocess(image, size):
     """The official evaluation preprocessing: RGB, resize to `size`, scale to [-1, 1]."""
     return scale(resize(to_rgb(image), size))
+
+
+# Data config interpolations -> tf.image.resize's methods (timm's "lanczos" is PIL's, a=3).
+RESIZE_METHODS = {"bilinear": "bilinear", "bicubic": "bicubic", "nearest": "nearest",
+                  "lanczos": "lanczos3", "area": "area", "lanczos3": "lanczos3",
+                  "lanczos5": "lanczos5"}
+
+
+def _resized_size(height, width, config):
+    """(height, width) int32 scalars that `resize_crop` resizes an image of height x width
+    (int32 scalars) to, as timm's eval transform computes them."""
+    target = data_configs.config_image_size(config)
+    # timm: scale_size = floor(input_size / crop_pct).
+    scaled = [math.floor(side / config["crop_pct"]) for side in target]
+    if config["crop_mode"] == "squash":
+        return tf.constant(scaled[0]), tf.constant(scaled[1])
+    h, w = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
+    if scaled[0] == scaled[1] and config["crop_mode"] == "center":
+        # torchvision Resize(int): the shorter side to the size, the longer to
+        # int(size * long / short).
+        short, long = tf.minimum(h, w), tf.maximum(h, w)
+        new_long = tf.floor(scaled[0] * long / short)
+        new_h = tf.where(h <= w, tf.constant(float(scaled[0]), tf.float64), new_long)
+        new_w = tf.where(h <= w, new_long, tf.constant(float(scaled[0]), tf.float64))
+    else:
+        # timm ResizeKeepRatio: both sides divided by the smaller ratio ("border": the larger),
+        # rounded half to even.
+        ratio = (tf.maximum if config["crop_mode"] == "border" else tf.minimum)(
+            h / scaled[0], w / scaled[1])
+        new_h, new_w = tf.round(h / ratio), tf.round(w / ratio)
+    return tf.cast(new_h, tf.int32), tf.cast(new_w, tf.int32)
+
+
+def resize_crop(image, config):
+    """A data config's resize and centre crop of `[H, W, 3]` (float32 in [0, 255]) to its
+    `input_size`, as timm's eval transform (`transforms_imagenet_eval`) does with PIL; the
+    result is clipped to [0, 255], as PIL's 8-bit images are."""
+    height, width = data_configs.config_image_size(config)
+    shape = tf.shape(image)
+    new_h, new_w = _resized_size(shape[0], shape[1], config)
+    # new_size = [new_h, new_w]; an image already at that size is kept as it is.
+    same = tf.logical_and(tf.equal(new_h, shape[0]), tf.equal(new_w, shape[1]))
+    image = tf.cond(same, lambda: tf.cast(image, tf.float32),
+                    lambda: tf.image.resize(image, tf.stack([new_h, new_w]),
+                                            method=RESIZE_METHODS[config["interpolation"]],
+                                            antialias=config["antialias"]))
+    if config["crop_mode"] == "border":
+        # timm CenterCropOrPad: pad the short sides with the mean colour, round(255 * mean),
+        # (size - side) // 2 before and the rest after.
+        fill = tf.constant([round(255 * m) for m in config["mean"]], tf.float32)
+        pad_h, pad_w = tf.maximum(height - new_h, 0), tf.maximum(width - new_w, 0)
+        image = tf.pad(image - fill, [[pad_h // 2, pad_h - pad_h // 2],
+                                      [pad_w // 2, pad_w - pad_w // 2], [0, 0]]) + fill
+        new_h, new_w = new_h + pad_h, new_w + pad_w
+    # torchvision CenterCrop: offsets int(round((size - crop) / 2)), half to even.
+    top = tf.cast(tf.round(tf.cast(new_h - height, tf.float64) / 2), tf.int32)
+    left = tf.cast(tf.round(tf.cast(new_w - width, tf.float64) / 2), tf.int32)
+    image = image[top:top + height, left:left + width]  # [height, width, 3]
+    return tf.ensure_shape(tf.clip_by_value(image, 0.0, 255.0), [height, width, None])
+
+
+def normalize(images, config):
+    """`(x / 255 - mean) / std` of float images in [0, 255] with a data config's mean and
+    std, as a TensorFlow op (`scale` for the paper's, bit for bit)."""
+    scale_, offset = normalization(config)
+    return tf.cast(images, tf.float32) / tf.constant(scale_, tf.float32) \
+        + tf.constant(offset, tf.float32)
+
+
+def eval_transform(image, config):
+    """A data config's evaluation preprocessing of one image `[H, W, 1 or 3]` in [0, 255]:
+    RGB, `resize_crop`, `normalize`."""
+    return normalize(resize_crop(to_rgb(image), config), config)
 
 
 # Every header field read below lies in the first 32 bytes.
@@ -266,24 +346,35 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     return tf.ensure_shape(image, [None, None, IMAGE_CHANNELS])
 
 
-def load_image(path, size, max_pixels=DEFAULT_MAX_PIXELS):
-    """Reads an image file as RGB and resizes it (bilinear, no crop) to `size`.
+def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None):
+    """Reads an image file as RGB and resizes it: with `data_config`, as its evaluation
+    transform does (interpolation, crop); else with a bilinear resize of each side to `size`,
+    no crop (the paper's).
 
     Args:
         path: str. A JPEG, PNG, GIF, BMP or WebP file.
-        size: int or (height, width).
+        size: int or (height, width), or None. The size to resize to (with `data_config`: its
+            `input_size` by default).
         max_pixels: int or None. Refuse images whose header declares more pixels.
+        data_config: None, a model or a data config (anything `keras_vit.resolve_data_config`
+            takes): pass the model to apply its own preprocessing. Defaults to None.
 
     Returns:
-        float32 array `[H, W, 3]` with values in [0, 255]; apply `preprocess_inputs`.
+        float32 array `[H, W, 3]` with values in [0, 255]; apply `preprocess_inputs` (with the
+        same `data_config`).
 
     Raises:
         FileNotFoundError: for a missing file.
         ValueError: naming the file, if it is not a regular file (a FIFO, a device), not a
-            supported image or too large.
+            supported image or too large; for neither `size` nor `data_config`.
     """
+    if data_config is None:
+        if size is None:
+            raise ValueError("load_image needs a `size` or a `data_config` (e.g. the model).")
+        config = data_configs.paper_data_config(size)
+    else:
+        config = data_configs.resolve_data_config(data_config, size)
     path = os.path.expanduser(os.fspath(path))
-    size = (size, size) if isinstance(size, int) else tuple(size)
     reason = not_regular_file(path)
     if reason:
         raise (FileNotFoundError if reason == MISSING else ValueError)(
@@ -295,7 +386,7 @@ def load_image(path, size, max_pixels=DEFAULT_MAX_PIXELS):
         image = decode_image(data, None, name=path)
     except tf.errors.OpError as e:
         raise ValueError(f"Cannot read {path}: {first_line(e.message)}") from None
-    return np.clip(resize(tf.cast(image, tf.float32), size).numpy(), 0, 255)
+    return resize_crop(tf.cast(image, tf.float32), config).numpy()
 
 
 def not_regular_file(path):

@@ -1,12 +1,21 @@
 """The model's input range, backend-neutral: no TensorFlow, so it serves JAX and PyTorch too.
 
-- `preprocess_inputs`: RGB in [0, 255] to the model's input range [-1, 1] (`x / 127.5 - 1`,
-  vit_jax input pipeline), with `keras.ops`, on any backend.
-- `IMAGE_CHANNELS`, `INPUT_SCALE`, `INPUT_OFFSET`: the constants of that input.
+- `preprocess_inputs`: RGB in [0, 255] to the model's input: `(x / 255 - mean) / std` with a
+  data config's mean and std (`keras_vit.data_config`; a model's own by default), with
+  `keras.ops`, on any backend. Without one, the paper's [-1, 1] (`x / 127.5 - 1`, vit_jax input
+  pipeline).
+- `IMAGE_CHANNELS`, `INPUT_SCALE`, `INPUT_OFFSET`: the constants of the paper's input.
+- data configs (timm's field names: `input_size`, `interpolation`, `crop_pct`, `crop_mode`,
+  `mean`, `std`): `check_data_config`, `paper_data_config`, timm's `pretrained_cfg` both ways,
+  and `normalization`, the per-channel (scale, offset) of one. Resolving a model's or a
+  checkpoint's is `keras_vit.data_config`'s.
 
-The TensorFlow image ops (decoding, resizing, the same scaling inside `tf.data` and exported
-graphs) are in `keras_vit.images`.
+The TensorFlow image ops (decoding, resizing, cropping, the same normalisation inside `tf.data`
+and exported graphs) are in `keras_vit.images`.
 """
+
+import math
+import numbers
 
 from keras import ops
 
@@ -16,17 +25,163 @@ INPUT_OFFSET = -1.0
 IMAGE_CHANNELS = 3
 
 
-def preprocess_inputs(images):
-    """Scales RGB images with values in [0, 255] (uint8 or float) to float32 in [-1, 1].
+# --------------------------------------------------------------------------------------------
+# Data configs (timm's field names; see `keras_vit.data_config`).
+
+FIELDS = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std")
+ANTIALIAS = "antialias"  # keras_vit's own field, optional
+# The interpolations keras_vit's resize implements: timm's names ("lanczos" is PIL's three-lobe
+# Lanczos, TensorFlow's "lanczos3"), and Keras' other ones (the keras-hub converter's).
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos", "area", "lanczos3", "lanczos5")
+# timm's crop modes: "center", "squash" and "border" (the longer side to input_size / crop_pct,
+# keeping the aspect ratio, then padded with the mean colour to input_size).
+CROP_MODES = ("center", "squash", "border")
+# vit_jax input pipeline: `tf.image.resize` (bilinear, no antialias), then `x / 127.5 - 1`.
+PAPER_MEAN = PAPER_STD = (0.5, 0.5, 0.5)
+PAPER_INTERPOLATION = "bilinear"
+# timm's `PretrainedCfg` defaults, for the fields a timm `pretrained_cfg` leaves out.
+TIMM_DEFAULTS = dict(interpolation="bicubic", crop_pct=0.875, crop_mode="center",
+                     mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+DEFAULT_IMAGE_SIZE = 224
+# The attribute a model built from a checkpoint carries its data config in.
+ATTRIBUTE = "data_config"
+
+
+def paper_data_config(image_size=DEFAULT_IMAGE_SIZE):
+    """The paper's preprocessing at `image_size` (int or (height, width)): a bilinear resize of
+    each side, no crop, no antialias, mean = std = 0.5 ([-1, 1] scaling)."""
+    height, width = _pair("image_size", image_size)
+    return dict(input_size=[IMAGE_CHANNELS, height, width], interpolation=PAPER_INTERPOLATION,
+                crop_pct=1.0, crop_mode="squash", mean=list(PAPER_MEAN), std=list(PAPER_STD),
+                antialias=False)
+
+
+def _pair(field, value):
+    values = (value, value) if isinstance(value, numbers.Integral) else value
+    if not isinstance(values, (list, tuple)) or len(values) != 2 or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+            for v in values):
+        raise ValueError(f"`{field}` must be a positive int or (height, width). "
+                         f"Received: {field}={value!r:.100}")
+    return int(values[0]), int(values[1])
+
+
+def _number(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _rgb_numbers(where, field, value, positive=False):
+    if not isinstance(value, (list, tuple)) or len(value) != IMAGE_CHANNELS \
+            or not all(_number(v) and (v > 0 or not positive) for v in value):
+        what = "positive numbers" if positive else "numbers"
+        raise ValueError(f"{where}: `{field}` must be {IMAGE_CHANNELS} {what} (R, G, B). "
+                         f"Received: {field}={value!r:.100}")
+    return [float(v) for v in value]
+
+
+def check_data_config(config, where="data config"):
+    """A data config, checked and normalised (lists, floats; `antialias` filled in).
+
+    Args:
+        config: dict with `FIELDS` (and optionally `antialias`).
+        where: str. What holds it (a file and field), for messages.
+
+    Raises:
+        ValueError: one line naming `where`, the field, the value and what was expected.
+    """
+    if not isinstance(config, dict):
+        raise ValueError(f"{where} must be a JSON object with {', '.join(FIELDS)}. "
+                         f"Received: {config!r:.100}")
+    unknown = sorted(set(config) - set(FIELDS) - {ANTIALIAS})
+    missing = [field for field in FIELDS if field not in config]
+    if unknown or missing:
+        problem = f"has unknown fields {unknown}" if unknown else f"lacks {missing}"
+        raise ValueError(f"{where} {problem}. Expected the fields {', '.join(FIELDS)} "
+                         f"(and optionally {ANTIALIAS}).")
+    size = config["input_size"]
+    if not isinstance(size, (list, tuple)) or len(size) != 3 or size[0] != IMAGE_CHANNELS \
+            or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in size):
+        raise ValueError(f"{where}: `input_size` must be [3, height, width] (positive ints). "
+                         f"Received: input_size={size!r:.100}")
+    for field, choices in (("interpolation", INTERPOLATIONS), ("crop_mode", CROP_MODES)):
+        if config[field] not in choices:
+            raise ValueError(f"{where}: `{field}` {config[field]!r:.100} is not supported. "
+                             f"Expected one of {', '.join(choices)}.")
+    crop_pct = config["crop_pct"]
+    if not _number(crop_pct) or not 0 < crop_pct <= 1:
+        raise ValueError(f"{where}: `crop_pct` must be a number in (0, 1]. "
+                         f"Received: crop_pct={crop_pct!r:.100}")
+    antialias = config.get(ANTIALIAS, True)
+    if not isinstance(antialias, bool):
+        raise ValueError(f"{where}: `{ANTIALIAS}` must be true or false. "
+                         f"Received: {ANTIALIAS}={antialias!r:.100}")
+    return dict(input_size=[int(v) for v in size], interpolation=config["interpolation"],
+                crop_pct=float(crop_pct), crop_mode=config["crop_mode"],
+                mean=_rgb_numbers(where, "mean", config["mean"]),
+                std=_rgb_numbers(where, "std", config["std"], positive=True),
+                antialias=antialias)
+
+
+def config_image_size(config):
+    """(height, width) of a checked data config."""
+    return tuple(config["input_size"][1:])
+
+
+def with_image_size(config, size):
+    """`config` at another resolution (crop, interpolation and normalisation kept)."""
+    height, width = _pair("image_size", size)
+    return dict(config, input_size=[IMAGE_CHANNELS, height, width])
+
+
+def timm_data_config(pretrained_cfg, where="pretrained_cfg"):
+    """The data config of a timm `pretrained_cfg` (a dict), timm's defaults filling the fields
+    it leaves out; `input_size` is required.
+
+    Raises:
+        ValueError: naming `where` and the field.
+    """
+    if not isinstance(pretrained_cfg, dict) or "input_size" not in pretrained_cfg:
+        raise ValueError(f"{where} must be a JSON object with `input_size` [3, height, width]. "
+                         f"Received: {pretrained_cfg!r:.100}")
+    config = dict(TIMM_DEFAULTS)
+    config.update({field: pretrained_cfg[field] for field in FIELDS
+                   if pretrained_cfg.get(field) is not None})
+    return check_data_config(config, where)
+
+
+def timm_pretrained_cfg(config):
+    """The six fields of timm's `pretrained_cfg` for a checked data config (timm's own files
+    have no `antialias`: its resize is PIL's, which always antialiases)."""
+    return {field: config[field] for field in FIELDS}
+
+
+def normalization(config):
+    """(scale, offset), each a list of 3 floats, such that `x / scale + offset` is
+    `(x / 255 - mean) / std` for pixels `x` in [0, 255]: scale = 255 std, offset = -mean / std.
+    For the paper's mean = std = 0.5 these are exactly `INPUT_SCALE` and `INPUT_OFFSET`, so the
+    input is `x / 127.5 - 1` bit for bit."""
+    scale = [255.0 * s for s in config["std"]]
+    offset = [-m / s for m, s in zip(config["mean"], config["std"])]
+    return scale, offset
+
+
+def preprocess_inputs(images, data_config=None):
+    """Scales RGB images with values in [0, 255] (uint8 or float) to the model's input, float32.
 
     Args:
         images: array or tensor `[..., H, W, 3]`.
+        data_config: None, a data config (see `keras_vit.resolve_data_config`) or a model
+            (the data config it carries): its `mean` and `std` give `(x / 255 - mean) / std`.
+            None, or a model that carries none: the paper's [-1, 1] (`x / 127.5 - 1`).
+            Defaults to None.
 
     Returns:
         A float32 tensor of the same shape.
 
     Raises:
-        ValueError: if the last axis is not 3 RGB channels.
+        ValueError: if the last axis is not 3 RGB channels, or for a malformed data config.
 
     Examples:
     >>> preprocess_inputs(np.array([[[[0, 127.5, 255]]]]))  # doctest: +SKIP
@@ -38,4 +193,10 @@ def preprocess_inputs(images):
             f"preprocess_inputs expects RGB images [..., height, width, 3]. "
             f"Received shape {tuple(images.shape)}"
         )
-    return ops.cast(images, "float32") / INPUT_SCALE + INPUT_OFFSET
+    if hasattr(data_config, "inputs"):  # a model: the data config it carries, if any
+        data_config = getattr(data_config, ATTRIBUTE, None)
+    if data_config is None:
+        return ops.cast(images, "float32") / INPUT_SCALE + INPUT_OFFSET
+    scale, offset = normalization(check_data_config(data_config))
+    return ops.cast(images, "float32") / ops.convert_to_tensor(scale, "float32") \
+        + ops.convert_to_tensor(offset, "float32")

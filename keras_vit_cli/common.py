@@ -515,13 +515,14 @@ def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, *
                 splits={role: split and data_split(args, split) for role, split in splits.items()})
 
 
-def load_data(args, split, training, strategy, image_size):
+def load_data(args, split, training, strategy, image_size, data_config=None):
     """An input pipeline from the data flags. `split`: a tfds split; for folders "train" /
-    "validation" (the seeded held-out 10%) or "all"."""
+    "validation" (the seeded held-out 10%) or "all". `data_config`: an evaluation pipeline's
+    preprocessing (the model, for its checkpoint's own)."""
     from keras_vit import data
 
     common = dict(image_size=image_size, batch_size=args.batch_size, training=training,
-                  seed=args.seed, strategy=strategy)
+                  seed=args.seed, strategy=strategy, data_config=data_config)
     if args.folder:
         split = data_split(args, split)
         if split != "all":

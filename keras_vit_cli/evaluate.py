@@ -78,7 +78,7 @@ def run_evaluate(args):
     tf_distribute.global_batch_size(args.batch_size, strategy)
     with strategy.scope():
         model, names = model_from_args(args, num_classes=num_classes, need_head=True)
-    data = load_data(args, args.split, False, strategy, input_size(model, args))
+    data = load_data(args, args.split, False, strategy, input_size(model, args), model)
     if args.folder and not args.class_names:  # subfolders against the checkpoint's names
         evaluation.check_class_names(names, data.class_names)
     names = class_names_from_args(args, num_classes, data.class_names or names)
@@ -153,7 +153,7 @@ def run_fewshot(args):
     size = input_size(model, args)
     features = {}
     for role, role_split in (("train", args.train_split), ("test", split)):
-        data = load_data(args, role_split, False, strategy, size)
+        data = load_data(args, role_split, False, strategy, size, model)
         with undecodable_files_named(args):
             features[role] = evaluation.extract_features(
                 model, data, cache=args.cache, cache_key=dict(

@@ -40,6 +40,7 @@ def run(args):
     import numpy as np
 
     from keras_vit import images, inspection
+    from keras_vit.data_config import resolve_data_config
 
     check_model_flags(args)
     check_images_exist(args.images)
@@ -51,10 +52,12 @@ def run(args):
         print("note: no --weights; inspecting the model's initial weights")
     geo = inspection.geometry(model)
     inspection.check_layer_head(geo, args.layer, args.head)  # before reading any image
-    batch = np.stack([images.load_image(path, geo.image_size) for path in args.images])
-    results = inspection.inspect_model(model, np.asarray(images.preprocess_inputs(batch)),
+    config = resolve_data_config(model, geo.image_size)  # the checkpoint's own
+    batch = np.stack([images.load_image(path, data_config=config) for path in args.images])
+    results = inspection.inspect_model(model, np.asarray(images.preprocess_inputs(batch, config)),
                                        args.out, layer=args.layer, head=args.head,
-                                       gray=args.gray, overwrite=args.overwrite)
+                                       gray=args.gray, overwrite=args.overwrite,
+                                       data_config=config)
     for name, (path, _) in results.items():
         print(f"{name:30} {path}")
     if not inspection.has_rgb_filters(model):

@@ -39,16 +39,18 @@ def run(args):
     import numpy as np
 
     from keras_vit import images, labels
+    from keras_vit.data_config import resolve_data_config
 
     check_model_flags(args)
     check_images_exist(args.images)
     model, checkpoint_names = model_from_args(args, default_weights=True)
     num_classes = model.outputs[0].shape[-1]
     names = class_names_from_args(args, num_classes, checkpoint_names)
-    size = input_size(model, args)
+    config = resolve_data_config(model, input_size(model, args))  # the checkpoint's own
     max_pixels = args.max_pixels or images.DEFAULT_MAX_PIXELS
-    batch = np.stack([images.load_image(path, size, max_pixels) for path in args.images])
-    logits = model.predict(images.preprocess_inputs(batch), verbose=0)
+    batch = np.stack([images.load_image(path, max_pixels=max_pixels, data_config=config)
+                      for path in args.images])
+    logits = model.predict(images.preprocess_inputs(batch, config), verbose=0)
     top = labels.decode_predictions(logits, top=min(args.top_k, num_classes), class_names=names)
     for path, classes in zip(args.images, top):
         print(path)

@@ -5,7 +5,9 @@ labels int32 `[B]`. The preprocessing is the official one (vit_jax `input_pipeli
 
 - train: inception crop (a random box covering 5% to 100% of the image, aspect ratio 3/4 to
   4/3), resize to the model resolution, random horizontal flip, `x / 127.5 - 1`;
-- eval: plain resize to the model resolution (no centre crop), `x / 127.5 - 1`.
+- eval: plain resize to the model resolution (no centre crop), `x / 127.5 - 1`; with
+  `data_config=` (e.g. the model, see `keras_vit.resolve_data_config`), that checkpoint's own
+  resize, crop and `(x / 255 - mean) / std` instead.
 
 Training pipelines are *epoch-deterministic*: the order of epoch `e` and every random crop and
 flip in it are stateless functions of `(seed, e, example index)`. A run resumed at epoch `e`

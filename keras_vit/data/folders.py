@@ -126,7 +126,7 @@ def check_class_name(name, folder):
 def from_folder(directory, *, image_size, batch_size, training, seed=0, start_epoch=0,
                 augment=True, strategy=None, validation_split=0.0, subset=None, split_seed=0,
                 skip_corrupt=False, max_pixels=image_ops.DEFAULT_MAX_PIXELS,
-                labels="inferred"):
+                labels="inferred", data_config=None):
     """A pipeline over an image folder: `directory/<class name>/**/<image>`, or with
     `labels=None` any unlabelled images under `directory` (self-supervised pre-training).
 
@@ -195,6 +195,6 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
         class_names=class_names,
     )
     data = _pipeline(source, image_size, batch_size, training, seed, start_epoch,
-                     _augment_args(augment) if training else None, strategy)
+                     _augment_args(augment) if training else None, strategy, data_config)
     data.skipped = skipped
     return data

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from keras_vit import images as image_ops
 from keras_vit.checks import check_int, check_labels, check_replica_batch, to_pair
+from keras_vit.data_config import resolve_data_config
 
 # Inception crop of the official training pipeline (vit_jax input_pipeline.py):
 # `tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0), min_object_covered=0)`,
@@ -182,13 +183,19 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
     return examples.batch(batch_size, drop_remainder=True)
 
 
-def _eval_dataset(source, image_size, batch_size):
+def _eval_dataset(source, image_size, batch_size, data_config=None):
+    """The evaluation stream: the paper's preprocessing, or a data config's at `image_size`."""
     if source.fetch is not None:
         examples = tf.data.Dataset.range(source.num_examples).map(source.fetch)
     else:
         examples = source.stream
+    if data_config is None:
+        transform = lambda image: image_ops.eval_preprocess(image, image_size)  # noqa: E731
+    else:
+        config = resolve_data_config(data_config, image_size)
+        transform = lambda image: image_ops.eval_transform(image, config)  # noqa: E731
     examples = examples.map(
-        lambda raw, label: (image_ops.eval_preprocess(source.load(raw), image_size), _int32(label)),
+        lambda raw, label: (transform(source.load(raw)), _int32(label)),
         num_parallel_calls=AUTOTUNE,
     )
     return examples.batch(batch_size)
@@ -207,14 +214,19 @@ def _finish(dataset):
     return dataset.prefetch(AUTOTUNE).with_options(options)
 
 
-def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augment, strategy):
+def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augment, strategy,
+              data_config=None):
     image_size = to_pair("image_size", image_size)
+    if training and data_config is not None:
+        raise ValueError("`data_config` sets the preprocessing of evaluation pipelines "
+                         "(training=False); training pipelines augment as the paper does. "
+                         "Expected data_config=None with training=True.")
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     _check_batch_size(batch_size, num_replicas, source.num_examples, training)
     start_epoch = check_int("start_epoch", start_epoch, 0)
     seed = check_int("seed", seed)
     if not training:
-        dataset = _finish(_eval_dataset(source, image_size, batch_size))
+        dataset = _finish(_eval_dataset(source, image_size, batch_size, data_config))
     elif num_replicas == 1:
         dataset = _finish(
             _train_dataset(source, image_size, batch_size, batch_size, seed, start_epoch,
@@ -246,7 +258,7 @@ def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augme
         class_names=tuple(source.class_names),
         start_epoch=start_epoch,
         rebuild=lambda epoch: _pipeline(source, image_size, batch_size, training, seed, epoch,
-                                        augment, strategy),
+                                        augment, strategy, data_config),
     )
 
 
@@ -287,6 +299,7 @@ def from_arrays(
     strategy=None,
     class_names=(),
     value_range=None,
+    data_config=None,
 ):
     """A pipeline over in-memory images.
 
@@ -312,6 +325,11 @@ def from_arrays(
         value_range: (0, 255) or (0, 1): the range of the image values. Required for float
             images (a float array does not say whether 1.0 is white or nearly black);
             integer images are (0, 255). Values outside the range are refused.
+        data_config: None, a model or a data config (anything
+            `keras_vit.resolve_data_config` takes), for an evaluation pipeline: its resize,
+            crop and normalisation at `image_size` (pass the model to evaluate it as its
+            checkpoint was evaluated). None: the paper's (bilinear resize, [-1, 1]). Defaults
+            to None.
 
     Returns:
         `InputData`.
@@ -352,7 +370,7 @@ def from_arrays(
         class_names=class_names,
     )
     return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
-                     _augment_args(augment) if training else None, strategy)
+                     _augment_args(augment) if training else None, strategy, data_config)
 
 
 VALUE_RANGES = ((0, 255), (0, 1))
@@ -388,7 +406,8 @@ def to_0_255(images, value_range):
 
 
 def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, decode=None,
-                    class_names=(), seed=0, start_epoch=0, augment=True, strategy=None):
+                    class_names=(), seed=0, start_epoch=0, augment=True, strategy=None,
+                    data_config=None):
     """A pipeline over an unbatched `tf.data.Dataset` of `(image, label)` examples.
 
     The images are encoded files (scalar strings: JPEG, PNG, GIF, BMP, WebP) or uint8
@@ -425,7 +444,7 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     else:
         source.stream = dataset
     return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
-                     _augment_args(augment) if training else None, strategy)
+                     _augment_args(augment) if training else None, strategy, data_config)
 
 
 def _in_memory(dataset, num_examples):

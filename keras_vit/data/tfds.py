@@ -79,7 +79,8 @@ def get_dataset_spec(name):
 
 
 def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=None,
-              manual_dir=None, download=True, seed=0, start_epoch=0, augment=True, strategy=None):
+              manual_dir=None, download=True, seed=0, start_epoch=0, augment=True, strategy=None,
+              data_config=None):
     """A pipeline over a tensorflow-datasets dataset the paper uses.
 
     The arguments it shares with `from_arrays` mean the same as there.
@@ -130,7 +131,8 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
     return from_tf_dataset(dataset, num_classes=label_feature.num_classes,
                            image_size=image_size, batch_size=batch_size, training=training,
                            class_names=label_feature.names, seed=seed,
-                           start_epoch=start_epoch, augment=augment, strategy=strategy)
+                           start_epoch=start_epoch, augment=augment, strategy=strategy,
+                           data_config=data_config)
 
 
 def tfds_builder(name, data_dir, download, manual_dir=None, manual_files=None):

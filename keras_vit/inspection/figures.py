@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from keras_vit.data_config import resolve_data_config
 from keras_vit.fileio import atomic_write, check_destination
 from keras_vit.inspection.analysis import (
     NUM_COMPONENTS,
@@ -61,9 +62,14 @@ def _save(fig, path):
     return os.fspath(path)
 
 
-def _to_unit(images):
-    """[-1, 1] model inputs back to [0, 1] for display."""
-    return np.clip((np.asarray(images, np.float32) + 1.0) / 2.0, 0.0, 1.0)
+def _to_unit(images, data_config=None):
+    """Model inputs back to [0, 1] for display: `x * std + mean` with the data config's
+    (`keras_vit.data_config`; None: the paper's [-1, 1])."""
+    images = np.asarray(images, np.float32)
+    if data_config is None:
+        return np.clip((images + 1.0) / 2.0, 0.0, 1.0)
+    config = resolve_data_config(data_config)
+    return np.clip(images * np.float32(config["std"]) + np.float32(config["mean"]), 0.0, 1.0)
 
 
 def _normalise(maps):
@@ -79,7 +85,7 @@ def attention_size(num_images, image_size):
     return 3 * ATTENTION_PANEL, rows * (round(ATTENTION_PANEL * height / width) + ATTENTION_TITLE)
 
 
-def _draw_attention(path, images, maps, geo, layer, head, query):
+def _draw_attention(path, images, maps, geo, layer, head, query, data_config=None):
     source = "class token" if _query(geo, query) == "class" else "mean token"
     layer, head = check_layer_head(geo, layer, head)
     heads = "mean of heads" if head is None else f"head {head}"
@@ -94,7 +100,7 @@ def _draw_attention(path, images, maps, geo, layer, head, query):
     extent = (-0.5, width - 0.5, height - 0.5, -0.5)  # both layers in image pixel coordinates
     fig = _figure(size)
     axes = fig.subplots(len(shown), 3, squeeze=False)
-    for i, image in enumerate(_to_unit(shown)):
+    for i, image in enumerate(_to_unit(shown, data_config)):
         for j, ax in enumerate(axes[i]):
             ax.imshow(image, extent=extent, interpolation="nearest")
             if j:
@@ -105,7 +111,8 @@ def _draw_attention(path, images, maps, geo, layer, head, query):
     _save(fig, path)
 
 
-def plot_attention(model, images, path, layer=-1, head=None, query=None, batch_size=32):
+def plot_attention(model, images, path, layer=-1, head=None, query=None, batch_size=32,
+                   data_config=None):
     """Draws, for each image (at most 8), the image, its attention rollout and one layer's map.
 
     The maps are upsampled bilinearly to the image and overlaid on it, each scaled to its own
@@ -114,6 +121,8 @@ def plot_attention(model, images, path, layer=-1, head=None, query=None, batch_s
     Args:
         model, images, layer, head, query, batch_size: as in `attention_map`.
         path: str. Where to write the PNG.
+        data_config: what normalised `images` (anything `keras_vit.resolve_data_config`
+            takes), to show them as they were; None: the paper's [-1, 1]. Defaults to None.
 
     Returns:
         dict with `rollout` and `attention`, arrays `[B, rows, cols]` for every image.
@@ -121,7 +130,7 @@ def plot_attention(model, images, path, layer=-1, head=None, query=None, batch_s
     images = _check_images(model, images)
     geo, arrays = _analyse(model, images, layer, head, query, batch_size)
     maps = {k: arrays[k] for k in ("rollout", "attention")}
-    _draw_attention(path, images, maps, geo, layer, head, query)
+    _draw_attention(path, images, maps, geo, layer, head, query, data_config)
     return maps
 
 
@@ -290,7 +299,7 @@ def check_figure_files(out_dir, overwrite=False):
 
 
 def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch_size=32,
-                  gray=False, overwrite=False):
+                  gray=False, overwrite=False, data_config=None):
     """Writes the four figures (`FIGURE_FILES`) for `model` on `images` into `out_dir`.
 
     A figure file already in `out_dir` is replaced only with `overwrite=True` (refused before
@@ -298,7 +307,8 @@ def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch
 
     `plot_attention`, `plot_mean_attention_distance` (from the same forward pass),
     `plot_position_embedding_similarity` and `plot_patch_embedding_filters`; the arguments
-    are theirs.
+    are theirs (`data_config`: what normalised `images`, for showing them; None: the
+    paper's [-1, 1]).
 
     Hybrid models get three: their patch embedding sees ResNet features, not RGB pixels, so
     there are no RGB filters to draw.
@@ -313,7 +323,7 @@ def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch
     distances = arrays["distance"].mean(axis=0)
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, file) for name, file in FIGURE_FILES.items()}
-    _draw_attention(paths["attention"], images, maps, geo, layer, head, query)
+    _draw_attention(paths["attention"], images, maps, geo, layer, head, query, data_config)
     _draw_distance(paths["attention_distance"], distances, geo, len(images))
     results = {
         "attention": maps,

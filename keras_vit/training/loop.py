@@ -81,6 +81,7 @@ from keras_vit.training.recipes import (
 )
 from keras_vit.weights import save_npz
 from keras_vit.weights.architecture import SIDECAR_CONFIG
+from keras_vit.weights.config_json import keras_vit_document
 
 RUN_FILE = "run.json"
 CONFIG_FILE = SIDECAR_CONFIG  # the architecture, which keras_vit.from_pretrained reads back
@@ -244,9 +245,8 @@ def _write_run(output_dir, settings, finished, model, class_names, run_time):
         return
     atomic_write_text(os.path.join(output_dir, RUN_FILE), json.dumps(
         {"settings": settings, "finished": finished, "runtime": run_time}, indent=1))
-    atomic_write_text(os.path.join(output_dir, CONFIG_FILE), json.dumps(
-        {"format": "keras_vit", "model": _model_config(model), "class_names": list(class_names) or None},
-        indent=1))
+    atomic_write_text(os.path.join(output_dir, CONFIG_FILE), json.dumps(keras_vit_document(
+        _model_config(model), class_names, getattr(model, "data_config", None)), indent=1))
 
 
 def _check_model_classes(model, name, data):

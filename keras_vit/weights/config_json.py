@@ -8,7 +8,8 @@ Checks name fields as the file does (`model_args.depth`, `num_hidden_layers`).
 
 - keras_vit's (`keras_vit.training.fit` beside its checkpoints, and the metadata of the
   `.safetensors` files keras_vit writes): `{"format": "keras_vit", "model": keras_vit.ViT
-  arguments, "class_names": [...]}`;
+  arguments, "class_names": [...], "preprocessing": the data config}` (`keras_vit_document`;
+  `preprocessing`: timm's field names, `keras_vit.preprocessing.check_data_config`);
 - timm's (`timm.models.push_to_hf_hub` / `save_for_hf`): `architecture`, `num_classes`,
   `global_pool`, `label_names`, `model_args` (the `VisionTransformer` arguments) and
   `pretrained_cfg`;
@@ -31,6 +32,12 @@ from keras_vit.checks import (
     to_pair,
 )
 from keras_vit.model import ViT
+from keras_vit.preprocessing import (
+    check_data_config,
+    paper_data_config,
+    timm_pretrained_cfg,
+    with_image_size,
+)
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.layouts import POSEMB_2D_KEYS, POSEMB_KEY, canonicalize, config_from_params
 
@@ -52,8 +59,6 @@ TRANSFORMERS_GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True,
 TRANSFORMERS_LAYER_NORM_EPSILON = 1e-12  # ViTConfig's default
 # Any timm ViT name serves: `model_args` set every size (timm's `create_model(name, **args)`).
 TIMM_ARCHITECTURE = "vit_base_patch16_224"
-# keras_vit scales RGB in [0, 255] to [-1, 1]: timm's mean and std of 0.5.
-TIMM_MEAN_STD = [0.5, 0.5, 0.5]
 WRITTEN_BY = "keras_vit"
 RGB = 3
 
@@ -162,10 +167,21 @@ class Declared:
 # keras_vit's own.
 
 
+def keras_vit_document(config, class_names=None, preprocessing=None):
+    """keras_vit's configuration document for a model: its `keras_vit.ViT` arguments
+    (`config`; None for a model it did not build), class names and data config (None: the
+    paper's, written out at the model's resolution), as `check_keras_vit` reads it."""
+    if preprocessing is None and config is not None:
+        preprocessing = paper_data_config(config["image_size"])
+    return {"format": KERAS_VIT_FORMAT, "model": config,
+            "class_names": list(class_names) if class_names else None,
+            "preprocessing": preprocessing and check_data_config(dict(preprocessing))}
+
+
 def check_keras_vit(document, where):
     """A keras_vit configuration document, checked: `{"format": "keras_vit", "model": ViT
-    arguments or None, "class_names": [...] or None}`; its arguments' values are checked when
-    the model is built (`keras_vit.ViT`).
+    arguments or None, "class_names": [...] or None, "preprocessing": a data config or None}`;
+    its arguments' values are checked when the model is built (`keras_vit.ViT`).
 
     Raises:
         CheckpointError: naming `where` and the field.
@@ -182,7 +198,15 @@ def check_keras_vit(document, where):
             and len(names) != classes:
         raise CheckpointError(f"{where}: `class_names` has {len(names)} names but "
                               f"`model.num_classes` is {classes}.")
-    return dict(document, model=model or None, class_names=names)
+    preprocessing = document.get("preprocessing")
+    if preprocessing is not None:
+        preprocessing = _checked(where, "preprocessing", _data_config, preprocessing)
+    return dict(document, model=model or None, class_names=names, preprocessing=preprocessing)
+
+
+def _data_config(field, value):
+    """`keras_vit.preprocessing.check_data_config` as a `keras_vit.checks` rule."""
+    return check_data_config(value, f"`{field}`")
 
 
 def declared_keras_vit(model, where):
@@ -273,11 +297,13 @@ def timm_options(declared, params):
     return options
 
 
-def timm_config(config, class_names=None):
+def timm_config(config, class_names=None, preprocessing=None):
     """The `config.json` timm writes for a `VisionTransformer` (`save_for_hf`), for a
     `keras_vit.ViT` configuration its layout holds (see `torch_layouts.to_timm`), so that
     `timm.create_model(architecture, pretrained=True, **model_args)` builds the same network
-    (timm's LayerNorm epsilon is 1e-6; keras_vit's files also carry their exact configuration).
+    (timm's LayerNorm epsilon is 1e-6; keras_vit's files also carry their exact configuration)
+    and `timm.data.resolve_data_config` gives the model's data config (`preprocessing`; None:
+    the paper's).
 
     Raises:
         CheckpointError: if timm's arguments cannot express the MLP width.
@@ -298,9 +324,11 @@ def timm_config(config, class_names=None):
                 num_classes=num_classes, in_chans=RGB,
                 act_layer="gelu_tanh" if config["gelu_approximate"] else "gelu",
                 dynamic_img_size=config["dynamic_image_size"])
-    pretrained = dict(input_size=[RGB, *image], fixed_input_size=not config["dynamic_image_size"],
-                      interpolation="bilinear", crop_pct=1.0, crop_mode="center",
-                      mean=TIMM_MEAN_STD, std=TIMM_MEAN_STD, num_classes=num_classes,
+    preprocessing = with_image_size(
+        check_data_config(dict(preprocessing)) if preprocessing is not None
+        else paper_data_config(image), image)
+    pretrained = dict(timm_pretrained_cfg(preprocessing),
+                      fixed_input_size=not config["dynamic_image_size"], num_classes=num_classes,
                       first_conv="patch_embed.proj", classifier="head")
     document = dict(architecture=TIMM_ARCHITECTURE, num_classes=num_classes, num_features=width,
                     global_pool=pool, model_args=args, pretrained_cfg=pretrained,

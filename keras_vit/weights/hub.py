@@ -312,7 +312,8 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
     """
     config = vit_config(model)
     params = to_timm(model_params(model))
-    timm = config_json.timm_config(config, class_names)
+    preprocessing = getattr(model, "data_config", None)  # None: the paper's
+    timm = config_json.timm_config(config, class_names, preprocessing)
     config_path = os.path.join(os.path.dirname(os.path.abspath(os.fspath(path))), CONFIG_FILE)
     check_destination(path, overwrite)
     existing = read_config(config_path) if os.path.exists(config_path) else None
@@ -325,8 +326,7 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
             f"{config_path} already exists (it describes another .safetensors file there). "
             "Nothing was written; pass overwrite=True (--overwrite) to replace it, or choose "
             "another folder.")
-    document = dict(format=config_json.KERAS_VIT_FORMAT, model=config,
-                    class_names=list(class_names) if class_names else None)
+    document = config_json.keras_vit_document(config, class_names, preprocessing)
     with atomic_file(path) as tmp:
         save_file(params, tmp, metadata={"format": "pt", METADATA_KEY: json.dumps(document)})
     atomic_write_text(config_path, json.dumps(timm, indent=2))

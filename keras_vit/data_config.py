@@ -1,0 +1,238 @@
+"""Each checkpoint's preprocessing, as timm's "data config": how an image becomes its input.
+
+A data config is a dict with timm's field names (`timm.data.resolve_data_config`):
+
+- `input_size`: `[3, height, width]`;
+- `interpolation`: the resize filter, one of `INTERPOLATIONS`;
+- `crop_pct`: in (0, 1]; the image is resized to `input_size / crop_pct`, then cropped;
+- `crop_mode`: "center" (the shorter side to `input_size / crop_pct`, keeping the aspect ratio,
+  then the centre crop: timm's default) or "squash" (each side to `input_size / crop_pct`);
+- `mean`, `std`: per RGB channel, of pixels in [0, 1]: the input is `(x / 255 - mean) / std`;
+
+and, a keras_vit field that timm's files leave out, `antialias` (bool): whether a downscaling
+resize averages over its footprint, as PIL's (timm's) does; True where absent.
+
+The paper's files were evaluated with vit_jax's preprocessing: a plain bilinear resize of each
+side to the model's resolution (no crop, no antialias) and `x / 127.5 - 1`, that is mean = std
+= 0.5 (`paper_data_config`). It is the data config of every model and checkpoint that states
+none, and it gives the input `keras_vit.preprocess_inputs` has always given, bit for bit.
+
+`resolve_data_config(source)` returns the data config of a registry name, a model, a folder
+with a `config.json`, a `config.json`, a checkpoint file or an `hf://` repository. A model built
+by `keras_vit.from_pretrained` carries its checkpoint's as `model.data_config`, and
+`load_image`, `predict`, `evaluate`, `inspect`, the evaluation pipelines and the exported
+serving signatures apply it by default. The TensorFlow ops that apply a data config are in
+`keras_vit.images`; this module needs no TensorFlow.
+"""
+
+import os
+
+import huggingface_hub
+
+from keras_vit.model_parts import model_image_size
+from keras_vit.preprocessing import (  # noqa: F401 - the data config's definition, importable here
+    ANTIALIAS,
+    ATTRIBUTE,
+    CROP_MODES,
+    DEFAULT_IMAGE_SIZE,
+    FIELDS,
+    INTERPOLATIONS,
+    PAPER_INTERPOLATION,
+    PAPER_MEAN,
+    PAPER_STD,
+    TIMM_DEFAULTS,
+    check_data_config,
+    config_image_size,
+    paper_data_config,
+    timm_data_config,
+    timm_pretrained_cfg,
+    with_image_size,
+)
+from keras_vit.weights import hub, keras_hub, registry
+from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
+from keras_vit.weights.errors import CheckpointError
+from keras_vit.weights.layouts import config_from_params
+from keras_vit.weights.npz import open_npz
+
+CONFIG_FILE = "config.json"
+
+
+def _is_model(source):
+    return hasattr(source, "inputs") and hasattr(source, "get_config")
+
+
+def model_data_config(model, image_size=None):
+    """The data config a model carries (`model.data_config`), else the paper's at its input
+    size; at `image_size` where given."""
+    config = getattr(model, ATTRIBUTE, None)
+    if config is None and image_size is not None:
+        return paper_data_config(image_size)
+    if config is None:
+        config = paper_data_config(model_image_size(model))
+    config = check_data_config(dict(config), f"the data_config of model {model.name!r}")
+    return with_image_size(config, image_size) if image_size is not None else config
+
+
+def resolve_data_config(source=None, image_size=None):
+    """The data config (timm's field names) of a model or checkpoint, as timm's
+    `resolve_data_config` gives it.
+
+    Args:
+        source: one of
+            - None: the paper's preprocessing (at `image_size`, else 224);
+            - a data config (dict): checked;
+            - a model: its `data_config` (the checkpoint's, for a model from
+              `keras_vit.from_pretrained`), else the paper's at its input size;
+            - a registry name: its entry's `preprocessing`, else the paper's at its resolution;
+            - a folder holding a `config.json`, or a `config.json`: keras_vit's `preprocessing`
+              or timm's `pretrained_cfg`; a keras-hub preset folder: its image converter's
+              (at 224 where it states no size);
+            - a checkpoint file (`.npz`, `.safetensors`) or `hf://ORG/NAME`: what its
+              metadata or the `config.json` beside it says, else the paper's.
+        image_size: int or (height, width), or None. The resolution to give the config
+            (crop, interpolation and normalisation kept). Defaults to the source's.
+
+    Returns:
+        dict: `input_size`, `interpolation`, `crop_pct`, `crop_mode`, `mean`, `std`,
+        `antialias`.
+
+    Raises:
+        ValueError: for a malformed data config or a source that is none of these, naming it.
+        FileNotFoundError: for a path with no file.
+
+    Examples:
+    >>> resolve_data_config("digits")["mean"]
+    [0.5, 0.5, 0.5]
+    """
+    if _is_model(source):
+        return model_data_config(source, image_size)
+    if source is None:
+        config = paper_data_config(image_size or DEFAULT_IMAGE_SIZE)
+    elif isinstance(source, dict):
+        config = check_data_config(source)
+    elif isinstance(source, (str, os.PathLike)) and not isinstance(source, bytes):
+        config = _source_data_config(source)
+    else:
+        raise ValueError(f"resolve_data_config takes a model, a data config (dict), a registry "
+                         f"name, a config.json or its folder, or a checkpoint file. Received: "
+                         f"{source!r:.100}")
+    return with_image_size(config, image_size) if image_size is not None else config
+
+
+def checkpoint_data_config(source, entry=None, image_size=None):
+    """The data config a checkpoint states: its entry's `preprocessing` (`entry`: the registry
+    or keras-hub preset entry `keras_vit.weights.fetch_params` returned, where there is one),
+    else what its file's metadata or `config.json` says; None where nothing says (the paper's
+    applies). `image_size` gives the `input_size` of a stated config without one.
+
+    Raises:
+        keras_vit.CheckpointError: naming the file or entry and the field, for a malformed one.
+    """
+    if entry and entry.get("preprocessing") is not None:
+        stated = dict(entry["preprocessing"])
+        if stated.get("input_size") is None and image_size is not None:
+            stated["input_size"] = with_image_size(stated, image_size)["input_size"]
+        try:
+            return check_data_config(stated, f"checkpoint {entry.get('name')!r}'s preprocessing")
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
+    if registry.is_registered(source):
+        return None
+    return _file_data_config(source)
+
+
+def attach(model, source, entry=None):
+    """Gives `model`, built from the checkpoint `source`, its data config (at the model's own
+    input size) as `model.data_config`; returns the model."""
+    size = model_image_size(model)
+    config = checkpoint_data_config(source, entry, size)
+    setattr(model, ATTRIBUTE, None if config is None else with_image_size(config, size))
+    return model  # None: the paper's, as the checkpoint states none
+
+
+def _source_data_config(source):
+    """`resolve_data_config` of a registry name, a path or a URL."""
+    if registry.is_registered(source):
+        entry = registry.get_checkpoint(source)
+        size = entry.get("resolution") or DEFAULT_IMAGE_SIZE
+        return checkpoint_data_config(source, entry, size) or paper_data_config(size)
+    text = os.fspath(source)
+    path = os.path.expanduser(text)
+    if os.path.isfile(os.path.join(path, keras_hub.METADATA_FILE)):  # a keras-hub preset
+        entry = dict(name=text, preprocessing=keras_hub.preset_preprocessing(path))
+        return checkpoint_data_config(source, entry, DEFAULT_IMAGE_SIZE) \
+            or paper_data_config(DEFAULT_IMAGE_SIZE)
+    if os.path.isdir(path):
+        path = os.path.join(path, CONFIG_FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{text} holds no {CONFIG_FILE}. Expected a folder with the "
+                                    "config.json of a model (keras_vit's or timm's).")
+    if path.endswith(".json"):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{text}: no such file.")
+        return _json_data_config(path, required=True)
+    if "://" not in text and not os.path.exists(path):
+        registry.get_checkpoint(text)  # raises, naming close registry names
+    config = _file_data_config(source)
+    if config is not None:
+        return config
+    return paper_data_config(_file_image_size(source) or DEFAULT_IMAGE_SIZE)
+
+
+def _json_data_config(path, required=False):
+    """The data config in a `config.json`: keras_vit's `preprocessing` (the paper's, at its
+    model's resolution, for one without) or timm's `pretrained_cfg`; None for another tool's
+    (refused if `required`)."""
+    document = read_json(path, "a model's config.json")
+    try:
+        if isinstance(document, dict) and document.get("format") == KERAS_VIT_FORMAT:
+            stated = document.get("preprocessing")
+            if stated is None:
+                model = document.get("model") if isinstance(document.get("model"), dict) \
+                    else {}
+                return paper_data_config(model.get("image_size") or DEFAULT_IMAGE_SIZE)
+            return check_data_config(stated, f"{path}: `preprocessing`")
+        if isinstance(document, dict) and "pretrained_cfg" in document:
+            return timm_data_config(document["pretrained_cfg"], f"{path}: `pretrained_cfg`")
+    except ValueError as e:
+        raise CheckpointError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") \
+            from None
+    if required:
+        raise CheckpointError(f"{path} states no preprocessing. Expected keras_vit's config.json "
+                              "(`preprocessing`) or timm's (`pretrained_cfg`).")
+    return None
+
+
+def _file_data_config(source):
+    """The data config a checkpoint file states (a `.safetensors` file's keras_vit metadata,
+    else the `config.json` beside the file or in the `hf://` repository), or None."""
+    text = os.fspath(source)
+    if text.startswith(hub.HF_SCHEME):
+        weights, beside = (_cached_hub_file(text, name) for name in (hub.WEIGHTS_FILE,
+                                                                    CONFIG_FILE))
+    elif "://" in text:
+        return None
+    else:
+        weights = os.path.expanduser(text)
+        beside = os.path.join(os.path.dirname(weights), CONFIG_FILE)
+    if weights and weights.endswith(".safetensors") and os.path.isfile(weights):
+        own = hub.read_own_config(weights)
+        if own and own.get("preprocessing") is not None:
+            return own["preprocessing"]
+    return _json_data_config(beside) if beside and os.path.isfile(beside) else None
+
+
+def _cached_hub_file(source, name):
+    """The file `name` of `hf://ORG/NAME[@REVISION]` in the Hugging Face cache (where
+    `from_pretrained` put it), or None."""
+    repo, revision = hub.parse_hub(source)
+    path = huggingface_hub.try_to_load_from_cache(repo, name, revision=revision)
+    return path if isinstance(path, str) else None
+
+
+def _file_image_size(source):
+    """The resolution a local `.npz` file's position embedding is learned at, or None."""
+    path = os.path.expanduser(os.fspath(source))
+    if not path.endswith(".npz") or not os.path.isfile(path):
+        return None
+    return config_from_params(open_npz(path).placeholders())["image_size"]
