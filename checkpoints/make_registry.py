@@ -226,8 +226,9 @@ configs, flops = library("configs"), library("flops")
 
 def paper_preprocessing(resolution):
     side = resolution or DEFAULT_RESOLUTION
+    # vit_jax's evaluation: each side resized (bilinear, no antialias), no crop, [-1, 1].
     return dict(input_size=[3, side, side], interpolation="bilinear", crop_pct=1.0,
-                crop_mode="center", mean=PAPER_MEAN_STD, std=PAPER_MEAN_STD)
+                crop_mode="squash", mean=PAPER_MEAN_STD, std=PAPER_MEAN_STD, antialias=False)
 
 
 def fp32_mib(params):

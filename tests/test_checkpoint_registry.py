@@ -48,7 +48,8 @@ def timm_entries():
 def test_every_entry_has_timms_six_preprocessing_fields():
     for entry in registry_file():
         pre = entry["preprocessing"]
-        assert list(pre) == PREPROCESSING_KEYS, entry["name"]
+        assert list(pre)[:6] == PREPROCESSING_KEYS, entry["name"]
+        assert set(list(pre)[6:]) <= {"antialias"}, entry["name"]
         channels, height, width = pre["input_size"]
         assert channels == 3 and height > 0 and width > 0, entry["name"]
         if entry["resolution"] is not None:
@@ -58,8 +59,9 @@ def test_every_entry_has_timms_six_preprocessing_fields():
         assert 0 < pre["crop_pct"] <= 1 and pre["crop_mode"] in ("center", "squash"), entry["name"]
         assert len(pre["mean"]) == len(pre["std"]) == 3 and min(pre["std"]) > 0, entry["name"]
         if not str(entry["url"]).startswith("hf://"):  # the paper's [-1, 1] scaling, no crop
-            assert (pre["mean"], pre["std"], pre["crop_pct"], pre["interpolation"]) == (
-                [0.5] * 3, [0.5] * 3, 1.0, "bilinear"), entry["name"]
+            assert (pre["mean"], pre["std"], pre["crop_pct"], pre["interpolation"],
+                    pre["crop_mode"], pre["antialias"]) == (
+                [0.5] * 3, [0.5] * 3, 1.0, "bilinear", "squash", False), entry["name"]
 
 
 def expected_params(entry):
