@@ -312,7 +312,9 @@ def _labels_table(labels_path, num_classes):
 
 
 def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile, max_pixels,
-                       max_patches):
+                       max_patches, stage):
+    """Traces the signatures (`stage` is told before) and writes them to `path`."""
+    stage(f"tracing the signatures ({'XLA' if jit_compile else 'graph runtime'})")
     height, width, num_classes = check_model(model)
     labels = _labels_table(labels_path, num_classes)
     archive = keras.export.ExportArchive()
@@ -346,6 +348,7 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
 
         archive.add_endpoint(NATIVE_SIZE_SIGNATURE, serve_native,
                              [tf.TensorSpec([None], tf.string, name=BYTES_INPUT)])
+    stage("writing the SavedModel")
     archive.write_out(path, verbose=False)
 
 
@@ -453,6 +456,7 @@ def export_saved_model(
     max_pixels=image_ops.DEFAULT_MAX_PIXELS,
     max_patches="auto",
     precision=None,
+    progress=None,
 ):
     """Exports a classifier as a SavedModel that TF Serving serves as is.
 
@@ -493,6 +497,9 @@ def export_saved_model(
             (float32 weights, bfloat16 products, float32 LayerNorm statistics, softmax and
             logits); the outputs are float32 either way. A keras_vit model only. Defaults to
             None.
+        progress: callable or None. Called with a few words as each stage starts (tracing
+            the signatures, writing the version folder), for a progress display such as the
+            command line's. Defaults to None.
 
     Returns:
         str: the version folder.
@@ -545,12 +552,13 @@ def export_saved_model(
                     signatures=[SERVING_SIGNATURE, IMAGES_SIGNATURE]
                     + ([NATIVE_SIZE_SIGNATURE] if max_patches else []))
 
+    stage = progress or (lambda text: None)
     with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:
         labels_path = os.path.join(scratch, LABELS_ASSET)
         with open(labels_path, "w", encoding="utf-8") as f:
             f.write("".join(name + "\n" for name in class_names))
         _write_saved_model(model, staging, labels_path, top_k, image_dtype, jit_compile,
-                           max_pixels, max_patches)
+                           max_pixels, max_patches, stage)
         if records:
             _write_warmup(os.path.join(staging, WARMUP_FILE), records)
         atomic_write(os.path.join(staging, METADATA_FILE),

@@ -287,6 +287,20 @@ def _load_keras_file(path, image_size, num_classes):
     return model
 
 
+def model_stage(args, default_weights=False):
+    """The progress line of getting the model the model flags name: what is built or loaded,
+    and from which weights (`default_weights`: a variant without --weights gets its default
+    checkpoint, as `model_from_args(default_weights=True)`)."""
+    model = getattr(args, "model", None)
+    if (model or "").endswith(".keras"):
+        return f"loading {model}" + (f" with the weights {args.weights}" if args.weights else "")
+    what = model or ("the model of --model-config" if args.model_config is not None
+                     else "the model")
+    weights = args.weights or ("its default checkpoint" if model and default_weights else None)
+    return f"building {what}" + (f" with the weights {weights}" if weights else
+                                 " with initial weights")
+
+
 def input_size(model, args):
     """The image size a command feeds `model`: its own, or `--image-size` for a model of any
     size (`dynamic_image_size`)."""

@@ -11,7 +11,9 @@ from keras_vit_cli.common import (
     check_model_paths,
     check_output_file,
     model_from_args,
+    model_stage,
 )
+from keras_vit_cli.progress import Progress, add_progress_arguments
 
 FORMATS = (".keras", ".weights.h5", ".npz", ".safetensors")
 # A .weights.h5 file's size, at most: 4 bytes a parameter and HDF5's own records.
@@ -27,6 +29,7 @@ def configure(parser):
     add_model_arguments(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a file already at OUT (never one a running job holds)")
+    add_progress_arguments(parser)
 
 
 def check(args):
@@ -56,7 +59,10 @@ def run(args):
         args.model = args.source
     else:
         args.weights = args.source
+    progress = Progress.of(args)
+    progress.stage(model_stage(args))
     model, class_names = model_from_args(args)
+    progress.stage(f"writing {args.out}")
     if args.out.endswith(".npz"):
         save_npz(model, args.out, overwrite=args.overwrite)
     elif args.out.endswith(".safetensors"):

@@ -22,10 +22,12 @@ from keras_vit_cli.common import (
     list_arg,
     load_data,
     model_from_args,
+    model_stage,
     number_arg,
     positive_int_arg,
     undecodable_files_named,
 )
+from keras_vit_cli.progress import Progress, add_progress_arguments, bars_on_stderr
 from keras_vit_cli.summaries import add_json_argument, images, number, print_result
 
 
@@ -34,7 +36,8 @@ def _add_common(parser, test_split_help):
     add_data_arguments(parser)
     parser.add_argument("--split", default="test", help=test_split_help)
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1),
-                        help="progress bars: 0 or 1")
+                        help="progress bars on a terminal: 0 or 1 (default 1)")
+    add_progress_arguments(parser)
     add_json_argument(parser)
 
 
@@ -76,18 +79,22 @@ def run_evaluate(args):
     num_classes = data_num_classes(args)
     strategy = tf_distribute.get_strategy(args.strategy)
     tf_distribute.global_batch_size(args.batch_size, strategy)
+    progress = Progress.of(args)
+    progress.stage(model_stage(args))
     with strategy.scope():
         model, names = model_from_args(args, num_classes=num_classes, need_head=True)
     data = load_data(args, args.split, False, strategy, input_size(model, args))
     if args.folder and not args.class_names:  # subfolders against the checkpoint's names
         evaluation.check_class_names(names, data.class_names)
     names = class_names_from_args(args, num_classes, data.class_names or names)
-    with undecodable_files_named(args):
+    split = data_split(args, args.split)
+    progress.stage(f"evaluating on {describe_split(args, split)}"
+                   + (f", then writing the reports into {args.out}" if args.out else ""))
+    with undecodable_files_named(args), bars_on_stderr():
         report = evaluation.evaluate(model, data, class_names=names, out_dir=args.out,
-                                     progress=args.verbose > 0,
+                                     progress=args.verbose > 0 and progress.bars,
                                      allow_fresh_head=args.allow_fresh_head,
                                      overwrite=args.overwrite)
-    split = data_split(args, args.split)
     summary = {"data": data_source(args), "split": split, "examples": report["num_examples"],
                "classes": num_classes, "loss": report["loss"], "accuracy": report["top1"],
                "top5": report["top5"], "files": report["files"]}
@@ -148,17 +155,23 @@ def run_fewshot(args):
                          "few-shot examples would be tested on themselves. Expected two "
                          "disjoint splits (for a folder: train and validation).")
     strategy = tf_distribute.get_strategy(args.strategy)
+    progress = Progress.of(args)
+    progress.stage(model_stage(args))
     with strategy.scope():
         model, _ = model_from_args(args, include_top=False)
     size = input_size(model, args)
     features = {}
     for role, role_split in (("train", args.train_split), ("test", split)):
         data = load_data(args, role_split, False, strategy, size)
-        with undecodable_files_named(args):
+        progress.stage(f"extracting the features of {describe_split(args, data_split(args, role_split))}"
+                       + (f" (cached in {args.cache})" if args.cache else ""))
+        with undecodable_files_named(args), bars_on_stderr():
             features[role] = evaluation.extract_features(
                 model, data, cache=args.cache, cache_key=dict(
                     role=role, split=role_split, dataset=args.dataset, folder=args.folder,
-                    weights=args.weights), progress=args.verbose > 0, strategy=strategy)
+                    weights=args.weights), progress=args.verbose > 0 and progress.bars,
+                strategy=strategy)
+    progress.stage(f"fitting the few-shot classifiers (k = {', '.join(map(str, shots))})")
     table = evaluation.fewshot_table(*features["train"], *features["test"], shots=shots,
                                      l2_regs=l2_regs, seed=args.seed)
     _print_fewshot(args, table, data_split(args, args.train_split), data_split(args, split),

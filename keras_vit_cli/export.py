@@ -13,8 +13,10 @@ from keras_vit_cli.common import (
     class_names_from_args,
     int_arg,
     model_from_args,
+    model_stage,
     positive_int_arg,
 )
+from keras_vit_cli.progress import Progress, add_progress_arguments
 
 # Random images the TFLite export compares TFLite and Keras on.
 TFLITE_PARITY_IMAGES = 8
@@ -31,6 +33,7 @@ def configure(parser):
                              "file (default saved_model)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing version folder (SavedModel) or file (TFLite)")
+    add_progress_arguments(parser)
     saved_model = parser.add_argument_group("SavedModel")
     saved_model.add_argument("--version", type=int_arg(0), help="the version folder (1)")
     add_class_names_argument(saved_model)
@@ -103,7 +106,9 @@ def run(args):
 
     if args.format == "tflite":
         check_destination(args.output, args.overwrite)  # before the model is loaded
+    progress = Progress.of(args)
     architecture = {"dynamic_image_size": True} if args.dynamic_image_size else None
+    progress.stage(model_stage(args))
     model, checkpoint_names = model_from_args(args, num_classes=args.num_classes,
                                               architecture=architecture)
     num_classes = model.outputs[0].shape[-1]
@@ -114,13 +119,17 @@ def run(args):
             top_k=args.top_k or export.DEFAULT_TOP_K, image_dtype=args.image_dtype or "float32",
             overwrite=args.overwrite, warmup=False if args.no_warmup else "auto",
             jit_compile=args.xla, max_pixels=args.max_pixels or images.DEFAULT_MAX_PIXELS,
-            precision=args.precision, max_patches=args.max_patches or "auto")
+            precision=args.precision, max_patches=args.max_patches or "auto",
+            progress=progress.stage)
         metadata = export.read_metadata(path)
         print(f"SavedModel written to {path} (signatures {', '.join(metadata['signatures'])})")
         return 0
+    progress.stage(f"converting to TFLite ({args.quantize or 'float32'}) and writing "
+                   f"{args.output}")
     tflite.export_tflite(model, args.output, quantize=args.quantize, overwrite=args.overwrite)
     height, width, _ = export.check_model(model)
     count = args.parity_images or TFLITE_PARITY_IMAGES
+    progress.stage(f"verifying: TFLite against Keras on {count} random images")
     batch = np.random.default_rng(0).uniform(0, 255, (count, height, width, 3))
     parity = tflite.tflite_parity(args.output, model, batch)
     print(f"TFLite ({args.quantize or 'float32'}) written to {args.output}: "
