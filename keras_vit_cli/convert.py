@@ -9,7 +9,7 @@ import argparse
 from keras_vit_cli.common import (
     add_model_arguments,
     check_model_paths,
-    check_output_file,
+    check_new_file,
     model_from_args,
     model_stage,
 )
@@ -33,8 +33,8 @@ def configure(parser):
 
 
 def check(args):
-    """The flags and SOURCE, before TensorFlow starts: OUT's format, and a SOURCE file that
-    does not exist."""
+    """The flags, SOURCE and OUT, before TensorFlow starts: OUT's format and destination
+    (replaced only with --overwrite), and a SOURCE file that does not exist."""
     if not args.out.endswith(FORMATS):
         raise ValueError(f"OUT must end in {', '.join(FORMATS)}. Received: {args.out}")
     if args.weights:
@@ -45,16 +45,15 @@ def check(args):
     source = {"model": args.source} if args.source.endswith(".keras") else {
         "model": args.model, "weights": args.source}
     check_model_paths(argparse.Namespace(**source))
+    suffix = next(suffix for suffix in FORMATS if args.out.endswith(suffix))
+    check_new_file("OUT", args.out, args.overwrite, f"the {suffix} file")
 
 
 def run(args):
     check(args)
-    suffix = next(suffix for suffix in FORMATS if args.out.endswith(suffix))
-    check_output_file("OUT", args.out, f"the {suffix} file")
     from keras_vit.fileio import atomic_file, check_destination, check_room
     from keras_vit.weights import hub, save_npz
 
-    check_destination(args.out, args.overwrite)  # before the model is loaded
     if args.source.endswith(".keras"):  # a saved model: its architecture and weights
         args.model = args.source
     else:

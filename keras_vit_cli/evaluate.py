@@ -13,6 +13,7 @@ from keras_vit_cli.common import (
     check_data_folder,
     check_model_paths,
     check_output_folder,
+    check_strategy,
     class_names_from_args,
     data_num_classes,
     data_source,
@@ -55,18 +56,27 @@ def configure_evaluate(parser):
 
 
 def check_evaluate(args):
-    """The inputs, before TensorFlow starts: the image folder, the model and weights files and
-    the class-names file."""
+    """The inputs, before TensorFlow starts: the image folder and its split, the model and
+    weights files, the class-names file, the --out folder and the strategy."""
     check_data_folder(args)
+    data_split(args, args.split)
     check_model_paths(args)
     check_class_names_file(args)
+    if args.out:
+        check_output_folder("--out", args.out, "the reports")
+    check_strategy(args)
 
 
 def check_fewshot(args):
-    """The inputs, before TensorFlow starts: the image folder and the model and weights
-    files."""
+    """The inputs, before TensorFlow starts: the image folder and its two splits, the shots,
+    the model and weights files, the --cache folder and the strategy."""
     check_data_folder(args)
+    _int_list("--shots", args.shots)
+    _test_split(args)
     check_model_paths(args)
+    if args.cache:
+        check_output_folder("--cache", args.cache, "the features")
+    check_strategy(args)
 
 
 def run_evaluate(args):
@@ -147,13 +157,7 @@ def run_fewshot(args):
     shots = _int_list("--shots", args.shots)
     l2_regs = args.l2 or evaluation.DEFAULT_L2_REGS
     data_num_classes(args)
-    split = args.split
-    if args.folder and split == "test":  # a folder's test images: its held-out 10%
-        split = "validation"
-    if split == args.train_split or (args.folder and "all" in (split, args.train_split)):
-        raise ValueError(f"--split {split} overlaps --train-split {args.train_split}: the "
-                         "few-shot examples would be tested on themselves. Expected two "
-                         "disjoint splits (for a folder: train and validation).")
+    split = _test_split(args)
     strategy = tf_distribute.get_strategy(args.strategy)
     progress = Progress.of(args)
     progress.stage(model_stage(args))
@@ -177,6 +181,18 @@ def run_fewshot(args):
     _print_fewshot(args, table, data_split(args, args.train_split), data_split(args, split),
                    evaluation.format_fewshot_table(table))
     return 0
+
+
+def _test_split(args):
+    """The split few-shot accuracy is measured on, refused where it overlaps the shots'."""
+    split = args.split
+    if args.folder and split == "test":  # a folder's test images: its held-out 10%
+        split = "validation"
+    if split == args.train_split or (args.folder and "all" in (split, args.train_split)):
+        raise ValueError(f"--split {split} overlaps --train-split {args.train_split}: the "
+                         "few-shot examples would be tested on themselves. Expected two "
+                         "disjoint splits (for a folder: train and validation).")
+    return split
 
 
 def _print_fewshot(args, table, train_split, test_split, markdown):

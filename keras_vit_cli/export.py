@@ -8,7 +8,7 @@ from keras_vit_cli.common import (
     add_model_arguments,
     check_class_names_file,
     check_model_paths,
-    check_output_file,
+    check_new_file,
     check_output_folder,
     class_names_from_args,
     int_arg,
@@ -86,26 +86,28 @@ def _check_format_args(args):
 
 
 def check(args):
-    """The flags and input files, before TensorFlow starts: the flags of the other format, the
-    model and weights files and the class-names file."""
+    """The flags, input files and OUTPUT, before TensorFlow starts: the flags of the other
+    format, the model and weights files, the class-names file, and OUTPUT (a TFLite file
+    replaced only with --overwrite; a SavedModel's base folder, not a file)."""
     _check_format_args(args)
     check_model_paths(args)
     check_class_names_file(args)
+    _check_output(args)
+
+
+def _check_output(args):
+    if args.format == "tflite":
+        check_new_file("OUTPUT", args.output, args.overwrite, "the TFLite file")
+    else:
+        check_output_folder("OUTPUT", args.output, "the SavedModel's version folders")
 
 
 def run(args):
     _check_format_args(args)
-    if args.format == "tflite":
-        check_output_file("OUTPUT", args.output, "the TFLite file")
-    else:
-        check_output_folder("OUTPUT", args.output, "the SavedModel's version folders")
+    _check_output(args)
     import numpy as np
 
     from keras_vit import export, images, tflite
-    from keras_vit.fileio import check_destination
-
-    if args.format == "tflite":
-        check_destination(args.output, args.overwrite)  # before the model is loaded
     progress = Progress.of(args)
     architecture = {"dynamic_image_size": True} if args.dynamic_image_size else None
     progress.stage(model_stage(args))

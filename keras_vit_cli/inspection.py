@@ -4,7 +4,6 @@ from keras_vit_cli.common import (
     add_model_arguments,
     check_images_exist,
     check_model_flag_conflicts,
-    check_model_flags,
     check_model_paths,
     check_output_folder,
     model_from_args,
@@ -33,11 +32,12 @@ def configure(parser):
 
 
 def check(args):
-    """The input files, before TensorFlow starts: the images and the model and weights
-    files."""
+    """The inputs, before TensorFlow starts: the images, the model and weights files, and the
+    --out folder."""
     check_model_flag_conflicts(args)
     check_images_exist(args.images)
     check_model_paths(args)
+    check_output_folder("--out", args.out, "the figures")
 
 
 def run(args):
@@ -45,7 +45,7 @@ def run(args):
 
     from keras_vit import images, inspection
 
-    check_model_flags(args)
+    check_model_flag_conflicts(args)
     check_images_exist(args.images)
     check_output_folder("--out", args.out, "the figures")
     inspection.check_figure_files(args.out, args.overwrite)  # before the model is built

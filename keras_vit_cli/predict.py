@@ -6,7 +6,6 @@ from keras_vit_cli.common import (
     check_class_names_file,
     check_images_exist,
     check_model_flag_conflicts,
-    check_model_flags,
     check_model_paths,
     class_names_from_args,
     input_size,
@@ -48,7 +47,7 @@ def run(args):
     from keras_vit import images, labels
 
     progress = Progress.of(args)
-    check_model_flags(args)
+    check_model_flag_conflicts(args)
     check_images_exist(args.images)
     progress.stage(model_stage(args, default_weights=True))
     model, checkpoint_names = model_from_args(args, default_weights=True)
