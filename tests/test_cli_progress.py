@@ -128,3 +128,78 @@ def test_quiet_and_progress_exclude_each_other(capsys):
         keras_vit_cli.main(["predict", "x.png", "--quiet", "--progress"])
     assert exit_.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# Ctrl-C in a call that holds the signal.
+
+# Runs keras_vit_cli.main on the arguments with the start of TensorFlow replaced by STALL (a
+# call that holds a signal, as the import of TensorFlow or a long TensorFlow op does), after
+# printing "ready" on stdout.
+HELD = """
+import bz2, os, sys, time
+import keras_vit_cli
+
+def stall():
+    print("ready", flush=True)
+    {stall}
+
+keras_vit_cli._start_tensorflow_quietly = stall
+sys.exit(keras_vit_cli.main(sys.argv[1:]))
+"""
+# Calls into C that run for seconds each without looking at signals, with the interpreter
+# lock released, as TensorFlow's ops and compiler do; one after another, forever.
+IN_C = "[bz2.compress(os.urandom(20_000_000)) for _ in iter(int, 1)]"
+# Waiting inside the deferred imports: Python takes the signal and holds it until they end.
+DEFERRED = "time.sleep(600)"
+
+
+def interrupt_when_ready(stall, argv, cwd):
+    """Runs the command line with HELD's stall, sends SIGINT once it stalls, and returns
+    (exit status, stderr)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    run = subprocess.Popen([sys.executable, "-c", HELD.format(stall=stall), *argv], cwd=cwd,
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout.readline() == "ready\n", run.communicate()
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    return run.returncode, err
+
+
+@pytest.mark.parametrize("stall", [IN_C, DEFERRED], ids=["in C", "deferred imports"])
+def test_an_interrupt_held_by_a_long_call_still_ends_the_command_saying_how_to_resume(
+        tmp_path, stall):
+    folder = tmp_path / "images"
+    write_images(folder)
+    argv = ["train", "--folder", str(folder), "--model-config", TINY_JSON, "--output",
+            str(tmp_path / "run")]
+    status, err = interrupt_when_ready(stall, argv, tmp_path)
+    assert status == 130, err
+    assert err.splitlines() == [
+        "keras-vit train: interrupted; no epoch had finished, so nothing was kept: the same "
+        f"command starts again: keras-vit {' '.join(argv[:4])} '{TINY_JSON}' "
+        f"{' '.join(argv[5:])}"], err
+    assert not (tmp_path / "run").exists()  # the output folder was not created
+
+
+def test_a_write_stopped_in_a_long_call_leaves_nothing_of_it(tmp_path):
+    """The export is writing its staging folder when the signal comes and the call holds it:
+    the staging folder is removed, and so is the output folder the command created."""
+    stall = ("from keras_vit_cli.catalog import library_module\n"
+             "    fileio = library_module('fileio')\n"
+             "    os.makedirs('served')\n"
+             "    with fileio.staging_dir(os.path.join('served', '1')) as staging:\n"
+             "        open(os.path.join(staging, 'saved_model.pb'), 'w').close()\n"
+             f"        {IN_C}")
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "file").write_text("kept")
+    status, err = interrupt_when_ready(
+        stall, ["export", "served", "--model-config", TINY_JSON, "--quiet"], tmp_path)
+    assert status == 130 and err.splitlines() == ["keras-vit export: interrupted"], err
+    assert sorted(os.listdir(tmp_path)) == ["kept"]
