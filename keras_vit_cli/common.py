@@ -226,6 +226,9 @@ def check_data_folder(args):
     folder = getattr(args, "folder", None)
     if folder is not None and not os.path.isdir(folder):
         raise FileNotFoundError(f"Image folder {folder!r} does not exist or is not a directory.")
+    if folder is not None and not os.access(folder, os.R_OK | os.X_OK):
+        raise PermissionError(f"Image folder {folder!r} cannot be read (permission denied). "
+                              "Expected a folder this user may list and read.")
 
 
 def check_choice(flag, value, choices):

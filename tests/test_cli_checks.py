@@ -249,6 +249,8 @@ def test_unreadable_inputs_are_refused_before_anything_is_read(tmp_path, monkeyp
              "Class-names file .*names.txt")]:
         with pytest.raises(PermissionError, match=phrase + " cannot be read"):
             check(argparse.Namespace(**args))
+    with pytest.raises(PermissionError, match="Image folder .* cannot be read"):
+        common.check_data_folder(argparse.Namespace(folder=str(tmp_path)))
 
 
 def test_the_lists_read_without_tensorflow_are_the_library_s():
