@@ -167,7 +167,8 @@ def run_fewshot(args):
     features = {}
     for role, role_split in (("train", args.train_split), ("test", split)):
         data = load_data(args, role_split, False, strategy, size)
-        progress.stage(f"extracting the features of {describe_split(args, data_split(args, role_split))}"
+        what = describe_split(args, data_split(args, role_split))
+        progress.stage(f"extracting the features of {what}"
                        + (f" (cached in {args.cache})" if args.cache else ""))
         with undecodable_files_named(args), bars_on_stderr():
             features[role] = evaluation.extract_features(

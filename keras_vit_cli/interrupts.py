@@ -17,8 +17,9 @@ returns. So a watcher thread hears each signal at once (`signal.set_wakeup_fd`);
 KeyboardInterrupt has not been raised `STOP_WITHIN` seconds later, or a second signal comes,
 the command stops there: `on_stuck()` (the command line's: remove what this process was
 writing, and say what was kept and how to resume) runs, its line is written to the standard
-error the command started with, and the process exits with the signal's status. What it was writing is never under a final name (`keras_vit.fileio` renames complete
-files into place), and what a stopped writer leaves is removed by the next writer.
+error the command started with, and the process exits with the signal's status. What it was
+writing is never under a final name (`keras_vit.fileio` renames complete files into place),
+and what a stopped writer leaves elsewhere is removed by the next writer.
 """
 
 import contextlib
