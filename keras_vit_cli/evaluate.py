@@ -25,7 +25,6 @@ from keras_vit_cli.common import (
     model_from_args,
     model_stage,
     number_arg,
-    positive_int_arg,
     undecodable_files_named,
 )
 from keras_vit_cli.progress import Progress, add_progress_arguments, bars_on_stderr
