@@ -318,7 +318,9 @@ def _labels_table(labels_path, num_classes):
 
 
 def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile, max_pixels,
-                       max_patches, data_config):
+                       max_patches, data_config, stage):
+    """Traces the signatures (`stage` is told before) and writes them to `path`."""
+    stage(f"tracing the signatures ({'XLA' if jit_compile else 'graph runtime'})")
     height, width, num_classes = check_model(model)
     labels = _labels_table(labels_path, num_classes)
     archive = keras.export.ExportArchive()
@@ -354,6 +356,7 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
 
         archive.add_endpoint(NATIVE_SIZE_SIGNATURE, serve_native,
                              [tf.TensorSpec([None], tf.string, name=BYTES_INPUT)])
+    stage("writing the SavedModel")
     archive.write_out(path, verbose=False)
 
 
@@ -462,6 +465,7 @@ def export_saved_model(
     max_patches="auto",
     precision=None,
     data_config=None,
+    progress=None,
 ):
     """Exports a classifier as a SavedModel that TF Serving serves as is.
 
@@ -507,6 +511,9 @@ def export_saved_model(
             resolution (recorded in `assets.extra/keras_vit.json` where it is stated, by this
             argument or by the model: absent there, the paper's). None: the model's own (its
             checkpoint's, for a model from `keras_vit.from_pretrained`). Defaults to None.
+        progress: callable or None. Called with a few words as each stage starts (tracing
+            the signatures, writing the version folder), for a progress display such as the
+            command line's. Defaults to None.
 
     Returns:
         str: the version folder.
@@ -564,12 +571,13 @@ def export_saved_model(
     if stated:  # the paper's where absent
         metadata["data_config"] = data_config
 
+    stage = progress or (lambda text: None)
     with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:
         labels_path = os.path.join(scratch, LABELS_ASSET)
         with open(labels_path, "w", encoding="utf-8") as f:
             f.write("".join(name + "\n" for name in class_names))
         _write_saved_model(model, staging, labels_path, top_k, image_dtype, jit_compile,
-                           max_pixels, max_patches, data_config)
+                           max_pixels, max_patches, data_config, stage)
         if records:
             _write_warmup(os.path.join(staging, WARMUP_FILE), records)
         atomic_write(os.path.join(staging, METADATA_FILE),

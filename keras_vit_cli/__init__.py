@@ -4,8 +4,11 @@ A dispatcher and one module per command group. Only the module of the command th
 imported, and the command modules import the library (and so TensorFlow) inside their `run`
 functions: `keras-vit --help`, `keras-vit COMMAND --help`, `keras-vit models` and
 `keras-vit checkpoints` start without TensorFlow. A command's `check(args)`, beside its
-`configure` and `run`, refuses missing input files and folders before TensorFlow starts.
-Every command takes its model the same way (`keras_vit_cli.common`).
+`configure` and `run`, refuses bad inputs before TensorFlow starts: input files and folders,
+output paths, and the flags' values that need no model. Every command takes its model the same
+way (`keras_vit_cli.common`); the long ones say what they do on stderr
+(`keras_vit_cli.progress`), and a signal ends any of them within a second or two, with a line
+that says what was kept and how to resume (`keras_vit_cli.interrupts`).
 
 Errors a user can fix (a missing file, a bad value, a checkpoint that does not fit, a full
 disk) print one `keras-vit COMMAND: error: ...` message, without a traceback, and exit with
@@ -15,9 +18,11 @@ folders it created and left empty.
 """
 
 import argparse
+import contextlib
 import importlib
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 
@@ -163,14 +168,16 @@ def main(argv=None):
     _quiet_tensorflow()
     args = build_parser(argv).parse_args(argv)
     args.argv = argv
-    with Interrupts().installed() as interrupts:
+    with Interrupts().installed(held=True) as interrupts:
         return _run(args, interrupts)
 
 
 def _run(args, interrupts):
     """Runs the parsed command: its exit status, with its errors reported as one line."""
     new_folders = _new_folders(args)
+    interrupts.on_stuck = lambda: _stopped_in_a_long_call(args, interrupts, new_folders)
     try:
+        interrupts.release()  # a signal that came while the handlers were set up, if any
         with checked_stdout():
             if getattr(args, "check", None) is not None:
                 args.check(args)  # a missing input file is reported before TensorFlow starts
@@ -185,8 +192,7 @@ def _run(args, interrupts):
         _remove_empty(new_folders)
         if args.debug:
             raise
-        print(f"keras-vit {args.command}: {interrupts.words()}{_resume_text(args)}",
-              file=sys.stderr)
+        print(_interrupted_line(args, interrupts), file=sys.stderr)
         return interrupts.status()
     except Exception as error:  # noqa: BLE001 - one line, or the traceback with --debug
         _remove_empty(new_folders)
@@ -206,6 +212,51 @@ def _run(args, interrupts):
             message, status = _bug(error), FAILURE
         print(f"keras-vit {args.command}: error: {message}", file=sys.stderr)
         return status
+
+
+def _interrupted_line(args, interrupts):
+    """The last line of a command a signal ended: what it was, what was kept, how to resume."""
+    return f"keras-vit {args.command}: {interrupts.words()}{_resume_text(args)}"
+
+
+def _stopped_in_a_long_call(args, interrupts, new_folders):
+    """Before the process stops in a long call that held the signal (`Interrupts.on_stuck`):
+    removes the temporaries this process was writing beside its outputs and the output
+    folders it created and left empty. Returns the command's last line."""
+    for folder in _output_folders(args):
+        _remove_own_temporaries(folder)
+    _remove_empty(new_folders)
+    return _interrupted_line(args, interrupts)
+
+
+def _output_folders(args):
+    """The folders an output argument names and the folders they are in (where a write's
+    temporary lies)."""
+    folders = []
+    for name in OUTPUT_ARGUMENTS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            path = os.path.abspath(os.path.expanduser(value))
+            folders += [path, os.path.dirname(path)]
+    return [folder for folder in dict.fromkeys(folders) if os.path.isdir(folder)]
+
+
+def _remove_own_temporaries(folder):
+    """Removes the temporary files and folders this process was writing in `folder`
+    (`keras_vit.fileio`'s "tmp" names with this host and process id), nothing else: not the
+    "old" folder a replacement is moving aside, which holds the user's previous version."""
+    fileio = library_module("fileio")
+    for entry in os.listdir(folder):
+        match = fileio.TEMPORARY_NAME.match(entry)
+        if match is None or match["kind"] != "tmp" or int(match["pid"]) != os.getpid() \
+                or match["host"] != fileio._host_digest():  # noqa: SLF001 - the name's host
+            continue
+        path = os.path.join(folder, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
 def _resume_text(args):

@@ -7,6 +7,7 @@ queries (`keras_vit/weights/entries.py`), modules that import nothing, are loade
 files here, and the checkpoint registry is the data package `keras_vit_checkpoints`.
 """
 
+import ast
 import importlib.resources
 import importlib.util
 import json
@@ -29,6 +30,42 @@ def library_module(name):
         spec.loader.exec_module(module)
         sys.modules[key] = module
     return sys.modules[key]
+
+
+def library_names(path, name):
+    """The string names a keras_vit module lists in its top-level `name = (...)` (a tuple,
+    list or set) or `name = {...}` (a dict: its keys), read from the module's source without
+    running it: e.g. `library_names("execution.py", "PRECISIONS")`, a module that imports
+    TensorFlow. The command line checks a flag's value against them before TensorFlow
+    starts; the library checks it again."""
+    for node in _module_tree(path).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == name for target in node.targets):
+            value = node.value
+            if isinstance(value, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+                items = value.keys if isinstance(value, ast.Dict) else value.elts
+                return tuple(ast.literal_eval(item) for item in items)
+    raise LookupError(f"keras_vit/{path} has no top-level {name} = (...) or {{...}}.")
+
+
+def library_arguments(path, class_name):
+    """The keyword arguments of `class_name.__init__` in a keras_vit module (e.g. "model.py",
+    "ViT"), read from its source without running it (the module imports TensorFlow)."""
+    for node in _module_tree(path).body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    arguments = item.args.posonlyargs + item.args.args + item.args.kwonlyargs
+                    return tuple(argument.arg for argument in arguments[1:])  # less self
+    raise LookupError(f"keras_vit/{path} has no class {class_name} with an __init__.")
+
+
+def _module_tree(path):
+    """The syntax tree of keras_vit's module at `path` (relative to the package, "/"-separated)."""
+    package = importlib.util.find_spec("keras_vit")  # finds it without importing it
+    file = os.path.join(package.submodule_search_locations[0], *path.split("/"))
+    with open(file, encoding="utf-8") as f:
+        return ast.parse(f.read(), file)
 
 
 def registry_entries():

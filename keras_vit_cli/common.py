@@ -13,13 +13,17 @@ The model flags mean the same in every command:
 
 import argparse
 import contextlib
-import inspect
 import json
 import os
 import re
 import sys
 
-from keras_vit_cli.catalog import library_module, registry_entries
+from keras_vit_cli.catalog import (
+    library_arguments,
+    library_module,
+    library_names,
+    registry_entries,
+)
 
 DEFAULT_WEIGHTS = "default"
 
@@ -143,7 +147,8 @@ def add_model_arguments(parser, weights_help=""):
 
 def check_images_exist(paths):
     """Raises FileNotFoundError for the first of `paths` that does not exist (ValueError for a
-    folder): all are looked for before any is read or a model is loaded."""
+    folder or another file that is not a regular one, PermissionError for one this process
+    cannot read): all are looked at before any is read or a model is loaded."""
     for path in paths:
         if os.path.isdir(os.path.expanduser(path)):
             raise ValueError(f"{path} is a folder. Expected image files (e.g. "
@@ -153,6 +158,15 @@ def check_images_exist(paths):
         if not os.path.isfile(os.path.expanduser(path)):  # reading a FIFO could wait forever
             raise ValueError(f"Image file {path} is not a regular file (a FIFO, socket or "
                              "device). Expected an image file.")
+        check_readable(path, f"Image file {path}")
+
+
+def check_readable(path, what):
+    """Raises PermissionError if this process may not read the existing file `path` (`what`:
+    the file, for the message)."""
+    if not os.access(os.path.expanduser(path), os.R_OK):
+        raise PermissionError(f"{what} cannot be read (permission denied). Expected a file "
+                              "this user may read.")
 
 
 # The suffixes of a --weights value that names a local file (`keras_vit.weights.sources`).
@@ -179,12 +193,17 @@ def check_model_paths(args):
     conflicts)."""
     check_model_flag_conflicts(args)
     model = getattr(args, "model", None)
-    if model and model.endswith(".keras") and not os.path.isfile(os.path.expanduser(model)):
-        raise FileNotFoundError(f"--model {model}: no such file.")
+    if model and model.endswith(".keras"):
+        if not os.path.isfile(os.path.expanduser(model)):
+            raise FileNotFoundError(f"--model {model}: no such file.")
+        check_readable(model, f"--model {model}")
     path = _local_weights_path(getattr(args, "weights", None))
-    # A folder is read as a keras-hub preset (the library names what it lacks otherwise).
-    if path is not None and not (os.path.isfile(path) or os.path.isdir(path)):
-        raise FileNotFoundError(f"No checkpoint file at {path}.")
+    if path is not None:
+        # A folder is read as a keras-hub preset (the library names what it lacks otherwise).
+        if not (os.path.isfile(path) or os.path.isdir(path)):
+            raise FileNotFoundError(f"No checkpoint file at {path}.")
+        check_readable(path, f"The checkpoint {'folder' if os.path.isdir(path) else 'file'} "
+                             f"{path}")
 
 
 def check_class_names_file(args):
@@ -198,6 +217,10 @@ def check_class_names_file(args):
         raise ValueError(f"--class-names {name} is a folder. {CLASS_NAMES_EXPECTED}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"Class-names file {path} does not exist.")
+    if not os.path.isfile(path):  # reading a FIFO could wait forever
+        raise ValueError(f"--class-names {name} is not a regular file (a FIFO, socket or "
+                         f"device). {CLASS_NAMES_EXPECTED}")
+    check_readable(path, f"Class-names file {path}")
 
 
 def check_data_folder(args):
@@ -206,6 +229,35 @@ def check_data_folder(args):
     folder = getattr(args, "folder", None)
     if folder is not None and not os.path.isdir(folder):
         raise FileNotFoundError(f"Image folder {folder!r} does not exist or is not a directory.")
+    if folder is not None and not os.access(folder, os.R_OK | os.X_OK):
+        raise PermissionError(f"Image folder {folder!r} cannot be read (permission denied). "
+                              "Expected a folder this user may list and read.")
+
+
+def check_choice(flag, value, choices):
+    """Refuses a flag's value that is not one of `choices` (`library_names`: the library's own
+    list, read without TensorFlow)."""
+    if value not in choices:
+        raise ValueError(f"{flag} {value!r} is not one of {', '.join(choices)}.")
+
+
+def check_strategy(args):
+    """`--strategy`, before TensorFlow starts (`keras_vit.parallel.tf_distribute`'s names)."""
+    check_choice("--strategy", args.strategy,
+                 library_names("parallel/tf_distribute.py", "STRATEGIES"))
+
+
+def check_precision(args):
+    """`--precision`, before TensorFlow starts (`keras_vit.execution.PRECISIONS`)."""
+    check_choice("--precision", args.precision, library_names("execution.py", "PRECISIONS"))
+
+
+def check_new_file(flag, path, overwrite, what):
+    """Refuses an output file path that is a folder, a symbolic link, inside a folder a running
+    keras_vit job holds, or (without `overwrite`) an existing file: `keras_vit.fileio`'s rules,
+    checked before TensorFlow starts."""
+    check_output_file(flag, path, what)
+    library_module("fileio").check_destination(os.path.expanduser(path), overwrite)
 
 
 def check_output_file(flag, path, what):
@@ -231,26 +283,23 @@ def add_class_names_argument(parser):
                              "21843 classes, else the class indices)")
 
 
-def check_model_flags(args):
-    """The model-flag errors that need no file: raised before anything is read."""
-    if args.model_config is not None:
-        from keras_vit.model import ViT
-
-        known = set(inspect.signature(ViT).parameters)
-        unknown = sorted(set(args.model_config) - known)
+def check_model_flag_conflicts(args):
+    """The model flags that contradict each other or name nothing (an unknown variant, unknown
+    `--model-config` keys), without a file read or TensorFlow: checked before it starts, and
+    before the input files."""
+    config = getattr(args, "model_config", None)
+    if config is not None:
+        known = library_arguments("model.py", "ViT")
+        unknown = sorted(set(config) - set(known))
         if unknown:
             raise ValueError(f"--model-config: unknown keys {unknown}. Expected keras_vit.ViT "
                              f"arguments: {', '.join(sorted(known))}.")
-    check_model_flag_conflicts(args)
-
-
-def check_model_flag_conflicts(args):
-    """The model flags that contradict each other (no file read, no import): checked before
-    TensorFlow starts, and before the input files."""
     model = getattr(args, "model", None)
     if getattr(args, "model_config", None) is not None and model:
         raise ValueError("--model and --model-config both describe the architecture. "
                          "Expected one of them.")
+    if model and not model.endswith(".keras"):
+        library_module("configs").get_variant(model)  # an unknown variant names the known
     if model and model.endswith(".keras") and getattr(args, "weights", None) == DEFAULT_WEIGHTS:
         raise ValueError(f"--weights {DEFAULT_WEIGHTS} needs a variant --model; a .keras file "
                          "holds its own weights.")
@@ -287,6 +336,20 @@ def _load_keras_file(path, image_size, num_classes):
         raise ValueError(f"--model {path} has {classes} outputs but the data has {num_classes} "
                          "classes.")
     return model
+
+
+def model_stage(args, default_weights=False):
+    """The progress line of getting the model the model flags name: what is built or loaded,
+    and from which weights (`default_weights`: a variant without --weights gets its default
+    checkpoint, as `model_from_args(default_weights=True)`)."""
+    model = getattr(args, "model", None)
+    if (model or "").endswith(".keras"):
+        return f"loading {model}" + (f" with the weights {args.weights}" if args.weights else "")
+    what = model or ("the model of --model-config" if args.model_config is not None
+                     else "the model")
+    weights = args.weights or ("its default checkpoint" if model and default_weights else None)
+    return f"building {what}" + (f" with the weights {weights}" if weights else
+                                 " with initial weights")
 
 
 def input_size(model, args):
@@ -327,7 +390,7 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
     import keras_vit
     from keras_vit import builders, configs
 
-    check_model_flags(args)
+    check_model_flag_conflicts(args)
     weights = args.weights
     if weights == DEFAULT_WEIGHTS or (weights is None and default_weights and args.model
                                       and not args.model.endswith(".keras")):
@@ -457,6 +520,17 @@ def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split
     return run
 
 
+def check_run_flags(args):
+    """The run flags of `train` and `pretrain` that need no TensorFlow: checked before it
+    starts, and again by `start_run`."""
+    if args.folder and args.validation_split not in ("validation", "none"):
+        raise ValueError(f"--validation-split {args.validation_split!r} with --folder: expected "
+                         "'validation' (a held-out 10%) or 'none'.")
+    check_output_folder("--output", args.output, "the run")
+    check_precision(args)
+    check_strategy(args)
+
+
 def start_run(args):
     """What a training command sets up before it builds its model, failing early on bad
     flags: the output folder, the precision policy, the seed, the strategy.
@@ -470,10 +544,7 @@ def start_run(args):
     from keras_vit.parallel import tf_distribute
     from keras_vit.fileio import check_writable_dir
 
-    if args.folder and args.validation_split not in ("validation", "none"):
-        raise ValueError(f"--validation-split {args.validation_split!r} with --folder: expected "
-                         "'validation' (a held-out 10%) or 'none'.")
-    check_output_folder("--output", args.output, "the run")
+    check_run_flags(args)
     training.check_output_dir(args.output, args.overwrite)  # before the folder is created
     check_writable_dir(args.output)
     if args.compile_cache:

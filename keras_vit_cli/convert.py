@@ -11,10 +11,12 @@ import argparse
 from keras_vit_cli.common import (
     add_model_arguments,
     check_model_paths,
-    check_output_file,
+    check_new_file,
     check_output_folder,
     model_from_args,
+    model_stage,
 )
+from keras_vit_cli.progress import Progress, add_progress_arguments
 
 FORMATS = (".keras", ".weights.h5", ".npz", ".safetensors")
 # Formats named by --format rather than by OUT's suffix: OUT is then a folder.
@@ -35,11 +37,12 @@ def configure(parser):
     add_model_arguments(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a file already at OUT (never one a running job holds)")
+    add_progress_arguments(parser)
 
 
 def check(args):
-    """The flags and SOURCE, before TensorFlow starts: OUT's format, and a SOURCE file that
-    does not exist."""
+    """The flags, SOURCE and OUT, before TensorFlow starts: OUT's format and destination
+    (replaced only with --overwrite), and a SOURCE file that does not exist."""
     if args.format is None and not args.out.endswith(FORMATS):
         raise ValueError(f"OUT must end in {', '.join(FORMATS)}, or be a folder with --format "
                          f"{'/'.join(FOLDER_FORMATS)}. Received: {args.out}")
@@ -53,27 +56,31 @@ def check(args):
     check_model_paths(argparse.Namespace(**source))
     if args.format is not None:
         check_output_folder("OUT", args.out, f"the {args.format} preset")
+    else:
+        suffix = next(suffix for suffix in FORMATS if args.out.endswith(suffix))
+        check_new_file("OUT", args.out, args.overwrite, f"the {suffix} file")
 
 
 def _source_model(args):
-    """The model SOURCE holds, and its class names."""
+    """The model SOURCE holds, and its class names, told as a stage of `progress`."""
     if args.source.endswith(".keras"):  # a saved model: its architecture and weights
         args.model = args.source
     else:
         args.weights = args.source
-    return model_from_args(args)
+    progress = Progress.of(args)
+    progress.stage(model_stage(args))
+    model, class_names = model_from_args(args)
+    progress.stage(f"writing {args.out}")
+    return model, class_names
 
 
 def run(args):
     check(args)
     if args.format == "keras-hub":
         return _write_keras_hub(args)
-    suffix = next(suffix for suffix in FORMATS if args.out.endswith(suffix))
-    check_output_file("OUT", args.out, f"the {suffix} file")
     from keras_vit.fileio import atomic_file, check_destination, check_room
     from keras_vit.weights import hub, save_npz
 
-    check_destination(args.out, args.overwrite)  # before the model is loaded
     model, class_names = _source_model(args)
     if args.out.endswith(".npz"):
         save_npz(model, args.out, overwrite=args.overwrite)

@@ -13,6 +13,7 @@ from keras_vit_cli.common import (
     check_data_folder,
     check_model_paths,
     check_output_folder,
+    check_strategy,
     class_names_from_args,
     data_num_classes,
     data_source,
@@ -22,10 +23,11 @@ from keras_vit_cli.common import (
     list_arg,
     load_data,
     model_from_args,
+    model_stage,
     number_arg,
-    positive_int_arg,
     undecodable_files_named,
 )
+from keras_vit_cli.progress import Progress, add_progress_arguments, bars_on_stderr
 from keras_vit_cli.summaries import add_json_argument, images, number, print_result
 
 
@@ -34,7 +36,8 @@ def _add_common(parser, test_split_help):
     add_data_arguments(parser)
     parser.add_argument("--split", default="test", help=test_split_help)
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1),
-                        help="progress bars: 0 or 1")
+                        help="progress bars on a terminal: 0 or 1 (default 1)")
+    add_progress_arguments(parser)
     add_json_argument(parser)
 
 
@@ -52,18 +55,27 @@ def configure_evaluate(parser):
 
 
 def check_evaluate(args):
-    """The inputs, before TensorFlow starts: the image folder, the model and weights files and
-    the class-names file."""
+    """The inputs, before TensorFlow starts: the image folder and its split, the model and
+    weights files, the class-names file, the --out folder and the strategy."""
     check_data_folder(args)
+    data_split(args, args.split)
     check_model_paths(args)
     check_class_names_file(args)
+    if args.out:
+        check_output_folder("--out", args.out, "the reports")
+    check_strategy(args)
 
 
 def check_fewshot(args):
-    """The inputs, before TensorFlow starts: the image folder and the model and weights
-    files."""
+    """The inputs, before TensorFlow starts: the image folder and its two splits, the shots,
+    the model and weights files, the --cache folder and the strategy."""
     check_data_folder(args)
+    _int_list("--shots", args.shots)
+    _test_split(args)
     check_model_paths(args)
+    if args.cache:
+        check_output_folder("--cache", args.cache, "the features")
+    check_strategy(args)
 
 
 def run_evaluate(args):
@@ -76,18 +88,22 @@ def run_evaluate(args):
     num_classes = data_num_classes(args)
     strategy = tf_distribute.get_strategy(args.strategy)
     tf_distribute.global_batch_size(args.batch_size, strategy)
+    progress = Progress.of(args)
+    progress.stage(model_stage(args))
     with strategy.scope():
         model, names = model_from_args(args, num_classes=num_classes, need_head=True)
     data = load_data(args, args.split, False, strategy, input_size(model, args), model)
     if args.folder and not args.class_names:  # subfolders against the checkpoint's names
         evaluation.check_class_names(names, data.class_names)
     names = class_names_from_args(args, num_classes, data.class_names or names)
-    with undecodable_files_named(args):
+    split = data_split(args, args.split)
+    progress.stage(f"evaluating on {describe_split(args, split)}"
+                   + (f", then writing the reports into {args.out}" if args.out else ""))
+    with undecodable_files_named(args), bars_on_stderr():
         report = evaluation.evaluate(model, data, class_names=names, out_dir=args.out,
-                                     progress=args.verbose > 0,
+                                     progress=args.verbose > 0 and progress.bars,
                                      allow_fresh_head=args.allow_fresh_head,
                                      overwrite=args.overwrite)
-    split = data_split(args, args.split)
     summary = {"data": data_source(args), "split": split, "examples": report["num_examples"],
                "classes": num_classes, "loss": report["loss"], "accuracy": report["top1"],
                "top5": report["top5"], "files": report["files"]}
@@ -140,6 +156,35 @@ def run_fewshot(args):
     shots = _int_list("--shots", args.shots)
     l2_regs = args.l2 or evaluation.DEFAULT_L2_REGS
     data_num_classes(args)
+    split = _test_split(args)
+    strategy = tf_distribute.get_strategy(args.strategy)
+    progress = Progress.of(args)
+    progress.stage(model_stage(args))
+    with strategy.scope():
+        model, _ = model_from_args(args, include_top=False)
+    size = input_size(model, args)
+    features = {}
+    for role, role_split in (("train", args.train_split), ("test", split)):
+        data = load_data(args, role_split, False, strategy, size, model)
+        what = describe_split(args, data_split(args, role_split))
+        progress.stage(f"extracting the features of {what}"
+                       + (f" (cached in {args.cache})" if args.cache else ""))
+        with undecodable_files_named(args), bars_on_stderr():
+            features[role] = evaluation.extract_features(
+                model, data, cache=args.cache, cache_key=dict(
+                    role=role, split=role_split, dataset=args.dataset, folder=args.folder,
+                    weights=args.weights), progress=args.verbose > 0 and progress.bars,
+                strategy=strategy)
+    progress.stage(f"fitting the few-shot classifiers (k = {', '.join(map(str, shots))})")
+    table = evaluation.fewshot_table(*features["train"], *features["test"], shots=shots,
+                                     l2_regs=l2_regs, seed=args.seed)
+    _print_fewshot(args, table, data_split(args, args.train_split), data_split(args, split),
+                   evaluation.format_fewshot_table(table))
+    return 0
+
+
+def _test_split(args):
+    """The split few-shot accuracy is measured on, refused where it overlaps the shots'."""
     split = args.split
     if args.folder and split == "test":  # a folder's test images: its held-out 10%
         split = "validation"
@@ -147,23 +192,7 @@ def run_fewshot(args):
         raise ValueError(f"--split {split} overlaps --train-split {args.train_split}: the "
                          "few-shot examples would be tested on themselves. Expected two "
                          "disjoint splits (for a folder: train and validation).")
-    strategy = tf_distribute.get_strategy(args.strategy)
-    with strategy.scope():
-        model, _ = model_from_args(args, include_top=False)
-    size = input_size(model, args)
-    features = {}
-    for role, role_split in (("train", args.train_split), ("test", split)):
-        data = load_data(args, role_split, False, strategy, size, model)
-        with undecodable_files_named(args):
-            features[role] = evaluation.extract_features(
-                model, data, cache=args.cache, cache_key=dict(
-                    role=role, split=role_split, dataset=args.dataset, folder=args.folder,
-                    weights=args.weights), progress=args.verbose > 0, strategy=strategy)
-    table = evaluation.fewshot_table(*features["train"], *features["test"], shots=shots,
-                                     l2_regs=l2_regs, seed=args.seed)
-    _print_fewshot(args, table, data_split(args, args.train_split), data_split(args, split),
-                   evaluation.format_fewshot_table(table))
-    return 0
+    return split
 
 
 def _print_fewshot(args, table, train_split, test_split, markdown):

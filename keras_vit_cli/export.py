@@ -9,13 +9,15 @@ from keras_vit_cli.common import (
     add_model_arguments,
     check_class_names_file,
     check_model_paths,
-    check_output_file,
+    check_new_file,
     check_output_folder,
     class_names_from_args,
     int_arg,
     model_from_args,
+    model_stage,
     positive_int_arg,
 )
+from keras_vit_cli.progress import Progress, add_progress_arguments
 
 # Random images the TFLite and ONNX exports compare their file and Keras on.
 PARITY_IMAGES = 8
@@ -44,6 +46,7 @@ def configure(parser):
     parser.add_argument("--parity-images", type=positive_int_arg,
                         help=f"TFLite, ONNX: random images of the parity check against Keras "
                              f"({PARITY_IMAGES})")
+    add_progress_arguments(parser)
     saved_model = parser.add_argument_group("SavedModel")
     saved_model.add_argument("--version", type=int_arg(0), help="the version folder (1)")
     add_class_names_argument(saved_model)
@@ -103,29 +106,35 @@ def _check_onnx_packages():
 
 
 def check(args):
-    """The flags and input files, before TensorFlow starts: the flags of the other formats, the
-    packages of --format onnx, the model and weights files and the class-names file."""
+    """The flags, input files and OUTPUT, before TensorFlow starts: the flags of the other
+    formats, the packages of --format onnx, the model and weights files, the class-names file,
+    and OUTPUT (a TFLite or ONNX file replaced only with --overwrite; a SavedModel's base
+    folder, not a file)."""
     _check_format_args(args)
     if args.format == "onnx":
         _check_onnx_packages()
     check_model_paths(args)
     check_class_names_file(args)
+    _check_output(args)
+
+
+def _check_output(args):
+    if args.format in FILE_FORMATS:
+        check_new_file("OUTPUT", args.output, args.overwrite,
+                       f"the {FILE_FORMATS[args.format]} file")
+    else:
+        check_output_folder("OUTPUT", args.output, "the SavedModel's version folders")
 
 
 def run(args):
     _check_format_args(args)
-    if args.format == "saved_model":
-        check_output_folder("OUTPUT", args.output, "the SavedModel's version folders")
-    else:
-        check_output_file("OUTPUT", args.output, f"the {FILE_FORMATS[args.format]} file")
+    _check_output(args)
     import numpy as np
 
     from keras_vit import export, images, tflite
-    from keras_vit.fileio import check_destination
-
-    if args.format != "saved_model":
-        check_destination(args.output, args.overwrite)  # before the model is loaded
+    progress = Progress.of(args)
     architecture = {"dynamic_image_size": True} if args.dynamic_image_size else None
+    progress.stage(model_stage(args))
     model, checkpoint_names = model_from_args(args, num_classes=args.num_classes,
                                               architecture=architecture)
     num_classes = model.outputs[0].shape[-1]
@@ -136,15 +145,19 @@ def run(args):
             top_k=args.top_k or export.DEFAULT_TOP_K, image_dtype=args.image_dtype or "float32",
             overwrite=args.overwrite, warmup=False if args.no_warmup else "auto",
             jit_compile=args.xla, max_pixels=args.max_pixels or images.DEFAULT_MAX_PIXELS,
-            precision=args.precision, max_patches=args.max_patches or "auto")
+            precision=args.precision, max_patches=args.max_patches or "auto",
+            progress=progress.stage)
         metadata = export.read_metadata(path)
         print(f"SavedModel written to {path} (signatures {', '.join(metadata['signatures'])})")
         return 0
     if args.format == "onnx":
-        return _export_onnx(model, args)
+        return _export_onnx(model, args, progress)
+    progress.stage(f"converting to TFLite ({args.quantize or 'float32'}) and writing "
+                   f"{args.output}")
     tflite.export_tflite(model, args.output, quantize=args.quantize, overwrite=args.overwrite)
     height, width, _ = export.check_model(model)
     count = args.parity_images or PARITY_IMAGES
+    progress.stage(f"verifying: TFLite against Keras on {count} random images")
     batch = np.random.default_rng(0).uniform(0, 255, (count, height, width, 3))
     parity = tflite.tflite_parity(args.output, model, batch)
     print(f"TFLite ({args.quantize or 'float32'}) written to {args.output}: "
@@ -159,13 +172,14 @@ def run(args):
     return 0
 
 
-def _export_onnx(model, args):
+def _export_onnx(model, args, progress):
     """`--format onnx`: the file (which the library checks against Keras before it is put in
     place), and its parity with Keras on `--parity-images` other random images."""
     import numpy as np
 
     from keras_vit import export, onnx_export
 
+    progress.stage(f"converting to ONNX, checking it in ONNX Runtime and writing {args.output}")
     onnx_export.export_onnx(model, args.output, overwrite=args.overwrite)
     height, width, num_classes = export.check_model(model)
     shown = [d or name for d, name in zip(model.inputs[0].shape[1:3],
@@ -174,6 +188,7 @@ def _export_onnx(model, args):
           f"{onnx_export.INPUT_NAME} [batch, {shown[0]}, {shown[1]}, 3] float32 in [-1, 1], "
           f"output {onnx_export.OUTPUT_NAME} [batch, {num_classes}]")
     count = args.parity_images or PARITY_IMAGES
+    progress.stage(f"verifying: ONNX Runtime against Keras on {count} random images")
     batch = np.random.default_rng(1).uniform(-1, 1, (count, height, width, 3))
     parity = onnx_export.onnx_parity(args.output, model, batch)
     print(f"parity with Keras on {parity['num_images']} random images in ONNX Runtime: max "

@@ -6,13 +6,18 @@ from keras_vit_cli.common import (
     check_class_names_file,
     check_images_exist,
     check_model_flag_conflicts,
-    check_model_flags,
     check_model_paths,
     class_names_from_args,
     input_size,
     model_from_args,
+    model_stage,
     positive_int_arg,
 )
+from keras_vit_cli.progress import Progress, add_progress_arguments
+from keras_vit_cli.summaries import images as image_count
+
+# Images read and classified at a time: memory stays bounded however many are given.
+PREDICT_BATCH = 32
 
 
 def configure(parser):
@@ -24,6 +29,7 @@ def configure(parser):
                         help="classes shown per image (5)")
     parser.add_argument("--max-pixels", type=positive_int_arg, default=None,
                         help="refuse images above this many pixels (default 64 million)")
+    add_progress_arguments(parser)
 
 
 def check(args):
@@ -41,17 +47,28 @@ def run(args):
     from keras_vit import images, labels
     from keras_vit.data_config import resolve_data_config
 
-    check_model_flags(args)
+    progress = Progress.of(args)
+    check_model_flag_conflicts(args)
     check_images_exist(args.images)
+    progress.stage(model_stage(args, default_weights=True))
     model, checkpoint_names = model_from_args(args, default_weights=True)
     num_classes = model.outputs[0].shape[-1]
     names = class_names_from_args(args, num_classes, checkpoint_names)
     config = resolve_data_config(model, input_size(model, args))  # the checkpoint's own
     max_pixels = args.max_pixels or images.DEFAULT_MAX_PIXELS
-    batch = np.stack([images.load_image(path, max_pixels=max_pixels, data_config=config)
-                      for path in args.images])
-    logits = model.predict(images.preprocess_inputs(batch, config), verbose=0)
-    top = labels.decode_predictions(logits, top=min(args.top_k, num_classes), class_names=names)
+    size = config["input_size"][1:]
+    count = len(args.images)
+    progress.stage(f"classifying {image_count(count)} at {size[0]}x{size[1]}")
+    logits = []
+    with progress.bar(count, "image") as bar:
+        for start in range(0, count, PREDICT_BATCH):
+            paths = args.images[start:start + PREDICT_BATCH]
+            batch = np.stack([images.load_image(path, max_pixels=max_pixels, data_config=config)
+                              for path in paths])
+            logits.append(model.predict_on_batch(images.preprocess_inputs(batch, config)))
+            bar.update(len(paths))
+    top = labels.decode_predictions(np.concatenate(logits), top=min(args.top_k, num_classes),
+                                    class_names=names)
     for path, classes in zip(args.images, top):
         print(path)
         for class_id, name, probability in classes:

@@ -18,6 +18,7 @@ from keras_vit_cli.common import (
     add_run_arguments,
     check_data_folder,
     check_model_paths,
+    check_run_flags,
     data_num_classes,
     fit_from_args,
     input_size,
@@ -58,11 +59,13 @@ def configure(parser):
 
 
 def check(args):
-    """The inputs, before TensorFlow starts: an architecture is named, and the image folder and
-    the model and weights files exist."""
+    """The inputs, before TensorFlow starts: an architecture is named, the image folder and
+    the model and weights files exist, and the run flags (the output folder, the precision,
+    the strategy)."""
     require_architecture(args)
     check_data_folder(args)
     check_model_paths(args)
+    check_run_flags(args)
 
 
 def run(args):  # the dispatcher has applied --backend

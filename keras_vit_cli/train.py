@@ -15,6 +15,7 @@ from keras_vit_cli.common import (
     add_run_arguments,
     check_data_folder,
     check_model_paths,
+    check_run_flags,
     data_num_classes,
     fit_from_args,
     input_size,
@@ -48,10 +49,11 @@ def configure(parser):
 
 
 def check(args):
-    """The inputs, before TensorFlow starts: the image folder and the model and weights
-    files."""
+    """The inputs, before TensorFlow starts: the image folder, the model and weights files,
+    and the run flags (the output folder, the precision, the strategy)."""
     check_data_folder(args)
     check_model_paths(args)
+    check_run_flags(args)
 
 
 def run(args):  # the dispatcher has applied --backend

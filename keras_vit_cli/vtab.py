@@ -19,6 +19,8 @@ from keras_vit_cli.common import (
     check_output_folder,
     add_xla_arguments,
     check_model_paths,
+    check_precision,
+    check_strategy,
     list_arg,
     model_from_args,
     number_arg,
@@ -94,10 +96,21 @@ def configure(parser):
 
 
 def check(args):
-    """The inputs, before TensorFlow starts: an architecture is named, and the model and
-    weights files exist."""
+    """The inputs, before TensorFlow starts: an architecture is named, the model and weights
+    files exist, and the flags that need no TensorFlow (the output folder, the batch sizes,
+    the precision, the strategy)."""
     require_architecture(args)
     check_model_paths(args)
+    check_output_folder("--output", args.output, "the suite")
+    _check_batch_sizes(args)
+    check_precision(args)
+    check_strategy(args)
+
+
+def _check_batch_sizes(args):
+    if args.target_batch_size and args.target_batch_size % args.batch_size:
+        raise ValueError(f"--target-batch-size {args.target_batch_size} is not a multiple of "
+                         f"--batch-size {args.batch_size}.")
 
 
 def run(args):  # the dispatcher has applied --backend
@@ -107,9 +120,7 @@ def run(args):  # the dispatcher has applied --backend
     require_architecture(args)
     check_output_folder("--output", args.output, "the suite")
     tasks = vtab.get_tasks(args.tasks)  # bad flags fail before the folder is made
-    if args.target_batch_size and args.target_batch_size % args.batch_size:
-        raise ValueError(f"--target-batch-size {args.target_batch_size} is not a multiple of "
-                         f"--batch-size {args.batch_size}.")
+    _check_batch_sizes(args)
     training.set_precision(args.precision)
     strategy = tf_distribute.get_strategy(args.strategy)
     tf_distribute.global_batch_size(args.batch_size, strategy)

@@ -107,6 +107,81 @@ MISSING = {
     "convert SOURCE keras with --model": (
         ["convert", "nothere.keras", "out.npz", "--model", "B/16"],
         "SOURCE nothere.keras is a saved model; --model and --model-config do not apply to it."),
+    # Input files that are not regular files (reading a FIFO waits forever).
+    "predict --class-names FIFO": (["predict", "img.png", "--model-config", TINY_JSON,
+                                    "--class-names", "fifo"],
+                                   "--class-names fifo is not a regular file (a FIFO, socket or "
+                                   "device)"),
+    "predict FIFO image": (["predict", "img.png", "fifo", "--model-config", TINY_JSON],
+                           "Image file fifo is not a regular file"),
+    # Output destinations, by keras_vit.fileio's rules.
+    "export OUTPUT file": (["export", "afile", "--model-config", TINY_JSON],
+                           "OUTPUT afile is a file; expected a folder (or a new name) for the "
+                           "SavedModel's version folders."),
+    "export tflite OUTPUT folder": (["export", "classes", "--format", "tflite",
+                                     "--model-config", TINY_JSON],
+                                    "OUTPUT classes is a folder; expected a file path for the "
+                                    "TFLite file."),
+    "export tflite OUTPUT exists": (["export", "old.tflite", "--format", "tflite",
+                                     "--model-config", TINY_JSON],
+                                    "old.tflite already exists. Nothing was written; pass "
+                                    "overwrite=True (--overwrite) to replace it"),
+    "convert OUT exists": (["convert", "digits", "old.npz"], "old.npz already exists."),
+    "convert OUT folder": (["convert", "digits", "folder.npz"],
+                           "OUT folder.npz is a folder; expected a file path for the .npz file."),
+    "inspect --out file": (["inspect", "img.png", "--out", "afile", "--model-config", TINY_JSON],
+                           "--out afile is a file; expected a folder (or a new name) for the "
+                           "figures."),
+    "evaluate --out file": (["evaluate", "--folder", "classes", "--out", "afile",
+                             "--model-config", TINY_JSON],
+                            "--out afile is a file; expected a folder"),
+    "train --output file": (["train", "--folder", "classes", "--output", "afile",
+                             "--model-config", TINY_JSON],
+                            "--output afile is a file; expected a folder (or a new name) for "
+                            "the run."),
+    "pretrain --output file": (["pretrain", "--folder", "classes", "--output", "afile",
+                                "--model-config", TINY_JSON],
+                               "--output afile is a file"),
+    "vtab --output file": (["vtab", "--output", "afile", "--model-config", TINY_JSON],
+                           "--output afile is a file; expected a folder (or a new name) for "
+                           "the suite."),
+    "fewshot --cache file": (["fewshot", "--folder", "classes", "--cache", "afile",
+                              "--model-config", TINY_JSON],
+                             "--cache afile is a file"),
+    # Flag values that need no TensorFlow to check.
+    "predict unknown variant": (["predict", "img.png", "--model", "B/17"],
+                                "Unknown ViT variant 'B/17'. Expected one of Ti/16"),
+    "predict --model-config unknown key": (["predict", "img.png", "--model-config",
+                                            '{"hiden_size": 8}'],
+                                           "--model-config: unknown keys ['hiden_size']. "
+                                           "Expected keras_vit.ViT arguments: "),
+    "train --precision": (["train", "--folder", "classes", "--output", "run",
+                           "--model-config", TINY_JSON, "--precision", "float8"],
+                          "--precision 'float8' is not one of float32, bfloat16, float16."),
+    "train --strategy": (["train", "--folder", "classes", "--output", "run",
+                          "--model-config", TINY_JSON, "--strategy", "gpu"],
+                         "--strategy 'gpu' is not one of auto, tpu, mirrored, multiworker, "
+                         "cpu."),
+    "train --validation-split with --folder": (
+        ["train", "--folder", "classes", "--output", "run", "--model-config", TINY_JSON,
+         "--validation-split", "test"],
+        "--validation-split 'test' with --folder: expected 'validation'"),
+    "vtab --precision": (["vtab", "--output", "suite", "--model-config", TINY_JSON,
+                          "--precision", "half"], "--precision 'half' is not one of"),
+    "vtab --target-batch-size": (["vtab", "--output", "suite", "--model-config", TINY_JSON,
+                                  "--batch-size", "64", "--target-batch-size", "100"],
+                                 "--target-batch-size 100 is not a multiple of --batch-size 64."),
+    "evaluate --split of a folder": (["evaluate", "--folder", "classes", "--split", "val",
+                                      "--model-config", TINY_JSON],
+                                     "Split 'val' is not a split of the image folder classes."),
+    "evaluate --strategy": (["evaluate", "--folder", "classes", "--strategy", "x",
+                             "--model-config", TINY_JSON], "--strategy 'x' is not one of"),
+    "fewshot --shots": (["fewshot", "--folder", "classes", "--shots", "1,0",
+                         "--model-config", TINY_JSON],
+                        "--shots must be positive integers separated by commas."),
+    "fewshot --split overlaps": (["fewshot", "--folder", "classes", "--split", "train",
+                                  "--model-config", TINY_JSON],
+                                 "--split train overlaps --train-split train"),
 }
 
 
@@ -116,6 +191,10 @@ def test_missing_inputs_are_refused_before_tensorflow_starts(tmp_path, case):
     _image(tmp_path / "img.png")
     _image(tmp_path / "classes" / "c0" / "img.png")
     _image(tmp_path / "classes" / "c1" / "img.png")
+    for name in ("afile", "old.tflite", "old.npz"):
+        (tmp_path / name).write_bytes(b"kept")
+    (tmp_path / "folder.npz").mkdir()
+    os.mkfifo(tmp_path / "fifo")
     before = sorted(os.listdir(tmp_path))
     done = _run(argv, tmp_path)
     assert done.returncode != 3, f"{case}: TensorFlow was imported before the check"
@@ -124,6 +203,8 @@ def test_missing_inputs_are_refused_before_tensorflow_starts(tmp_path, case):
     assert done.stderr.startswith(f"keras-vit {command}: error: "), done.stderr
     assert message in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert sorted(os.listdir(tmp_path)) == before  # no output folder left behind
+    assert all((tmp_path / name).read_bytes() == b"kept"
+               for name in ("afile", "old.tflite", "old.npz"))
 
 
 def test_registry_names_and_urls_are_left_to_the_library():
@@ -148,6 +229,47 @@ def test_existing_inputs_pass_the_checks(tmp_path):
     common.check_model_paths(args)
     common.check_class_names_file(args)
     common.check_data_folder(args)
+
+
+def test_unreadable_inputs_are_refused_before_anything_is_read(tmp_path, monkeypatch):
+    from keras_vit_cli import common
+
+    for name in ("img.png", "w.npz", "m.keras", "names.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    # This suite may run as root, who reads any file: the process is told it may not.
+    monkeypatch.setattr(common.os, "access", lambda path, mode: False)
+    with pytest.raises(PermissionError, match=r"Image file .*img.png cannot be read"):
+        common.check_images_exist([str(tmp_path / "img.png")])
+    for check, args, phrase in [
+            (common.check_model_paths, dict(model=None, weights=str(tmp_path / "w.npz")),
+             "checkpoint file .*w.npz"),
+            (common.check_model_paths, dict(model=str(tmp_path / "m.keras"), weights=None),
+             "--model .*m.keras"),
+            (common.check_class_names_file, dict(class_names=str(tmp_path / "names.txt")),
+             "Class-names file .*names.txt")]:
+        with pytest.raises(PermissionError, match=phrase + " cannot be read"):
+            check(argparse.Namespace(**args))
+    with pytest.raises(PermissionError, match="Image folder .* cannot be read"):
+        common.check_data_folder(argparse.Namespace(folder=str(tmp_path)))
+
+
+def test_the_lists_read_without_tensorflow_are_the_library_s():
+    """The command line reads these from the library's source (`catalog.library_names`,
+    `library_arguments`) to check flags before TensorFlow starts: they are the live values."""
+    import inspect
+
+    from keras_vit import execution
+    from keras_vit.model import ViT
+    from keras_vit.parallel import tf_distribute
+    from keras_vit_cli.catalog import library_arguments, library_names
+
+    assert library_names("execution.py", "PRECISIONS") == tuple(execution.PRECISIONS)
+    assert library_names("parallel/tf_distribute.py", "STRATEGIES") == tf_distribute.STRATEGIES
+    parameters = inspect.signature(ViT).parameters.values()
+    assert library_arguments("model.py", "ViT") == tuple(
+        p.name for p in parameters if p.kind is not p.VAR_KEYWORD)
+    with pytest.raises(LookupError):
+        library_names("execution.py", "NOT_THERE")
 
 
 def test_every_option_of_every_command_has_help():

@@ -241,7 +241,7 @@ def write_folder(root, rng, per_class=6):
     return sorted(colours)
 
 
-def test_evaluate_and_fewshot_commands(tmp_path, capsys):
+def test_evaluate_and_fewshot_commands(tmp_path, capsys, monkeypatch):
     import json
 
     import keras_vit_cli as cli
@@ -278,9 +278,11 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys):
         f"  shots from  {tmp_path / 'images'} less its held-out 10%: 16 images (k = 1, 3 per "
         "class, seed 0)",
         f"  tested on   the held-out 10% of {tmp_path / 'images'}: 2 images"]
+    monkeypatch.setattr("keras_vit_cli.progress._is_terminal", lambda stream: True)
     assert cli.main(["fewshot", *common, "--shots", "1,3", "--l2", "1,100", "--json"]) == 0
-    printed = capsys.readouterr().out
-    assert "\x1b[1m16/16\x1b[0m" in printed and "\x1b[1m2/2\x1b[0m" in printed  # the bars
+    printed, err = capsys.readouterr()
+    assert "\x1b[1m16/16\x1b[0m" in err and "\x1b[1m2/2\x1b[0m" in err  # the bars, on stderr
+    monkeypatch.undo()
     result = json.loads(printed.strip().splitlines()[-1])
     assert (result["train_split"], result["train_examples"], result["test_split"],
             result["test_examples"], result["classes"]) == ("train", 16, "validation", 2, 3)
