@@ -90,11 +90,12 @@ def keras_vit_stages(args):
 
 def timm_stages(args):
     import torch
-    from timm.models.vision_transformer import VisionTransformer
 
     from benchmarks.contenders import common, timm_vit
 
-    timm_vit.import_timm()
+    timm_vit.import_timm()  # first: it makes torchvision importable
+    from timm.models.vision_transformer import VisionTransformer
+
     _stage("import torch, timm")
     config = common.variant_config(args.variant)
     model = VisionTransformer(
