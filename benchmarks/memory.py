@@ -19,8 +19,8 @@ Each step's wall time is printed after the table.
 (`TF_CPU_ALLOCATOR_USE_BFC=true`), whose statistics `tf.config.experimental.get_memory_info`
 reads: two more columns, the bytes of live tensors after each stage and their peak within it.
 What RSS holds beyond that peak is the import, the graph runtime's own buffers and the
-allocator's free pages. (The BFC allocator keeps what it once held, so RSS itself is not
-comparable between runs with and without `--tensors`.)
+allocator's free pages. RSS then measures the BFC allocator, not TensorFlow's default one
+(the C library's malloc), so compare it only with runs that have `--tensors` too.
 
 Linux only: reads VmRSS / VmHWM from /proc/self/status and resets the peak between stages by
 writing 5 to /proc/self/clear_refs, so each stage's peak is its own.
