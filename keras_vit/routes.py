@@ -214,11 +214,7 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
     FlashAttention, Dao et al. 2022). At most one block's `[B, h, block, N]` logits are alive.
 
     Matrix products run in the query's dtype and the softmax, its statistics and the
-    accumulated gradients in float32, as in `attention_probabilities`. The last block ends at
-    the last query (it overlaps the one before; its gradient counts only its new rows), and
-    everything the backward pass computes derives from the incoming gradient: a graph runtime
-    runs an operation as soon as its inputs exist, and would otherwise prepare every layer's
-    backward (and hold the result) while the forward pass still runs.
+    accumulated gradients in float32, as in `attention_probabilities`.
 
     Args:
         query, key, value: `[B, N, h, k]`, N known when traced.
@@ -227,72 +223,69 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
     Returns:
         The context `[B, N, h, k]`, in the query's dtype.
     """
-    length = query.shape[1]
+    length, depth = query.shape[1], query.shape[-1]
     count = -(-length // block)
     size = -(-length // count)  # queries per block
-    overlap = count * size - length  # rows of the last block that the one before has
-    scale = 1.0 / math.sqrt(query.shape[-1])
+    scale = 1.0 / math.sqrt(depth)
     dtype = query.dtype
 
-    def rows(x, i):  # block i of `x` along axis 1: [B, size, ...]
+    def heads_first(x, padded=False):  # [B, N, h, k] -> [B, h, N, k], queries padded
+        x = ops.transpose(x, (0, 2, 1, 3))
+        return ops.pad(x, [(0, 0), (0, 0), (0, count * size - length), (0, 0)]) if padded else x
+
+    def rows(x, i):  # block i of `x` along axis 2: [B, h, size, ...]
         starts = [0] * len(x.shape)
-        starts[1] = ops.minimum(i * size, length - size)
+        starts[2] = i * size
         sizes = list(ops.shape(x))
-        sizes[1] = size
+        sizes[2] = size
         return ops.slice(x, starts, sizes)
 
-    def joined(blocks):  # [count, B, size, ...] -> [B, N, ...]
-        if count == 1:
-            return blocks[0]
-        whole = ops.moveaxis(blocks[:-1], 0, 1)  # [B, count - 1, size, ...]
-        whole = ops.reshape(whole, (-1, (count - 1) * size, *blocks.shape[3:]))
-        return ops.concatenate([whole, blocks[-1][:, overlap:]], axis=1)
+    def joined(blocks):  # [count, B, h, size, ...] -> [B, N, h, ...], the padding dropped
+        x = ops.moveaxis(blocks, 0, 2)  # [B, h, count, size, ...]
+        x = ops.reshape(x, (*ops.shape(x)[:2], count * size, *ops.shape(x)[4:]))[:, :, :length]
+        return ops.moveaxis(x, 1, 2)
 
-    def probabilities(q, k, i, log_sums=None):  # block i's [B, h, size, N], float32
-        logits = ops.einsum("bqhk,bshk->bhqs", rows(q, i) * ops.cast(scale, dtype), k)
-        logits = ops.cast(logits, "float32")
-        if log_sums is not None:  # recomputed from the rows' log-sum-exp
-            return ops.exp(logits - ops.transpose(rows(log_sums, i), (0, 2, 1))[..., None])
-        peak = ops.max(logits, axis=-1, keepdims=True)  # [B, h, size, 1]
-        weights = ops.exp(logits - peak)
-        total = ops.sum(weights, axis=-1, keepdims=True)
-        log_sum = ops.transpose((peak + ops.log(total))[..., 0], (0, 2, 1))  # [B, size, h]
-        return weights / total, log_sum
+    def logits_of(q, k, i):  # the scaled logits of block i in float32: [B, h, size, N]
+        return ops.cast(ops.einsum("bhqk,bhsk->bhqs", rows(q, i) * ops.cast(scale, dtype), k),
+                        "float32")
 
     def forward(query, key, value):
-        def step(carry, i):
-            probs, log_sum = probabilities(query, key, i)
-            context = ops.einsum("bhqs,bshk->bqhk", ops.cast(probs, dtype), value)
-            return carry, (context, log_sum)  # [B, size, h, k], [B, size, h]
+        q, k, v = heads_first(query, padded=True), heads_first(key), heads_first(value)
 
-        _, (contexts, log_sums) = sequential_scan(step, (), count)
-        return joined(contexts), joined(log_sums)  # [B, N, h, k], [B, N, h]
+        def step(carry, i):
+            logits = logits_of(q, k, i)
+            peak = ops.max(logits, axis=-1, keepdims=True)  # [B, h, size, 1]
+            weights = ops.exp(logits - peak)
+            total = ops.sum(weights, axis=-1, keepdims=True)
+            probs = ops.cast(weights / total, dtype)
+            context = ops.einsum("bhqs,bhsk->bhqk", probs, v)  # [B, h, size, k]
+            return carry, (context, peak[..., 0] + ops.log(total[..., 0]))
+
+        _, (contexts, sums) = sequential_scan(step, (), count)
+        return joined(contexts), joined(sums[..., None])[..., 0]  # [B, N, h, k], [B, N, h]
 
     def backward(query, key, value, context, log_sums, upstream):
-        fresh = ops.arange(size) + (count - 1) * size - overlap  # the last block's row numbers
+        q, k, v = heads_first(query, padded=True), heads_first(key), heads_first(value)
+        g = heads_first(ops.cast(upstream, dtype), padded=True)  # [B, h, N', k]
+        # The rows' sum of upstream gradient times context: softmax's backward term.
+        g_dot_o = ops.sum(ops.cast(upstream, "float32") * ops.cast(context, "float32"), -1)
+        g_dot_o = heads_first(g_dot_o[..., None], padded=True)  # [B, h, N', 1]
+        sums = heads_first(log_sums[..., None], padded=True)  # [B, h, N', 1]
 
         def step(carry, i):
             d_k, d_v = carry
-            probs = probabilities(query, key, i, log_sums)  # [B, h, size, N]
-            g = ops.cast(rows(upstream, i), "float32")  # [B, size, h, k]
-            # The overlap's rows, done by the block before, count once.
-            g = ops.where(((i < count - 1) | (fresh >= (count - 1) * size))[:, None, None],
-                          g, 0.0)
-            # The rows' sum of upstream gradient times context: softmax's backward term.
-            g_dot_o = ops.sum(g * ops.cast(rows(context, i), "float32"), axis=-1)  # [B, size, h]
-            g = ops.cast(g, dtype)
-            d_v = d_v + ops.cast(ops.einsum("bhqs,bqhk->bshk", ops.cast(probs, dtype), g),
+            probs = ops.exp(logits_of(q, k, i) - rows(sums, i))  # [B, h, size, N]
+            g_block = rows(g, i)  # [B, h, size, k]
+            d_v = d_v + ops.cast(ops.einsum("bhqs,bhqk->bhsk", ops.cast(probs, dtype), g_block),
                                  "float32")
-            d_probs = ops.cast(ops.einsum("bqhk,bshk->bhqs", g, value), "float32")
-            d_probs = d_probs - ops.transpose(g_dot_o, (0, 2, 1))[..., None]
-            d_logits = ops.cast(probs * d_probs * scale, dtype)
-            d_k = d_k + ops.cast(ops.einsum("bhqs,bqhk->bshk", d_logits, rows(query, i)),
-                                 "float32")
-            return (d_k, d_v), ops.einsum("bhqs,bshk->bqhk", d_logits, key)  # d_q block
+            d_probs = ops.cast(ops.einsum("bhqk,bhsk->bhqs", g_block, v), "float32")
+            d_logits = ops.cast(probs * (d_probs - rows(g_dot_o, i)) * scale, dtype)
+            d_k = d_k + ops.cast(ops.einsum("bhqs,bhqk->bhsk", d_logits, rows(q, i)), "float32")
+            return (d_k, d_v), ops.einsum("bhqs,bhsk->bhqk", d_logits, k)  # d_q block
 
-        # Zeros made from the upstream gradient (a constant would be computed in advance).
-        zeros = ops.cast(upstream, "float32") * 0.0  # [B, N, h, k]
+        zeros = ops.zeros(ops.shape(k), "float32")
         (d_k, d_v), d_q = sequential_scan(step, (zeros, zeros), count)
+        d_k, d_v = (ops.moveaxis(x, 1, 2) for x in (d_k, d_v))
         return tuple(ops.cast(grad, x.dtype)
                      for grad, x in zip((joined(d_q), d_k, d_v), (query, key, value)))
 
