@@ -32,10 +32,17 @@ def sequential_scan(fn, init, count):
         return ops.scan(fn, init, ops.arange(count, dtype="int32"))
     import tensorflow as tf  # the TensorFlow backend's own loop (already imported there)
 
-    # The first iteration, outside the loop, gives the shapes of `y`; the loop takes its
-    # arrays, so it starts after it.
-    carry, first = fn(init, tf.constant(0, tf.int32))
-    arrays = [tf.TensorArray(y.dtype, size=count, element_shape=y.shape).write(0, y)
+    if tf.executing_eagerly():  # eager operations run in turn anyway
+        carry, ys = init, []
+        for i in range(count):
+            carry, y = fn(carry, tf.constant(i, tf.int32))
+            ys.append(y)
+        return carry, tree.map_structure(lambda *y: tf.stack(y), *ys)
+    # The shapes of `y`, from a trace of one iteration whose result nothing uses (a function
+    # runs only what its outputs need): every iteration runs inside the loop, so none starts
+    # before the loop's inputs exist.
+    first = fn(init, tf.constant(0, tf.int32))[1]
+    arrays = [tf.TensorArray(y.dtype, size=count, element_shape=y.shape)
               for y in tree.flatten(first)]
 
     def body(i, carry, arrays):
@@ -43,7 +50,7 @@ def sequential_scan(fn, init, count):
         return i + 1, carry, [a.write(i, t) for a, t in zip(arrays, tree.flatten(y))]
 
     _, carry, arrays = tf.while_loop(lambda i, *_: i < count, body,
-                                     (tf.constant(1, tf.int32), carry, arrays),
+                                     (tf.constant(0, tf.int32), init, arrays),
                                      parallel_iterations=1)
     return carry, tree.pack_sequence_as(first, [a.stack() for a in arrays])
 
