@@ -8,10 +8,11 @@
     python -m benchmarks.routes --model B/16 --mode train --xla --fresh optimizer=keras \\
         optimizer=keras_vit
 
-Each variant is a set of options, several joined by commas: a choice of `keras_vit.kernels`
-(`attention=fused`), a structure option of `keras_vit.ViT` (`scan=true`, `remat=true`), or in
-training the optimizer (`optimizer=keras_vit`, `keras_vit.training.AdamW`, the default;
-`optimizer=keras`, `keras.optimizers.AdamW`); "default" is the model as built by default.
+Each variant is a set of options, several joined by commas: a choice of `keras_vit.routes`
+(`attention=memory_efficient`), a structure option of `keras_vit.ViT` (`scan=true`,
+`remat=true`), or in training the optimizer (`optimizer=keras_vit`,
+`keras_vit.training.AdamW`, the default; `optimizer=keras`, `keras.optimizers.AdamW`);
+"default" is the model as built by default.
 Every variant gets the same weights and batch, and its outputs (inference) or first loss
 (training) must agree with the first variant's to 1e-4 (2e-2 in bfloat16).
 

@@ -1,11 +1,58 @@
 """Running a stack of layers: recomputing a block in the backward pass with the same dropout
 masks (`remat_call`), and scanning one traced block over stacked weights (`scan_layers`): the
-encoder's structure options (`keras_vit.encoder`). The backend-specific code lives here, so that
-the layers hold no backend checks.
+encoder's structure options (`keras_vit.encoder`); and a loop whose iterations run one after
+the other on every backend (`sequential_scan`, for the memory-efficient attention of
+`keras_vit.routes`). The backend-specific code lives here, so that the layers hold no backend
+checks.
 """
 
 import keras
 from keras import ops
+from keras import tree
+
+
+def sequential_scan(fn, init, count):
+    """`carry, y = fn(carry, i)` for `i` in `range(count)`, one iteration after the other:
+    returns the last carry and every `y` stacked on a new first axis (`jax.lax.scan` over
+    `arange(count)`).
+
+    Args:
+        fn: a function of (carry, the iteration's index as an int32 scalar) returning (the new
+            carry, of the same structure, shapes and dtypes; `y`, any structure of tensors of
+            the same shape in every iteration).
+        init: a structure (tuple, list, dict) of tensors, possibly empty: the first carry.
+        count: int. Iterations.
+
+    On JAX this is `keras.ops.scan`. TensorFlow's `keras.ops.scan` stacks `y` in arrays shaped
+    like the carry, and its `keras.ops.fori_loop` lets up to 10 iterations run at once, each
+    with its own intermediates alive; here a `tf.while_loop` runs one iteration at a time
+    (`parallel_iterations=1`) and collects `y` in TensorArrays (eagerly, a Python loop).
+    """
+    if keras.backend.backend() != "tensorflow":
+        return ops.scan(fn, init, ops.arange(count, dtype="int32"))
+    import tensorflow as tf  # the TensorFlow backend's own loop (already imported there)
+
+    if tf.executing_eagerly():  # eager operations run in turn anyway
+        carry, ys = init, []
+        for i in range(count):
+            carry, y = fn(carry, tf.constant(i, tf.int32))
+            ys.append(y)
+        return carry, tree.map_structure(lambda *y: tf.stack(y), *ys)
+    # The shapes of `y`, from a trace of one iteration whose result nothing uses (a function
+    # runs only what its outputs need): every iteration runs inside the loop, so none starts
+    # before the loop's inputs exist.
+    first = fn(init, tf.constant(0, tf.int32))[1]
+    arrays = [tf.TensorArray(y.dtype, size=count, element_shape=y.shape)
+              for y in tree.flatten(first)]
+
+    def body(i, carry, arrays):
+        carry, y = fn(carry, i)
+        return i + 1, carry, [a.write(i, t) for a, t in zip(arrays, tree.flatten(y))]
+
+    _, carry, arrays = tf.while_loop(lambda i, *_: i < count, body,
+                                     (tf.constant(0, tf.int32), init, arrays),
+                                     parallel_iterations=1)
+    return carry, tree.pack_sequence_as(first, [a.stack() for a in arrays])
 
 def random_states(layer):
     """The layer's variables that are not weights: its dropout layers' seed-generator states

@@ -25,14 +25,18 @@ import keras
 from keras import ops
 
 from keras_vit.devices import on_cpu
+from keras_vit.encoder_ops import sequential_scan
 
 # Every choice and its implementations; "auto" (or leaving it out) is the measured default.
 CHOICES = {
     # How softmax(q k^T / sqrt(k)) v is computed: "products", the two matrix products with the
     # softmax between them, written out (`attention_probabilities`); "fused",
     # `keras.ops.dot_product_attention`, one operation that a backend may run as one kernel
-    # (cuDNN flash attention under JAX on a GPU).
-    "attention": ("products", "fused"),
+    # (cuDNN flash attention under JAX on a GPU); "memory_efficient", blocks of queries in
+    # turn, whose backward pass keeps only the queries, keys, values, the context and each
+    # row's log-sum-exp and recomputes each block's probabilities
+    # (`memory_efficient_attention`): no `[B, h, N, N]` tensor is ever whole.
+    "attention": ("products", "fused", "memory_efficient"),
     # The encoder block's input in training: "plain" (the identity), or "barrier", the
     # identity whose backward pass computes the residual stream's gradient once per block
     # (`gradient_barrier`).
@@ -109,6 +113,8 @@ def default_route(name, training, dtype="float32"):
     - attention: "fused" at inference on an accelerator (cuDNN's flash attention on a GPU under
       JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster) and
       in training (the fused operation's backward was slower, on a GPU and on a CPU).
+      "memory_efficient" is chosen, not a default: in TensorFlow's graph runtime it held less
+      memory than the products at 577 tokens and more at 197.
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
     - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
@@ -169,22 +175,133 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         dropout: a `keras.layers.Dropout` applied to the probabilities, or None.
         training: bool. Whether dropout is on.
         return_probabilities: bool. Also return the probabilities `[B, h, N, N]` (before
-            dropout): computed only then on the fused route.
+            dropout): computed only then on the fused and memory-efficient routes.
+
+    The fused and memory-efficient routes drop nothing: with dropout on the probabilities in
+    training, the products run. The memory-efficient route also takes no bias (relative
+    position embeddings) and needs the sequence length when the function is traced: else
+    the products run.
 
     Returns:
         The context `[B, N, h, k]`, or `(context, probabilities)`.
     """
     dropping = training and dropout is not None and dropout.rate > 0
-    if route("attention", training) == "fused" and not dropping:
+    chosen = route("attention", training)
+    blockwise = chosen == "memory_efficient" and bias is None and query.shape[1] is not None
+    if chosen == "fused" and not dropping:
         context = ops.dot_product_attention(
             query, key, value, bias=None if bias is None else ops.cast(bias, query.dtype),
             scale=1.0 / math.sqrt(query.shape[-1]))
         probs = attention_probabilities(query, key, bias) if return_probabilities else None
+    elif blockwise and not dropping:
+        context = memory_efficient_attention(query, key, value)
+        probs = attention_probabilities(query, key) if return_probabilities else None
     else:
         probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
         dropped = dropout(probs, training=training) if dropping else probs
         context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
     return (context, probs) if return_probabilities else context
+
+
+# Queries per block of the memory-efficient attention, at most: the sequence is cut into
+# the fewest blocks of at most this many, all of one size (the last padded).
+ATTENTION_BLOCK = 128
+
+
+def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
+    """softmax(q k^T / sqrt(k)) v per head over blocks of queries, one block after the other,
+    with a custom gradient that keeps only the queries, keys, values, the context and each
+    query's log-sum-exp of logits, and recomputes each block's probabilities in the backward
+    pass (Rabe and Staats 2021, "Self-attention does not need O(n^2) memory"; the backward of
+    FlashAttention, Dao et al. 2022). At most one block's `[B, h, block, N]` logits are alive.
+
+    Matrix products run in the query's dtype and the softmax, its statistics and the
+    accumulated gradients in float32, as in `attention_probabilities`.
+
+    Args:
+        query, key, value: `[B, N, h, k]`, N known when traced.
+        block: int. Queries per block, at most.
+
+    Returns:
+        The context `[B, N, h, k]`, in the query's dtype.
+    """
+    length, depth = query.shape[1], query.shape[-1]
+    count = -(-length // block)
+    size = -(-length // count)  # queries per block
+    scale = 1.0 / math.sqrt(depth)
+    dtype = query.dtype
+
+    def heads_first(x, padded=False):  # [B, N, h, k] -> [B, h, N, k], queries padded
+        x = ops.transpose(x, (0, 2, 1, 3))
+        return ops.pad(x, [(0, 0), (0, 0), (0, count * size - length), (0, 0)]) if padded else x
+
+    def rows(x, i):  # block i of `x` along axis 2: [B, h, size, ...]
+        starts = [0] * len(x.shape)
+        starts[2] = i * size
+        sizes = list(ops.shape(x))
+        sizes[2] = size
+        return ops.slice(x, starts, sizes)
+
+    def joined(blocks):  # [count, B, h, size, ...] -> [B, N, h, ...], the padding dropped
+        x = ops.moveaxis(blocks, 0, 2)  # [B, h, count, size, ...]
+        x = ops.reshape(x, (*ops.shape(x)[:2], count * size, *ops.shape(x)[4:]))[:, :, :length]
+        return ops.moveaxis(x, 1, 2)
+
+    def logits_of(q, k, i):  # the scaled logits of block i in float32: [B, h, size, N]
+        return ops.cast(ops.einsum("bhqk,bhsk->bhqs", rows(q, i) * ops.cast(scale, dtype), k),
+                        "float32")
+
+    def forward(query, key, value):
+        q, k, v = heads_first(query, padded=True), heads_first(key), heads_first(value)
+
+        def step(carry, i):
+            logits = logits_of(q, k, i)
+            peak = ops.max(logits, axis=-1, keepdims=True)  # [B, h, size, 1]
+            weights = ops.exp(logits - peak)
+            total = ops.sum(weights, axis=-1, keepdims=True)
+            probs = ops.cast(weights / total, dtype)
+            context = ops.einsum("bhqs,bhsk->bhqk", probs, v)  # [B, h, size, k]
+            return carry, (context, peak[..., 0] + ops.log(total[..., 0]))
+
+        _, (contexts, sums) = sequential_scan(step, (), count)
+        return joined(contexts), joined(sums[..., None])[..., 0]  # [B, N, h, k], [B, N, h]
+
+    def backward(query, key, value, context, log_sums, upstream):
+        q, k, v = heads_first(query, padded=True), heads_first(key), heads_first(value)
+        g = heads_first(ops.cast(upstream, dtype), padded=True)  # [B, h, N', k]
+        # The rows' sum of upstream gradient times context: softmax's backward term.
+        g_dot_o = ops.sum(ops.cast(upstream, "float32") * ops.cast(context, "float32"), -1)
+        g_dot_o = heads_first(g_dot_o[..., None], padded=True)  # [B, h, N', 1]
+        sums = heads_first(log_sums[..., None], padded=True)  # [B, h, N', 1]
+
+        def step(carry, i):
+            d_k, d_v = carry
+            probs = ops.exp(logits_of(q, k, i) - rows(sums, i))  # [B, h, size, N]
+            g_block = rows(g, i)  # [B, h, size, k]
+            d_v = d_v + ops.cast(ops.einsum("bhqs,bhqk->bhsk", ops.cast(probs, dtype), g_block),
+                                 "float32")
+            d_probs = ops.cast(ops.einsum("bhqk,bhsk->bhqs", g_block, v), "float32")
+            d_logits = ops.cast(probs * (d_probs - rows(g_dot_o, i)) * scale, dtype)
+            d_k = d_k + ops.cast(ops.einsum("bhqs,bhqk->bhsk", d_logits, rows(q, i)), "float32")
+            return (d_k, d_v), ops.einsum("bhqs,bhsk->bhqk", d_logits, k)  # d_q block
+
+        zeros = ops.zeros(ops.shape(k), "float32")
+        (d_k, d_v), d_q = sequential_scan(step, (zeros, zeros), count)
+        d_k, d_v = (ops.moveaxis(x, 1, 2) for x in (d_k, d_v))
+        return tuple(ops.cast(grad, x.dtype)
+                     for grad, x in zip((joined(d_q), d_k, d_v), (query, key, value)))
+
+    @ops.custom_gradient
+    def attend(query, key, value):
+        context, log_sums = forward(query, key, value)
+
+        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
+            return backward(query, key, value, context, log_sums,
+                            args[0] if upstream is None else upstream)
+
+        return context, grad
+
+    return attend(query, key, value)
 
 
 # --------------------------------------------------------------------------------------------

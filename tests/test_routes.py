@@ -4,6 +4,12 @@ NumPy reference does; the defaults are the measured table; routes are chosen per
 process, checked, and never saved. (The JAX side, the gradient barrier among it, is in
 tests/test_jax.py.)"""
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import keras
 import numpy as np
 import pytest
@@ -161,6 +167,152 @@ def test_attention_dropout_applies_to_the_probabilities_whatever_the_route():
     assert np.abs(trained - inferred).max() > 1e-3
 
 
+# Attention on its own: 13 queries, cut into blocks of 4 (4 blocks, the last padded with 3
+# rows), 5 (3 blocks, 2 padded) and 13 (one), against the float64 NumPy reference.
+SHAPE = (2, 13, 3, 4)  # [B, N, h, k]
+
+
+def attention_inputs():
+    rng = np.random.default_rng(3)
+    return [rng.normal(size=SHAPE) * 1.5 for _ in range(4)]  # query, key, value, weights
+
+
+def reference_attention(q, k, v):
+    """softmax(q k^T / sqrt(k)) v per head, in float64."""
+    logits = np.einsum("bqhk,bshk->bhqs", q, k) / np.sqrt(q.shape[-1])
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.einsum("bhqs,bshk->bqhk", probs, v)
+
+
+@pytest.fixture(scope="module")
+def reference_attention_gradients():
+    """The output and d sum(output * weights) / d (query, key, value), every entry by central
+    differences in float64."""
+    q, k, v, w = attention_inputs()
+    grads = []
+    for index in range(3):
+        inputs = [q, k, v]
+        grad = np.zeros(SHAPE)
+        for position in np.ndindex(SHAPE):
+            values = []
+            for step in (1e-6, -1e-6):
+                moved = [x.copy() for x in inputs]
+                moved[index][position] += step
+                values.append((reference_attention(*moved) * w).sum())
+            grad[position] = (values[0] - values[1]) / 2e-6
+        grads.append(grad)
+    return [reference_attention(q, k, v), *grads]
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
+def test_the_memory_efficient_attention_gives_the_reference_values_and_gradients(
+        mode, reference_attention_gradients):
+    q, k, v, w = (tf.constant(x, tf.float32) for x in attention_inputs())
+
+    def run(block):
+        def step(q, k, v):
+            with tf.GradientTape() as tape:
+                tape.watch([q, k, v])
+                out = routes.memory_efficient_attention(q, k, v, block=block)
+                loss = tf.reduce_sum(out * w)
+            return [out, *tape.gradient(loss, [q, k, v])]
+
+        if mode != "eager":
+            step = tf.function(step, jit_compile=mode == "xla")
+        return [t.numpy() for t in step(q, k, v)]
+
+    assert np.abs(reference_attention_gradients[1]).max() > 0.1
+    for block in (4, 5, 13):
+        for got, want in zip(run(block), reference_attention_gradients):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"block {block}")
+
+
+def test_the_memory_efficient_attention_in_bfloat16_gives_the_products_values():
+    """bfloat16 inputs: both routes multiply in bfloat16 and take the softmax in float32."""
+    q, k, v, w = (tf.constant(x, tf.bfloat16) for x in attention_inputs())
+
+    def run(fn):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            out = fn(q, k, v)
+            loss = tf.reduce_sum(tf.cast(out * w, tf.float32))
+        return [tf.cast(t, tf.float32).numpy() for t in [out, *tape.gradient(loss, [q, k, v])]]
+
+    want = run(routes.dot_product_attention)
+    got = run(lambda q, k, v: routes.memory_efficient_attention(q, k, v, block=4))
+    assert got[0].dtype == np.float32 and want[0].shape == got[0].shape
+    for g, ref in zip(got, want):
+        np.testing.assert_allclose(g, ref, rtol=0.05, atol=0.05 * np.abs(ref).max())
+
+
+def test_the_memory_efficient_attention_holds_no_square_tensor_and_one_block_at_a_time():
+    """The traced training step of the route has no `[B, h, N, N]` tensor, forward or
+    backward; its loops run one block at a time (a TensorFlow while loop otherwise runs up to
+    10 iterations at once, each with its block's logits alive). The products route has one.
+    (Traced only: 130 queries, two blocks of the route's size.)"""
+    length = 130
+    q, k, v, w = (tf.zeros((2, length, 3, 4)) for _ in range(4))
+
+    def graph(route):
+        def step(q, k, v):
+            with tf.GradientTape() as tape:
+                tape.watch([q, k, v])
+                with routes.use_routes(attention=route):
+                    out = routes.dot_product_attention(q, k, v, training=True)
+                loss = tf.reduce_sum(out * w)
+            return tape.gradient(loss, [q, k, v])
+
+        return tf.function(step).get_concrete_function(q, k, v).graph
+
+    def square(g):
+        return [op.name for op in g.get_operations() for t in op.outputs
+                if t.shape.rank and t.shape.rank >= 2 and t.shape[-2:] == (length, length)]
+
+    assert square(graph("products"))
+    efficient = graph("memory_efficient")
+    assert not square(efficient)
+    loops = [op for op in efficient.get_operations() if op.type in ("While", "StatelessWhile")]
+    assert len(loops) == 2  # forward and backward
+    assert all(op.get_attr("parallel_iterations") == 1 for op in loops)
+    bodies = [efficient._functions[op.get_attr("body").name].graph for op in loops]
+    assert not any(square(body) for body in bodies)
+
+
+ON_JAX = textwrap.dedent("""
+    import json, sys
+    import jax, keras, numpy as np
+    from keras_vit import routes
+
+    assert keras.backend.backend() == "jax"
+    q, k, v, w = (np.asarray(x, np.float32) for x in json.loads(sys.argv[1]))
+    results = {}
+    for block in (4, 5, 13):
+        def loss(q, k, v):
+            return (routes.memory_efficient_attention(q, k, v, block=block) * w).sum()
+
+        for mode, fn in (("eager", jax.grad(loss, (0, 1, 2))),
+                         ("jit", jax.jit(jax.grad(loss, (0, 1, 2))))):
+            out = routes.memory_efficient_attention(q, k, v, block=block)
+            results[f"{block}-{mode}"] = [np.asarray(t).tolist() for t in (out, *fn(q, k, v))]
+    print(json.dumps(results))
+""")
+
+
+def test_the_memory_efficient_attention_gives_the_reference_on_jax(
+        reference_attention_gradients):
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
+    inputs = json.dumps([x.tolist() for x in attention_inputs()])
+    done = subprocess.run([sys.executable, "-c", ON_JAX, inputs], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.splitlines()[-1])
+    assert len(results) == 6
+    for name, values in results.items():
+        for got, want in zip(values, reference_attention_gradients):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 # BENCHMARKS.md's table of measured defaults, written out: (choice, training, dtype, device)
 # -> route, on TensorFlow.
 MEASURED = {
@@ -229,8 +381,8 @@ def test_the_rows_route_feeds_each_matmul_to_its_bias_add():
 @pytest.mark.parametrize("value, message", [
     (dict(attn="fused"), "Unknown route choice 'attn'. Expected some of 'attention', "
                          "'block_input'"),
-    (dict(attention="flash"), "Route 'attention' must be one of 'auto', 'products', 'fused'. "
-                              "Received: 'flash'"),
+    (dict(attention="flash"), "Route 'attention' must be one of 'auto', 'products', 'fused', "
+                              "'memory_efficient'. Received: 'flash'"),
 ])
 def test_bad_route_choices_name_the_problem(value, message):
     with pytest.raises(ValueError, match=message):
