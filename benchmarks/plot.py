@@ -50,11 +50,14 @@ def main(argv=None):
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("results", help="a JSON file written by benchmarks.run --json")
     parser.add_argument("out", help="the PNG to write")
+    parser.add_argument("--only", choices=("speed", "memory"),
+                        help="draw only the speed or only the memory panels")
     args = parser.parse_args(argv)
     with open(args.results) as f:
         document = json.load(f)
     lines, failed = series(document)
-    panels = [p for p in PANELS if any(p[0] in line for line in lines.values())]
+    panels = [p for p in PANELS if any(p[0] in line for line in lines.values())
+              and (args.only is None or (args.only == "memory") == p[0].startswith("peak"))]
     if not panels:
         print(f"benchmarks.plot: error: {args.results} has no speed or memory results.",
               file=sys.stderr)

@@ -512,3 +512,5 @@ def test_plot_draws_speed_and_memory_against_tokens(tmp_path):
     (tmp_path / "r.json").write_text(json.dumps(document))
     assert plot.main([str(tmp_path / "r.json"), str(tmp_path / "out.png")]) == 0
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot.main([str(tmp_path / "r.json"), str(tmp_path / "m.png"), "--only", "memory"]) == 0
+    assert (tmp_path / "m.png").stat().st_size < (tmp_path / "out.png").stat().st_size
