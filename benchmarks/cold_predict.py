@@ -10,7 +10,7 @@ and DIR/image.jpg (500x375 pixels). `compare` runs, in turn, `keras-vit predict 
 --model B/16 --weights DIR/b16.npz` and `python -m benchmarks.cold_predict timm DIR` (timm's
 `vit_base_patch16_224`, `load_pretrained` of the same file, PIL resize to 224 and [-1, 1]
 scaling) after one warm-up run each (file cache), and prints each run and the medians. Both
-print the top-5 classes; `compare` checks that they agree.
+print the top-5 classes; `compare` checks that their top classes agree.
 """
 
 import argparse
@@ -125,8 +125,10 @@ def compare(folder, runs, keras_vit_command, python):
     (kv_wall, kv_rss), (timm_wall, timm_rss) = medians.values()
     print(f"\nkeras-vit / timm: wall {kv_wall / timm_wall:.2f}x, peak RSS "
           f"{kv_rss / timm_rss:.2f}x over {runs} alternating rounds")
-    if len(set(map(tuple, tops.values()))) != 1:
-        print(f"benchmarks.cold_predict: the top-5 classes differ: {tops}", file=sys.stderr)
+    # Random weights give near-equal probabilities and the two resizes differ (TensorFlow's
+    # bilinear without antialiasing, PIL's with): the top class must agree, not the order below.
+    if len({classes[0] for classes in tops.values()}) != 1:
+        print(f"benchmarks.cold_predict: the top classes differ: {tops}", file=sys.stderr)
         return 1
     return 0
 
