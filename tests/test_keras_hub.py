@@ -114,6 +114,18 @@ def test_a_preset_keras_vit_writes_loads_in_keras_hub_with_its_preprocessor(hub,
                                expected, atol=ATOL)
 
 
+def test_a_preset_keras_vit_writes_takes_the_data_config_the_model_carries(hub, tmp_path):
+    model = randomize(keras_vit.ViT(**TINY))
+    model.data_config = dict(input_size=[3, TINY["image_size"], TINY["image_size"]],
+                             interpolation="bilinear", crop_pct=1.0, crop_mode="squash",
+                             mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    path = keras_vit.save_keras_hub_preset(model, tmp_path / "preset")
+    loaded = hub.models.ImageClassifier.from_preset(path)
+    pixels = images()
+    expected = np.asarray(model(keras_vit.preprocess_inputs(pixels, model)))  # ImageNet's
+    np.testing.assert_allclose(loaded.predict(pixels, verbose=0), expected, atol=ATOL)
+
+
 def test_convert_writes_a_preset_from_a_preset_keeping_its_preprocessing(hub, tmp_path,
                                                                         capsys):
     classifier = keras_hub_classifier(hub)

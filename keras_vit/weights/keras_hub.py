@@ -468,7 +468,9 @@ def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False):
             keras_vit wrote; a folder holding anything else is never replaced.
         preprocessing: dict or None. The model's data config, with timm's field names
             (`interpolation`, `crop_pct` (1.0 only), `crop_mode`, `mean`, `std`). Defaults to
-            None: keras_vit's own input (`x / 127.5 - 1`, bilinear, no crop).
+            None: the data config the model carries (`model.data_config`, set by
+            `keras_vit.from_pretrained` from its checkpoint), else keras_vit's own input
+            (`x / 127.5 - 1`, bilinear, no crop).
         overwrite: bool. Replace a preset keras_vit wrote at `path`. Defaults to False.
 
     Returns:
@@ -495,6 +497,8 @@ def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False):
     if reason:
         raise CheckpointError(f"keras-hub's ViT cannot hold this model: {reason}. Nothing was "
                               "written.")
+    if preprocessing is None:  # the data config the model carries (from its checkpoint), if any
+        preprocessing = getattr(model, "data_config", None)
     converter = converter_arguments(preprocessing, config["image_size"])
     check_preset_destination(path, overwrite)
     hub = import_keras_hub()
