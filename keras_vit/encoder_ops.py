@@ -7,6 +7,7 @@ checks.
 """
 
 import keras
+import tensorflow as tf  # the TensorFlow backend's own while loop (sequential_scan)
 from keras import ops
 from keras import tree
 
@@ -30,8 +31,6 @@ def sequential_scan(fn, init, count):
     """
     if keras.backend.backend() != "tensorflow":
         return ops.scan(fn, init, ops.arange(count, dtype="int32"))
-    import tensorflow as tf  # the TensorFlow backend's own loop (already imported there)
-
     if tf.executing_eagerly():  # eager operations run in turn anyway
         carry, ys = init, []
         for i in range(count):

@@ -194,4 +194,5 @@ def test_the_shipped_checkpoint_predicts_from_python_and_the_command_line(tmp_pa
 
     result = run([str(BASE / "keras-vit"), "checkpoints"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert re.search(r"^custom +16 +10 +0\.55 MiB \(shipped\) .* digits$", result.stdout, re.M)
+    # variant (none: its own architecture), resolution, classes, top-1 (none), size, data, name
+    assert re.search(r"^ *- +16 +10 +- +0\.55 MiB \(shipped\) .* digits$", result.stdout, re.M)

@@ -622,8 +622,10 @@ def test_train_and_evaluate_commands(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--dataset", "mnist"], "Unknown dataset 'mnist'"),
-    (["--dataset", "cifar10", "--strategy", "gpus"], "Received: strategy='gpus'"),
-    (["--dataset", "cifar10", "--precision", "fp8"], "Received: precision='fp8'"),
+    (["--dataset", "cifar10", "--strategy", "gpus"],
+     "--strategy 'gpus' is not one of auto, tpu, mirrored"),
+    (["--dataset", "cifar10", "--precision", "fp8"],
+     "--precision 'fp8' is not one of float32, bfloat16, float16"),
     (["--folder", "/nonexistent/images"], "does not exist"),
 ])
 def test_train_command_errors_before_training(tmp_path, capsys, argv, message):
