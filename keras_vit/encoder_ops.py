@@ -7,7 +7,6 @@ checks.
 """
 
 import keras
-import tensorflow as tf  # the TensorFlow backend's own while loop (sequential_scan)
 from keras import ops
 from keras import tree
 
@@ -31,6 +30,9 @@ def sequential_scan(fn, init, count):
     """
     if keras.backend.backend() != "tensorflow":
         return ops.scan(fn, init, ops.arange(count, dtype="int32"))
+    # The backend's own loop, imported on that backend only: a JAX process never loads it.
+    import tensorflow as tf
+
     if tf.executing_eagerly():  # eager operations run in turn anyway
         carry, ys = init, []
         for i in range(count):
