@@ -2,7 +2,8 @@
 masks (`remat_call`), and scanning one traced block over stacked weights (`scan_layers`): the
 encoder's structure options (`keras_vit.encoder`); and a loop whose iterations run one after
 the other on every backend (`sequential_scan`, for the memory-efficient attention of
-`keras_vit.routes`). The backend-specific code lives here, so that the layers hold no backend
+`keras_vit.routes`) and tensors read only after another exists (`after`, for its backward
+pass). The backend-specific code lives here, so that the layers hold no backend
 checks.
 """
 
@@ -54,6 +55,30 @@ def sequential_scan(fn, init, count):
                                      (tf.constant(0, tf.int32), init, arrays),
                                      parallel_iterations=1)
     return carry, tree.pack_sequence_as(first, [a.stack() for a in arrays])
+
+def after(tensors, dependency):
+    """`tensors` as they are, for operations that must not start before `dependency` exists.
+
+    TensorFlow's graph runtime runs each operation as soon as its inputs exist: a backward
+    pass's operation that reads only forward tensors (a transposed copy, a slice) would run
+    during the forward pass and hold its result until the backward pass. There the tensors
+    pass through identities (no copy) that wait for `dependency`; eagerly and on JAX (XLA
+    schedules the whole program) they are returned unchanged.
+
+    Args:
+        tensors: a structure of tensors.
+        dependency: a tensor or structure of tensors, e.g. the upstream gradient.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return tensors
+    # The backend's own control dependencies, imported on that backend only.
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return tensors
+    with tf.control_dependencies(tree.flatten(dependency)):
+        return tree.map_structure(tf.identity, tensors)
+
 
 def random_states(layer):
     """The layer's variables that are not weights: its dropout layers' seed-generator states

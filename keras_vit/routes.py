@@ -25,7 +25,7 @@ import keras
 from keras import ops
 
 from keras_vit.devices import on_cpu
-from keras_vit.encoder_ops import sequential_scan
+from keras_vit.encoder_ops import after, sequential_scan
 
 # Every choice and its implementations; "auto" (or leaving it out) is the measured default.
 CHOICES = {
@@ -218,6 +218,11 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
     Matrix products run in the query's dtype and the softmax, its statistics and the
     accumulated gradients in float32, as in `attention_probabilities`.
 
+    Every operation of the backward pass waits for the upstream gradient
+    (`encoder_ops.after`), so that a graph runtime cannot run one (a transposed copy, the
+    first block's probabilities) during the forward pass and hold its result until the
+    backward pass.
+
     Args:
         query, key, value: `[B, N, h, k]`, N known when traced.
         block: int. Queries per block, at most.
@@ -231,7 +236,7 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
     scale = 1.0 / math.sqrt(depth)
     dtype = query.dtype
 
-    def heads_first(x, padded=False):  # [B, N, h, k] -> [B, h, N, k], queries padded
+    def heads_first(x, padded=False):  # [B, N, h, ...] -> [B, h, N, ...], queries padded
         x = ops.transpose(x, (0, 2, 1, 3))
         return ops.pad(x, [(0, 0), (0, 0), (0, count * size - length), (0, 0)]) if padded else x
 
@@ -242,18 +247,15 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
         sizes[2] = size
         return ops.slice(x, starts, sizes)
 
-    def joined(blocks):  # [count, B, h, size, ...] -> [B, N, h, ...], the padding dropped
+    def joined(blocks):  # [count, B, h, size, ...] -> [B, h, N', ...], the padding kept
         x = ops.moveaxis(blocks, 0, 2)  # [B, h, count, size, ...]
-        x = ops.reshape(x, (*ops.shape(x)[:2], count * size, *ops.shape(x)[4:]))[:, :, :length]
-        return ops.moveaxis(x, 1, 2)
+        return ops.reshape(x, (*ops.shape(x)[:2], count * size, *ops.shape(x)[4:]))
 
     def logits_of(q, k, i):  # the scaled logits of block i in float32: [B, h, size, N]
         return ops.cast(ops.einsum("bhqk,bhsk->bhqs", rows(q, i) * ops.cast(scale, dtype), k),
                         "float32")
 
-    def forward(query, key, value):
-        q, k, v = heads_first(query, padded=True), heads_first(key), heads_first(value)
-
+    def forward(q, k, v):  # heads first, the queries padded
         def step(carry, i):
             logits = logits_of(q, k, i)
             peak = ops.max(logits, axis=-1, keepdims=True)  # [B, h, size, 1]
@@ -261,47 +263,54 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
             total = ops.sum(weights, axis=-1, keepdims=True)
             probs = ops.cast(weights / total, dtype)
             context = ops.einsum("bhqs,bhsk->bhqk", probs, v)  # [B, h, size, k]
-            return carry, (context, peak[..., 0] + ops.log(total[..., 0]))
+            return carry, (context, peak + ops.log(total))
 
         _, (contexts, sums) = sequential_scan(step, (), count)
-        return joined(contexts), joined(sums[..., None])[..., 0]  # [B, N, h, k], [B, N, h]
+        context = ops.transpose(joined(contexts)[:, :, :length], (0, 2, 1, 3))
+        return context, joined(sums)  # [B, N, h, k], [B, h, N', 1]
 
-    def backward(query, key, value, context, log_sums, upstream):
-        q, k, v = heads_first(query, padded=True), heads_first(key), heads_first(value)
+    def backward(q, k, v, context, log_sums, upstream):
+        q, k, v, log_sums = after((q, k, v, log_sums), upstream)
         g = heads_first(ops.cast(upstream, dtype), padded=True)  # [B, h, N', k]
         # The rows' sum of upstream gradient times context: softmax's backward term.
         g_dot_o = ops.sum(ops.cast(upstream, "float32") * ops.cast(context, "float32"), -1)
         g_dot_o = heads_first(g_dot_o[..., None], padded=True)  # [B, h, N', 1]
-        sums = heads_first(log_sums[..., None], padded=True)  # [B, h, N', 1]
 
-        def step(carry, i):
-            d_k, d_v = carry
-            probs = ops.exp(logits_of(q, k, i) - rows(sums, i))  # [B, h, size, N]
+        def block_grads(i):  # block i's d_q and its terms of d_k and d_v (float32)
+            probs = ops.exp(logits_of(q, k, i) - rows(log_sums, i))  # [B, h, size, N]
             g_block = rows(g, i)  # [B, h, size, k]
-            d_v = d_v + ops.cast(ops.einsum("bhqs,bhqk->bhsk", ops.cast(probs, dtype), g_block),
-                                 "float32")
+            d_v = ops.cast(ops.einsum("bhqs,bhqk->bhsk", ops.cast(probs, dtype), g_block),
+                           "float32")
             d_probs = ops.cast(ops.einsum("bhqk,bhsk->bhqs", g_block, v), "float32")
             d_logits = ops.cast(probs * (d_probs - rows(g_dot_o, i)) * scale, dtype)
-            d_k = d_k + ops.cast(ops.einsum("bhqs,bhqk->bhsk", d_logits, rows(q, i)), "float32")
-            return (d_k, d_v), ops.einsum("bhqs,bhsk->bhqk", d_logits, k)  # d_q block
+            d_k = ops.cast(ops.einsum("bhqs,bhqk->bhsk", d_logits, rows(q, i)), "float32")
+            return d_k, d_v, ops.einsum("bhqs,bhsk->bhqk", d_logits, k)
 
-        zeros = ops.zeros(ops.shape(k), "float32")
-        (d_k, d_v), d_q = sequential_scan(step, (zeros, zeros), count)
-        d_k, d_v = (ops.moveaxis(x, 1, 2) for x in (d_k, d_v))
-        return tuple(ops.cast(grad, x.dtype)
-                     for grad, x in zip((joined(d_q), d_k, d_v), (query, key, value)))
+        # The first block starts the sums (zeros to start from would not wait for `upstream`).
+        d_k, d_v, d_q = block_grads(0)
+        if count > 1:
+            def step(carry, i):
+                d_k, d_v, d_q = block_grads(i + 1)
+                return (carry[0] + d_k, carry[1] + d_v), d_q
+
+            (d_k, d_v), rest = sequential_scan(step, (d_k, d_v), count - 1)
+            d_q = ops.concatenate([d_q[None], rest], axis=0)
+        else:
+            d_q = d_q[None]
+        return tuple(ops.cast(grad, x.dtype) for grad, x in zip((joined(d_q), d_k, d_v),
+                                                                  (q, k, v)))
 
     @ops.custom_gradient
-    def attend(query, key, value):
-        context, log_sums = forward(query, key, value)
+    def attend(q, k, v):  # heads first, the queries padded
+        context, log_sums = forward(q, k, v)
 
         def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
-            return backward(query, key, value, context, log_sums,
+            return backward(q, k, v, context, log_sums,
                             args[0] if upstream is None else upstream)
 
         return context, grad
 
-    return attend(query, key, value)
+    return attend(heads_first(query, padded=True), heads_first(key), heads_first(value))
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,7 +337,8 @@ def gelu(x, approximate, training=False):
     def recompute(x):
         def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
             g = args[0] if upstream is None else upstream
-            return ops.cast(ops.cast(g, "float32") * gelu_derivative(x, approximate), g.dtype)
+            derivative = gelu_derivative(after(x, g), approximate)  # not before the backward
+            return ops.cast(ops.cast(g, "float32") * derivative, g.dtype)
 
         return keras.activations.gelu(x, approximate=approximate), grad
 
@@ -359,7 +369,7 @@ def layer_norm(layer, x, training=False):
     def recompute(x, gamma, beta):
         def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
             g = ops.cast(args[0] if upstream is None else upstream, "float32")
-            x32 = ops.cast(x, "float32")
+            x32 = ops.cast(after(x, g), "float32")  # recomputed in the backward pass, not before
             mean, variance = ops.moments(x32, axes=[-1], keepdims=True)
             rstd = ops.rsqrt(variance + epsilon)
             xhat = (x32 - mean) * rstd  # xhat = [..., D]

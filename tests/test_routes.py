@@ -279,6 +279,86 @@ def test_the_memory_efficient_attention_holds_no_square_tensor_and_one_block_at_
     assert not any(square(body) for body in bodies)
 
 
+def test_the_memory_efficient_attention_computes_nothing_of_its_backward_pass_early():
+    """In TensorFlow's graph runtime an operation runs as soon as its inputs exist: every
+    operation of the route's backward pass that makes a `[B, h, ., k or N]` tensor waits for
+    the upstream gradient, so none runs during the forward pass and holds its result until
+    the backward pass (a transposed copy of the queries, keys or values, zeros, a block's
+    probabilities). The forward pass keeps the log-sum-exp, `[B, h, N, 1]`, on purpose."""
+    q, k, v, w = (tf.zeros((2, 130, 3, 4)) for _ in range(4))
+
+    def step(q, k, v, w):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            with routes.use_routes(attention="memory_efficient"):
+                out = tf.identity(routes.dot_product_attention(q, k, v, training=True),
+                                  name="forward_output")
+        return tape.gradient(out, [q, k, v], output_gradients=w)  # the upstream gradient
+
+    graph = tf.function(step).get_concrete_function(q, k, v, w).graph
+
+    def ancestors(tensors):
+        seen, todo = set(), [t.op for t in tensors]
+        while todo:
+            op = todo.pop()
+            if op.name not in seen:
+                seen.add(op.name)
+                todo.extend([t.op for t in op.inputs] + list(op.control_inputs))
+        return seen
+
+    forward = ancestors([graph.get_operation_by_name("forward_output").outputs[0]])
+    upstream = next(op.name for op in graph.get_operations()
+                    if op.type == "Placeholder" and op.name.startswith("w"))
+    early = [op.name for op in graph.get_operations()
+             if op.name in ancestors(graph.outputs) - forward
+             and any(t.shape.rank == 4 and t.shape[-1] > 1 and t.dtype.is_floating
+                     for t in op.outputs)
+             and upstream not in ancestors(op.outputs)]
+    assert not early
+
+
+def graph_ancestors(tensors):
+    """The names of the operations `tensors` depend on, by data or by control, theirs
+    included."""
+    seen, todo = set(), [t.op for t in tensors]
+    while todo:
+        op = todo.pop()
+        if op.name not in seen:
+            seen.add(op.name)
+            todo.extend([t.op for t in op.inputs] + list(op.control_inputs))
+    return seen
+
+
+@pytest.mark.parametrize("chosen", [{}, COMBINATIONS[-1]], ids=["defaults", "custom-gradients"])
+def test_a_training_step_computes_nothing_of_its_backward_pass_during_the_forward_pass(chosen):
+    """Every route's custom backward pass (recomputed GELU derivatives and layer norms, the
+    memory-efficient attention) waits for the upstream gradient, as TensorFlow's own
+    gradients do: in its graph runtime an operation runs as soon as its inputs exist, and one
+    that reads only forward tensors would run during the forward pass and hold its result
+    until the backward pass, defeating the recomputation. The defaults, and every choice at
+    its last route (all the custom gradients). (TensorFlow's own gradient of `Pow`, in the
+    tanh GELU of the "autodiff" route, does not wait: left out.)"""
+    model = keras_vit.ViT(**CONFIG)
+    x, seed = tf.constant(images()), tf.zeros((3, CONFIG["num_classes"]))
+
+    def step(x, seed):
+        with tf.GradientTape() as tape, routes.use_routes(**chosen):
+            logits = tf.identity(model(x, training=True), name="forward_output")
+        return tape.gradient(logits, model.trainable_variables, output_gradients=seed)
+
+    graph = tf.function(step).get_concrete_function(x, seed).graph
+    forward = graph_ancestors([graph.get_operation_by_name("forward_output").outputs[0]])
+    upstream = next(op.name for op in graph.get_operations()
+                    if op.type == "Placeholder" and op.name.startswith("seed"))
+    early = [op.name for op in graph.get_operations()
+             if op.name in graph_ancestors(graph.outputs) - forward
+             and any(t.shape.rank and t.shape.rank >= 2 and t.shape[-1] > 1
+                     and t.dtype.is_floating for t in op.outputs)
+             and upstream not in graph_ancestors(op.outputs)
+             and not (op.type == "Pow" and "/Gelu/" in op.name)]
+    assert not early
+
+
 ON_JAX = textwrap.dedent("""
     import json, sys
     import jax, keras, numpy as np
