@@ -141,12 +141,18 @@ def checkpoint_data_config(source, entry=None, image_size=None):
     return _file_data_config(source)
 
 
-def attach(model, source, entry=None):
-    """Gives `model`, built from the checkpoint `source`, its data config (at the model's own
-    input size) as `model.data_config`; returns the model."""
+def checkpoint_model_data_config(model, source, entry=None):
+    """The data config the checkpoint `source` states (see `checkpoint_data_config`), at
+    `model`'s input size; None where it states none (the paper's applies)."""
     size = model_image_size(model)
     config = checkpoint_data_config(source, entry, size)
-    setattr(model, ATTRIBUTE, None if config is None else with_image_size(config, size))
+    return None if config is None else with_image_size(config, size)
+
+
+def attach(model, source, entry=None):
+    """Gives `model`, built from or loaded with the checkpoint `source`, its data config (at
+    the model's own input size) as `model.data_config`; returns the model."""
+    setattr(model, ATTRIBUTE, checkpoint_model_data_config(model, source, entry))
     return model  # None: the paper's, as the checkpoint states none
 
 

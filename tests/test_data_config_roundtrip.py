@@ -89,3 +89,76 @@ def test_a_pretrained_model_saved_as_keras_keeps_its_checkpoints_data_config(tmp
     model = keras_vit.from_pretrained(folder / "model.npz")
     restored = save_and_load(model, tmp_path / "m.keras")
     assert restored.data_config == model.data_config == dc.check_data_config(IMAGENET)
+
+
+# --------------------------------------------------------------------------------------------
+# load_pretrained(model, source).
+
+
+def checkpoint_with_config(folder, preprocessing, model=None):
+    """A tiny `.npz` and the keras_vit config.json beside it stating `preprocessing`."""
+    model = model or tiny_model()
+    folder.mkdir(parents=True, exist_ok=True)
+    weights.save_npz(model, folder / "model.npz")
+    (folder / "config.json").write_text(json.dumps(config_json.keras_vit_document(
+        keras_vit.vit_config(model), None, preprocessing)))
+    return folder / "model.npz"
+
+
+def test_load_pretrained_gives_the_model_the_checkpoints_data_config(tmp_path):
+    npz = checkpoint_with_config(tmp_path / "mine", IMAGENET)
+    model = keras_vit.ViT(**TINY)
+    keras_vit.load_pretrained(model, npz)
+    assert model.data_config == dc.check_data_config(IMAGENET)
+    assert model.data_config == keras_vit.from_pretrained(npz).data_config
+    # At the model's own resolution, as from_pretrained's.
+    bigger = keras_vit.ViT(**dict(TINY, image_size=32))
+    keras_vit.load_pretrained(bigger, npz)
+    assert bigger.data_config == dc.check_data_config(dict(IMAGENET, input_size=[3, 32, 32]))
+    assert bigger.data_config == keras_vit.from_pretrained(npz, image_size=32).data_config
+
+
+def test_load_pretrained_reads_the_data_config_a_safetensors_file_records(tmp_path):
+    model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "npz", IMAGENET))
+    hub.save_safetensors(model, tmp_path / "st" / "model.safetensors")
+    (tmp_path / "st" / "config.json").unlink()  # the file's own metadata says it
+    fresh = keras_vit.ViT(**TINY)
+    keras_vit.load_pretrained(fresh, tmp_path / "st" / "model.safetensors")
+    assert fresh.data_config == dc.check_data_config(IMAGENET)
+
+
+def test_load_pretrained_takes_a_registry_entrys_preprocessing():
+    stated = dc.check_data_config(keras_vit.weights.get_checkpoint("digits")["preprocessing"])
+    model = keras_vit.ViT(**keras_vit.vit_config(keras_vit.from_pretrained("digits",
+                                                                           progress=False)))
+    model.data_config = dc.check_data_config(IMAGENET)
+    keras_vit.load_pretrained(model, "digits", progress=False)
+    assert model.data_config == stated
+
+
+def test_a_checkpoint_that_states_none_leaves_the_papers(tmp_path):
+    """As from_pretrained: the paper's preprocessing applies to a file that states none, so a
+    data config from an earlier checkpoint does not stay behind."""
+    bare = tmp_path / "bare.npz"
+    weights.save_npz(tiny_model(), bare)
+    model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "mine", IMAGENET))
+    keras_vit.load_pretrained(model, bare)
+    assert model.data_config is None
+    assert keras_vit.resolve_data_config(model) == dc.paper_data_config(16)
+    assert keras_vit.from_pretrained(bare).data_config is None
+
+
+def test_a_bad_data_config_leaves_the_model_unchanged(tmp_path):
+    npz = checkpoint_with_config(tmp_path / "bad", IMAGENET, model=tiny_model(seed=1))
+    document = json.loads((tmp_path / "bad" / "config.json").read_text())
+    document["preprocessing"]["crop_pct"] = 2
+    (tmp_path / "bad" / "config.json").write_text(json.dumps(document))
+    model = tiny_model()
+    model.data_config = dc.check_data_config(IMAGENET)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(keras_vit.CheckpointError, match="crop_pct") as raised:
+        keras_vit.load_pretrained(model, npz)
+    assert "\n" not in str(raised.value) and "config.json" in str(raised.value)
+    for old, new in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(old, new)
+    assert model.data_config == dc.check_data_config(IMAGENET)

@@ -17,6 +17,7 @@ import importlib.resources
 import os
 import re
 
+from keras_vit import data_config
 from keras_vit.weights import download, hub, keras_hub, registry
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.loading import load_params, match_params
@@ -145,11 +146,15 @@ def load_pretrained(model, source, progress=True):
     The position embedding is resized to the model's patch grid; the head loads only if the
     model's head has the file's number of classes (otherwise it stays a fresh zero head, for
     fine-tuning); `pre_logits` loads only into a representation layer of the same size.
+    The model then carries the checkpoint's data config as `model.data_config`, as a model
+    from `keras_vit.from_pretrained` does (see `keras_vit.resolve_data_config`): its registry
+    entry's `preprocessing`, else what the file's metadata or the `config.json` beside it
+    states, else None (the paper's preprocessing).
 
     Args:
         model: a model from `keras_vit.ViT` or a named builder.
-        source: str or path. A registry name, a local `.npz` path or an `http(s)://` /
-            `file://` URL.
+        source: str or path. A registry name, a local `.npz` or `.safetensors` path, an
+            `http(s)://` / `file://` URL, `hf://ORG/NAME` or a keras-hub preset folder.
         progress: bool. Show a progress bar while downloading. Defaults to True.
 
     Returns:
@@ -169,6 +174,8 @@ def load_pretrained(model, source, progress=True):
         match_params(model, placeholders, str(source), check_values=False)
 
     params, entry = fetch_params(source, progress=progress, check=fits)
+    stated = data_config.checkpoint_model_data_config(model, source, entry)  # before any change
     report = load_params(model, params, source=str(source))
+    setattr(model, data_config.ATTRIBUTE, stated)
     report["entry"] = entry
     return report
