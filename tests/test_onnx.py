@@ -24,20 +24,13 @@ import keras_vit_cli as cli
 from keras_vit import fileio, onnx_export, weights
 from keras_vit_cli import export as cli_export
 
+import tiny_models
+from tiny_models import TINY
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
-            num_classes=3, name="tiny")
-# Every kind of model: test_roundtrip.py's columns, the poolings and heads, the exact GELU.
+# Every kind of model: test_roundtrip.py's, the poolings and heads, the exact GELU.
 KINDS = {
-    "plain": {},
-    "hybrid": dict(patch_size=1, resnet={"num_layers": (1,)}),  # a 4x4 grid of feature cells
-    "learned_2d": dict(position_embedding="learned_2d"),
-    "sincos_2d": dict(position_embedding="sincos_2d"),
-    "no_position": dict(position_embedding="none"),
-    "relative": dict(position_embedding="relative"),
-    "dynamic": dict(dynamic_image_size=True),
-    "scanned": dict(scan=True),
-    "int8": {},  # quantized once built (`model.quantize("int8")`)
+    **tiny_models.KINDS,
     "gap": dict(classifier="gap"),
     "gap_class_token_fc_norm": dict(classifier="gap", class_token=True, fc_norm=True),
     "pre_logits": dict(representation_size=8),
@@ -51,13 +44,7 @@ find_spec = importlib.util.find_spec  # the real one, for the tests that hide pa
 
 def build(kind="plain", seed=0, **changes):
     """The kind's tiny model with random weights (non-trivial logits)."""
-    keras.utils.set_random_seed(seed)
-    model = keras_vit.ViT(**dict(TINY, **KINDS[kind], **changes))
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.normal(0, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()])
-    if kind == "int8":
-        model.quantize("int8")
-    return model
+    return tiny_models.build(TINY, KINDS, kind, seed, **changes)
 
 
 def logits(model, images):
