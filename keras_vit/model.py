@@ -14,7 +14,8 @@ Layer names follow the official checkpoint (`embedding`, `cls`, `posembed_input`
 with `model.get_layer(name)`; `model.attention_model()` also returns every block's attention
 probabilities. With `scan=True` or `remat=True` the blocks are sublayers of one
 `keras_vit.Encoder` layer named `Transformer`. `get_config()` holds the constructor's
-arguments and nothing else: how the model runs (`keras_vit.routes`) is not saved with it.
+arguments and the model's data config where it has one: how the model runs
+(`keras_vit.routes`) is not saved with it.
 """
 
 import json
