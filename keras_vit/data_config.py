@@ -27,8 +27,6 @@ serving signatures apply it by default. The TensorFlow ops that apply a data con
 
 import os
 
-import huggingface_hub
-
 from keras_vit.model_parts import model_image_size
 from keras_vit.preprocessing import (  # noqa: F401 - the data config's definition, importable here
     ANTIALIAS,
@@ -48,11 +46,15 @@ from keras_vit.preprocessing import (  # noqa: F401 - the data config's definiti
     timm_pretrained_cfg,
     with_image_size,
 )
-from keras_vit.weights import hub, keras_hub, registry
-from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
-from keras_vit.weights.errors import CheckpointError
+from keras_vit.weights import keras_hub, registry
 from keras_vit.weights.layouts import config_from_params
 from keras_vit.weights.npz import open_npz
+from keras_vit.weights.sources import (  # noqa: F401 - what a checkpoint states, importable here
+    checkpoint_data_config,
+    checkpoint_model_data_config,
+    file_data_config,
+    json_data_config,
+)
 
 CONFIG_FILE = "config.json"
 
@@ -119,34 +121,10 @@ def resolve_data_config(source=None, image_size=None):
     return with_image_size(config, image_size) if image_size is not None else config
 
 
-def checkpoint_data_config(source, entry=None, image_size=None):
-    """The data config a checkpoint states: its entry's `preprocessing` (`entry`: the registry
-    or keras-hub preset entry `keras_vit.weights.fetch_params` returned, where there is one),
-    else what its file's metadata or `config.json` says; None where nothing says (the paper's
-    applies). `image_size` gives the `input_size` of a stated config without one.
-
-    Raises:
-        keras_vit.CheckpointError: naming the file or entry and the field, for a malformed one.
-    """
-    if entry and entry.get("preprocessing") is not None:
-        stated = dict(entry["preprocessing"])
-        if stated.get("input_size") is None and image_size is not None:
-            stated["input_size"] = with_image_size(stated, image_size)["input_size"]
-        try:
-            return check_data_config(stated, f"checkpoint {entry.get('name')!r}'s preprocessing")
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-    if registry.is_registered(source):
-        return None
-    return _file_data_config(source)
-
-
 def attach(model, source, entry=None):
-    """Gives `model`, built from the checkpoint `source`, its data config (at the model's own
-    input size) as `model.data_config`; returns the model."""
-    size = model_image_size(model)
-    config = checkpoint_data_config(source, entry, size)
-    setattr(model, ATTRIBUTE, None if config is None else with_image_size(config, size))
+    """Gives `model`, built from or loaded with the checkpoint `source`, its data config (at
+    the model's own input size) as `model.data_config`; returns the model."""
+    setattr(model, ATTRIBUTE, checkpoint_model_data_config(model, source, entry))
     return model  # None: the paper's, as the checkpoint states none
 
 
@@ -170,64 +148,13 @@ def _source_data_config(source):
     if path.endswith(".json"):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{text}: no such file.")
-        return _json_data_config(path, required=True)
+        return json_data_config(path, required=True)
     if "://" not in text and not os.path.exists(path):
         registry.get_checkpoint(text)  # raises, naming close registry names
-    config = _file_data_config(source)
+    config = file_data_config(source)
     if config is not None:
         return config
     return paper_data_config(_file_image_size(source) or DEFAULT_IMAGE_SIZE)
-
-
-def _json_data_config(path, required=False):
-    """The data config in a `config.json`: keras_vit's `preprocessing` (the paper's, at its
-    model's resolution, for one without) or timm's `pretrained_cfg`; None for another tool's
-    (refused if `required`)."""
-    document = read_json(path, "a model's config.json")
-    try:
-        if isinstance(document, dict) and document.get("format") == KERAS_VIT_FORMAT:
-            stated = document.get("preprocessing")
-            if stated is None:
-                model = document.get("model") if isinstance(document.get("model"), dict) \
-                    else {}
-                return paper_data_config(model.get("image_size") or DEFAULT_IMAGE_SIZE)
-            return check_data_config(stated, f"{path}: `preprocessing`")
-        if isinstance(document, dict) and "pretrained_cfg" in document:
-            return timm_data_config(document["pretrained_cfg"], f"{path}: `pretrained_cfg`")
-    except ValueError as e:
-        raise CheckpointError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") \
-            from None
-    if required:
-        raise CheckpointError(f"{path} states no preprocessing. Expected keras_vit's config.json "
-                              "(`preprocessing`) or timm's (`pretrained_cfg`).")
-    return None
-
-
-def _file_data_config(source):
-    """The data config a checkpoint file states (a `.safetensors` file's keras_vit metadata,
-    else the `config.json` beside the file or in the `hf://` repository), or None."""
-    text = os.fspath(source)
-    if text.startswith(hub.HF_SCHEME):
-        weights, beside = (_cached_hub_file(text, name) for name in (hub.WEIGHTS_FILE,
-                                                                    CONFIG_FILE))
-    elif "://" in text:
-        return None
-    else:
-        weights = os.path.expanduser(text)
-        beside = os.path.join(os.path.dirname(weights), CONFIG_FILE)
-    if weights and weights.endswith(".safetensors") and os.path.isfile(weights):
-        own = hub.read_own_config(weights)
-        if own and own.get("preprocessing") is not None:
-            return own["preprocessing"]
-    return _json_data_config(beside) if beside and os.path.isfile(beside) else None
-
-
-def _cached_hub_file(source, name):
-    """The file `name` of `hf://ORG/NAME[@REVISION]` in the Hugging Face cache (where
-    `from_pretrained` put it), or None."""
-    repo, revision = hub.parse_hub(source)
-    path = huggingface_hub.try_to_load_from_cache(repo, name, revision=revision)
-    return path if isinstance(path, str) else None
 
 
 def _file_image_size(source):

@@ -258,6 +258,23 @@ def is_temporary(entry):
     return TEMPORARY_NAME.match(entry) is not None
 
 
+def is_own_temporary(entry):
+    """Whether the name `entry` is a temporary file or folder this process is writing: an
+    `atomic_file` or `staging_dir` "tmp" name with this machine's digest and this process's
+    id. The "old" folder a replacement moves aside (the user's previous version) is not one.
+    What an interrupted command may remove, and nothing else.
+
+    Args:
+        entry: str. A file or folder name in a folder (not a path).
+
+    Returns:
+        bool.
+    """
+    match = TEMPORARY_NAME.match(entry)
+    return match is not None and match["kind"] == "tmp" and match["host"] == _host_digest() \
+        and int(match["pid"]) == os.getpid()
+
+
 def remove_temporaries(folder, name=None):
     """Removes what interrupted writes of keras_vit left in `folder`: the temporary files and
     folders of `atomic_file` and `staging_dir` (of the destination `name` only, if given) that

@@ -14,7 +14,8 @@ Layer names follow the official checkpoint (`embedding`, `cls`, `posembed_input`
 with `model.get_layer(name)`; `model.attention_model()` also returns every block's attention
 probabilities. With `scan=True` or `remat=True` the blocks are sublayers of one
 `keras_vit.Encoder` layer named `Transformer`. `get_config()` holds the constructor's
-arguments and nothing else: how the model runs (`keras_vit.routes`) is not saved with it.
+arguments and the model's data config where it has one: how the model runs
+(`keras_vit.routes`) is not saved with it.
 """
 
 import json
@@ -30,7 +31,8 @@ from keras_vit.layers import (CLASSIFIERS, GELU_APPROXIMATE, LAYER_NORM_EPSILON,
                               PatchEmbedding, TokenPooling, TransformerBlock)
 from keras_vit.positions import (AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D,
                                  NoPositionEmbs)
-from keras_vit.preprocessing import IMAGE_CHANNELS
+from keras_vit.preprocessing import ATTRIBUTE as DATA_CONFIG
+from keras_vit.preprocessing import IMAGE_CHANNELS, check_data_config
 from keras_vit.resnet import ResNet, resnet_stride
 
 # The name of the `Encoder` layer of a `scan=True` or `remat=True` model: its variables' paths
@@ -186,16 +188,30 @@ class ViT(keras.Model):
 
     def get_config(self):
         """The constructor's arguments (and the dtype policy: a `DTypePolicyMap` of the
-        quantized layers after `model.quantize(...)`, as keras-hub saves one)."""
-        return dict(self.vit_arguments(), trainable=self.trainable,
-                    dtype=keras.dtype_policies.serialize(self._saved_policy()))
+        quantized layers after `model.quantize(...)`, as keras-hub saves one), and the
+        `data_config` the model carries (`keras_vit.resolve_data_config`), where it carries
+        one: the preprocessing its weights expect, kept in `.keras` files."""
+        config = dict(self.vit_arguments(), trainable=self.trainable,
+                      dtype=keras.dtype_policies.serialize(self._saved_policy()))
+        data_config = getattr(self, DATA_CONFIG, None)
+        if data_config is not None:  # plain lists and floats, as JSON holds them
+            config[DATA_CONFIG] = check_data_config(
+                dict(data_config), f"the {DATA_CONFIG} of model {self.name!r}")
+        return config
 
     @classmethod
     def from_config(cls, config):
+        """The model `get_config()` describes, with its `data_config` where the config has
+        one (a config without the field gives a model without one)."""
         config = dict(config)
+        data_config = config.pop(DATA_CONFIG, None)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        model = cls(**config)
+        if data_config is not None:
+            setattr(model, DATA_CONFIG, check_data_config(
+                data_config, f"the {DATA_CONFIG} of model {model.name!r}'s config"))
+        return model
 
     def vit_arguments(self):
         """The `keras_vit.ViT` arguments that rebuild this model (a JSON-serialisable dict)."""

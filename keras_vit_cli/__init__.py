@@ -247,9 +247,7 @@ def _remove_own_temporaries(folder):
     "old" folder a replacement is moving aside, which holds the user's previous version."""
     fileio = library_module("fileio")
     for entry in os.listdir(folder):
-        match = fileio.TEMPORARY_NAME.match(entry)
-        if match is None or match["kind"] != "tmp" or int(match["pid"]) != os.getpid() \
-                or match["host"] != fileio._host_digest():  # noqa: SLF001 - the name's host
+        if not fileio.is_own_temporary(entry):
             continue
         path = os.path.join(folder, entry)
         if os.path.isdir(path) and not os.path.islink(path):

@@ -21,23 +21,16 @@ import pytest
 
 import keras_vit
 import keras_vit_cli as cli
-from keras_vit import fileio, onnx_export, weights
+from keras_vit import fileio, onnx_export, tflite, weights
 from keras_vit_cli import export as cli_export
 
+import tiny_models
+from tiny_models import TINY
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
-            num_classes=3, name="tiny")
-# Every kind of model: test_roundtrip.py's columns, the poolings and heads, the exact GELU.
+# Every kind of model: test_roundtrip.py's, the poolings and heads, the exact GELU.
 KINDS = {
-    "plain": {},
-    "hybrid": dict(patch_size=1, resnet={"num_layers": (1,)}),  # a 4x4 grid of feature cells
-    "learned_2d": dict(position_embedding="learned_2d"),
-    "sincos_2d": dict(position_embedding="sincos_2d"),
-    "no_position": dict(position_embedding="none"),
-    "relative": dict(position_embedding="relative"),
-    "dynamic": dict(dynamic_image_size=True),
-    "scanned": dict(scan=True),
-    "int8": {},  # quantized once built (`model.quantize("int8")`)
+    **tiny_models.KINDS,
     "gap": dict(classifier="gap"),
     "gap_class_token_fc_norm": dict(classifier="gap", class_token=True, fc_norm=True),
     "pre_logits": dict(representation_size=8),
@@ -51,13 +44,7 @@ find_spec = importlib.util.find_spec  # the real one, for the tests that hide pa
 
 def build(kind="plain", seed=0, **changes):
     """The kind's tiny model with random weights (non-trivial logits)."""
-    keras.utils.set_random_seed(seed)
-    model = keras_vit.ViT(**dict(TINY, **KINDS[kind], **changes))
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.normal(0, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()])
-    if kind == "int8":
-        model.quantize("int8")
-    return model
+    return tiny_models.build(TINY, KINDS, kind, seed, **changes)
 
 
 def logits(model, images):
@@ -104,6 +91,37 @@ def test_a_keras_classifier_that_is_not_a_keras_vit_model_exports_too(tmp_path):
     with pytest.raises(ValueError, match=r"cnn.onnx takes images \[batch, 16, 16, 3\]. "
                                          r"Received shape \(2, 24, 32, 3\)"):
         onnx_export.run_onnx(path, OTHER_SIZE)
+
+
+def test_onnx_parity_reports_the_shared_comparison_and_names_a_file_of_other_classes(tmp_path):
+    """`onnx_parity` and `tflite.tflite_parity` compare through one helper,
+    `tflite.output_parity`: the same numbers, computed here independently, and the same
+    one-line refusal of a file whose classes are not the model's."""
+    model = build()
+    path = keras_vit.export_onnx(model, tmp_path / "vit.onnx")
+    got = onnx_export.run_onnx(path, IMAGES)
+    want = logits(model, IMAGES)
+    parity = onnx_export.onnx_parity(path, model, IMAGES)
+    assert parity == {"max_abs_diff": float(np.abs(got - want).max()),
+                      "max_abs_logit": float(np.abs(want).max()),
+                      "top1_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
+                      "num_images": 3}
+    assert set(parity) - {"max_abs_logit"} == set(tflite.output_parity(
+        path, model, got, want, "logits", "ONNX"))
+    ten = build(num_classes=10)
+    with pytest.raises(ValueError) as raised:
+        onnx_export.onnx_parity(path, ten, IMAGES)
+    assert str(raised.value) == (f"{path} gives 3 logits per image, but model 'tiny' has 10 "
+                                 "classes. Expected the ONNX file exported from this model.")
+    with pytest.raises(ValueError) as raised:
+        tflite.output_parity("m.tflite", ten, np.zeros((2, 3)), np.zeros((2, 10)),
+                             "probabilities", "TFLite")
+    assert str(raised.value) == ("m.tflite gives 3 probabilities per image, but model 'tiny' "
+                                 "has 10 classes. Expected the TFLite file exported from this "
+                                 "model.")
+    two = tflite.output_parity("m.tflite", ten, np.array([[0.2, 0.8], [0.6, 0.4]]),
+                               np.array([[0.25, 0.75], [0.3, 0.7]]), "probabilities", "TFLite")
+    assert two == {"max_abs_diff": pytest.approx(0.3), "top1_agreement": 0.5, "num_images": 2}
 
 
 def test_garbage_cycles_are_freed_while_the_converter_runs():

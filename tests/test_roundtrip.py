@@ -17,19 +17,10 @@ import keras_vit
 from keras_vit import export, images, tflite, weights
 from keras_vit.weights import hub
 
-BASE = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
-            num_classes=3, name="tiny")
-KINDS = {
-    "plain": {},
-    "hybrid": dict(patch_size=1, resnet={"num_layers": (1,)}),  # a 4x4 grid of feature cells
-    "learned_2d": dict(position_embedding="learned_2d"),
-    "sincos_2d": dict(position_embedding="sincos_2d"),
-    "no_position": dict(position_embedding="none"),
-    "relative": dict(position_embedding="relative"),
-    "dynamic": dict(dynamic_image_size=True),
-    "scanned": dict(scan=True),
-    "int8": {},  # quantized once built (`model.quantize("int8")`)
-}
+import tiny_models
+from tiny_models import KINDS, TINY
+
+BASE = dict(TINY, hidden_size=16, num_layers=2, mlp_dim=32)
 # What a writer cannot hold, and the reason it gives before writing: timm's layout holds no
 # ResNet and one learned 1-D position table; TFLite converts no Keras int8 layer.
 REFUSALS = {
@@ -50,13 +41,7 @@ def build(kind, quantize=True, seed=0):
     """The kind's model with random weights (the same for every call with one `seed`); the
     models the files are read into take another seed, so that only the file can give them
     the written model's outputs."""
-    keras.utils.set_random_seed(seed)
-    model = keras_vit.ViT(**dict(BASE, **KINDS[kind]))
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.normal(0, 0.3, w.shape).astype(w.dtype) for w in model.get_weights()])
-    if kind == "int8" and quantize:
-        model.quantize("int8")
-    return model
+    return tiny_models.build(BASE, KINDS, kind, seed, std=0.3, quantize=quantize)
 
 
 def logits(model, batch=IMAGES):

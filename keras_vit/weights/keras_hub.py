@@ -52,6 +52,9 @@ MARK_FILE = "keras_vit.json"
 BACKBONE_CLASS = "ViTBackbone"
 TASK_CLASS = "ViTImageClassifier"
 INSTALL = "pip install keras-hub"
+# What keras-hub's `from_preset` raises for a preset's files it cannot use (a field of another
+# type than it expects: `AttributeError` for a number where it reads an object's fields).
+KERAS_HUB_LOAD_ERRORS = (ValueError, TypeError, LookupError, AttributeError, OSError)
 # keras-hub's ViT defaults (`ViTBackbone`, `ViTImageClassifier`).
 KERAS_HUB_LAYER_NORM_EPSILON = 1e-6
 # keras-hub's pooling -> keras_vit's classifier; both need (keras-hub) or forbid (keras_vit's
@@ -253,10 +256,12 @@ def preset_preprocessing(path):
         raise CheckpointError(f"{where}: `scale` is 0 (every image the same). Expected a "
                               "non-zero scale per channel.")
     std = [1.0 / (PIXEL_MAX * s) for s in scale]
-    crop = (config.get("crop_to_aspect_ratio", True), config.get("pad_to_aspect_ratio", False))
+    crop = tuple(_checked(where, check_bool, field, config.get(field, default))
+                 for field, default in (("crop_to_aspect_ratio", True),
+                                        ("pad_to_aspect_ratio", False)))
     if crop not in CROP_MODES:
         raise CheckpointError(f"{where}: crop_to_aspect_ratio and pad_to_aspect_ratio are "
-                              f"{crop}. Expected booleans, at most one of them true.")
+                              f"{crop}. Expected at most one of them true.")
     size = config.get("image_size")
     return dict(input_size=None if size is None else
                 [IMAGE_CHANNELS, *_checked(where, to_pair, "image_size", size)],
@@ -301,7 +306,7 @@ def read_preset(path):
     loader = hub.models.ViTImageClassifier if config["include_top"] else hub.models.ViTBackbone
     try:
         model = loader.from_preset(folder)
-    except (ValueError, TypeError, KeyError, OSError) as e:
+    except KERAS_HUB_LOAD_ERRORS as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: keras-hub could not load the preset ({first}).") from None
     params = {}

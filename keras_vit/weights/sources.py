@@ -11,13 +11,23 @@
 - `hf://ORG/NAME[@REVISION]` on the Hugging Face Hub, or a local `.safetensors` file, in
   timm's or transformers' layout (`keras_vit.weights.hub`);
 - a keras-hub ViT preset folder (`keras_vit.weights.keras_hub`).
+
+Each source may state the preprocessing its weights expect, its data config
+(`checkpoint_data_config`): a registry entry's `preprocessing`, a keras-hub preset's image
+converter, a `.safetensors` file's metadata, or the `config.json` beside a file.
 """
 
 import importlib.resources
 import os
 import re
 
+import huggingface_hub
+
+from keras_vit.model_parts import model_image_size
+from keras_vit.preprocessing import (ATTRIBUTE, DEFAULT_IMAGE_SIZE, check_data_config,
+                                     paper_data_config, timm_data_config, with_image_size)
 from keras_vit.weights import download, hub, keras_hub, registry
+from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.loading import load_params, match_params
 from keras_vit.weights.npz import open_npz, read_npz
@@ -145,11 +155,15 @@ def load_pretrained(model, source, progress=True):
     The position embedding is resized to the model's patch grid; the head loads only if the
     model's head has the file's number of classes (otherwise it stays a fresh zero head, for
     fine-tuning); `pre_logits` loads only into a representation layer of the same size.
+    The model then carries the checkpoint's data config as `model.data_config`, as a model
+    from `keras_vit.from_pretrained` does (see `keras_vit.resolve_data_config`): its registry
+    entry's `preprocessing`, else what the file's metadata or the `config.json` beside it
+    states, else None (the paper's preprocessing).
 
     Args:
         model: a model from `keras_vit.ViT` or a named builder.
-        source: str or path. A registry name, a local `.npz` path or an `http(s)://` /
-            `file://` URL.
+        source: str or path. A registry name, a local `.npz` or `.safetensors` path, an
+            `http(s)://` / `file://` URL, `hf://ORG/NAME` or a keras-hub preset folder.
         progress: bool. Show a progress bar while downloading. Defaults to True.
 
     Returns:
@@ -169,6 +183,93 @@ def load_pretrained(model, source, progress=True):
         match_params(model, placeholders, str(source), check_values=False)
 
     params, entry = fetch_params(source, progress=progress, check=fits)
+    stated = checkpoint_model_data_config(model, source, entry)  # before any change
     report = load_params(model, params, source=str(source))
+    setattr(model, ATTRIBUTE, stated)
     report["entry"] = entry
     return report
+
+
+# --------------------------------------------------------------------------------------------
+# The data config a checkpoint states (`keras_vit.data_config` resolves any source with these).
+
+
+def checkpoint_data_config(source, entry=None, image_size=None):
+    """The data config a checkpoint states: its entry's `preprocessing` (`entry`: the registry
+    or keras-hub preset entry `keras_vit.weights.fetch_params` returned, where there is one),
+    else what its file's metadata or `config.json` says; None where nothing says (the paper's
+    applies). `image_size` gives the `input_size` of a stated config without one.
+
+    Raises:
+        keras_vit.CheckpointError: naming the file or entry and the field, for a malformed one.
+    """
+    if entry and entry.get("preprocessing") is not None:
+        stated = dict(entry["preprocessing"])
+        if stated.get("input_size") is None and image_size is not None:
+            stated["input_size"] = with_image_size(stated, image_size)["input_size"]
+        try:
+            return check_data_config(stated, f"checkpoint {entry.get('name')!r}'s preprocessing")
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
+    if registry.is_registered(source):
+        return None
+    return file_data_config(source)
+
+
+def checkpoint_model_data_config(model, source, entry=None):
+    """The data config the checkpoint `source` states (see `checkpoint_data_config`), at
+    `model`'s input size; None where it states none (the paper's applies)."""
+    size = model_image_size(model)
+    config = checkpoint_data_config(source, entry, size)
+    return None if config is None else with_image_size(config, size)
+
+
+def json_data_config(path, required=False):
+    """The data config in a `config.json`: keras_vit's `preprocessing` (the paper's, at its
+    model's resolution, for one without) or timm's `pretrained_cfg`; None for another tool's
+    (refused if `required`)."""
+    document = read_json(path, "a model's config.json")
+    try:
+        if isinstance(document, dict) and document.get("format") == KERAS_VIT_FORMAT:
+            stated = document.get("preprocessing")
+            if stated is None:
+                model = document.get("model") if isinstance(document.get("model"), dict) \
+                    else {}
+                return paper_data_config(model.get("image_size") or DEFAULT_IMAGE_SIZE)
+            return check_data_config(stated, f"{path}: `preprocessing`")
+        if isinstance(document, dict) and "pretrained_cfg" in document:
+            return timm_data_config(document["pretrained_cfg"], f"{path}: `pretrained_cfg`")
+    except ValueError as e:
+        raise CheckpointError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") \
+            from None
+    if required:
+        raise CheckpointError(f"{path} states no preprocessing. Expected keras_vit's config.json "
+                              "(`preprocessing`) or timm's (`pretrained_cfg`).")
+    return None
+
+
+def file_data_config(source):
+    """The data config a checkpoint file states (a `.safetensors` file's keras_vit metadata,
+    else the `config.json` beside the file or in the `hf://` repository), or None."""
+    text = os.fspath(source)
+    if text.startswith(hub.HF_SCHEME):
+        weights, beside = (_cached_hub_file(text, name)
+                           for name in (hub.WEIGHTS_FILE, hub.CONFIG_FILE))
+    elif "://" in text:
+        return None
+    else:
+        weights = os.path.expanduser(text)
+        beside = os.path.join(os.path.dirname(weights), hub.CONFIG_FILE)
+    if weights and weights.endswith(".safetensors") and os.path.isfile(weights):
+        own = hub.read_own_config(weights)
+        if own and own.get("preprocessing") is not None:
+            return own["preprocessing"]
+    return json_data_config(beside) if beside and os.path.isfile(beside) else None
+
+
+def _cached_hub_file(source, name):
+    """The file `name` of `hf://ORG/NAME[@REVISION]` in the Hugging Face cache (where
+    `from_pretrained` put it), or None."""
+    repo, revision = hub.parse_hub(source)
+    path = huggingface_hub.try_to_load_from_cache(repo, name, revision=revision)
+    return path if isinstance(path, str) else None
