@@ -250,8 +250,8 @@ def test_the_memory_efficient_attention_holds_no_square_tensor_and_one_block_at_
     """The traced training step of the route has no `[B, h, N, N]` tensor, forward or
     backward; its loops run one block at a time (a TensorFlow while loop otherwise runs up to
     10 iterations at once, each with its block's logits alive). The products route has one.
-    (Traced only: 130 queries, two blocks of the route's size.)"""
-    length = 130
+    (Traced only: three blocks of the route's size.)"""
+    length = 2 * routes.ATTENTION_BLOCK + 44
     q, k, v, w = (tf.zeros((2, length, 3, 4)) for _ in range(4))
 
     def graph(route):
