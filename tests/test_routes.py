@@ -413,6 +413,36 @@ MEASURED = {
 }
 
 
+@pytest.mark.parametrize("tokens, dtype, device, expected", [
+    (577, "bfloat16", "cpu", "memory_efficient"), (1025, "bfloat16", "cpu", "memory_efficient"),
+    (576, "bfloat16", "cpu", "products"), (197, "bfloat16", "cpu", "products"),
+    (None, "bfloat16", "cpu", "products"), (577, "float32", "cpu", "memory_efficient"),
+    (197, "float32", "cpu", "products"), (577, "bfloat16", "gpu", "products")])
+def test_the_attention_in_training_takes_the_memory_efficient_route_for_long_sequences(
+        tokens, dtype, device, expected, monkeypatch):
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda: [f"{device}:0"])
+    assert routes.route("attention", True, dtype, tokens) == expected
+    assert routes.route("attention", False, dtype, tokens) == ("products" if device == "cpu"
+                                                               else "fused")
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_a_training_step_over_long_sequences_runs_the_memory_efficient_attention(policy):
+    """The layer passes its number of tokens to the route: a traced training step over
+    sequences of `MEMORY_EFFICIENT_TOKENS` has no `[B, h, N, N]` tensor; one token fewer, the
+    products' probabilities."""
+    def square_tensors(length):
+        layer = keras_vit.MultiHeadDotProductAttention(num_heads=2, dtype=policy)
+        x = tf.zeros((1, length, 8))
+        layer.build(x.shape)
+        graph = tf.function(lambda x: layer(x, training=True)).get_concrete_function(x).graph
+        return [op for op in graph.get_operations() for t in op.outputs
+                if t.shape.rank == 4 and t.shape[-2:] == (length, length)]
+
+    assert not square_tensors(routes.MEMORY_EFFICIENT_TOKENS)
+    assert square_tensors(routes.MEMORY_EFFICIENT_TOKENS - 1)
+
+
 @pytest.mark.parametrize("case", sorted(MEASURED), ids=str)
 def test_the_defaults_are_the_measured_table(case, monkeypatch):
     name, training, dtype, device = case
