@@ -27,10 +27,6 @@ from keras import ops
 from keras_vit.devices import on_cpu
 from keras_vit.encoder_ops import after, sequential_scan
 
-# Tokens from which the memory-efficient attention is the training default on TensorFlow on a
-# CPU: B/16 at 384 px, the paper's fine-tuning resolution.
-MEMORY_EFFICIENT_TOKENS = 577
-
 # Every choice and its implementations; "auto" (or leaving it out) is the measured default.
 CHOICES = {
     # How softmax(q k^T / sqrt(k)) v is computed: "products", the two matrix products with the
@@ -110,18 +106,16 @@ def chosen_routes():
             if value != AUTO}
 
 
-def default_route(name, training, dtype="float32", tokens=None):
+def default_route(name, training, dtype="float32"):
     """The measured default implementation of choice `name` (BENCHMARKS.md: "The routes
-    behind `keras_vit.routes`" and "Training memory at 384 px"), for a computation in `dtype`
-    over `tokens` tokens (None: not known).
+    behind `keras_vit.routes`" and "Training memory at 384 px").
 
     - attention: "fused" at inference on an accelerator (cuDNN's flash attention on a GPU under
-      JAX), "products" at inference on a CPU (no fused kernel there: the fused operation was
-      no faster). In training "memory_efficient" from `MEMORY_EFFICIENT_TOKENS` tokens on, on
-      TensorFlow on a CPU (a sixth to a fifth less memory, at 0.95x the products' speed),
-      else "products" (the fused operation's backward was slower, on a GPU and on a CPU; at
-      197 tokens the memory-efficient route saved 3% of the memory and cost 3-5% of the
-      speed; it is unmeasured on JAX).
+      JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster) and
+      in training (the fused operation's backward was slower, on a GPU and on a CPU).
+      "memory_efficient" is chosen, not a default: in TensorFlow's graph runtime it held less
+      memory than the products (3% at 197 tokens, 16-21% at 577), and its recomputation and
+      loops took more time (0.95x the step at 577 tokens, and 4-5 s more for the first).
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
     - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
@@ -131,11 +125,7 @@ def default_route(name, training, dtype="float32", tokens=None):
     Both are "autodiff" at inference, which has no backward pass.
     """
     if name == "attention":
-        if not training:
-            return "products" if on_cpu() else "fused"
-        long = tokens is not None and tokens >= MEMORY_EFFICIENT_TOKENS
-        tensorflow_on_cpu = keras.backend.backend() == "tensorflow" and on_cpu()
-        return "memory_efficient" if long and tensorflow_on_cpu else "products"
+        return "products" if training or on_cpu() else "fused"
     if name == "block_input":
         jax_on_cpu = keras.backend.backend() == "jax" and on_cpu()
         return "barrier" if training and jax_on_cpu else "plain"
@@ -148,14 +138,13 @@ def default_route(name, training, dtype="float32", tokens=None):
     raise ValueError(f"Unknown route choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
-def route(name, training, dtype="float32", tokens=None):
+def route(name, training, dtype="float32"):
     """The implementation of choice `name` here and now: the chosen one (`use_routes`,
-    `set_routes`), else the default for the mode, the computation's dtype and its number of
-    tokens (None: not known)."""
+    `set_routes`), else the default for the mode and the computation's dtype."""
     chosen = chosen_routes().get(name)
     if chosen is not None:
         return chosen
-    return default_route(name, bool(training), keras.backend.standardize_dtype(dtype), tokens)
+    return default_route(name, bool(training), keras.backend.standardize_dtype(dtype))
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,7 +187,7 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         The context `[B, N, h, k]`, or `(context, probabilities)`.
     """
     dropping = training and dropout is not None and dropout.rate > 0
-    chosen = route("attention", training, query.dtype, query.shape[1])
+    chosen = route("attention", training)
     blockwise = chosen == "memory_efficient" and bias is None and query.shape[1] is not None
     if chosen == "fused" and not dropping:
         context = ops.dot_product_attention(

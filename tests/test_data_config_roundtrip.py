@@ -12,20 +12,7 @@ from keras_vit import data_config as dc
 from keras_vit import weights
 from keras_vit.weights import config_json, hub
 
-TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
-            num_classes=3)
-# timm's ImageNet mean and std, its default crop, bicubic: not the paper's [-1, 1] scaling.
-IMAGENET = dict(input_size=[3, 16, 16], interpolation="bicubic", crop_pct=0.875,
-                crop_mode="center", mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
-
-
-def tiny_model(seed=0, **changes):
-    """A tiny classifier with random weights (a zero head would hide a wrong load)."""
-    keras.utils.set_random_seed(seed)
-    model = keras_vit.ViT(**dict(TINY, **changes))
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.normal(0, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()])
-    return model
+from test_data_config import IMAGENET, TINY, tiny_model  # the same tiny models and config
 
 
 def save_and_load(model, path):
