@@ -4,19 +4,22 @@ optimisation, the executor's set-up, oneDNN's kernels for these shapes, and the 
 and two more calls for the steady step.
 
     python -m benchmarks.first_step [--variant B/16] [--image-size 224] [--batch 8] [--bf16] \\
-        [--no-grappler]
+        [--no-grappler] [--route attention=memory_efficient]
 
 The model trains on the recipes' path (`keras_vit.training.compile_model` with
 `keras_vit.training.AdamW`, the library's runtime); the step is Keras' `train_step` in one
 `tf.function`, traced on its own (`get_concrete_function`) before its first call.
 `--no-grappler` turns TensorFlow's graph optimiser off (`disable_meta_optimizer`), to measure
-what the optimisation costs at the first call and gains in the steady steps. The first call
+what the optimisation costs at the first call and gains in the steady steps; `--route
+CHOICE=IMPLEMENTATION` (repeatable) chooses a route of `keras_vit.routes` for the step. The first call
 less a steady step is the start-up the graph runtime adds to tracing.
 """
 
 import argparse
 import sys
 import time
+
+from benchmarks.memory import route_item
 
 
 def parse_args(argv):
@@ -28,6 +31,8 @@ def parse_args(argv):
     parser.add_argument("--bf16", action="store_true", help="train in mixed_bfloat16")
     parser.add_argument("--no-grappler", action="store_true",
                         help="turn TensorFlow's graph optimiser off")
+    parser.add_argument("--route", type=route_item, action="append", default=[],
+                        help="CHOICE=IMPLEMENTATION of keras_vit.routes (repeatable)")
     return parser.parse_args(argv)
 
 
@@ -39,7 +44,7 @@ def main(argv=None):
     import tensorflow as tf
 
     import keras_vit
-    from keras_vit import training
+    from keras_vit import routes, training
 
     imported = time.perf_counter()
     if args.no_grappler:
@@ -59,7 +64,8 @@ def main(argv=None):
     labels = tf.constant(rng.integers(0, 1000, args.batch))
     step = tf.function(lambda x, y: model.train_step((x, y)))
     mark = time.perf_counter()
-    step.get_concrete_function(images, labels)
+    with routes.use_routes(**dict(args.route)):  # the routes are chosen when the step traces
+        step.get_concrete_function(images, labels)
     times["trace the step"] = time.perf_counter() - mark
     mark = time.perf_counter()
     step(images, labels)
@@ -74,7 +80,8 @@ def main(argv=None):
         times[k] for k in ("build the model", "compile, optimizer state", "trace the step",
                            "first call"))
     print(f"{args.variant}, {args.image_size} px, batch {args.batch}, "
-          f"{'bf16' if args.bf16 else 'fp32'}{', no grappler' if args.no_grappler else ''}")
+          f"{'bf16' if args.bf16 else 'fp32'}{', no grappler' if args.no_grappler else ''}"
+          + "".join(f", {name}={value}" for name, value in args.route))
     print("| stage | seconds |\n|---|---|")
     for name, seconds in times.items():
         print(f"| {name} | {seconds:.2f} |")

@@ -115,7 +115,7 @@ def default_route(name, training, dtype="float32"):
       in training (the fused operation's backward was slower, on a GPU and on a CPU).
       "memory_efficient" is chosen, not a default: in TensorFlow's graph runtime it held less
       memory than the products (3% at 197 tokens, 16-21% at 577), and its recomputation and
-      loops took more time (0.95x the step at 577 tokens, and 4-5 s more for the first).
+      loops took more time (0.95x the step at 577 tokens, and 2-5 s more for the first).
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
     - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
