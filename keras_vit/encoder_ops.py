@@ -56,6 +56,7 @@ def sequential_scan(fn, init, count):
                                      parallel_iterations=1)
     return carry, tree.pack_sequence_as(first, [a.stack() for a in arrays])
 
+
 def after(tensors, dependency):
     """`tensors` as they are, for operations that must not start before `dependency` exists.
 

@@ -32,11 +32,10 @@ import onnxruntime
 import tensorflow as tf
 from onnx import helper, numpy_helper
 
-from keras_vit.export import check_model, check_tensorflow_backend
+from keras_vit.export import check_model, check_tensorflow_backend, output_parity
 from keras_vit.fileio import atomic_file, check_destination
 from keras_vit.layer_config import sublayers
 from keras_vit.preprocessing import IMAGE_CHANNELS
-from keras_vit.tflite import output_parity
 
 INPUT_NAME = "images"
 OUTPUT_NAME = "logits"

@@ -18,6 +18,7 @@ from keras_vit.export import (
     check_tensorflow_backend,
     has_quantized_layers,
     check_model,
+    output_parity,
 )
 from keras_vit.fileio import atomic_write, check_destination, naming_write_errors
 from keras_vit.preprocessing import IMAGE_CHANNELS
@@ -135,33 +136,3 @@ def tflite_parity(path, model, images):
     expected = np.exp(logits - logits.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)
     return output_parity(path, model, got, expected, "probabilities", "TFLite")
-
-
-def output_parity(path, model, got, expected, outputs, file_format):
-    """How the outputs an exported file gave agree with the Keras model's on the same images:
-    the comparison of `tflite_parity` and `keras_vit.onnx_export.onnx_parity`.
-
-    Args:
-        path: str or path. The exported file, for the message.
-        model: the Keras model it was exported from, for the message.
-        got: `[B, K]`, the file's outputs.
-        expected: `[B, K']`, the Keras model's outputs of the same kind.
-        outputs: str. What the outputs are ("logits", "probabilities"), for the message.
-        file_format: str. The file's format ("ONNX", "TFLite"), for the message.
-
-    Returns:
-        dict with `max_abs_diff`, `top1_agreement` (fraction of images with the same top class)
-        and `num_images`.
-
-    Raises:
-        ValueError: naming the file, if its classes are not the model's (K != K').
-    """
-    if got.shape != expected.shape:
-        raise ValueError(f"{path} gives {got.shape[-1]} {outputs} per image, but model "
-                         f"{model.name!r} has {expected.shape[-1]} classes. Expected the "
-                         f"{file_format} file exported from this model.")
-    return {
-        "max_abs_diff": float(np.abs(got - expected).max()),
-        "top1_agreement": float(np.mean(got.argmax(-1) == expected.argmax(-1))),
-        "num_images": len(got),
-    }

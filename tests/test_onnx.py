@@ -21,7 +21,7 @@ import pytest
 
 import keras_vit
 import keras_vit_cli as cli
-from keras_vit import fileio, onnx_export, tflite, weights
+from keras_vit import export, fileio, onnx_export, weights
 from keras_vit_cli import export as cli_export
 
 import tiny_models
@@ -95,7 +95,7 @@ def test_a_keras_classifier_that_is_not_a_keras_vit_model_exports_too(tmp_path):
 
 def test_onnx_parity_reports_the_shared_comparison_and_names_a_file_of_other_classes(tmp_path):
     """`onnx_parity` and `tflite.tflite_parity` compare through one helper,
-    `tflite.output_parity`: the same numbers, computed here independently, and the same
+    `export.output_parity`: the same numbers, computed here independently, and the same
     one-line refusal of a file whose classes are not the model's."""
     model = build()
     path = keras_vit.export_onnx(model, tmp_path / "vit.onnx")
@@ -106,7 +106,7 @@ def test_onnx_parity_reports_the_shared_comparison_and_names_a_file_of_other_cla
                       "max_abs_logit": float(np.abs(want).max()),
                       "top1_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
                       "num_images": 3}
-    assert set(parity) - {"max_abs_logit"} == set(tflite.output_parity(
+    assert set(parity) - {"max_abs_logit"} == set(export.output_parity(
         path, model, got, want, "logits", "ONNX"))
     ten = build(num_classes=10)
     with pytest.raises(ValueError) as raised:
@@ -114,12 +114,12 @@ def test_onnx_parity_reports_the_shared_comparison_and_names_a_file_of_other_cla
     assert str(raised.value) == (f"{path} gives 3 logits per image, but model 'tiny' has 10 "
                                  "classes. Expected the ONNX file exported from this model.")
     with pytest.raises(ValueError) as raised:
-        tflite.output_parity("m.tflite", ten, np.zeros((2, 3)), np.zeros((2, 10)),
+        export.output_parity("m.tflite", ten, np.zeros((2, 3)), np.zeros((2, 10)),
                              "probabilities", "TFLite")
     assert str(raised.value) == ("m.tflite gives 3 probabilities per image, but model 'tiny' "
                                  "has 10 classes. Expected the TFLite file exported from this "
                                  "model.")
-    two = tflite.output_parity("m.tflite", ten, np.array([[0.2, 0.8], [0.6, 0.4]]),
+    two = export.output_parity("m.tflite", ten, np.array([[0.2, 0.8], [0.6, 0.4]]),
                                np.array([[0.25, 0.75], [0.3, 0.7]]), "probabilities", "TFLite")
     assert two == {"max_abs_diff": pytest.approx(0.3), "top1_agreement": 0.5, "num_images": 2}
 
