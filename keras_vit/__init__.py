@@ -72,7 +72,7 @@ _LAZY = {
         "patch_embedding_components", "position_embedding_similarity"),
         "keras_vit.inspection"),
     **dict.fromkeys(("class_names", "decode_predictions"), "keras_vit.labels"),
-    "preprocess_inputs": "keras_vit.preprocessing",
+    **dict.fromkeys(("preprocess_inputs", "DataConfig"), "keras_vit.preprocessing"),
     "resolve_data_config": "keras_vit.data_config",
     "load_image": "keras_vit.images",
     "get_strategy": "keras_vit.parallel.tf_distribute",

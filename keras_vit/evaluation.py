@@ -36,6 +36,7 @@ import numpy as np
 
 from keras_vit.checks import check_labels, check_positive_number
 from keras_vit.data import InputData, to_0_255
+from keras_vit.data_config import resolve_data_config
 from keras_vit.fileio import atomic_write, check_destination
 from keras_vit.plots import plot_confusion_matrix
 from keras_vit.preprocessing import preprocess_inputs
@@ -211,8 +212,8 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
     """
     path = None
     if cache:
-        stated = getattr(model, "data_config", None)  # the features of arrays depend on it
-        key = cache_key if stated is None else {"data": cache_key, "data_config": stated}
+        stated = resolve_data_config(model)  # the features of arrays depend on it
+        key = cache_key if stated.is_paper else {"data": cache_key, "data_config": stated}
         name = f"{feature_cache_key(model, key)}-" \
                f"{data_digest(data, batch_size, value_range)}.npz"
         path = os.path.join(os.path.expanduser(os.fspath(cache)), name)

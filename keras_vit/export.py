@@ -533,7 +533,6 @@ def export_saved_model(
     """
     check_tensorflow_backend("export_saved_model")
     height, width, num_classes = check_model(model)
-    stated = data_config is not None or getattr(model, "data_config", None) is not None
     data_config = data_configs.resolve_data_config(
         model if data_config is None else data_config, (height, width))
     model = at_precision(model, precision)
@@ -567,9 +566,8 @@ def export_saved_model(
                     xla=bool(jit_compile), runtime=why,
                     formats=list(image_ops.FORMATS),
                     signatures=[SERVING_SIGNATURE, IMAGES_SIGNATURE]
-                    + ([NATIVE_SIZE_SIGNATURE] if max_patches else []))
-    if stated:  # the paper's where absent
-        metadata["data_config"] = data_config
+                    + ([NATIVE_SIZE_SIGNATURE] if max_patches else []),
+                    data_config=data_config)
 
     stage = progress or (lambda text: None)
     with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:

@@ -14,7 +14,7 @@ Layer names follow the official checkpoint (`embedding`, `cls`, `posembed_input`
 with `model.get_layer(name)`; `model.attention_model()` also returns every block's attention
 probabilities. With `scan=True` or `remat=True` the blocks are sublayers of one
 `keras_vit.Encoder` layer named `Transformer`. `get_config()` holds the constructor's
-arguments and the model's data config where it has one: how the model runs
+arguments and the model's data config (`model.data_config`, always set): how the model runs
 (`keras_vit.routes`) is not saved with it.
 """
 
@@ -31,8 +31,7 @@ from keras_vit.layers import (CLASSIFIERS, GELU_APPROXIMATE, LAYER_NORM_EPSILON,
                               PatchEmbedding, TokenPooling, TransformerBlock)
 from keras_vit.positions import (AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D,
                                  NoPositionEmbs)
-from keras_vit.preprocessing import ATTRIBUTE as DATA_CONFIG
-from keras_vit.preprocessing import IMAGE_CHANNELS, check_data_config
+from keras_vit.preprocessing import IMAGE_CHANNELS, check_data_config, paper_data_config
 from keras_vit.resnet import ResNet, resnet_stride
 
 # The name of the `Encoder` layer of a `scan=True` or `remat=True` model: its variables' paths
@@ -49,6 +48,8 @@ POSITION_EMBEDDINGS = {
     "relative": NoPositionEmbs,
 }
 RELATIVE = "relative"
+# Where a ViT keeps its data config (outside Keras' attribute tracking: it is a value).
+_DATA_CONFIG_SLOT = "_keras_vit_data_config"
 # Bytes a float32 weight or activation takes.
 FLOAT32_BYTES = 4
 
@@ -118,6 +119,10 @@ class ViT(keras.Model):
             `num_layers`). The blocks keep their names and weights, so loading, saving,
             conversion and export are unchanged; the attention probabilities are not in the
             graph. Defaults to False (one `TransformerBlock` layer per block).
+        data_config: None or a data config (a dict with timm's field names, see
+            `keras_vit.DataConfig`): the preprocessing the weights expect, kept as
+            `model.data_config` at the model's input size. None: the paper's (bilinear
+            resize, no crop, `x / 127.5 - 1`). Loading a checkpoint sets its own.
         dtype: str, `keras.DTypePolicy` or None. The dtype policy of every layer (the head
             computes in float32 under mixed precision). Defaults to the global policy.
         name: str or None. Model name. Defaults to "vit".
@@ -161,6 +166,7 @@ class ViT(keras.Model):
         remat=False,
         position_embedding="learned",
         scan=False,
+        data_config=None,
         dtype=None,
         name=None,
         **kwargs,
@@ -182,6 +188,7 @@ class ViT(keras.Model):
         outputs, _ = _forward(parts, images, args)
         super().__init__(images, outputs, name=name or "vit", **kwargs)
         self._arguments = json.dumps(args)  # a string: Keras does not track it
+        self._set_data_config(data_config)
         if isinstance(policy, keras.dtype_policies.DTypePolicyMap):  # a quantized model's
             policy = policy.default_policy
         self._base_policy = policy
@@ -189,29 +196,41 @@ class ViT(keras.Model):
     def get_config(self):
         """The constructor's arguments (and the dtype policy: a `DTypePolicyMap` of the
         quantized layers after `model.quantize(...)`, as keras-hub saves one), and the
-        `data_config` the model carries (`keras_vit.resolve_data_config`), where it carries
-        one: the preprocessing its weights expect, kept in `.keras` files."""
-        config = dict(self.vit_arguments(), trainable=self.trainable,
-                      dtype=keras.dtype_policies.serialize(self._saved_policy()))
-        data_config = getattr(self, DATA_CONFIG, None)
-        if data_config is not None:  # plain lists and floats, as JSON holds them
-            config[DATA_CONFIG] = check_data_config(
-                dict(data_config), f"the {DATA_CONFIG} of model {self.name!r}")
-        return config
+        `data_config` the model carries: the preprocessing its weights expect, kept in
+        `.keras` files."""
+        return dict(self.vit_arguments(), trainable=self.trainable,
+                    dtype=keras.dtype_policies.serialize(self._saved_policy()),
+                    data_config=dict(self.data_config))  # plain lists and floats, as JSON
 
     @classmethod
     def from_config(cls, config):
-        """The model `get_config()` describes, with its `data_config` where the config has
-        one (a config without the field gives a model without one)."""
+        """The model `get_config()` describes, with its `data_config` (a config without the
+        field, from keras_vit 0.4 or older, gives the paper's)."""
         config = dict(config)
-        data_config = config.pop(DATA_CONFIG, None)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        model = cls(**config)
-        if data_config is not None:
-            setattr(model, DATA_CONFIG, check_data_config(
-                data_config, f"the {DATA_CONFIG} of model {model.name!r}'s config"))
-        return model
+        return cls(**config)
+
+    @property
+    def data_config(self):
+        """The preprocessing the model's weights expect, a `keras_vit.DataConfig` at the
+        model's input size: its checkpoint's for a model loaded from one, else the paper's
+        (bilinear resize, no crop, [-1, 1]). Every path from pixels reads it (`load_image`,
+        `preprocess_inputs`, the data pipelines, `predict`, `evaluate`, training, every
+        export). Set it with a data config (a dict with timm's field names, checked) or None
+        (the paper's)."""
+        return self.__dict__[_DATA_CONFIG_SLOT]
+
+    @data_config.setter
+    def data_config(self, value):
+        self._set_data_config(value)
+
+    def _set_data_config(self, value):
+        size = json.loads(self._arguments)["image_size"]
+        config = paper_data_config(size) if value is None else check_data_config(
+            dict(value) if isinstance(value, dict) else value,
+            f"the data_config of model {self.name!r}").at_size(size)
+        object.__setattr__(self, _DATA_CONFIG_SLOT, config)  # not tracked by Keras: a value
 
     def vit_arguments(self):
         """The `keras_vit.ViT` arguments that rebuild this model (a JSON-serialisable dict)."""

@@ -47,13 +47,106 @@ DEFAULT_IMAGE_SIZE = 224
 ATTRIBUTE = "data_config"
 
 
+class _Values(list):
+    """A list that does not change (a DataConfig's `input_size`, `mean` and `std`); equal to
+    the plain list of its values, and written by `json` as one."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("A DataConfig does not change: use config.replace(field=value).")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class DataConfig(dict):
+    """A checked data config that cannot change: a `dict` with timm's field names (`FIELDS`)
+    and `antialias`, so that `json.dumps`, `dict(config)` and `config["mean"]` work as on the
+    dicts timm and keras-hub use; each field is also an attribute (`config.mean`).
+
+    Build one with `DataConfig(mapping)` (checked by `check_data_config`), change one with
+    `config.replace(field=value)` (checked again), and give a model one with
+    `model.data_config = ...`.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, config=(), where="data config"):
+        return super().__new__(cls)
+
+    def __init__(self, config=(), where="data config"):
+        if not isinstance(config, DataConfig):
+            config = _checked_fields(config, where)
+            config.update({field: _Values(config[field])
+                           for field in ("input_size", "mean", "std")})
+        super().__init__(config)
+
+    def __getattr__(self, field):
+        try:
+            return self[field]
+        except KeyError:
+            raise AttributeError(f"DataConfig has no field {field!r}. Expected one of "
+                                 f"{', '.join((*FIELDS, ANTIALIAS))}.") from None
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("A DataConfig does not change: use config.replace(field=value), or "
+                        "dict(config) for a plain copy.")
+
+    __setitem__ = __delitem__ = __setattr__ = __delattr__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return DataConfig, (dict(self),)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self):
+        return f"DataConfig({dict.__repr__(self)})"
+
+    def replace(self, **fields):
+        """A new DataConfig with `fields` changed (checked)."""
+        return DataConfig(dict(self, **fields))
+
+    def at_size(self, image_size):
+        """This config at another resolution (crop, interpolation and normalisation kept)."""
+        height, width = _pair("image_size", image_size)
+        if self["input_size"][1:] == [height, width]:
+            return self
+        return DataConfig(dict(self, input_size=[IMAGE_CHANNELS, height, width]))
+
+    @property
+    def image_size(self):
+        """(height, width)."""
+        return tuple(self["input_size"][1:])
+
+    @property
+    def is_paper(self):
+        """Whether this is the paper's preprocessing (at any resolution)."""
+        return self == paper_data_config(self.image_size)
+
+
 def paper_data_config(image_size=DEFAULT_IMAGE_SIZE):
     """The paper's preprocessing at `image_size` (int or (height, width)): a bilinear resize of
-    each side, no crop, no antialias, mean = std = 0.5 ([-1, 1] scaling)."""
+    each side, no crop, no antialias, mean = std = 0.5 ([-1, 1] scaling); a `DataConfig`."""
     height, width = _pair("image_size", image_size)
-    return dict(input_size=[IMAGE_CHANNELS, height, width], interpolation=PAPER_INTERPOLATION,
-                crop_pct=1.0, crop_mode="squash", mean=list(PAPER_MEAN), std=list(PAPER_STD),
-                antialias=False)
+    return DataConfig(dict(
+        input_size=[IMAGE_CHANNELS, height, width], interpolation=PAPER_INTERPOLATION,
+        crop_pct=1.0, crop_mode="squash", mean=list(PAPER_MEAN), std=list(PAPER_STD),
+        antialias=False))
 
 
 def _pair(field, value):
@@ -81,7 +174,8 @@ def _rgb_numbers(where, field, value, positive=False):
 
 
 def check_data_config(config, where="data config"):
-    """A data config, checked and normalised (lists, floats; `antialias` filled in).
+    """A data config, checked and normalised (lists, floats; `antialias` filled in): a
+    `DataConfig`.
 
     Args:
         config: dict with `FIELDS` (and optionally `antialias`).
@@ -90,6 +184,11 @@ def check_data_config(config, where="data config"):
     Raises:
         ValueError: one line naming `where`, the field, the value and what was expected.
     """
+    return config if isinstance(config, DataConfig) else DataConfig(config, where)
+
+
+def _checked_fields(config, where):
+    """`check_data_config`'s checks; the normalised fields as a plain dict."""
     if not isinstance(config, dict):
         raise ValueError(f"{where} must be a JSON object with {', '.join(FIELDS)}. "
                          f"Received: {config!r:.100}")
@@ -132,7 +231,8 @@ def config_image_size(config):
 def with_image_size(config, size):
     """`config` at another resolution (crop, interpolation and normalisation kept)."""
     height, width = _pair("image_size", size)
-    return dict(config, input_size=[IMAGE_CHANNELS, height, width])
+    resized = dict(config, input_size=[IMAGE_CHANNELS, height, width])
+    return DataConfig(resized) if isinstance(config, DataConfig) else resized
 
 
 def timm_data_config(pretrained_cfg, where="pretrained_cfg"):

@@ -402,31 +402,57 @@ def test_timms_create_transform_gives_the_same_input(tmp_path):
 
 def test_a_hub_checkpoint_keeps_the_data_config_of_timms_config_json(tmp_path):
     """`hf://` through the Hugging Face cache, offline: timm's `pretrained_cfg` (bicubic, crop
-    0.9) is the model's data config, and `resolve_data_config` reads it from the cache."""
+    0.9) is the model's data config, and `resolve_data_config` reads it from the cache. A timm
+    registry name read from the same cache carries its entry's (and timm's) data config, on
+    every path: `from_pretrained`, `resolve_data_config` and the command line's `predict`."""
     import shutil
     import sys
 
     fixture = ROOT / "tests" / "fixtures" / "hub" / "timm_vit"
     commit = "0123456789abcdef0123456789abcdef01234567"
-    folder = tmp_path / "hf" / "hub" / "models--timm--vit-test"
-    (folder / "snapshots" / commit).mkdir(parents=True)
-    (folder / "refs").mkdir()
-    (folder / "refs" / "main").write_text(commit)
-    for name in ("config.json", "model.safetensors"):
-        shutil.copy(fixture / name, folder / "snapshots" / commit / name)
-    code = ("import json, keras_vit\n"
-            "model = keras_vit.from_pretrained('hf://timm/vit-test', progress=False)\n"
-            "print(json.dumps([model.data_config, "
-            "keras_vit.resolve_data_config('hf://timm/vit-test')]))\n")
+    dino = "vit_base_patch16_224.dino"
+    stated = json.loads((fixture / "config.json").read_text())["pretrained_cfg"]
+    for repo, pretrained_cfg in (("vit-test", stated),
+                                 (dino, weights.get_checkpoint(dino)["preprocessing"])):
+        folder = tmp_path / "hf" / "hub" / f"models--timm--{repo}"
+        (folder / "snapshots" / commit).mkdir(parents=True)
+        (folder / "refs").mkdir()
+        (folder / "refs" / "main").write_text(commit)
+        shutil.copy(fixture / "model.safetensors", folder / "snapshots" / commit)
+        document = json.loads((fixture / "config.json").read_text())
+        document["pretrained_cfg"].update(pretrained_cfg)  # as timm writes it for `repo`
+        (folder / "snapshots" / commit / "config.json").write_text(json.dumps(document))
+    photo = write_png(tmp_path / "photo.png", smooth_image(45, 60))
+    code = ("import json, keras_vit, keras_vit_cli\n"
+            "out = []\n"
+            "for name in ('hf://timm/vit-test', 'DINO'):\n"
+            "    model = keras_vit.from_pretrained(name, progress=False)\n"
+            "    out += [model.data_config, keras_vit.resolve_data_config(name)]\n"
+            "print(json.dumps(out))\n"
+            "keras_vit_cli.main(['predict', 'PHOTO', '--weights', 'DINO', '--top-k', '5'])\n").replace("DINO", dino).replace("PHOTO", str(photo))
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1",
                TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    carried, resolved = json.loads(done.stdout.strip().splitlines()[-1])
-    stated = json.loads((fixture / "config.json").read_text())["pretrained_cfg"]
+    lines = done.stdout.strip().splitlines()
+    index = next(i for i, line in enumerate(lines) if line.startswith("[{"))
+    carried, resolved, dino_carried, dino_resolved = json.loads(lines[index])
     assert carried == resolved == dc.timm_data_config(stated)
     assert (carried["interpolation"], carried["crop_pct"]) == ("bicubic", 0.9)
+    entry = dc.check_data_config(weights.get_checkpoint(dino)["preprocessing"])
+    assert dino_resolved == entry
+    assert dino_carried == dict(entry, input_size=[3, 32, 32])  # at the model's size
+    assert (entry["mean"], entry["crop_pct"]) == ([0.485, 0.456, 0.406], 0.9)
+    # `predict` by name: the probabilities of the photo as DINO's config preprocesses it.
+    shown = [float(line.split("%")[0]) / 100 for line in lines[index + 1:] if "%" in line]
+    model = keras_vit.from_pretrained(tmp_path / "hf" / "hub" / f"models--timm--{dino}"
+                                      / "snapshots" / commit / "model.safetensors")
+    assert model.data_config == dino_carried  # timm's config.json beside the file says so
+    want = expected_probabilities(model, [photo], dino_carried)[0]
+    wrong = expected_probabilities(model, [photo], dc.paper_data_config(32))[0]
+    assert np.abs(want - wrong).max() > 1e-3  # the check can tell them apart
+    np.testing.assert_allclose(shown, np.sort(want)[::-1], atol=6e-5)
 
 
 def test_evaluate_command_reads_a_folder_as_the_checkpoint_says(tmp_path, capsys):

@@ -38,22 +38,44 @@ def test_a_keras_file_keeps_the_data_config(tmp_path):
                                   keras.ops.convert_to_numpy(restored(images)))
 
 
-def test_a_model_without_a_data_config_stays_without_one(tmp_path):
+def test_every_model_carries_a_data_config_the_papers_by_default(tmp_path):
+    """Built from scratch, a model carries the paper's preprocessing at its own size, in its
+    config and through a `.keras` file; the config cannot be changed in place."""
     model = tiny_model()
-    assert "data_config" not in model.get_config()
+    assert model.data_config == dc.paper_data_config(16)
+    assert isinstance(model.data_config, keras_vit.DataConfig)
+    assert model.get_config()["data_config"] == dc.paper_data_config(16)
     restored = save_and_load(model, tmp_path / "m.keras")
-    assert getattr(restored, "data_config", None) is None
-    assert keras_vit.resolve_data_config(restored) == dc.paper_data_config(16)
+    assert restored.data_config == dc.paper_data_config(16)
+    for change in (lambda c: c.__setitem__("crop_pct", 0.5), lambda c: c["mean"].append(0.1),
+                   lambda c: c.update(crop_pct=0.5), lambda c: c["std"].__setitem__(0, 1.0)):
+        with pytest.raises(TypeError, match="does not change"):
+            change(model.data_config)
+    assert model.data_config == dc.paper_data_config(16)
+    # Given a new one, the model holds it checked and at its own input size.
+    model.data_config = dict(IMAGENET, input_size=[3, 224, 224])
+    assert model.data_config == dc.check_data_config(IMAGENET)
+    with pytest.raises(ValueError, match="`crop_pct` must be a number"):
+        model.data_config = dict(IMAGENET, crop_pct=2)
+    assert model.data_config == dc.check_data_config(IMAGENET)
+    model.data_config = None
+    assert model.data_config == dc.paper_data_config(16)
 
 
-def test_a_config_without_the_field_builds_a_model_without_one():
+def test_the_constructor_takes_a_data_config():
+    model = keras_vit.ViT(**TINY, data_config=IMAGENET)
+    assert model.data_config == dc.check_data_config(IMAGENET)
+    assert keras_vit.ViT.from_config(model.get_config()).data_config == model.data_config
+
+
+def test_a_config_without_the_field_builds_a_model_with_the_papers():
     """A `.keras` file written before the field existed holds the constructor's arguments
-    only."""
+    only: its model was the paper's."""
     model = tiny_model()
     model.data_config = dc.check_data_config(IMAGENET)
     old = {k: v for k, v in model.get_config().items() if k != "data_config"}
     clone = keras_vit.ViT.from_config(old)
-    assert getattr(clone, "data_config", None) is None
+    assert clone.data_config == dc.paper_data_config(16)
     again = keras_vit.ViT.from_config(model.get_config())
     assert again.data_config == model.data_config
     assert again.get_config() == model.get_config()
@@ -130,9 +152,9 @@ def test_a_checkpoint_that_states_none_leaves_the_papers(tmp_path):
     weights.save_npz(tiny_model(), bare)
     model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "mine", IMAGENET))
     keras_vit.load_pretrained(model, bare)
-    assert model.data_config is None
+    assert model.data_config == dc.paper_data_config(16)
     assert keras_vit.resolve_data_config(model) == dc.paper_data_config(16)
-    assert keras_vit.from_pretrained(bare).data_config is None
+    assert keras_vit.from_pretrained(bare).data_config == dc.paper_data_config(16)
 
 
 def test_a_bad_data_config_leaves_the_model_unchanged(tmp_path):

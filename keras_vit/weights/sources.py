@@ -24,7 +24,7 @@ import re
 import huggingface_hub
 
 from keras_vit.model_parts import model_image_size
-from keras_vit.preprocessing import (ATTRIBUTE, DEFAULT_IMAGE_SIZE, check_data_config,
+from keras_vit.preprocessing import (DEFAULT_IMAGE_SIZE, check_data_config,
                                      paper_data_config, timm_data_config, with_image_size)
 from keras_vit.weights import download, hub, keras_hub, registry
 from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
@@ -185,7 +185,7 @@ def load_pretrained(model, source, progress=True):
     params, entry = fetch_params(source, progress=progress, check=fits)
     stated = checkpoint_model_data_config(model, source, entry)  # before any change
     report = load_params(model, params, source=str(source))
-    setattr(model, ATTRIBUTE, stated)
+    model.data_config = stated  # None: the paper's
     report["entry"] = entry
     return report
 
@@ -203,6 +203,8 @@ def checkpoint_data_config(source, entry=None, image_size=None):
     Raises:
         keras_vit.CheckpointError: naming the file or entry and the field, for a malformed one.
     """
+    if registry.is_registered(source):  # the registry's entry, not the one its file gave
+        entry = registry.get_checkpoint(source)
     if entry and entry.get("preprocessing") is not None:
         stated = dict(entry["preprocessing"])
         if stated.get("input_size") is None and image_size is not None:
@@ -212,7 +214,8 @@ def checkpoint_data_config(source, entry=None, image_size=None):
         except ValueError as e:
             raise CheckpointError(str(e)) from None
     if registry.is_registered(source):
-        return None
+        return file_data_config(registry.hub_source(source)) if registry.hub_source(source) \
+            else None
     return file_data_config(source)
 
 
