@@ -74,7 +74,7 @@ _LAZY = {
     **dict.fromkeys(("class_names", "decode_predictions"), "keras_vit.labels"),
     **dict.fromkeys(("preprocess_inputs", "DataConfig"), "keras_vit.preprocessing"),
     "resolve_data_config": "keras_vit.data_config",
-    "load_image": "keras_vit.images",
+    **dict.fromkeys(("load_image", "classify_images"), "keras_vit.images"),
     "get_strategy": "keras_vit.parallel.tf_distribute",
     **dict.fromkeys(("get_distribution", "layout_map"), "keras_vit.parallel.keras_distribution"),
 }

@@ -389,6 +389,68 @@ def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None)
     return resize_crop(tf.cast(image, tf.float32), config).numpy()
 
 
+def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_MAX_PIXELS,
+                    batch_size=32, data_config=None):
+    """From pixels to classes in one call, with the preprocessing the model's weights expect
+    (`model.data_config`: its checkpoint's resize, crop, mean and std), as keras-hub's
+    `ImageClassifier.predict` takes raw images.
+
+    Args:
+        model: a classifier (`keras_vit.from_pretrained(...)`, any `keras_vit.ViT`).
+        images: a path or a list of paths (JPEG, PNG, GIF, BMP, WebP), or RGB images in
+            [0, 255] of any size: one `[H, W, 3]` array, a batch `[B, H, W, 3]` or a list of
+            arrays (each resized and cropped as the data config says).
+        top: int. Classes per image. Defaults to 5.
+        class_names: list of str or None. See `keras_vit.decode_predictions`: ImageNet's names
+            for 1000 and 21843 classes, else the class indices. Defaults to None.
+        max_pixels: int or None. Image files declaring more pixels are refused.
+        batch_size: int. Images per forward pass. Defaults to 32.
+        data_config: None or a data config: another preprocessing (e.g. the model's own at
+            another size, for a model of any input size). Defaults to None: the model's.
+
+    Returns:
+        For each image, a list of `(class_id, name, probability)`, most likely first.
+
+    Raises:
+        FileNotFoundError, ValueError: naming the file or the array that cannot be read.
+
+    Examples:
+    >>> model = keras_vit.from_pretrained("digits")  # doctest: +SKIP
+    >>> keras_vit.classify_images(model, "seven.png", top=1)  # doctest: +SKIP
+    [[('7', '7', 0.98)]]
+    """
+    from keras_vit.labels import LABEL_SETS, decode_predictions
+
+    config = data_configs.resolve_data_config(model if data_config is None else data_config)
+    if isinstance(images, (str, os.PathLike)) or (hasattr(images, "ndim") and images.ndim == 3):
+        images = [images]
+    logits = []
+    for start in range(0, len(images), batch_size):
+        batch = [_pixels(image, config, max_pixels) for image in images[start:start + batch_size]]
+        logits.append(model.predict_on_batch(preprocess_inputs(tf.stack(batch), config)))
+    if not logits:
+        raise ValueError("classify_images got no images. Expected a path, an image or a list.")
+    num_classes = logits[0].shape[-1]
+    if class_names is None and num_classes not in LABEL_SETS:  # the class indices
+        class_names = [str(i) for i in range(num_classes)]
+    return decode_predictions(tf.concat(logits, 0).numpy(), top=min(top, num_classes),
+                              class_names=class_names)
+
+
+def _pixels(image, config, max_pixels):
+    """`[height, width, 3]` float32 in [0, 255] of a path or an RGB array, resized and cropped
+    as the data config says."""
+    if isinstance(image, (str, os.PathLike)):
+        return load_image(image, max_pixels=max_pixels, data_config=config)
+    array = tf.convert_to_tensor(image)
+    if array.shape.rank != 3 or array.shape[-1] != IMAGE_CHANNELS or not (
+            array.dtype == tf.uint8 or array.dtype.is_floating):
+        raise ValueError(f"classify_images takes RGB images [height, width, 3], uint8 or float "
+                         f"in [0, 255]. Received shape {tuple(array.shape)} of "
+                         f"{array.dtype.name}")
+    return resize_crop(tf.cast(array, tf.float32), config)
+
+
 def not_regular_file(path):
     """Why `path` cannot be read as an image file (a FIFO, a socket, a device: reading one
     could wait forever), or None for a regular file (or a link to one)."""

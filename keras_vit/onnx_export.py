@@ -2,12 +2,17 @@
 Keras' own export (`model.export(path, format="onnx")`, which converts the model's traced
 TensorFlow function with tf2onnx).
 
-The graph is the Keras model's function and nothing more: input `images`, `[batch, H, W, 3]`
-float32 RGB already scaled to [-1, 1] (`keras_vit.preprocess_inputs`); output `logits`,
-`[batch, K]` float32. The batch dimension is dynamic (named `batch`); a model built with
-`dynamic_image_size=True` keeps its height and width dynamic too (`height`, `width`). Softmax,
-top-k and class names are the caller's (the SavedModel export, `keras_vit.export`, has them in
-its graph).
+The graph takes `images`, `[batch, H, W, 3]` float32 RGB in [0, 255] at the model's size, as
+the SavedModel's `predict_images` and the TFLite file do, and normalises them inside with the
+model's data config (`(x / 255 - mean) / std`, its checkpoint's mean and std), then runs the
+Keras model's function; output `logits`, `[batch, K]` float32. With `preprocessing=False` the
+graph is the Keras model's function alone, taking images already normalised
+(`keras_vit.preprocess_inputs(images, model)`). Either way the file's `metadata_props` say which
+(`keras_vit.input`) and hold the data config (`keras_vit.data_config`, JSON with timm's field
+names: the resize and crop a deployer applies before the graph). The batch dimension is dynamic
+(named `batch`); a model built with `dynamic_image_size=True` keeps its height and width
+dynamic too (`height`, `width`). Softmax, top-k and class names are the caller's (the
+SavedModel export, `keras_vit.export`, has them in its graph).
 
 The file is checked before it is put in place: ONNX's checker, then ONNX Runtime loads it and
 reproduces the Keras logits on random images within `ONNX_TOLERANCE`.
@@ -19,6 +24,7 @@ module imports onnx and onnxruntime, so it imports only where they are installed
 import contextlib
 import gc
 import importlib.util
+import json
 import logging
 import math
 import os
@@ -32,10 +38,11 @@ import onnxruntime
 import tensorflow as tf
 from onnx import helper, numpy_helper
 
+from keras_vit.data_config import resolve_data_config
 from keras_vit.export import check_model, check_tensorflow_backend, output_parity
 from keras_vit.fileio import atomic_file, check_destination
 from keras_vit.layer_config import sublayers
-from keras_vit.preprocessing import IMAGE_CHANNELS
+from keras_vit.preprocessing import IMAGE_CHANNELS, normalization, preprocess_inputs
 
 INPUT_NAME = "images"
 OUTPUT_NAME = "logits"
@@ -53,6 +60,11 @@ MAX_FILE_BYTES = 2**31
 # onnx and onnxruntime, which this module imports).
 CONVERTER = "tf2onnx"
 INSTALL = "pip install 'keras-vit[onnx]'"
+# The file's metadata_props: what its input is, and the model's data config (JSON).
+INPUT_KEY = "keras_vit.input"
+DATA_CONFIG_KEY = "keras_vit.data_config"
+PIXELS = "RGB in [0, 255], normalised in the graph with keras_vit.data_config's mean and std"
+NORMALISED = "RGB normalised with keras_vit.data_config's mean and std: (x / 255 - mean) / std"
 # Seconds between the garbage collections during a conversion (see `_collecting_garbage`).
 COLLECT_EVERY = 1.0
 
@@ -92,15 +104,17 @@ def check_size(model):
             "data. Expected a model with less than 2 GiB of weights (ViT-L/16 and smaller).")
 
 
-def export_onnx(model, path, overwrite=False):
+def export_onnx(model, path, overwrite=False, preprocessing=True):
     """Exports a classifier as an ONNX file, with Keras' own ONNX export, written atomically.
 
-    The graph maps `images` `[batch, H, W, 3]` float32, preprocessed as the model expects
-    (`keras_vit.preprocess_inputs`: RGB scaled to [-1, 1]), to `logits` `[batch, K]`
-    float32: the Keras model's function. The batch size is dynamic; so are H and W for a model
-    built with `dynamic_image_size=True`. Before the file is put in place, ONNX Runtime loads it
-    and must reproduce the Keras logits on `CHECK_IMAGES` random images within
-    `ONNX_TOLERANCE` (relative to the largest logit where that is above 1).
+    The graph maps `images` `[batch, H, W, 3]` float32 RGB in [0, 255] to `logits`
+    `[batch, K]` float32: the model's normalisation (its data config's mean and std), then the
+    Keras model's function. The batch size is dynamic; so are H and W for a model built with
+    `dynamic_image_size=True`. The file's `metadata_props` hold the data config
+    (`DATA_CONFIG_KEY`) and what the input is (`INPUT_KEY`). Before the file is put in place,
+    ONNX Runtime loads it and must reproduce the Keras logits of the model's own
+    preprocessing on `CHECK_IMAGES` random images within `ONNX_TOLERANCE` (relative to the
+    largest logit where that is above 1).
 
     Args:
         model: a built float32 classifier (see `keras_vit.export.check_model`): any keras_vit
@@ -108,6 +122,9 @@ def export_onnx(model, path, overwrite=False):
             int8-quantized, of any input size).
         path: str or path of the `.onnx` file.
         overwrite: bool. Replace a file already at `path`. Defaults to False.
+        preprocessing: bool. True: the graph takes pixels in [0, 255] and normalises them.
+            False: the graph takes images normalised already
+            (`keras_vit.preprocess_inputs(images, model)`). Defaults to True.
 
     Returns:
         str: `path`.
@@ -134,11 +151,15 @@ def export_onnx(model, path, overwrite=False):
     check_float32(model)
     check_size(model)
     check_destination(path, overwrite)
+    if not isinstance(preprocessing, bool):
+        raise ValueError(f"`preprocessing` must be True or False. Received: "
+                         f"preprocessing={preprocessing!r:.100}")
+    config = resolve_data_config(model)
     spec = tf.TensorSpec([None, *model.inputs[0].shape[1:]], tf.float32, name=INPUT_NAME)
     with atomic_file(path) as scratch:
         with _quiet_converter(), _collecting_garbage():
             model.export(scratch, format="onnx", verbose=False, input_signature=[spec])
-        _finish(scratch)
+        _finish(scratch, config, preprocessing)
         _check_against_keras(scratch, model, path)
         check_destination(path, overwrite)  # still free (or replaceable) now
     return os.fspath(path)
@@ -186,10 +207,11 @@ def _collecting_garbage(every=COLLECT_EVERY):
         thread.join()
 
 
-def _finish(path):
+def _finish(path, config, preprocessing):
     """Names the graph's output and symbolic dimensions (tf2onnx calls them `Identity:0` and
-    `unk__N`), writes TensorFlow's Erfc as ONNX operators, and checks the result with ONNX's
-    checker; rewrites the file at `path`.
+    `unk__N`), writes TensorFlow's Erfc as ONNX operators, puts the data config's
+    normalisation in front of the graph (`preprocessing`) and the config in its metadata, and
+    checks the result with ONNX's checker; rewrites the file at `path`.
 
     Raises:
         ValueError: if operations remain that ONNX does not define.
@@ -203,6 +225,12 @@ def _finish(path):
             if not dim.HasField("dim_value"):
                 dim.dim_param = name
     _replace_erfc(graph)
+    if preprocessing:
+        _normalise_input(graph, config)
+    for key, value in ((INPUT_KEY, PIXELS if preprocessing else NORMALISED),
+                       (DATA_CONFIG_KEY, json.dumps(config))):
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, value
     unknown = sorted({node.op_type for node in graph.node
                       if not onnx.defs.has(node.op_type, node.domain)})
     if unknown:
@@ -214,13 +242,42 @@ def _finish(path):
     onnx.save(proto, path)
 
 
-def _rename_tensor(graph, old, new):
-    """Renames the tensor `old` to `new` wherever the graph names it."""
+def _normalise_input(graph, config):
+    """Makes the graph's input pixels in [0, 255]: `x / scale + offset` with the data config's
+    per-channel `keras_vit.preprocessing.normalization` (the arithmetic of
+    `keras_vit.preprocess_inputs`) feeds what the input fed."""
+    (image,) = graph.input
+    normalised = f"{INPUT_NAME}/normalised"
+    _rename_tensor(graph, image.name, normalised, inputs_only=True)
+    scale, offset = (np.asarray(v, np.float32) for v in normalization(config))
+    graph.initializer.extend([numpy_helper.from_array(scale, f"{INPUT_NAME}/scale"),
+                              numpy_helper.from_array(offset, f"{INPUT_NAME}/offset")])
+    scaled = f"{INPUT_NAME}/scaled"
+    graph.node.insert(0, helper.make_node("Add", [scaled, f"{INPUT_NAME}/offset"],
+                                          [normalised], name=f"{INPUT_NAME}/add_offset"))
+    graph.node.insert(0, helper.make_node("Div", [image.name, f"{INPUT_NAME}/scale"],
+                                          [scaled], name=f"{INPUT_NAME}/divide_by_scale"))
+
+
+def file_metadata(path):
+    """The `metadata_props` of an ONNX file from `export_onnx`: `{"input": ..., "data_config":
+    dict}` (an older file without them: the paper's normalisation, preprocessed input)."""
+    props = {entry.key: entry.value for entry in onnx.load(os.fspath(path),
+                                                            load_external_data=False).metadata_props}
+    config = json.loads(props[DATA_CONFIG_KEY]) if DATA_CONFIG_KEY in props else None
+    return dict(input=props.get(INPUT_KEY, NORMALISED), data_config=config)
+
+
+def _rename_tensor(graph, old, new, inputs_only=False):
+    """Renames the tensor `old` to `new` wherever the graph names it (`inputs_only`: where
+    nodes read it)."""
     for node in graph.node:
-        for names in (node.input, node.output):
+        for names in (node.input,) if inputs_only else (node.input, node.output):
             for i, name in enumerate(names):
                 if name == old:
                     names[i] = new
+    if inputs_only:
+        return
     for value in (*graph.output, *graph.value_info):
         if value.name == old:
             value.name = new
@@ -247,7 +304,9 @@ def _check_against_keras(file, model, path):
     Keras logits on random images at the model's resolution."""
     height, width, _ = check_model(model)  # of a model of any size: the size it was built for
     images = np.random.default_rng(0).uniform(
-        -1, 1, (CHECK_IMAGES, height, width, IMAGE_CHANNELS)).astype(np.float32)
+        0, 255, (CHECK_IMAGES, height, width, IMAGE_CHANNELS)).astype(np.float32)
+    if file_metadata(file)["input"] == NORMALISED:
+        images = np.asarray(preprocess_inputs(images, model))
     parity = onnx_parity(file, model, images)
     bound = ONNX_TOLERANCE * max(1.0, parity["max_abs_logit"])
     if not parity["max_abs_diff"] <= bound:
@@ -263,7 +322,8 @@ def run_onnx(path, images):
 
     Args:
         path: str or path of the `.onnx` file.
-        images: float `[B, H, W, 3]`, preprocessed (`keras_vit.preprocess_inputs`).
+        images: float `[B, H, W, 3]`: RGB in [0, 255] (a file with the preprocessing, the
+            default), or normalised (`keras_vit.preprocess_inputs`, a file without).
 
     Returns:
         float32 logits `[B, K]`.
@@ -287,8 +347,9 @@ def run_onnx(path, images):
 
 
 def onnx_parity(path, model, images):
-    """Compares an ONNX file of `model` with the Keras model on preprocessed images
-    `[B, H, W, 3]`.
+    """Compares an ONNX file of `model` with the Keras model on images `[B, H, W, 3]`, as the
+    file takes them (`file_metadata`): RGB in [0, 255], which the Keras model sees normalised
+    with its own data config, or images normalised already.
 
     Returns:
         dict with `max_abs_diff` (of the logits), `max_abs_logit` (the Keras model's largest
@@ -300,6 +361,8 @@ def onnx_parity(path, model, images):
     """
     images = np.asarray(images, np.float32)
     got = run_onnx(path, images)
+    if file_metadata(path)["input"] == PIXELS:  # normalised as the model's config says
+        images = keras.ops.convert_to_numpy(preprocess_inputs(images, model))
     expected = keras.ops.convert_to_numpy(model(images, training=False)).astype(np.float32)
     parity = output_parity(path, model, got, expected, "logits", "ONNX")
     parity["max_abs_logit"] = float(np.abs(expected).max())  # the scale of ONNX_TOLERANCE

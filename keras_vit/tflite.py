@@ -1,6 +1,9 @@
 """TFLite: a classifier as a `.tflite` file with one signature, from float RGB images in
 [0, 255] to probabilities (the SavedModel's `predict_images`, see `keras_vit.export`), its
-interpreter run, and its agreement with the Keras model."""
+interpreter run, and its agreement with the Keras model. The file normalises as the model's
+data config says (`(x / 255 - mean) / std`, its checkpoint's mean and std); images come at the
+model's input size, resized and cropped by the caller (`keras_vit.load_image(path,
+data_config=model)`)."""
 
 import contextlib
 import os
@@ -12,6 +15,7 @@ import tensorflow as tf
 
 from keras_vit import images as image_ops
 from keras_vit.checks import check_choice
+from keras_vit.data_config import resolve_data_config
 from keras_vit.export import (
     IMAGES_INPUT,
     SERVING_SIGNATURE,
@@ -35,9 +39,10 @@ def tflite_converter(model):
     `images` in [0, 255] to `probabilities`), to set options on and `convert()` inside the
     `with` block (it reads a temporary SavedModel that the block's end removes)."""
     height, width, _ = check_model(model)
+    config = resolve_data_config(model, (height, width))  # its checkpoint's mean and std
 
     def predict(images):
-        logits = tf.cast(model(image_ops.scale(images), training=False), tf.float32)
+        logits = tf.cast(model(image_ops.normalize(images, config), training=False), tf.float32)
         return {"probabilities": tf.nn.softmax(logits, axis=-1)}
 
     # Through a SavedModel, as Keras' own LiteRT export does: converting the tf.function
@@ -58,7 +63,8 @@ def export_tflite(model, path, quantize=None, overwrite=False):
 
     The file has one signature (`serving_default`) from `images` `[B, H, W, 3]` float32 RGB in
     [0, 255] (B dynamic: resize the input tensor) to `probabilities` `[B, K]`, the same as the
-    SavedModel's `predict_images`.
+    SavedModel's `predict_images`: normalised inside the file with the model's data config
+    (`model.data_config`: its checkpoint's mean and std).
 
     Args:
         model: a built classifier (see `check_model`).
@@ -131,8 +137,8 @@ def tflite_parity(path, model, images):
     """
     images = np.asarray(images, np.float32)
     got = run_tflite(path, images)
-    logits = np.asarray(model.predict_on_batch(np.asarray(image_ops.preprocess_inputs(images))),
-                        np.float64)
+    logits = np.asarray(model.predict_on_batch(np.asarray(image_ops.preprocess_inputs(
+        images, resolve_data_config(model)))), np.float64)
     expected = np.exp(logits - logits.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)
     return output_parity(path, model, got, expected, "probabilities", "TFLite")

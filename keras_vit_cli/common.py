@@ -571,8 +571,9 @@ def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, *
     validate = args.validation_split != "none"
     splits = dict(train="train" if validate or not args.folder else "all",
                   validation=args.validation_split if validate else None)
-    train = load_data(args, splits["train"], True, strategy, image_size)
-    validation = load_data(args, splits["validation"], False, strategy, image_size) \
+    # Trained and validated with the model's own preprocessing (its checkpoint's mean and std).
+    train = load_data(args, splits["train"], True, strategy, image_size, model)
+    validation = load_data(args, splits["validation"], False, strategy, image_size, model) \
         if validate else None
     with undecodable_files_named(args):
         summary = training.fit(
@@ -588,8 +589,8 @@ def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, *
 
 def load_data(args, split, training, strategy, image_size, data_config=None):
     """An input pipeline from the data flags. `split`: a tfds split; for folders "train" /
-    "validation" (the seeded held-out 10%) or "all". `data_config`: an evaluation pipeline's
-    preprocessing (the model, for its checkpoint's own)."""
+    "validation" (the seeded held-out 10%) or "all". `data_config`: the pipeline's
+    preprocessing (the model, for its checkpoint's own; see `keras_vit.data`)."""
     from keras_vit import data
 
     common = dict(image_size=image_size, batch_size=args.batch_size, training=training,

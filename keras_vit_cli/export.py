@@ -79,10 +79,15 @@ def configure(parser):
     tflite = parser.add_argument_group("TFLite")
     tflite.add_argument("--quantize", choices=("dynamic-int8",),
                         help="dynamic-range int8 weights (default: float32)")
+    onnx = parser.add_argument_group("ONNX")
+    onnx.add_argument("--no-preprocessing", action="store_true",
+                      help="the graph takes images normalised already with the model's mean "
+                           "and std, instead of RGB in [0, 255]")
 
 
 def _check_format_args(args):
     tflite_only = {"--quantize": args.quantize}
+    onnx_only = {"--no-preprocessing": args.no_preprocessing}
     files_only = {"--parity-images": args.parity_images}  # TFLite and ONNX
     saved_model_only = {"--version": args.version, "--class-names": args.class_names,
                         "--top-k": args.top_k, "--image-dtype": args.image_dtype, "--no-warmup": args.no_warmup,
@@ -90,7 +95,8 @@ def _check_format_args(args):
                         "--precision": args.precision,
                         "--dynamic-image-size": args.dynamic_image_size,
                         "--max-patches": args.max_patches}
-    wrong = {"saved_model": {**tflite_only, **files_only}, "tflite": saved_model_only,
+    wrong = {"saved_model": {**tflite_only, **files_only, **onnx_only},
+             "tflite": {**saved_model_only, **onnx_only},
              "onnx": {**saved_model_only, **tflite_only}}[args.format]
     given = [flag for flag, value in wrong.items() if value not in (None, False)]
     if given:
@@ -178,18 +184,29 @@ def _export_onnx(model, args, progress):
     import numpy as np
 
     from keras_vit import export, onnx_export
+    from keras_vit.preprocessing import preprocess_inputs
 
     progress.stage(f"converting to ONNX, checking it in ONNX Runtime and writing {args.output}")
-    onnx_export.export_onnx(model, args.output, overwrite=args.overwrite)
+    pixels = not args.no_preprocessing
+    onnx_export.export_onnx(model, args.output, overwrite=args.overwrite, preprocessing=pixels)
     height, width, num_classes = export.check_model(model)
     shown = [d or name for d, name in zip(model.inputs[0].shape[1:3],
                                           onnx_export.DIMENSION_NAMES[1:])]
+    config = onnx_export.file_metadata(args.output)["data_config"]
+    given = "RGB in [0, 255] (normalised in the graph)" if pixels else \
+        "(x / 255 - mean) / std"
     print(f"ONNX written to {args.output}: {os.path.getsize(args.output):,} bytes; input "
-          f"{onnx_export.INPUT_NAME} [batch, {shown[0]}, {shown[1]}, 3] float32 in [-1, 1], "
+          f"{onnx_export.INPUT_NAME} [batch, {shown[0]}, {shown[1]}, 3] float32 {given}, "
           f"output {onnx_export.OUTPUT_NAME} [batch, {num_classes}]")
+    print(f"preprocessing (in its metadata, {onnx_export.DATA_CONFIG_KEY}): resize "
+          f"{config['interpolation']}, crop_pct {config['crop_pct']} ({config['crop_mode']}) to "
+          f"{config['input_size'][1]}x{config['input_size'][2]}, mean {config['mean']}, std "
+          f"{config['std']}")
     count = args.parity_images or PARITY_IMAGES
     progress.stage(f"verifying: ONNX Runtime against Keras on {count} random images")
-    batch = np.random.default_rng(1).uniform(-1, 1, (count, height, width, 3))
+    batch = np.random.default_rng(1).uniform(0, 255, (count, height, width, 3))
+    if not pixels:
+        batch = np.asarray(preprocess_inputs(batch, model))
     parity = onnx_export.onnx_parity(args.output, model, batch)
     print(f"parity with Keras on {parity['num_images']} random images in ONNX Runtime: max "
           f"|logit difference| {parity['max_abs_diff']:.3g}, top-1 agreement "

@@ -42,9 +42,7 @@ def check(args):
 
 
 def run(args):
-    import numpy as np
-
-    from keras_vit import images, labels
+    from keras_vit import images
     from keras_vit.data_config import resolve_data_config
 
     progress = Progress.of(args)
@@ -59,16 +57,14 @@ def run(args):
     size = config["input_size"][1:]
     count = len(args.images)
     progress.stage(f"classifying {image_count(count)} at {size[0]}x{size[1]}")
-    logits = []
+    top = []
     with progress.bar(count, "image") as bar:
         for start in range(0, count, PREDICT_BATCH):
             paths = args.images[start:start + PREDICT_BATCH]
-            batch = np.stack([images.load_image(path, max_pixels=max_pixels, data_config=config)
-                              for path in paths])
-            logits.append(model.predict_on_batch(images.preprocess_inputs(batch, config)))
+            top += images.classify_images(model, paths, top=args.top_k, class_names=names,
+                                          max_pixels=max_pixels, batch_size=PREDICT_BATCH,
+                                          data_config=config)
             bar.update(len(paths))
-    top = labels.decode_predictions(np.concatenate(logits), top=min(args.top_k, num_classes),
-                                    class_names=names)
     for path, classes in zip(args.images, top):
         print(path)
         for class_id, name, probability in classes:

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 import reference
+from test_data_config import pil_eval_transform  # timm's eval transform, written with PIL
 from huggingface_hub import constants as hub_constants
 from safetensors.numpy import save_file
 
@@ -236,7 +237,13 @@ def test_the_command_line_takes_a_timm_name_as_weights(offline_hub, tmp_path, ca
     Image.fromarray(image).save(tmp_path / "x.png")
     assert cli.main(["predict", str(tmp_path / "x.png"), "--weights", name, "--top-k", "1"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    want, _, _ = reference.forward(params, image[None] / 127.5 - 1, approximate=False)
+    # The name's own preprocessing (timm's: bicubic, crop 0.9), written with PIL.
+    config = dict(keras_vit.weights.get_checkpoint(name)["preprocessing"], input_size=[3, 32, 32])
+    assert (config["interpolation"], config["crop_pct"]) == ("bicubic", 0.9)
+    pixels = pil_eval_transform(image, config)
+    want, _, _ = reference.forward(params, pixels[None] / 127.5 - 1, approximate=False)
+    paper, _, _ = reference.forward(params, image[None] / 127.5 - 1, approximate=False)
+    assert np.argmax(paper) != np.argmax(want)  # the check tells the preprocessings apart
     assert keras_vit.class_names()[int(np.argmax(want))] in printed[1]
 
 

@@ -316,9 +316,56 @@ def test_evaluate_and_the_evaluation_pipelines_apply_the_models_data_config(tmp_
     want = np.stack([(pil_eval_transform(p, config) / 255 - config["mean"]) / config["std"]
                      for p in big])
     assert np.abs(batch - want).max() <= PIL_LEVELS / 255 / min(config["std"])
-    with pytest.raises(ValueError, match="evaluation pipelines"):
-        keras_vit.data.from_arrays(big, np.array([0, 1]), num_classes=3, image_size=16,
-                                   batch_size=2, training=True, data_config=model)
+    assert data.data_config == config
+
+
+def test_training_pipelines_normalise_with_the_models_mean_and_std():
+    """The same augmentation, then `(x / 255 - mean) / std` with the model's: equal, image for
+    image, to the paper's [-1, 1] batch mapped back to pixels and normalised (as timm
+    fine-tunes a checkpoint with its own mean and std)."""
+    model = tiny_model()
+    model.data_config = IMAGENET
+    big = np.stack([smooth_image(30, 41, seed) for seed in range(2)])
+    batches = [next(iter(keras_vit.data.from_arrays(
+        big, np.array([0, 1]), num_classes=3, image_size=16, batch_size=2, training=True,
+        **given).dataset))[0].numpy() for given in ({}, dict(data_config=model))]
+    paper, own = batches
+    pixels = (paper + 1) * 127.5
+    want = (pixels / 255 - np.array(IMAGENET["mean"])) / np.array(IMAGENET["std"])
+    np.testing.assert_allclose(own, want, atol=1e-4)
+    assert np.abs(own - paper).max() > 0.1
+
+
+def test_fit_trains_with_the_models_normalisation_and_refuses_another(tmp_path):
+    """A pipeline normalised otherwise than the model is refused in one line, before anything
+    is written; with the model's, the run records its data config, and `evaluate` of the
+    fine-tuned file on the validation images gives the loss training's validation gave."""
+    model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "mine", IMAGENET))
+    rng = np.random.default_rng(0)
+    arrays, labels = rng.integers(0, 256, (4, 16, 16, 3), np.uint8), np.array([0, 1, 2, 0])
+
+    def pipeline(training, **given):
+        return keras_vit.data.from_arrays(arrays, labels, num_classes=3, image_size=16,
+                                          batch_size=4, training=training, **given)
+
+    with pytest.raises(ValueError, match=r"The train pipeline normalises with mean \[0.5, "
+                                         r".*expects mean \[0.485.*data_config=model") as e:
+        keras_vit.training.fit(model, pipeline(True), output_dir=tmp_path / "refused", steps=1,
+                               verbose=0, jit_compile=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "refused").exists()
+    with pytest.raises(ValueError, match="The validation pipeline normalises"):
+        keras_vit.training.fit(model, pipeline(True, data_config=model), pipeline(False),
+                               output_dir=tmp_path / "refused", steps=1, verbose=0,
+                               jit_compile=False)
+    summary = keras_vit.training.fit(
+        model, pipeline(True, data_config=model), pipeline(False, data_config=model),
+        output_dir=tmp_path / "run", steps=1, verbose=0, jit_compile=False, monitor="val_loss")
+    written = json.loads((tmp_path / "run" / "config.json").read_text())["preprocessing"]
+    assert written == dc.check_data_config(IMAGENET)
+    tuned = keras_vit.from_pretrained(tmp_path / "run" / "final.npz")
+    assert tuned.data_config == written
+    report = evaluation.evaluate(tuned, pipeline(False, data_config=tuned), progress=False)
+    np.testing.assert_allclose(report["loss"], summary["best_value"], rtol=1e-4)
 
 
 def test_the_serving_signatures_apply_the_models_data_config(tmp_path):
@@ -482,21 +529,6 @@ def test_inspect_shows_the_images_as_they_were_before_normalisation():
     for config in (IMAGENET, None):
         inputs = keras.ops.convert_to_numpy(keras_vit.preprocess_inputs(pixels, config))
         np.testing.assert_allclose(figures._to_unit(inputs, config), pixels / 255, atol=1e-5)
-
-
-def test_a_fine_tuned_checkpoint_keeps_its_data_config(tmp_path):
-    """`keras_vit.training.fit` writes the model's data config into the run's config.json, so
-    that the fine-tuned checkpoint is read as the one it started from."""
-    model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "mine", IMAGENET))
-    rng = np.random.default_rng(0)
-    train = keras_vit.data.from_arrays(rng.integers(0, 256, (4, 16, 16, 3), np.uint8),
-                                       np.array([0, 1, 2, 0]), image_size=16, batch_size=4,
-                                       training=True)
-    keras_vit.training.fit(model, train, output_dir=tmp_path / "run", steps=1, verbose=0,
-                           jit_compile=False)
-    written = json.loads((tmp_path / "run" / "config.json").read_text())["preprocessing"]
-    assert written == dc.check_data_config(IMAGENET)
-    assert keras_vit.from_pretrained(tmp_path / "run" / "final.npz").data_config == written
 
 
 def test_a_keras_hub_preset_keeps_its_image_converters_data_config(tmp_path):

@@ -176,7 +176,8 @@ def test_export_layout_stores_each_weight_once(exported):
                             warmup=True, dtype_policy="float32",
                             xla=execution.choose("float32")[0], runtime=execution.choose("float32")[1],
                             formats=["JPEG", "PNG", "GIF", "BMP", "WebP"],
-                            signatures=["serving_default", "predict_images"])
+                            signatures=["serving_default", "predict_images"],
+                            data_config=keras_vit.data_config.paper_data_config(32))
     assert export.read_metadata(path) == metadata
 
 

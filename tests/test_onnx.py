@@ -36,9 +36,16 @@ KINDS = {
     "pre_logits": dict(representation_size=8),
     "exact_gelu": dict(gelu_approximate=False),  # TensorFlow's Erfc, which ONNX lacks
 }
-# Preprocessed images, [-1, 1]: batches of 3 and of 1 (the batch is dynamic), and another size.
+# Preprocessed images, [-1, 1]: batches of 3 and of 1 (the batch is dynamic), and another size;
+# the files take them as pixels in [0, 255] (`pixels`), which the paper's data config of the
+# tiny models maps back to these, up to float32 rounding.
 IMAGES = np.random.default_rng(1).uniform(-1, 1, (3, 16, 16, 3)).astype(np.float32)
 OTHER_SIZE = np.random.default_rng(2).uniform(-1, 1, (2, 24, 32, 3)).astype(np.float32)
+
+
+def pixels(images):
+    return ((images + 1) * 127.5).astype(np.float32)
+
 find_spec = importlib.util.find_spec  # the real one, for the tests that hide packages
 
 
@@ -66,7 +73,7 @@ def test_every_kind_of_model_gives_its_logits_back_through_onnx_runtime(tmp_path
     assert path == str(tmp_path / "vit.onnx") and os.listdir(tmp_path) == ["vit.onnx"]
     runtime = session(path)
     for batch in (IMAGES, IMAGES[:1]):
-        (got,) = runtime.run(["logits"], {"images": batch})
+        (got,) = runtime.run(["logits"], {"images": pixels(batch)})
         assert got.dtype == np.float32
         np.testing.assert_allclose(got, logits(model, batch), atol=1e-5)
     graph = onnx.load(path).graph
@@ -75,7 +82,7 @@ def test_every_kind_of_model_gives_its_logits_back_through_onnx_runtime(tmp_path
     assert [(v.name, shape(v)) for v in graph.output] == [("logits", ["batch", 3])]
     assert "Erfc" not in {node.op_type for node in graph.node}
     if kind == "dynamic":  # any size, as the Keras model
-        (got,) = runtime.run(["logits"], {"images": OTHER_SIZE})
+        (got,) = runtime.run(["logits"], {"images": pixels(OTHER_SIZE)})
         np.testing.assert_allclose(got, logits(model, OTHER_SIZE), atol=1e-5)
 
 
@@ -86,11 +93,11 @@ def test_a_keras_classifier_that_is_not_a_keras_vit_model_exports_too(tmp_path):
     model.set_weights([np.random.default_rng(3).normal(0, 1, w.shape).astype(w.dtype)
                        for w in model.get_weights()])
     path = keras_vit.export_onnx(model, tmp_path / "cnn.onnx")
-    parity = onnx_export.onnx_parity(path, model, IMAGES)
+    parity = onnx_export.onnx_parity(path, model, pixels(IMAGES))
     assert parity["max_abs_diff"] < 1e-5 and parity["top1_agreement"] == 1.0
     with pytest.raises(ValueError, match=r"cnn.onnx takes images \[batch, 16, 16, 3\]. "
                                          r"Received shape \(2, 24, 32, 3\)"):
-        onnx_export.run_onnx(path, OTHER_SIZE)
+        onnx_export.run_onnx(path, pixels(OTHER_SIZE))
 
 
 def test_onnx_parity_reports_the_shared_comparison_and_names_a_file_of_other_classes(tmp_path):
@@ -99,9 +106,9 @@ def test_onnx_parity_reports_the_shared_comparison_and_names_a_file_of_other_cla
     one-line refusal of a file whose classes are not the model's."""
     model = build()
     path = keras_vit.export_onnx(model, tmp_path / "vit.onnx")
-    got = onnx_export.run_onnx(path, IMAGES)
-    want = logits(model, IMAGES)
-    parity = onnx_export.onnx_parity(path, model, IMAGES)
+    got = onnx_export.run_onnx(path, pixels(IMAGES))
+    want = logits(model, keras_vit.preprocess_inputs(pixels(IMAGES), model))
+    parity = onnx_export.onnx_parity(path, model, pixels(IMAGES))
     assert parity == {"max_abs_diff": float(np.abs(got - want).max()),
                       "max_abs_logit": float(np.abs(want).max()),
                       "top1_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
@@ -110,7 +117,7 @@ def test_onnx_parity_reports_the_shared_comparison_and_names_a_file_of_other_cla
         path, model, got, want, "logits", "ONNX"))
     ten = build(num_classes=10)
     with pytest.raises(ValueError) as raised:
-        onnx_export.onnx_parity(path, ten, IMAGES)
+        onnx_export.onnx_parity(path, ten, pixels(IMAGES))
     assert str(raised.value) == (f"{path} gives 3 logits per image, but model 'tiny' has 10 "
                                  "classes. Expected the ONNX file exported from this model.")
     with pytest.raises(ValueError) as raised:
@@ -236,11 +243,13 @@ def test_cli_exports_onnx_that_gives_the_keras_logits(tmp_path, capsys):
                      "--parity-images", "2"]) == 0
     printed = capsys.readouterr().out
     assert f"ONNX written to {out}: {out.stat().st_size:,} bytes; input images [batch, 16, 16, "
-    "3] float32 in [-1, 1], output logits [batch, 3]" in printed
+    "3] float32 RGB in [0, 255] (normalised in the graph), output logits [batch, 3]" in printed
+    assert "preprocessing (in its metadata, keras_vit.data_config): resize bilinear, crop_pct " \
+        "1.0 (squash) to 16x16, mean [0.5, 0.5, 0.5], std [0.5, 0.5, 0.5]" in printed
     parity = re.search(r"parity with Keras on 2 random images in ONNX Runtime: max \|logit "
                        r"difference\| (\S+), top-1 agreement 100.0%", printed)
     assert parity and float(parity[1]) < 1e-5, printed
-    (got,) = session(out).run(["logits"], {"images": IMAGES})
+    (got,) = session(out).run(["logits"], {"images": pixels(IMAGES)})
     np.testing.assert_allclose(got, logits(model, IMAGES), atol=1e-5)
     # An existing file: refused before the model is loaded; replaced with --overwrite.
     argv = ["export", str(out), "--format", "onnx", "--weights", str(checkpoint)]

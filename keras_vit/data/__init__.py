@@ -1,13 +1,17 @@
 """Input pipelines with `tf.data`: tensorflow-datasets by name, image folders, NumPy arrays.
 
-Every pipeline yields `(images, labels)` batches: images float32 `[B, H, W, 3]` in [-1, 1],
-labels int32 `[B]`. The preprocessing is the official one (vit_jax `input_pipeline.py`):
+Every pipeline yields `(images, labels)` batches: images float32 `[B, H, W, 3]`, labels int32
+`[B]`. The preprocessing is the official one (vit_jax `input_pipeline.py`):
 
 - train: inception crop (a random box covering 5% to 100% of the image, aspect ratio 3/4 to
   4/3), resize to the model resolution, random horizontal flip, `x / 127.5 - 1`;
-- eval: plain resize to the model resolution (no centre crop), `x / 127.5 - 1`; with
-  `data_config=` (e.g. the model, see `keras_vit.resolve_data_config`), that checkpoint's own
-  resize, crop and `(x / 255 - mean) / std` instead.
+- eval: plain resize to the model resolution (no centre crop), `x / 127.5 - 1`.
+
+With `data_config=model` (see `keras_vit.resolve_data_config`) a pipeline normalises with that
+checkpoint's own mean and std, `(x / 255 - mean) / std`, after the same augmentation (as timm
+fine-tunes), and an evaluation pipeline also resizes and crops as the checkpoint says. The
+pipeline records what it applied (`InputData.data_config`), and `keras_vit.training.fit`
+refuses a pipeline normalised otherwise than its model.
 
 Training pipelines are *epoch-deterministic*: the order of epoch `e` and every random crop and
 flip in it are stateless functions of `(seed, e, example index)`. A run resumed at epoch `e`

@@ -40,6 +40,10 @@ class InputData:
         class_names: tuple of str. Label names, where known.
         start_epoch: int. The first epoch of a training pipeline.
         skipped: tuple of (path, reason). Image files left out as undecodable.
+        data_config: `keras_vit.DataConfig`. The preprocessing whose normalisation (mean and
+            std) the images have; an evaluation pipeline also resizes and crops as it says.
+            `keras_vit.training.fit` refuses a pipeline whose normalisation is not the
+            model's.
     """
 
     dataset: object
@@ -51,6 +55,7 @@ class InputData:
     start_epoch: int = 0
     rebuild: object = dataclasses.field(default=None, repr=False)  # epoch -> InputData
     skipped: tuple = ()  # (path, reason) of the files `from_folder(skip_corrupt=True)` left out
+    data_config: object = None  # the keras_vit.DataConfig the images are normalised with
 
     def from_epoch(self, epoch):
         """The same pipeline starting at `epoch`: the batches an uninterrupted run sees from
@@ -72,8 +77,8 @@ class InputData:
 
 
 def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, flip=True,
-                     crop=True):
-    """Official training preprocessing, stateless: inception crop, resize, flip, scale.
+                     crop=True, data_config=None):
+    """Official training preprocessing, stateless: inception crop, resize, flip, normalise.
 
     Args:
         image: uint8 (or float in [0, 255]) tensor `[H, W, 3]` (or `[H, W, 1]`).
@@ -84,9 +89,11 @@ def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, f
         flip: bool. Random horizontal flip. Defaults to True.
         crop: bool. The inception crop; False resizes the whole image (for labels that depend
             on where things are, e.g. VTAB's structured tasks). Defaults to True.
+        data_config: None or a data config: its mean and std normalise the result (as timm
+            fine-tunes with the checkpoint's own). Defaults to None: the paper's [-1, 1].
 
     Returns:
-        float32 `[height, width, 3]` in [-1, 1].
+        float32 `[height, width, 3]`: `(x / 255 - mean) / std`.
     """
     image = image_ops.to_rgb(image)
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
@@ -104,7 +111,9 @@ def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, f
     image = image_ops.resize(image, image_size)  # image = [height, width, 3]
     if flip:
         image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    return image_ops.scale(image)
+    if data_config is None:
+        return image_ops.scale(image)
+    return image_ops.normalize(image, resolve_data_config(data_config, image_size))
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,7 +152,7 @@ def _epoch_indices(epoch, num_examples, steps, batch_size, seed):
 
 
 def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epoch, augment,
-                   shard):
+                   shard, config):
     """The repeated, augmented training stream of one input pipeline, in `batch_size` batches.
 
     Each epoch takes the first `steps * global_batch` examples of its permutation; input
@@ -157,9 +166,10 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
         image = source.load(raw)
         example_seed = tf.stack([epoch * source.num_examples + index, tf.constant(seed, tf.int64)])
         if augment:
-            image = preprocess_train(image, image_size, example_seed, **augment)
+            image = preprocess_train(image, image_size, example_seed, **augment,
+                                     data_config=config)
         else:
-            image = image_ops.eval_preprocess(image, image_size)
+            image = image_ops.eval_transform(image, config)
         return image, _int32(label)
 
     if source.fetch is not None:
@@ -183,19 +193,14 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
     return examples.batch(batch_size, drop_remainder=True)
 
 
-def _eval_dataset(source, image_size, batch_size, data_config=None):
-    """The evaluation stream: the paper's preprocessing, or a data config's at `image_size`."""
+def _eval_dataset(source, batch_size, config):
+    """The evaluation stream, preprocessed as the data config `config` says."""
     if source.fetch is not None:
         examples = tf.data.Dataset.range(source.num_examples).map(source.fetch)
     else:
         examples = source.stream
-    if data_config is None:
-        transform = lambda image: image_ops.eval_preprocess(image, image_size)  # noqa: E731
-    else:
-        config = resolve_data_config(data_config, image_size)
-        transform = lambda image: image_ops.eval_transform(image, config)  # noqa: E731
     examples = examples.map(
-        lambda raw, label: (transform(source.load(raw)), _int32(label)),
+        lambda raw, label: (image_ops.eval_transform(source.load(raw), config), _int32(label)),
         num_parallel_calls=AUTOTUNE,
     )
     return examples.batch(batch_size)
@@ -217,20 +222,18 @@ def _finish(dataset):
 def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augment, strategy,
               data_config=None):
     image_size = to_pair("image_size", image_size)
-    if training and data_config is not None:
-        raise ValueError("`data_config` sets the preprocessing of evaluation pipelines "
-                         "(training=False); training pipelines augment as the paper does. "
-                         "Expected data_config=None with training=True.")
+    # The paper's where none is given (a model gives its own: `resolve_data_config`).
+    config = resolve_data_config(data_config, image_size)
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     _check_batch_size(batch_size, num_replicas, source.num_examples, training)
     start_epoch = check_int("start_epoch", start_epoch, 0)
     seed = check_int("seed", seed)
     if not training:
-        dataset = _finish(_eval_dataset(source, image_size, batch_size, data_config))
+        dataset = _finish(_eval_dataset(source, batch_size, config))
     elif num_replicas == 1:
         dataset = _finish(
             _train_dataset(source, image_size, batch_size, batch_size, seed, start_epoch,
-                           augment, (1, 0))
+                           augment, (1, 0), config)
         )
     else:
 
@@ -245,6 +248,7 @@ def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augme
                     start_epoch,
                     augment,
                     (context.num_input_pipelines, context.input_pipeline_id),
+                    config,
                 )
             )
 
@@ -259,6 +263,7 @@ def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augme
         start_epoch=start_epoch,
         rebuild=lambda epoch: _pipeline(source, image_size, batch_size, training, seed, epoch,
                                         augment, strategy, data_config),
+        data_config=config,
     )
 
 
@@ -326,10 +331,11 @@ def from_arrays(
             images (a float array does not say whether 1.0 is white or nearly black);
             integer images are (0, 255). Values outside the range are refused.
         data_config: None, a model or a data config (anything
-            `keras_vit.resolve_data_config` takes), for an evaluation pipeline: its resize,
-            crop and normalisation at `image_size` (pass the model to evaluate it as its
-            checkpoint was evaluated). None: the paper's (bilinear resize, [-1, 1]). Defaults
-            to None.
+            `keras_vit.resolve_data_config` takes): pass the model. An evaluation pipeline
+            resizes, crops and normalises as it says at `image_size`; a training pipeline
+            augments as the paper does, then normalises with its mean and std (as timm
+            fine-tunes a checkpoint with its own). None: the paper's (bilinear resize,
+            [-1, 1]). Defaults to None.
 
     Returns:
         `InputData`.

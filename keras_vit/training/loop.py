@@ -47,6 +47,7 @@ import numpy as np
 
 from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.data import InputData
+from keras_vit.data_config import resolve_data_config
 from keras_vit.fileio import (
     LOCK_FILE,
     atomic_write_text,
@@ -249,6 +250,22 @@ def _write_run(output_dir, settings, finished, model, class_names, run_time):
         _model_config(model), class_names, getattr(model, "data_config", None)), indent=1))
 
 
+def check_normalisation(model, name, data):
+    """Raises ValueError, in one line, if the pipeline `data` (an `InputData` or None)
+    normalises its images with another mean and std than `model`'s data config: the model
+    would be trained or scored on inputs its weights do not expect."""
+    stated = getattr(data, "data_config", None)
+    if stated is None:
+        return
+    expected = resolve_data_config(model)
+    if (stated["mean"], stated["std"]) != (expected["mean"], expected["std"]):
+        raise ValueError(
+            f"The {name} pipeline normalises with mean {list(stated['mean'])} and std "
+            f"{list(stated['std'])}, but model {model.name!r} expects mean "
+            f"{list(expected['mean'])} and std {list(expected['std'])} (its data_config). "
+            "Expected a pipeline built with data_config=model.")
+
+
 def _check_model_classes(model, name, data):
     """Raises ValueError if `data` (an `InputData` or None) holds more classes than `model`
     has outputs: its labels would index past the logits."""
@@ -363,6 +380,8 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         check_trainable_classes(train.num_classes)
         for name, pipeline in (("training", train), ("validation", validation)):
             _check_model_classes(model, name, pipeline)
+    for name, pipeline in (("train", train), ("validation", validation)):
+        check_normalisation(model, name, pipeline)
     if recipe is not None:
         check_choice("recipe", recipe, RECIPES)
     elif getattr(model, "optimizer", None) is None:
