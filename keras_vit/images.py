@@ -12,7 +12,9 @@
   (`keras_vit.data_config`), as timm's `create_transform` builds it: resize (with the
   interpolation; "center": the shorter side to `input_size / crop_pct`, keeping the aspect
   ratio; "squash": each side; "border": the longer side, then padding with the mean colour),
-  centre crop to `input_size`, then `(x / 255 - mean) / std`.
+  centre crop to `input_size`, then `(x / 255 - mean) / std`; and as keras-hub's image
+  converters do (`crop_mode` "crop_to_aspect_ratio" or "pad_to_aspect_ratio": Keras' own
+  resize, the crop or zero padding first).
 - `resize` and `eval_preprocess`: the paper's (plain bilinear resize to the model resolution,
   no crop, then scaling to [-1, 1]): `eval_transform` of the paper's data config, bit for bit.
 
@@ -24,6 +26,7 @@ import math
 import os
 import stat
 
+import keras
 import tensorflow as tf
 
 from keras_vit import data_config as data_configs
@@ -31,6 +34,7 @@ from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is impor
     IMAGE_CHANNELS,
     INPUT_OFFSET,
     INPUT_SCALE,
+    KERAS_CROP_MODES,
     normalization,
     preprocess_inputs,
 )
@@ -108,8 +112,14 @@ def _resized_size(height, width, config):
 def resize_crop(image, config):
     """A data config's resize and centre crop of `[H, W, 3]` (float32 in [0, 255]) to its
     `input_size`, as timm's eval transform (`transforms_imagenet_eval`) does with PIL; the
-    result is clipped to [0, 255], as PIL's 8-bit images are."""
+    result is clipped to [0, 255], as PIL's 8-bit images are. Keras' crop modes resize as
+    keras-hub's image converters do, with `keras.ops.image.resize` (not clipped)."""
     height, width = data_configs.config_image_size(config)
+    if config["crop_mode"] in KERAS_CROP_MODES:  # keras-hub's converters: Keras' own resize
+        image = keras.ops.image.resize(
+            tf.cast(image, tf.float32), (height, width), interpolation=config["interpolation"],
+            antialias=config["antialias"], **{config["crop_mode"]: True})
+        return tf.ensure_shape(image, [height, width, None])  # not clipped, as keras-hub's
     shape = tf.shape(image)
     new_h, new_w = _resized_size(shape[0], shape[1], config)
     # new_size = [new_h, new_w]; an image already at that size is kept as it is.

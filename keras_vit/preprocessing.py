@@ -34,8 +34,12 @@ ANTIALIAS = "antialias"  # keras_vit's own field, optional
 # Lanczos, TensorFlow's "lanczos3"), and Keras' other ones (the keras-hub converter's).
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos", "area", "lanczos3", "lanczos5")
 # timm's crop modes: "center", "squash" and "border" (the longer side to input_size / crop_pct,
-# keeping the aspect ratio, then padded with the mean colour to input_size).
-CROP_MODES = ("center", "squash", "border")
+# keeping the aspect ratio, then padded with the mean colour to input_size); and Keras' (the
+# `Resizing` layer's, which keras-hub's image converters use, at crop_pct 1 only): the centred
+# region of the target's aspect ratio cut out, or the image padded with zeros to it, *then*
+# resized.
+KERAS_CROP_MODES = ("crop_to_aspect_ratio", "pad_to_aspect_ratio")
+CROP_MODES = ("center", "squash", "border", *KERAS_CROP_MODES)
 # vit_jax input pipeline: `tf.image.resize` (bilinear, no antialias), then `x / 127.5 - 1`.
 PAPER_MEAN = PAPER_STD = (0.5, 0.5, 0.5)
 PAPER_INTERPOLATION = "bilinear"
@@ -212,6 +216,9 @@ def _checked_fields(config, where):
     if not _number(crop_pct) or not 0 < crop_pct <= 1:
         raise ValueError(f"{where}: `crop_pct` must be a number in (0, 1]. "
                          f"Received: crop_pct={crop_pct!r:.100}")
+    if config["crop_mode"] in KERAS_CROP_MODES and crop_pct != 1:
+        raise ValueError(f"{where}: `crop_mode` {config['crop_mode']!r} (Keras' Resizing) takes "
+                         f"crop_pct 1. Received: crop_pct={crop_pct!r:.100}")
     antialias = config.get(ANTIALIAS, True)
     if not isinstance(antialias, bool):
         raise ValueError(f"{where}: `{ANTIALIAS}` must be true or false. "

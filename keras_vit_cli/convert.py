@@ -34,6 +34,10 @@ def configure(parser):
     parser.add_argument("--format", choices=FOLDER_FORMATS,
                         help="write OUT as a keras-hub preset folder (keras_hub.models."
                              "ImageClassifier.from_preset(OUT) loads it with its preprocessor)")
+    parser.add_argument("--approximate-preprocessing", action="store_true",
+                        help="--format keras-hub: write a checkpoint evaluated with timm's "
+                             "centre crop with keras-hub's closest converter (crop to the "
+                             "aspect ratio, then resize), saying what differs")
     add_model_arguments(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a file already at OUT (never one a running job holds)")
@@ -48,6 +52,8 @@ def check(args):
                          f"{'/'.join(FOLDER_FORMATS)}. Received: {args.out}")
     if args.weights:
         raise ValueError("SOURCE is the weights; --weights is not needed.")
+    if args.approximate_preprocessing and args.format != "keras-hub":
+        raise ValueError("--approximate-preprocessing applies to --format keras-hub only.")
     if args.source.endswith(".keras") and (args.model or args.model_config is not None):
         raise ValueError(f"SOURCE {args.source} is a saved model; --model and "
                          "--model-config do not apply to it.")
@@ -102,15 +108,20 @@ def run(args):
 
 def _write_keras_hub(args):
     """`--format keras-hub`: OUT as a keras-hub preset folder, with the source's preprocessing
-    where it is a preset (else keras_vit's own input scaling)."""
+    (the model's data config) as its image converter."""
+    import warnings
+
     from keras_vit.weights import keras_hub
 
     keras_hub.check_preset_destination(args.out, args.overwrite)  # before the model is loaded
     keras_hub.import_keras_hub()  # before the model is loaded, too
     model, _ = _source_model(args)  # keras-hub presets hold no class names
-    preprocessing = keras_hub.preset_preprocessing(args.source) \
-        if keras_hub.is_folder(args.source) else None
-    keras_hub.save_keras_hub_preset(model, args.out, preprocessing, overwrite=args.overwrite)
+    with warnings.catch_warnings(record=True) as notices:
+        warnings.simplefilter("always", UserWarning)
+        keras_hub.save_keras_hub_preset(model, args.out, overwrite=args.overwrite,
+                                        approximate=args.approximate_preprocessing)
+    for notice in notices:
+        print(f"note: {notice.message}")
     print(f"Wrote {args.out} (a keras-hub preset of {model.name}, {model.count_params():,} "
           f"parameters, input {tuple(model.inputs[0].shape[1:])})")
     return 0

@@ -15,7 +15,8 @@ import pytest
 
 import keras_vit
 import keras_vit_cli as cli
-from keras_vit import builders, fileio
+from keras_vit import builders, fileio, weights
+from keras_vit.weights import config_json
 from keras_vit.weights import CheckpointError
 
 TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
@@ -74,14 +75,72 @@ def test_from_pretrained_reads_a_classifier_preset_keras_hub_wrote(hub, tmp_path
     model, info = builders.build_from_checkpoint(str(tmp_path / "preset"))
     preprocessing = info["entry"]["preprocessing"]
     assert preprocessing == dict(input_size=[3, SIZE, SIZE], interpolation="bilinear",
-                                 crop_pct=1.0, crop_mode="center", mean=IMAGENET_MEAN,
-                                 std=IMAGENET_STD)
+                                 crop_pct=1.0, crop_mode="crop_to_aspect_ratio",
+                                 mean=IMAGENET_MEAN, std=IMAGENET_STD, antialias=False)
     config = keras_vit.vit_config(model)
     assert (config["classifier"], config["representation_size"], config["layer_norm_epsilon"],
             config["gelu_approximate"]) == (pooling, intermediate_dim, 1e-5, False)
     pixels = images()
     np.testing.assert_allclose(model(apply(preprocessing, pixels)),
                                classifier.predict(pixels, verbose=0), atol=ATOL)
+
+
+@pytest.mark.parametrize("flags", [dict(), dict(crop_to_aspect_ratio=False),
+                                   dict(crop_to_aspect_ratio=False, pad_to_aspect_ratio=True),
+                                   dict(interpolation="bicubic", antialias=True)])
+def test_a_presets_preprocessing_is_keras_hubs_own_from_pixels_of_any_size(hub, tmp_path,
+                                                                          flags):
+    """keras-hub's converter, read from its preset, gives keras-hub's own input tensor (to
+    1e-4) for photos of other sizes and shapes, and the same classes from pixels."""
+    classifier = keras_hub_classifier(hub)
+    classifier.preprocessor.image_converter = hub.layers.ViTImageConverter(
+        image_size=(SIZE, SIZE), scale=[1 / (255 * s) for s in IMAGENET_STD],
+        offset=[-m / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD)], **flags)
+    classifier.save_to_preset(tmp_path / "preset")
+    model = keras_vit.from_pretrained(tmp_path / "preset")
+    for shape in ((45, 28, 3), (20, 61, 3), (SIZE, SIZE, 3)):
+        pixels = np.random.default_rng(sum(shape)).integers(0, 256, shape).astype("float32")
+        want = np.asarray(classifier.preprocessor.image_converter(pixels[None]))[0]
+        got = np.asarray(keras_vit.images.eval_transform(pixels, model.data_config))
+        np.testing.assert_allclose(got, want, atol=1e-4)
+        logits = classifier.predict(pixels[None], verbose=0)[0]
+        top = keras_vit.classify_images(model, pixels, top=3)[0]
+        assert [int(i) for i, _, _ in top] == list(np.argsort(-logits))
+        probabilities = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+        np.testing.assert_allclose([p for _, _, p in top], np.sort(probabilities)[::-1],
+                                   atol=1e-4)
+
+
+def test_a_timm_crop_is_written_only_on_request_with_the_closest_converter(hub, tmp_path,
+                                                                         capsys):
+    model = randomize(keras_vit.ViT(**TINY))
+    model.data_config = dict(input_size=[3, SIZE, SIZE], interpolation="bicubic",
+                             crop_pct=0.9, crop_mode="center", mean=IMAGENET_MEAN,
+                             std=IMAGENET_STD)
+    with pytest.raises(ValueError, match=r"crop_mode='center', crop_pct=0.9 \(timm's\).*"
+                                         r"approximate=True") as refused:
+        keras_vit.save_keras_hub_preset(model, tmp_path / "refused")
+    assert "\n" not in str(refused.value) and not (tmp_path / "refused").exists()
+    with pytest.warns(UserWarning, match="the preset crops as 'crop_to_aspect_ratio' at "
+                                         "crop_pct 1.0"):
+        path = keras_vit.save_keras_hub_preset(model, tmp_path / "preset", approximate=True)
+    loaded = hub.models.ImageClassifier.from_preset(path)
+    converter = loaded.preprocessor.image_converter
+    assert (converter.crop_to_aspect_ratio, converter.interpolation, converter.antialias) == \
+        (True, "bicubic", True)
+    pixels = images()
+    expected = np.asarray(model(keras_vit.preprocess_inputs(pixels, model)))  # ImageNet's
+    np.testing.assert_allclose(loaded.predict(pixels, verbose=0), expected, atol=ATOL)
+    weights.save_npz(model, tmp_path / "m.npz")
+    (tmp_path / "config.json").write_text(json.dumps(config_json.keras_vit_document(
+        keras_vit.vit_config(model), None, model.data_config)))
+    assert cli.main(["convert", str(tmp_path / "m.npz"), str(tmp_path / "cli"), "--format",
+                     "keras-hub"]) == 2
+    assert "approximate-preprocessing" in capsys.readouterr().err
+    assert cli.main(["convert", str(tmp_path / "m.npz"), str(tmp_path / "cli"), "--format",
+                     "keras-hub", "--approximate-preprocessing"]) == 0
+    assert "note: keras-hub's converter cannot do crop_mode 'center' at crop_pct 0.9" in \
+        capsys.readouterr().out
 
 
 def test_from_pretrained_reads_a_backbone_preset_as_features(hub, tmp_path):

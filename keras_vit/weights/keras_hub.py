@@ -28,6 +28,7 @@ read or written.
 import json
 import os
 import re
+import warnings
 
 import keras
 import numpy as np
@@ -63,11 +64,15 @@ POOLINGS = {"token": ("token", True), "gap": ("gap", False)}
 # Keras' `Resizing` interpolations, which keras-hub's converter takes (timm's bilinear, bicubic
 # and nearest among them).
 INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5")
-# keras-hub's converter flags (crop_to_aspect_ratio, pad_to_aspect_ratio) as timm's crop_mode:
-# "center" crops the centred region of the target's aspect ratio, then resizes (timm's center
-# crop at crop_pct 1.0); "squash" resizes without keeping the aspect ratio; "border" resizes
-# the longest side to fit, keeping it, and pads (keras-hub with zeros, timm with the mean).
-CROP_MODES = {(True, False): "center", (False, False): "squash", (False, True): "border"}
+# keras-hub's converter flags (crop_to_aspect_ratio, pad_to_aspect_ratio) as a data config's
+# crop_mode: Keras' own modes, which crop (or pad with zeros) to the target's aspect ratio and
+# then resize, exactly as the converter does; "squash" resizes without keeping the ratio.
+CROP_MODES = {(True, False): "crop_to_aspect_ratio", (False, False): "squash",
+              (False, True): "pad_to_aspect_ratio"}
+# timm's crop modes -> the converter's closest, written only when asked (`approximate=True`):
+# timm resizes, then crops (or pads with the mean); the converter crops (or pads with zeros),
+# then resizes.
+CLOSEST_CROP_MODES = {"center": "crop_to_aspect_ratio", "border": "pad_to_aspect_ratio"}
 PIXEL_MAX = 255.0
 SIGNIFICANT_DIGITS = 10  # of mean and std read from a converter's scale and offset
 # keras_vit's own input, as a data config: bilinear resize to the model's size, no crop, then
@@ -75,7 +80,7 @@ SIGNIFICANT_DIGITS = 10  # of mean and std read from a converter's scale and off
 _STD = INPUT_SCALE / PIXEL_MAX
 KERAS_VIT_PREPROCESSING = dict(interpolation="bilinear", crop_pct=1.0, crop_mode="squash",
                                mean=[-INPUT_OFFSET * _STD] * IMAGE_CHANNELS,
-                               std=[_STD] * IMAGE_CHANNELS)
+                               std=[_STD] * IMAGE_CHANNELS, antialias=False)
 
 # (pattern, replacement) on keras-hub's ViT variable paths, in order: the official checkpoint
 # key (`keras_vit.weights.keymap`). keras-hub numbers its blocks from 1.
@@ -268,7 +273,9 @@ def preset_preprocessing(path):
                 interpolation=_checked(where, check_choice, "interpolation",
                                        config.get("interpolation", "bilinear"), INTERPOLATIONS),
                 crop_pct=1.0, crop_mode=CROP_MODES[crop],
-                mean=_rounded([-o * s for o, s in zip(offset, std)]), std=_rounded(std))
+                mean=_rounded([-o * s for o, s in zip(offset, std)]), std=_rounded(std),
+                antialias=_checked(where, check_bool, "antialias",
+                                   config.get("antialias", False)))
 
 
 def _check_is_preset(path):
@@ -354,24 +361,34 @@ def _per_channel_or_one(values):
     return values[0] if len(set(values)) == 1 else values
 
 
-def converter_arguments(preprocessing, image_size):
+def converter_arguments(preprocessing, image_size, approximate=False):
     """`keras_hub.layers.ViTImageConverter` arguments for a data config (timm's field names;
     None: keras_vit's own, `KERAS_VIT_PREPROCESSING`), at the model's `image_size` (its
     `input_size` is not read).
 
+    Args:
+        approximate: bool. For timm's crop modes ("center", "border") and a crop_pct below 1,
+            which the converter cannot do: write the closest it has (`CLOSEST_CROP_MODES`, no
+            crop_pct; antialias as the data config says) instead of refusing.
+
     Raises:
-        ValueError: naming the field, for what keras-hub's converter cannot do (a crop_pct
-            other than 1, an interpolation Keras' `Resizing` lacks).
+        ValueError: naming the field, for what keras-hub's converter cannot do (without
+            `approximate`: timm's crop modes, a crop_pct other than 1; an interpolation Keras'
+            `Resizing` lacks).
     """
     config = dict(KERAS_VIT_PREPROCESSING, **(preprocessing or {}))
-    crop_pct = config["crop_pct"]
-    if crop_pct != 1.0:
-        raise ValueError(f"preprocessing crop_pct={crop_pct!r}: keras-hub's image converter "
-                         "resizes the whole image (or its centred region of the model's aspect "
-                         "ratio). Expected crop_pct 1.0.")
+    crop_mode, crop_pct = config["crop_mode"], config["crop_pct"]
+    if crop_mode in CLOSEST_CROP_MODES or crop_pct != 1.0:
+        if not approximate:
+            raise ValueError(
+                f"preprocessing crop_mode={crop_mode!r}, crop_pct={crop_pct!r} (timm's): "
+                "keras-hub's image converter crops to the model's aspect ratio, then resizes, "
+                "with no crop_pct. Expected crop_pct 1.0 with crop_mode 'squash', "
+                "'crop_to_aspect_ratio' or 'pad_to_aspect_ratio', or approximate=True "
+                "(--approximate-preprocessing) to write the closest converter.")
+        crop_mode = CLOSEST_CROP_MODES.get(crop_mode, crop_mode)
     check_choice("preprocessing interpolation", config["interpolation"], INTERPOLATIONS)
-    crop_mode = check_choice("preprocessing crop_mode", config["crop_mode"],
-                             tuple(CROP_MODES.values()))
+    crop_mode = check_choice("preprocessing crop_mode", crop_mode, tuple(CROP_MODES.values()))
     crop, pad = next(flags for flags, mode in CROP_MODES.items() if mode == crop_mode)
     mean, std = (np.broadcast_to(np.asarray(config[k], float), (IMAGE_CHANNELS,))
                  for k in ("mean", "std"))
@@ -380,7 +397,18 @@ def converter_arguments(preprocessing, image_size):
                          "numbers, std above 0.")
     return dict(image_size=tuple(image_size), scale=_per_channel_or_one(1 / (PIXEL_MAX * std)),
                 offset=_per_channel_or_one(-mean / std), crop_to_aspect_ratio=crop,
-                pad_to_aspect_ratio=pad, interpolation=config["interpolation"])
+                pad_to_aspect_ratio=pad, interpolation=config["interpolation"],
+                antialias=bool(config.get("antialias", True)))
+
+
+def approximation_notice(stated, converter):
+    """One line: how the converter `converter_arguments(..., approximate=True)` gave differs
+    from the data config `stated`."""
+    mode = CROP_MODES[converter["crop_to_aspect_ratio"], converter["pad_to_aspect_ratio"]]
+    return (f"keras-hub's converter cannot do crop_mode {stated['crop_mode']!r} at crop_pct "
+            f"{stated['crop_pct']}: the preset crops as {mode!r} at crop_pct 1.0 (the centred "
+            "region of the model's aspect ratio, then the resize), so keras-hub sees more of "
+            "each image than the checkpoint was evaluated on.")
 
 
 def _is_ours(folder):
@@ -454,7 +482,7 @@ def _assign(hub_model, params):
         raise RuntimeError(f"keras-hub's ViT has no variable for {left}.")
 
 
-def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False):
+def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False, approximate=False):
     """Writes a `keras_vit.ViT` as a keras-hub preset folder, so that
     `keras_hub.models.ImageClassifier.from_preset(path)` loads it with its preprocessor
     (and `keras_vit.from_pretrained(path)` reads it back): keras-hub's `predict` on RGB images
@@ -471,12 +499,15 @@ def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False):
         model: a `keras_vit.ViT`.
         path: str or path. The preset folder: new, empty, or (with `overwrite`) a preset
             keras_vit wrote; a folder holding anything else is never replaced.
-        preprocessing: dict or None. The model's data config, with timm's field names
-            (`interpolation`, `crop_pct` (1.0 only), `crop_mode`, `mean`, `std`). Defaults to
-            None: the data config the model carries (`model.data_config`, set by
-            `keras_vit.from_pretrained` from its checkpoint), else keras_vit's own input
-            (`x / 127.5 - 1`, bilinear, no crop).
+        preprocessing: dict or None. A data config, with timm's field names (`interpolation`,
+            `crop_pct` (1.0 only), `crop_mode` ("squash", "crop_to_aspect_ratio",
+            "pad_to_aspect_ratio"), `mean`, `std`, `antialias`). Defaults to None: the data
+            config the model carries (`model.data_config`: its checkpoint's).
         overwrite: bool. Replace a preset keras_vit wrote at `path`. Defaults to False.
+        approximate: bool. Write a checkpoint evaluated with timm's centre crop (crop_mode
+            "center" or "border", any crop_pct) with the closest converter keras-hub has (crop
+            to the model's aspect ratio, then resize), warning what differs, instead of
+            refusing it. Defaults to False.
 
     Returns:
         str: `path`.
@@ -502,9 +533,13 @@ def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False):
     if reason:
         raise CheckpointError(f"keras-hub's ViT cannot hold this model: {reason}. Nothing was "
                               "written.")
-    if preprocessing is None:  # the data config the model carries (from its checkpoint), if any
+    if preprocessing is None:  # the data config the model carries (from its checkpoint)
         preprocessing = getattr(model, "data_config", None)
-    converter = converter_arguments(preprocessing, config["image_size"])
+    converter = converter_arguments(preprocessing, config["image_size"], approximate)
+    stated = dict(KERAS_VIT_PREPROCESSING, **(preprocessing or {}))
+    if approximate and (stated["crop_mode"], stated["crop_pct"]) != (
+            CROP_MODES[converter["crop_to_aspect_ratio"], converter["pad_to_aspect_ratio"]], 1.0):
+        warnings.warn(approximation_notice(stated, converter), stacklevel=2)
     check_preset_destination(path, overwrite)
     hub = import_keras_hub()
     hub_model, preprocessor = _keras_hub_models(hub, config, converter)
