@@ -30,6 +30,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit import data_config as data_configs
+from keras_vit.labels import LABEL_SETS, decode_predictions
 from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is importable from here
     IMAGE_CHANNELS,
     INPUT_OFFSET,
@@ -429,8 +430,6 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
     >>> keras_vit.classify_images(model, "seven.png", top=1)  # doctest: +SKIP
     [[('7', '7', 0.98)]]
     """
-    from keras_vit.labels import LABEL_SETS, decode_predictions
-
     config = data_configs.resolve_data_config(model if data_config is None else data_config)
     if isinstance(images, (str, os.PathLike)) or (hasattr(images, "ndim") and images.ndim == 3):
         images = [images]

@@ -93,8 +93,10 @@ def test_a_model_saves_its_arguments_and_no_execution_route(tmp_path):
     with zipfile.ZipFile(tmp_path / "tiny.keras") as archive:
         saved = json.loads(archive.read("config.json"))
     assert saved["class_name"] == "ViT" and saved["registered_name"] == "keras_vit>ViT"
-    arguments = {k: v for k, v in saved["config"].items() if k not in ("trainable", "dtype")}
+    arguments = {k: v for k, v in saved["config"].items()
+                 if k not in ("trainable", "dtype", "data_config")}
     assert arguments == keras_vit.vit_config(model)
+    assert saved["config"]["data_config"] == model.data_config  # its preprocessing too
     assert "kernels" not in json.dumps(saved) and "routes" not in json.dumps(saved)
     again = keras.saving.load_model(tmp_path / "tiny.keras")
     assert isinstance(again, keras_vit.ViT) and keras_vit.vit_config(again) == arguments

@@ -535,11 +535,12 @@ def test_a_keras_hub_preset_keeps_its_image_converters_data_config(tmp_path):
     pytest.importorskip("keras_hub")
     from keras_vit.weights import keras_hub
 
-    stated = dict(IMAGENET, crop_pct=1.0, interpolation="bicubic")  # keras-hub crops none
+    stated = dict(IMAGENET, crop_pct=1.0, interpolation="bicubic",  # keras-hub's own crop
+                  crop_mode="crop_to_aspect_ratio")
     keras_hub.save_keras_hub_preset(tiny_model(gelu_approximate=False), tmp_path / "preset",
                                     stated)
     want = dc.check_data_config(keras_hub.preset_preprocessing(tmp_path / "preset"))
-    assert (want["interpolation"], want["crop_mode"]) == ("bicubic", "center")
+    assert (want["interpolation"], want["crop_mode"]) == ("bicubic", "crop_to_aspect_ratio")
     np.testing.assert_allclose(want["std"], IMAGENET["std"], rtol=1e-6)
     assert keras_vit.from_pretrained(tmp_path / "preset").data_config == want
     assert keras_vit.resolve_data_config(tmp_path / "preset") == want
