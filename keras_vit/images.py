@@ -433,6 +433,9 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
     config = data_configs.resolve_data_config(model if data_config is None else data_config)
     if isinstance(images, (str, os.PathLike)) or (hasattr(images, "ndim") and images.ndim == 3):
         images = [images]
+    if not isinstance(images, (list, tuple)) and not hasattr(images, "ndim"):
+        raise ValueError(f"classify_images takes a path, an image [height, width, 3], a batch "
+                         f"or a list of them. Received: {type(images).__name__}")
     logits = []
     for start in range(0, len(images), batch_size):
         batch = [_pixels(image, config, max_pixels) for image in images[start:start + batch_size]]

@@ -51,20 +51,14 @@ DEFAULT_IMAGE_SIZE = 224
 ATTRIBUTE = "data_config"
 
 
-class _Values(list):
-    """A list that does not change (a DataConfig's `input_size`, `mean` and `std`); equal to
-    the plain list of its values, and written by `json` as one."""
+class _Unchangeable:
+    """What `_Values` and `DataConfig` share: mutation refused, copies are the object itself."""
 
     __slots__ = ()
 
     def _refuse(self, *args, **kwargs):
-        raise TypeError("A DataConfig does not change: use config.replace(field=value).")
-
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
-    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
-
-    def __reduce__(self):
-        return list, (list(self),)
+        raise TypeError("A DataConfig does not change: use config.replace(field=value), or "
+                        "dict(config) for a plain copy.")
 
     def __copy__(self):
         return self
@@ -73,7 +67,19 @@ class _Values(list):
         return self
 
 
-class DataConfig(dict):
+class _Values(_Unchangeable, list):
+    """A list that does not change (a DataConfig's `input_size`, `mean` and `std`); equal to
+    the plain list of its values, and written by `json` as one."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _Unchangeable._refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _Unchangeable._refuse
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+
+class DataConfig(_Unchangeable, dict):
     """A checked data config that cannot change: a `dict` with timm's field names (`FIELDS`)
     and `antialias`, so that `json.dumps`, `dict(config)` and `config["mean"]` work as on the
     dicts timm and keras-hub use; each field is also an attribute (`config.mean`).
@@ -102,21 +108,11 @@ class DataConfig(dict):
             raise AttributeError(f"DataConfig has no field {field!r}. Expected one of "
                                  f"{', '.join((*FIELDS, ANTIALIAS))}.") from None
 
-    def _refuse(self, *args, **kwargs):
-        raise TypeError("A DataConfig does not change: use config.replace(field=value), or "
-                        "dict(config) for a plain copy.")
-
-    __setitem__ = __delitem__ = __setattr__ = __delattr__ = __ior__ = _refuse
-    clear = pop = popitem = setdefault = update = _refuse
+    __setitem__ = __delitem__ = __setattr__ = __delattr__ = __ior__ = _Unchangeable._refuse
+    clear = pop = popitem = setdefault = update = _Unchangeable._refuse
 
     def __reduce__(self):
         return DataConfig, (dict(self),)
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
 
     def __repr__(self):
         return f"DataConfig({dict.__repr__(self)})"

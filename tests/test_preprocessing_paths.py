@@ -166,3 +166,16 @@ def test_onnx_normalises_in_its_graph_and_states_its_data_config(world):
     normalised = (batch / 255 - np.array(config["mean"])) / np.array(config["std"])
     assert_answer(log_softmax(onnx_export.run_onnx(raw, normalised.astype(np.float32))),
                   world["want"])
+
+
+def test_classify_images_refuses_what_it_cannot_read_in_one_line(world, tmp_path):
+    model = world["model"]
+    (tmp_path / "bad.png").write_bytes(b"not an image")
+    for given, message in ((tmp_path / "missing.png", "missing.png"),
+                           (tmp_path / "bad.png", "bad.png"),
+                           ([], "got no images"), (7, "Received: int"),
+                           (np.zeros((16, 16, 4), np.uint8), r"Received shape \(16, 16, 4\)"),
+                           (np.zeros((16, 16, 3), bool), "of bool")):
+        with pytest.raises((ValueError, FileNotFoundError), match=message) as raised:
+            keras_vit.classify_images(model, given)
+        assert "\n" not in str(raised.value)
