@@ -111,8 +111,7 @@ def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, f
     image = image_ops.resize(image, image_size)  # image = [height, width, 3]
     if flip:
         image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    if data_config is None:
-        return image_ops.scale(image)
+    # None: the paper's, `x / 127.5 - 1` bit for bit.
     return image_ops.normalize(image, resolve_data_config(data_config, image_size))
 
 

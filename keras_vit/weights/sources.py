@@ -213,9 +213,9 @@ def checkpoint_data_config(source, entry=None, image_size=None):
             return check_data_config(stated, f"checkpoint {entry.get('name')!r}'s preprocessing")
         except ValueError as e:
             raise CheckpointError(str(e)) from None
-    if registry.is_registered(source):
-        return file_data_config(registry.hub_source(source)) if registry.hub_source(source) \
-            else None
+    if registry.is_registered(source):  # only a file on the Hub has more to say
+        on_hub = registry.hub_source(source)
+        return file_data_config(on_hub) if on_hub else None
     return file_data_config(source)
 
 
