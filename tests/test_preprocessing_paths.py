@@ -11,6 +11,7 @@ cannot pass.
 """
 
 import json
+import pathlib
 
 import keras
 import numpy as np
@@ -23,7 +24,10 @@ from keras_vit import data_config as dc
 from keras_vit import weights
 from keras_vit.weights import config_json, hub
 
+from test_checkpoint_registry import offline_hub  # noqa: F401 - a fixture
 from test_data_config import TINY, pil_eval_transform, smooth_image, write_png
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 DEIT = dict(input_size=[3, 16, 16], interpolation="bicubic", crop_pct=0.875, crop_mode="center",
             mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
@@ -179,3 +183,108 @@ def test_classify_images_refuses_what_it_cannot_read_in_one_line(world, tmp_path
         with pytest.raises((ValueError, FileNotFoundError), match=message) as raised:
             keras_vit.classify_images(model, given)
         assert "\n" not in str(raised.value)
+
+
+# ------------------------------------------------------------------------------------------
+# Against timm itself: files timm writes, timm's own transform and model on a photo.
+
+TIMM_FROM_PIXELS = """
+import json, pathlib, re, sys
+import numpy as np
+sys.path.insert(0, {root!r})
+from benchmarks.contenders.timm_vit import import_timm
+timm, _ = import_timm()
+import torch
+from PIL import Image
+from timm.models import save_for_hf
+from torchvision import transforms
+torch.manual_seed(0)
+photo = Image.open({photo!r}).convert("RGB")
+out = {{}}
+for name in json.loads({names!r}):
+    side = 2 * int(re.search(r"patch(\\d+)", name)[1])
+    model = timm.create_model(name, pretrained=False, depth=1, img_size=side,
+                              num_classes=5).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # non-trivial values everywhere
+            p.add_(torch.randn_like(p) * 0.1)
+        model.get_classifier().weight.mul_({head_scale})  # peaked outputs
+    model.pretrained_cfg = dict(model.pretrained_cfg, input_size=(3, side, side))
+    config = timm.data.resolve_model_data_config(model)
+    transform = timm.data.create_transform(**config, is_training=False)
+    paper = transforms.Compose([transforms.Resize((side, side)), transforms.ToTensor(),
+                                transforms.Normalize([0.5] * 3, [0.5] * 3)])
+    with torch.no_grad():
+        answers = [torch.log_softmax(model(t(photo)[None]), -1)[0].tolist()
+                   for t in (transform, paper)]
+    save_for_hf(model, pathlib.Path({folder!r}) / name, safe_serialization=True)
+    out[name] = dict(config={{k: list(v) if isinstance(v, tuple) else v
+                             for k, v in config.items()}}, timm=answers[0], paper=answers[1])
+print(json.dumps(out))
+"""
+
+
+def distinct_timm_preprocessings():
+    """One timm registry name for each distinct preprocessing (resolution aside) timm's
+    checkpoints in the registry use."""
+    chosen = {}
+    for entry in keras_vit.list_checkpoints("timm"):
+        config = dict(entry["preprocessing"], input_size=None)
+        chosen.setdefault(json.dumps(config, sort_keys=True), entry["name"])
+    return list(chosen.values())
+
+
+def test_every_timm_preprocessing_gives_timms_own_answer_from_pixels(tmp_path, timm_python,
+                                                                    offline_hub):
+    """For each distinct preprocessing of timm's checkpoints in the registry, a model timm
+    built and wrote (peaked head), a photo through timm's `create_transform` and model, and
+    the same photo through keras_vit by the checkpoint's registry name (from a Hugging Face
+    cache laid out as the Hub's) and by the file timm wrote: the same data config, the same
+    top-5 and log-probabilities within TOLERANCE; TFLite and ONNX of an ImageNet-normalised
+    one too."""
+    import subprocess
+
+    from test_checkpoint_registry import hub_cache
+
+    names = distinct_timm_preprocessings()
+    assert len(names) >= 7  # ImageNet's, CLIP's, 0.5 and 0/1 means; crops 0.875, 0.9, 1, squash
+    photo = write_png(tmp_path / "photo.png", smooth_image(52, 77, seed=5))
+    code = TIMM_FROM_PIXELS.format(root=str(ROOT), photo=str(photo), names=json.dumps(names),
+                                   folder=str(tmp_path / "timm"), head_scale=5.0)
+    done = subprocess.run([timm_python, "-c", code], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    hub_cache(offline_hub, {f"timm/{name}": tmp_path / "timm" / name for name in names})
+    for name in names:
+        want, wrong = np.array(answers[name]["timm"]), np.array(answers[name]["paper"])
+        assert np.abs(want - wrong).max() > WRONG, name  # the paper's would be caught
+        for source in (name, tmp_path / "timm" / name / "model.safetensors"):
+            model = keras_vit.from_pretrained(source)
+            stated = answers[name]["config"]
+            assert {k: model.data_config[k] for k in dc.FIELDS} == \
+                {k: stated[k] for k in dc.FIELDS}, (name, source)
+            top = keras_vit.classify_images(model, photo, top=5)[0]
+            assert [int(i) for i, _, _ in top] == list(np.argsort(-want)), (name, source)
+            assert_log_close(np.log([p for _, _, p in top]), np.sort(want)[::-1],
+                             f"{name} from {source}")
+    # TFLite and ONNX of an ImageNet-normalised checkpoint (DINO's), from pixels.
+    from keras_vit import onnx_export, tflite
+
+    name = next(n for n in names if answers[n]["config"]["mean"][0] == 0.485)
+    model = keras_vit.from_pretrained(name)
+    pixels = keras_vit.load_image(photo, data_config=model)[None]
+    want = np.array(answers[name]["timm"])
+    path = tflite.export_tflite(model, tmp_path / "m.tflite")
+    assert_log_close(np.log(tflite.run_tflite(path, pixels)[0]), want, "TFLite")
+    path = keras_vit.export_onnx(model, tmp_path / "m.onnx")
+    assert_log_close(log_softmax(onnx_export.run_onnx(path, pixels))[0], want, "ONNX")
+
+
+def assert_log_close(got, want, what):
+    """Log-probabilities within TOLERANCE for the classes of probability 1e-3 or more (timm's
+    PIL resizes in 8 bits: relative differences of about 1% in the far tail); the rest
+    below 1e-3 on both sides."""
+    seen = np.maximum(got, want) >= np.log(1e-3)
+    np.testing.assert_allclose(got[seen], want[seen], atol=TOLERANCE, err_msg=what)
+    assert np.all(np.exp(got[~seen]) < 1e-3) and np.all(np.exp(want[~seen]) < 1e-3), what
