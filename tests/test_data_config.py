@@ -337,9 +337,10 @@ def test_training_pipelines_normalise_with_the_models_mean_and_std():
 
 
 def test_fit_trains_with_the_models_normalisation_and_refuses_another(tmp_path):
-    """A pipeline normalised otherwise than the model is refused in one line, before anything
-    is written; with the model's, the run records its data config, and `evaluate` of the
-    fine-tuned file on the validation images gives the loss training's validation gave."""
+    """A pipeline built without a data config is built again with the model's (a warning of
+    one line says so); one built with another is refused in one line, before anything is
+    written; the run records the data config, and `evaluate` of the fine-tuned file on the
+    validation images gives the loss training's validation gave."""
     model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "mine", IMAGENET))
     rng = np.random.default_rng(0)
     arrays, labels = rng.integers(0, 256, (4, 16, 16, 3), np.uint8), np.array([0, 1, 2, 0])
@@ -348,18 +349,30 @@ def test_fit_trains_with_the_models_normalisation_and_refuses_another(tmp_path):
         return keras_vit.data.from_arrays(arrays, labels, num_classes=3, image_size=16,
                                           batch_size=4, training=training, **given)
 
+    other = dict(IMAGENET, mean=[0.5] * 3, std=[0.5] * 3)
     with pytest.raises(ValueError, match=r"The train pipeline normalises with mean \[0.5, "
                                          r".*expects mean \[0.485.*data_config=model") as e:
-        keras_vit.training.fit(model, pipeline(True), output_dir=tmp_path / "refused", steps=1,
-                               verbose=0, jit_compile=False)
-    assert "\n" not in str(e.value) and not (tmp_path / "refused").exists()
-    with pytest.raises(ValueError, match="The validation pipeline normalises"):
-        keras_vit.training.fit(model, pipeline(True, data_config=model), pipeline(False),
+        keras_vit.training.fit(model, pipeline(True, data_config=other),
                                output_dir=tmp_path / "refused", steps=1, verbose=0,
                                jit_compile=False)
-    summary = keras_vit.training.fit(
-        model, pipeline(True, data_config=model), pipeline(False, data_config=model),
-        output_dir=tmp_path / "run", steps=1, verbose=0, jit_compile=False, monitor="val_loss")
+    assert "\n" not in str(e.value) and not (tmp_path / "refused").exists()
+    with pytest.raises(ValueError, match="The validation pipeline normalises"):
+        keras_vit.training.fit(model, pipeline(True), pipeline(False, data_config=other),
+                               output_dir=tmp_path / "refused", steps=1, verbose=0,
+                               jit_compile=False)
+    assert not (tmp_path / "refused").exists()
+    adopted, was = pipeline(True).for_model(model)
+    assert was and adopted.data_config == model.data_config
+    batch = next(iter(adopted.dataset))[0].numpy()
+    own = next(iter(pipeline(True, data_config=model).dataset))[0].numpy()
+    np.testing.assert_array_equal(batch, own)  # the same batches as built with the model's
+    with pytest.warns(UserWarning, match="The train pipeline was built without a data "
+                                         r"config: it now normalises with .*0.485") as warned:
+        summary = keras_vit.training.fit(
+            model, pipeline(True), pipeline(False, data_config=model),
+            output_dir=tmp_path / "run", steps=1, verbose=0, jit_compile=False,
+            monitor="val_loss")
+    assert len([w for w in warned if "pipeline was built" in str(w.message)]) == 1
     written = json.loads((tmp_path / "run" / "config.json").read_text())["preprocessing"]
     assert written == dc.check_data_config(IMAGENET)
     tuned = keras_vit.from_pretrained(tmp_path / "run" / "final.npz")
@@ -544,3 +557,16 @@ def test_a_keras_hub_preset_keeps_its_image_converters_data_config(tmp_path):
     np.testing.assert_allclose(want["std"], IMAGENET["std"], rtol=1e-6)
     assert keras_vit.from_pretrained(tmp_path / "preset").data_config == want
     assert keras_vit.resolve_data_config(tmp_path / "preset") == want
+
+
+def test_vtab_keeps_its_whole_image_resize_with_the_models_normalisation():
+    """VTAB's protocol resizes the whole image (its structured tasks' labels depend on where
+    things are); the checkpoint's mean and std still apply."""
+    from keras_vit.vtab.tasks import vtab_data_config
+
+    model = tiny_model()
+    model.data_config = IMAGENET
+    assert vtab_data_config(model, 16) == dict(
+        input_size=[3, 16, 16], interpolation="bilinear", crop_pct=1.0, crop_mode="squash",
+        mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225], antialias=False)
+    assert vtab_data_config(None, 16) == dc.paper_data_config(16)

@@ -42,8 +42,8 @@ class InputData:
         skipped: tuple of (path, reason). Image files left out as undecodable.
         data_config: `keras_vit.DataConfig`. The preprocessing whose normalisation (mean and
             std) the images have; an evaluation pipeline also resizes and crops as it says.
-            `keras_vit.training.fit` refuses a pipeline whose normalisation is not the
-            model's.
+        data_config_given: bool. Whether the pipeline was built with a `data_config` (False:
+            the paper's by default, which `for_model` may replace with a model's).
     """
 
     dataset: object
@@ -56,6 +56,7 @@ class InputData:
     rebuild: object = dataclasses.field(default=None, repr=False)  # epoch -> InputData
     skipped: tuple = ()  # (path, reason) of the files `from_folder(skip_corrupt=True)` left out
     data_config: object = None  # the keras_vit.DataConfig the images are normalised with
+    data_config_given: bool = False
 
     def from_epoch(self, epoch):
         """The same pipeline starting at `epoch`: the batches an uninterrupted run sees from
@@ -63,6 +64,32 @@ class InputData:
         if not self.training or epoch == self.start_epoch or self.rebuild is None:
             return self
         return dataclasses.replace(self.rebuild(epoch), skipped=self.skipped)
+
+    def for_model(self, model, role="data"):
+        """This pipeline with `model`'s normalisation (its data config's mean and std).
+
+        A pipeline built without a `data_config` is built again with the model's (its
+        preprocessing, from the same epoch); one built with another is refused.
+
+        Returns:
+            (pipeline, adopted): `adopted` is True where the pipeline was built again.
+
+        Raises:
+            ValueError: one line naming `role`, both normalisations and what to pass.
+        """
+        expected = getattr(model, "data_config", None)
+        stated = self.data_config
+        if expected is None or stated is None or (stated["mean"], stated["std"]) == (
+                expected["mean"], expected["std"]):
+            return self, False
+        if self.data_config_given or self.rebuild is None:
+            raise ValueError(
+                f"The {role} pipeline normalises with mean {list(stated['mean'])} and std "
+                f"{list(stated['std'])}, but model {model.name!r} expects mean "
+                f"{list(expected['mean'])} and std {list(expected['std'])} (its data_config)."
+                " Expected a pipeline built with data_config=model.")
+        rebuilt = self.rebuild(self.start_epoch, model)
+        return dataclasses.replace(rebuilt, skipped=self.skipped, data_config_given=False), True
 
     @property
     def steps_per_epoch(self):
@@ -260,9 +287,10 @@ def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augme
         training=training,
         class_names=tuple(source.class_names),
         start_epoch=start_epoch,
-        rebuild=lambda epoch: _pipeline(source, image_size, batch_size, training, seed, epoch,
-                                        augment, strategy, data_config),
+        rebuild=lambda epoch, config=data_config: _pipeline(
+            source, image_size, batch_size, training, seed, epoch, augment, strategy, config),
         data_config=config,
+        data_config_given=data_config is not None,
     )
 
 

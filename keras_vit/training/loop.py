@@ -42,12 +42,12 @@ import math
 import os
 import shutil
 import time
+import warnings
 
 import numpy as np
 
 from keras_vit.checks import check_choice, check_int, check_trainable_classes
 from keras_vit.data import InputData
-from keras_vit.preprocessing import paper_data_config
 from keras_vit.fileio import (
     LOCK_FILE,
     atomic_write_text,
@@ -250,21 +250,20 @@ def _write_run(output_dir, settings, finished, model, class_names, run_time):
         _model_config(model), class_names, getattr(model, "data_config", None)), indent=1))
 
 
-def check_normalisation(model, name, data):
-    """Raises ValueError, in one line, if the pipeline `data` (an `InputData` or None)
-    normalises its images with another mean and std than `model`'s data config: the model
-    would be trained or scored on inputs its weights do not expect."""
-    stated = getattr(data, "data_config", None)
-    if stated is None:
-        return
-    # A model without a data config of its own (a pre-training wrapper): the paper's.
-    expected = getattr(model, "data_config", None) or paper_data_config()
-    if (stated["mean"], stated["std"]) != (expected["mean"], expected["std"]):
-        raise ValueError(
-            f"The {name} pipeline normalises with mean {list(stated['mean'])} and std "
-            f"{list(stated['std'])}, but model {model.name!r} expects mean "
-            f"{list(expected['mean'])} and std {list(expected['std'])} (its data_config). "
-            "Expected a pipeline built with data_config=model.")
+def _normalised_for(model, role, pipeline):
+    """`pipeline` (an `InputData` or None) with `model`'s normalisation
+    (`InputData.for_model`): one built without a data config is built again with the
+    model's, with a warning of one line; one built with another is refused."""
+    if pipeline is None:
+        return None
+    pipeline, adopted = pipeline.for_model(model, role)
+    if adopted:
+        config = pipeline.data_config
+        warnings.warn(f"The {role} pipeline was built without a data config: it now "
+                      f"normalises with model {model.name!r}'s mean {list(config['mean'])} "
+                      f"and std {list(config['std'])}, as its weights expect (pass "
+                      "data_config=model to build it so).", stacklevel=3)
+    return pipeline
 
 
 def _check_model_classes(model, name, data):
@@ -381,8 +380,8 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         check_trainable_classes(train.num_classes)
         for name, pipeline in (("training", train), ("validation", validation)):
             _check_model_classes(model, name, pipeline)
-    for name, pipeline in (("train", train), ("validation", validation)):
-        check_normalisation(model, name, pipeline)
+    train, validation = (_normalised_for(model, role, pipeline)
+                         for role, pipeline in (("train", train), ("validation", validation)))
     if recipe is not None:
         check_choice("recipe", recipe, RECIPES)
     elif getattr(model, "optimizer", None) is None:

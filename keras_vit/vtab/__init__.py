@@ -290,10 +290,11 @@ def _finetune(model_fn, task, train_split, eval_split, run_dir, *, learning_rate
                          f"outputs. Expected {task.num_classes} (the classes of {task.name}).")
     size = image_size or model_image_size(model)
     train = task_data(task, train_split, image_size=size, batch_size=batch_size, training=True,
-                      strategy=strategy, **data_kwargs)
+                      strategy=strategy, data_config=model, **data_kwargs)
     evaluation = task_data(task, eval_split, image_size=size, batch_size=batch_size,
-                           training=False, **{k: v for k, v in data_kwargs.items()
-                                              if k not in ("seed", "augment")})
+                           training=False, data_config=model,
+                           **{k: v for k, v in data_kwargs.items()
+                              if k not in ("seed", "augment")})
     accumulation = (target_batch_size or batch_size) // batch_size
     epochs, updates = training.plan(train.steps_per_epoch, steps=steps,
                                     accumulation=accumulation)

@@ -9,6 +9,7 @@ import tensorflow as tf
 from keras_vit import data
 from keras_vit import images as image_ops
 from keras_vit.checks import check_choice
+from keras_vit.preprocessing import paper_data_config
 
 NATURAL, SPECIALIZED, STRUCTURED = "natural", "specialized", "structured"
 GROUPS = (NATURAL, SPECIALIZED, STRUCTURED)
@@ -220,7 +221,8 @@ def get_tasks(names=None):
 
 
 def task_data(task, split, *, image_size, batch_size, training, data_dir=None, manual_dir=None,
-              download=True, seed=0, start_epoch=0, augment=True, strategy=None):
+              download=True, seed=0, start_epoch=0, augment=True, strategy=None,
+              data_config=None):
     """An input pipeline (`keras_vit.data.InputData`) over one split of a VTAB-1k task.
 
     Args:
@@ -228,6 +230,8 @@ def task_data(task, split, *, image_size, batch_size, training, data_dir=None, m
         split: "train800", "val200", "train800val200" or "test".
         training: bool. A training pipeline (shuffled, repeated, augmented) or one pass.
         augment: bool. With training: flip horizontally where the task allows it (no crop).
+        data_config: None or a model: VTAB's resize of the whole image to `image_size` (no
+            crop, as the protocol has it), with the model's mean and std. None: the paper's.
         Other arguments as in `keras_vit.data.from_tfds`.
     """
     import tensorflow_datasets as tfds  # slow to import, and only the data need it
@@ -257,7 +261,16 @@ def task_data(task, split, *, image_size, batch_size, training, data_dir=None, m
     return data.from_tf_dataset(
         dataset, num_classes=task.num_classes, image_size=image_size, batch_size=batch_size,
         training=training, decode=decode, seed=seed, start_epoch=start_epoch,
-        augment=dict(crop=False, flip=flip) if augment else False, strategy=strategy)
+        augment=dict(crop=False, flip=flip) if augment else False, strategy=strategy,
+        data_config=vtab_data_config(data_config, image_size))
+
+
+def vtab_data_config(model, image_size):
+    """VTAB's preprocessing at `image_size`: the paper's resize of the whole image (no crop),
+    with the normalisation `model`'s weights expect (None: the paper's)."""
+    config = paper_data_config(image_size)
+    stated = getattr(model, "data_config", None)
+    return config if stated is None else config.replace(mean=stated["mean"], std=stated["std"])
 
 
 def check_data(tasks, data_dir=None, manual_dir=None, download=True):
