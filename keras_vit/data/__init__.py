@@ -10,8 +10,9 @@ Every pipeline yields `(images, labels)` batches: images float32 `[B, H, W, 3]`,
 With `data_config=model` (see `keras_vit.resolve_data_config`) a pipeline normalises with that
 checkpoint's own mean and std, `(x / 255 - mean) / std`, after the same augmentation (as timm
 fine-tunes), and an evaluation pipeline also resizes and crops as the checkpoint says. The
-pipeline records what it applied (`InputData.data_config`), and `keras_vit.training.fit`
-refuses a pipeline normalised otherwise than its model.
+pipeline records what it applied (`InputData.data_config`); `keras_vit.training.fit` builds
+one made without a data config again with its model's (`InputData.for_model`) and refuses one
+built with another.
 
 Training pipelines are *epoch-deterministic*: the order of epoch `e` and every random crop and
 flip in it are stateless functions of `(seed, e, example index)`. A run resumed at epoch `e`
