@@ -220,7 +220,9 @@ for name in json.loads({names!r}):
     save_for_hf(model, pathlib.Path({folder!r}) / name, safe_serialization=True)
     out[name] = dict(config={{k: list(v) if isinstance(v, tuple) else v
                              for k, v in config.items()}}, timm=answers[0], paper=answers[1])
-print(json.dumps(out))
+cfgs = {{name: timm.models.get_pretrained_cfg(name).to_dict()
+        for name in json.loads({every!r})}}
+print(json.dumps(dict(answers=out, pretrained_cfgs=cfgs)))
 """
 
 
@@ -241,20 +243,27 @@ def test_every_timm_preprocessing_gives_timms_own_answer_from_pixels(tmp_path, t
     the same photo through keras_vit by the checkpoint's registry name (from a Hugging Face
     cache laid out as the Hub's) and by the file timm wrote: the same data config, the same
     top-5 and log-probabilities within TOLERANCE; TFLite and ONNX of an ImageNet-normalised
-    one too."""
+    one too. And every timm registry entry's data config is timm's `pretrained_cfg`'s."""
     import subprocess
 
     from test_checkpoint_registry import hub_cache
 
     names = distinct_timm_preprocessings()
+    every = [entry["name"] for entry in keras_vit.list_checkpoints("timm")]
     assert len(names) >= 7  # ImageNet's, CLIP's, 0.5 and 0/1 means; crops 0.875, 0.9, 1, squash
     photo = write_png(tmp_path / "photo.png", smooth_image(52, 77, seed=5))
     code = TIMM_FROM_PIXELS.format(root=str(ROOT), photo=str(photo), names=json.dumps(names),
-                                   folder=str(tmp_path / "timm"), head_scale=5.0)
+                                   folder=str(tmp_path / "timm"), head_scale=5.0,
+                                   every=json.dumps(every))
     done = subprocess.run([timm_python, "-c", code], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    answers = printed["answers"]
+    # Every timm checkpoint the registry knows: its data config is timm's pretrained_cfg's.
+    assert len(printed["pretrained_cfgs"]) == len(every) > 60
+    for name, cfg in printed["pretrained_cfgs"].items():
+        assert keras_vit.resolve_data_config(name) == dc.timm_data_config(cfg), name
     hub_cache(offline_hub, {f"timm/{name}": tmp_path / "timm" / name for name in names})
     for name in names:
         want, wrong = np.array(answers[name]["timm"]), np.array(answers[name]["paper"])
