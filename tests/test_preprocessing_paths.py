@@ -297,3 +297,17 @@ def assert_log_close(got, want, what):
     seen = np.maximum(got, want) >= np.log(1e-3)
     np.testing.assert_allclose(got[seen], want[seen], atol=TOLERANCE, err_msg=what)
     assert np.all(np.exp(got[~seen]) < 1e-3) and np.all(np.exp(want[~seen]) < 1e-3), what
+
+
+def test_the_new_flags_are_refused_where_they_do_not_apply(tmp_path, capsys):
+    assert cli.main(["export", str(tmp_path / "m.tflite"), "--format", "tflite", "--weights",
+                     "digits", "--no-preprocessing"]) == 2
+    err = capsys.readouterr().err
+    assert "--no-preprocessing does not apply to --format tflite." in err
+    assert "Traceback" not in err
+    assert cli.main(["convert", "digits", str(tmp_path / "x.npz"),
+                     "--approximate-preprocessing"]) == 2
+    err = capsys.readouterr().err
+    assert "--approximate-preprocessing applies to --format keras-hub only." in err
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
