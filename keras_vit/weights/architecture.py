@@ -5,11 +5,9 @@ else the `config.json` that `keras_vit.training.fit` writes beside a local check
 
 import os
 
-import numpy as np
-
 from keras_vit import configs
 from keras_vit.weights import config_json
-from keras_vit.weights.layouts import canonicalize, config_from_params
+from keras_vit.weights.layouts import config_from_params
 from keras_vit.weights.registry import is_registered
 from keras_vit.weights.sources import is_url
 
@@ -59,12 +57,12 @@ def checkpoint_config(params, entry, source, image_size=None):
         path = sidecar_path(source)
         config_json.check_agreement(config_json.declared_keras_vit(sidecar["model"], path),
                                     params, source)
-        config = dict(sidecar["model"])
-        # The file's classes, where its config.json does not say them.
-        head = canonicalize(params)[0].get("head/kernel")
-        classes = {} if head is None else {"num_classes": int(np.shape(head)[-1])}
-        names = config_json.check_class_names(sidecar.get("class_names"),
-                                              dict(classes, **config), path)
+        # What the config.json leaves out and the arrays fix (classes, resolution, sizes)
+        # comes from the arrays, never from `ViT`'s defaults (a 1,000-class head, 224 px).
+        arrays = config_from_params(params, sidecar["model"].get("image_size", image_size))
+        arrays.pop("name", None)
+        config = dict(arrays, **sidecar["model"])
+        names = config_json.check_class_names(sidecar.get("class_names"), config, path)
         return config, names, path
     config = dict(config_from_params(params, image_size), name=model_name(source))
     names = config_json.check_class_names(sidecar.get("class_names"), config, sidecar_path(source))

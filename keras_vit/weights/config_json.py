@@ -47,6 +47,10 @@ VIT_ARGUMENTS = tuple(name for name, parameter in inspect.signature(ViT).paramet
 # Keys that configurations written by earlier versions hold and that are no arguments now: the
 # execution routes (`kernels`, 0.3). They are dropped on reading.
 LEGACY_ARGUMENTS = ("kernels",)
+# The `ViT` arguments that are True or False (checked when read: a command line that overrides
+# one would otherwise never see the file's value).
+BOOL_ARGUMENTS = ("include_top", "dynamic_image_size", "qkv_bias", "fc_norm", "remat", "scan",
+                  "gelu_approximate")
 # timm's ViT defaults (`partial(nn.LayerNorm, eps=1e-6)`, exact GELU), and the `act_layer`
 # names of the two GELU forms.
 TIMM_LAYER_NORM_EPSILON = 1e-6
@@ -192,6 +196,9 @@ def check_keras_vit(document, where):
     if unknown:
         raise CheckpointError(f"{where}: `model` has keys that are not keras_vit.ViT arguments: "
                               f"{unknown}. Expected some of {', '.join(VIT_ARGUMENTS)}.")
+    for name in BOOL_ARGUMENTS:
+        if name in model:
+            _checked(where, f"model.{name}", check_bool, model[name])
     names = _names(where, "class_names", document.get("class_names"))
     classes = model.get("num_classes")
     if names and model.get("include_top", True) and isinstance(classes, int) \
