@@ -271,6 +271,7 @@ def test_without_keras_hub_one_line_names_pip_install(tmp_path, monkeypatch, cap
     with pytest.raises(ImportError, match="pip install keras-hub"):
         keras_vit.save_keras_hub_preset(model, tmp_path / "preset")
     write_preset_json(tmp_path / "read", "ViTBackbone", BACKBONE_CONFIG)
+    (tmp_path / "read" / "model.weights.h5").write_bytes(b"read by keras-hub, not here")
     with pytest.raises(ImportError, match="pip install keras-hub"):
         keras_vit.from_pretrained(tmp_path / "read")
     assert cli.main(["convert", "digits", str(tmp_path / "preset"), "--format",

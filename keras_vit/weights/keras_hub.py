@@ -25,6 +25,7 @@ keras-hub is an optional dependency (`pip install keras-hub`), imported only whe
 read or written.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -36,10 +37,11 @@ import numpy as np
 from keras_vit.checks import check_bool, check_choice, check_positive_int, to_pair
 from keras_vit.fileio import DestinationExists, atomic_write_text, check_destination, staging_dir
 from keras_vit.introspection import vit_config
-from keras_vit.preprocessing import IMAGE_CHANNELS, INPUT_OFFSET, INPUT_SCALE
+from keras_vit.preprocessing import (IMAGE_CHANNELS, INPUT_OFFSET, INPUT_SCALE, MAX_MEAN,
+                                     MAX_STD, MIN_STD)
 from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError
-from keras_vit.weights.keymap import model_params
+from keras_vit.weights.keymap import check_finite_weights, model_params
 from keras_vit.weights.layouts import POSEMB_KEY
 
 # The files of a preset folder (keras-hub's `preset_utils` names).
@@ -48,14 +50,22 @@ METADATA_FILE = "metadata.json"
 TASK_FILE = "task.json"
 PREPROCESSOR_FILE = "preprocessor.json"
 IMAGE_CONVERTER_FILE = "image_converter.json"
-# keras_vit's mark on the presets it writes (what it may replace with `overwrite=True`).
+# keras-hub's weights: the backbone's (or the index of its shards) and the task's (the head).
+BACKBONE_WEIGHTS_FILES = ("model.weights.h5", "model.weights.json")
+TASK_WEIGHTS_FILE = "task.weights.h5"
+# keras_vit's mark on the presets it writes (what it may replace with `overwrite=True`): the
+# files it wrote there and their SHA-256.
 MARK_FILE = "keras_vit.json"
+# The files keras-hub writes for a ViT classifier with its preprocessor.
+KERAS_HUB_FILES = ("config.json", "metadata.json", "model.weights.h5", "task.json",
+                   "task.weights.h5", "preprocessor.json", "image_converter.json")
 BACKBONE_CLASS = "ViTBackbone"
 TASK_CLASS = "ViTImageClassifier"
 INSTALL = "pip install keras-hub"
 # What keras-hub's `from_preset` raises for a preset's files it cannot use (a field of another
 # type than it expects: `AttributeError` for a number where it reads an object's fields).
-KERAS_HUB_LOAD_ERRORS = (ValueError, TypeError, LookupError, AttributeError, OSError)
+KERAS_HUB_LOAD_ERRORS = (ValueError, TypeError, LookupError, AttributeError, OSError,
+                         RuntimeError)  # h5py's for a damaged file
 # keras-hub's ViT defaults (`ViTBackbone`, `ViTImageClassifier`).
 KERAS_HUB_LAYER_NORM_EPSILON = 1e-6
 # keras-hub's pooling -> keras_vit's classifier; both need (keras-hub) or forbid (keras_vit's
@@ -261,6 +271,14 @@ def preset_preprocessing(path):
         raise CheckpointError(f"{where}: `scale` is 0 (every image the same). Expected a "
                               "non-zero scale per channel.")
     std = [1.0 / (PIXEL_MAX * s) for s in scale]
+    mean = [-o * s for o, s in zip(offset, std)]
+    if not all(MIN_STD <= s <= MAX_STD for s in std) \
+            or not all(-MAX_MEAN <= m <= MAX_MEAN for m in mean):
+        raise CheckpointError(
+            f"{where}: `scale` {scale!r:.60} and `offset` {offset!r:.60} map pixels in [0, 255] "
+            f"to values beyond 1e5 (a std of {min(std):.3g} to {max(std):.3g}, a mean of "
+            f"{min(mean):.3g} to {max(mean):.3g} of pixels in [0, 1]). Expected std in "
+            f"[{MIN_STD:g}, {MAX_STD:g}] and mean in [-{MAX_MEAN:g}, {MAX_MEAN:g}].")
     crop = tuple(_checked(where, check_bool, field, config.get(field, default))
                  for field, default in (("crop_to_aspect_ratio", True),
                                         ("pad_to_aspect_ratio", False)))
@@ -273,7 +291,7 @@ def preset_preprocessing(path):
                 interpolation=_checked(where, check_choice, "interpolation",
                                        config.get("interpolation", "bilinear"), INTERPOLATIONS),
                 crop_pct=1.0, crop_mode=CROP_MODES[crop],
-                mean=_rounded([-o * s for o, s in zip(offset, std)]), std=_rounded(std),
+                mean=_rounded(mean), std=_rounded(std),
                 antialias=_checked(where, check_bool, "antialias",
                                    config.get("antialias", False)))
 
@@ -286,6 +304,20 @@ def _check_is_preset(path):
         raise CheckpointError(f"{path} is a folder without {' and '.join(missing)}: not a "
                               "keras-hub preset. Expected an .npz or .safetensors file, or a "
                               "folder keras-hub's save_to_preset wrote.")
+
+
+def _check_weights_files(path, folder, include_top):
+    """Every weight comes from the preset: keras-hub would build the missing ones at random
+    (a classifier's head without `task.weights.h5`) or name a file the preset never had."""
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in BACKBONE_WEIGHTS_FILES):
+        raise CheckpointError(f"{path}: the preset has no {BACKBONE_WEIGHTS_FILES[0]} (the "
+                              "backbone's weights). Expected the folder keras-hub's "
+                              "save_to_preset wrote, whole.")
+    if include_top and not os.path.isfile(os.path.join(folder, TASK_WEIGHTS_FILE)):
+        raise CheckpointError(
+            f"{path}: {TASK_FILE} describes a classifier but the preset has no "
+            f"{TASK_WEIGHTS_FILE} (its head's weights); keras-hub would give that head random "
+            "weights. Expected the folder keras-hub's save_to_preset wrote, whole.")
 
 
 def read_preset(path):
@@ -306,9 +338,11 @@ def read_preset(path):
     """
     _check_is_preset(path)
     folder = os.path.expanduser(os.fspath(path))
+    _check_digests(path, folder)
     config, class_token = _backbone_arguments(folder)
     config.update(_head_arguments(folder, class_token))
     preprocessing = preset_preprocessing(folder)
+    _check_weights_files(path, folder, config["include_top"])
     hub = import_keras_hub()
     loader = hub.models.ViTImageClassifier if config["include_top"] else hub.models.ViTBackbone
     try:
@@ -413,14 +447,58 @@ def approximation_notice(stated, converter):
 
 def _is_ours(folder):
     """Whether `folder` holds the mark of a preset keras_vit wrote."""
+    return _mark(folder) is not None
+
+
+def _mark(folder):
+    """The mark of a preset keras_vit wrote in `folder` (a dict), or None."""
     mark = os.path.join(folder, MARK_FILE)
     if not os.path.isfile(mark) or os.path.islink(mark):
-        return False
+        return None
     try:
         document = config_json.read_json(mark, "keras_vit's mark on a preset")
     except CheckpointError:
-        return False
-    return isinstance(document, dict) and document.get("written_by") == config_json.WRITTEN_BY
+        return None
+    ours = isinstance(document, dict) and document.get("written_by") == config_json.WRITTEN_BY
+    return document if ours else None
+
+
+def _written_files(mark):
+    """The names of the files keras_vit wrote into a preset, by its mark: the `files` it
+    lists (with their SHA-256), else (marks of earlier versions) the files keras-hub writes
+    for a ViT."""
+    files = mark.get("files")
+    if isinstance(files, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                       for k, v in files.items()):
+        return dict(files)
+    return dict.fromkeys(KERAS_HUB_FILES)
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_digests(path, folder):
+    """The files of a preset keras_vit wrote are the bytes it wrote (its mark holds their
+    SHA-256): HDF5 has no checksum, so a damaged weights file would load as other numbers."""
+    mark = _mark(folder)
+    if mark is None:
+        return
+    for name, digest in _written_files(mark).items():
+        if digest is None:
+            continue
+        file = os.path.join(folder, name)
+        if not os.path.isfile(file):
+            raise CheckpointError(f"{path}: the preset keras_vit wrote has lost its {name}. "
+                                  "Expected the folder as keras_vit wrote it, whole.")
+        if _sha256(file) != digest:
+            raise CheckpointError(f"{path}: {name} is not the file keras_vit wrote there (its "
+                                  f"SHA-256 differs from the one in {MARK_FILE}): damaged or "
+                                  "changed. Expected the folder as keras_vit wrote it.")
 
 
 def check_preset_destination(path, overwrite):
@@ -435,6 +513,13 @@ def check_preset_destination(path, overwrite):
     if not _is_ours(folder):
         raise ValueError(f"{path} is a folder holding files keras_vit did not write; it is "
                          "never replaced. Nothing was written; expected a new or empty folder.")
+    others = sorted(set(os.listdir(folder)) - set(_written_files(_mark(folder))) - {MARK_FILE})
+    if others:
+        listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5
+                                          else "")
+        raise ValueError(f"{path} holds a preset keras_vit wrote and files it did not write "
+                         f"({listed}); it is never replaced. Nothing was written; expected "
+                         "the preset alone, a new or an empty folder.")
     if not overwrite:
         raise DestinationExists(f"{path} already holds a preset. Nothing was written; pass "
                                 "overwrite=True (--overwrite) to replace it, or choose another "
@@ -541,6 +626,7 @@ def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False, appr
             CROP_MODES[converter["crop_to_aspect_ratio"], converter["pad_to_aspect_ratio"]], 1.0):
         warnings.warn(approximation_notice(stated, converter), stacklevel=2)
     check_preset_destination(path, overwrite)
+    check_finite_weights(model, f"Writing {path}")
     hub = import_keras_hub()
     hub_model, preprocessor = _keras_hub_models(hub, config, converter)
     _assign(hub_model, model_params(model))
@@ -550,6 +636,8 @@ def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False, appr
         hub_model.save_to_preset(staging)
         if preprocessor is not None:
             preprocessor.save_to_preset(staging)
+        mark["files"] = {name: _sha256(os.path.join(staging, name))
+                         for name in sorted(os.listdir(staging))}
         atomic_write_text(os.path.join(staging, MARK_FILE), json.dumps(mark, indent=2))
         check_preset_destination(path, overwrite)  # still free (or ours) now
     return os.fspath(path)
