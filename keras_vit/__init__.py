@@ -65,6 +65,7 @@ _LAZY = {
     **dict.fromkeys(("evaluate", "extract_features", "fewshot_table", "linear_probe"),
                     "keras_vit.evaluation"),
     "export_saved_model": "keras_vit.export",
+    "load_model": "keras_vit.weights.keras_file",
     "export_tflite": "keras_vit.tflite",
     "export_onnx": "keras_vit.onnx_export",
     **dict.fromkeys((

@@ -306,19 +306,11 @@ def check_model_flag_conflicts(args):
 
 
 def _load_keras_file(path, image_size, num_classes):
-    import keras
-
-    import keras_vit  # noqa: F401  (registers keras_vit's layers for deserialisation)
+    from keras_vit.weights.keras_file import load_model
 
     if not os.path.isfile(os.path.expanduser(path)):
         raise FileNotFoundError(f"--model {path}: no such file.")
-    try:
-        model = keras.saving.load_model(os.path.expanduser(path))
-    except RecursionError:
-        raise ValueError(f"--model {path} is not a readable .keras model (its config.json is "
-                         "nested too deeply).") from None
-    except (ValueError, OSError, TypeError, KeyError) as e:
-        raise ValueError(f"--model {path} is not a readable .keras model ({e}).") from None
+    model = load_model(path)
     shape = tuple(model.inputs[0].shape) if len(model.inputs) == 1 else None
     if shape is None or len(shape) != 4 or shape[-1] != 3 \
             or len(model.outputs) != 1 or len(model.outputs[0].shape) != 2:
