@@ -17,6 +17,8 @@ and exported graphs) are in `keras_vit.images`.
 import math
 import numbers
 
+import numpy as np
+
 from keras import ops
 
 # The official models see RGB scaled to [-1, 1] (vit_jax input_pipeline: `x / 127.5 - 1`).
@@ -42,6 +44,12 @@ KERAS_CROP_MODES = ("crop_to_aspect_ratio", "pad_to_aspect_ratio")
 CROP_MODES = ("center", "squash", "border", *KERAS_CROP_MODES)
 # vit_jax input pipeline: `tf.image.resize` (bilinear, no antialias), then `x / 127.5 - 1`.
 PAPER_MEAN = PAPER_STD = (0.5, 0.5, 0.5)
+# The ranges a data config's numbers are held to: every normalised pixel stays within 1e5 in
+# magnitude, and no image is resized beyond MAX_IMAGE_SIDE a side
+# (one 3 x 8192 x 8192 float32 image is 0.8 GB).
+MAX_MEAN = 100.0
+MIN_STD, MAX_STD = 1e-3, 1e3
+MAX_IMAGE_SIDE = 8192
 PAPER_INTERPOLATION = "bilinear"
 # timm's `PretrainedCfg` defaults, for the fields a timm `pretrained_cfg` leaves out.
 TIMM_DEFAULTS = dict(interpolation="bicubic", crop_pct=0.875, crop_mode="center",
@@ -164,11 +172,11 @@ def _number(value):
         and math.isfinite(value)
 
 
-def _rgb_numbers(where, field, value, positive=False):
+def _rgb_numbers(where, field, value, low, high):
     if not isinstance(value, (list, tuple)) or len(value) != IMAGE_CHANNELS \
-            or not all(_number(v) and (v > 0 or not positive) for v in value):
-        what = "positive numbers" if positive else "numbers"
-        raise ValueError(f"{where}: `{field}` must be {IMAGE_CHANNELS} {what} (R, G, B). "
+            or not all(_number(v) and low <= v <= high for v in value):
+        raise ValueError(f"{where}: `{field}` must be {IMAGE_CHANNELS} numbers (R, G, B) in "
+                         f"[{low:g}, {high:g}] (of pixels scaled to [0, 1]). "
                          f"Received: {field}={value!r:.100}")
     return [float(v) for v in value]
 
@@ -208,10 +216,19 @@ def _checked_fields(config, where):
         if config[field] not in choices:
             raise ValueError(f"{where}: `{field}` {config[field]!r:.100} is not supported. "
                              f"Expected one of {', '.join(choices)}.")
+    if max(size[1:]) > MAX_IMAGE_SIDE:
+        raise ValueError(f"{where}: `input_size` {size[1]}x{size[2]} is larger than "
+                         f"{MAX_IMAGE_SIDE} pixels a side. Expected [3, height, width] of a "
+                         "model's input.")
     crop_pct = config["crop_pct"]
     if not _number(crop_pct) or not 0 < crop_pct <= 1:
         raise ValueError(f"{where}: `crop_pct` must be a number in (0, 1]. "
                          f"Received: crop_pct={crop_pct!r:.100}")
+    if max(size[1:]) / crop_pct > MAX_IMAGE_SIDE:
+        raise ValueError(f"{where}: `crop_pct` {crop_pct:g} would resize images to "
+                         f"{max(size[1:]) / crop_pct:.0f} pixels a side before the "
+                         f"{max(size[1:])}-pixel crop (at most {MAX_IMAGE_SIDE}). Expected a "
+                         "crop_pct near 1 (timm's checkpoints use 0.875 to 1).")
     if config["crop_mode"] in KERAS_CROP_MODES and crop_pct != 1:
         raise ValueError(f"{where}: `crop_mode` {config['crop_mode']!r} (Keras' Resizing) takes "
                          f"crop_pct 1. Received: crop_pct={crop_pct!r:.100}")
@@ -221,8 +238,8 @@ def _checked_fields(config, where):
                          f"Received: {ANTIALIAS}={antialias!r:.100}")
     return dict(input_size=[int(v) for v in size], interpolation=config["interpolation"],
                 crop_pct=float(crop_pct), crop_mode=config["crop_mode"],
-                mean=_rgb_numbers(where, "mean", config["mean"]),
-                std=_rgb_numbers(where, "std", config["std"], positive=True),
+                mean=_rgb_numbers(where, "mean", config["mean"], -MAX_MEAN, MAX_MEAN),
+                std=_rgb_numbers(where, "std", config["std"], MIN_STD, MAX_STD),
                 antialias=antialias)
 
 
@@ -270,7 +287,32 @@ def normalization(config):
     return scale, offset
 
 
-def preprocess_inputs(images, data_config=None):
+# The dtypes that hold pixels in [0, 255]: unsigned 8-bit, signed 16-bit and wider, floats.
+PIXEL_DTYPES = ("uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+
+
+def _check_pixel_values(images, value_range, floating):
+    """For images given as values (eager): every value finite and in `value_range`; float
+    images in (0, 1] only where that range is (0, 1). A symbolic tensor is not checked."""
+    try:
+        values = ops.convert_to_numpy(images)
+    except Exception:  # noqa: BLE001 - a symbolic tensor (tf.data, tf.function): no values
+        return
+    if not values.size:
+        return
+    low, high = value_range
+    least, most = float(values.min()), float(values.max())
+    if not (np.isfinite(least) and np.isfinite(most)) or least < low or most > high:
+        raise ValueError(f"preprocess_inputs: the images hold values from {least:g} to {most:g}, "
+                         f"outside [{low}, {high}]. Expected RGB pixels in [{low}, {high}] "
+                         "(value_range=(0, 1) for float images scaled to [0, 1]).")
+    if floating and value_range == (0, 255) and 0 < most <= 1:
+        raise ValueError(f"preprocess_inputs: the float images hold values from {least:g} to "
+                         f"{most:g}: scaled to [0, 1], not [0, 255]. Expected value_range=(0, 1) "
+                         "for them, or pixels in [0, 255].")
+
+
+def preprocess_inputs(images, data_config=None, value_range=(0, 255)):
     """Scales RGB images with values in [0, 255] (uint8 or float) to the model's input, float32.
 
     Args:
@@ -279,23 +321,39 @@ def preprocess_inputs(images, data_config=None):
             (the data config it carries): its `mean` and `std` give `(x / 255 - mean) / std`.
             None, or a model that carries none: the paper's [-1, 1] (`x / 127.5 - 1`).
             Defaults to None.
+        value_range: (0, 255) or (0, 1): the range of float images (integer images are
+            always [0, 255]). Defaults to (0, 255).
 
     Returns:
         A float32 tensor of the same shape.
 
     Raises:
-        ValueError: if the last axis is not 3 RGB channels, or for a malformed data config.
+        ValueError: if the last axis is not 3 RGB channels, for a malformed data config, for
+            a dtype that does not hold pixels in [0, 255] (bool, complex, int8, uint16 and
+            wider unsigned integers), or, for images given as values (not a symbolic tensor),
+            values outside `value_range` or float images that look scaled to [0, 1] while
+            `value_range` is (0, 255).
 
     Examples:
     >>> preprocess_inputs(np.array([[[[0, 127.5, 255]]]]))  # doctest: +SKIP
     array([[[[-1., 0., 1.]]]], dtype=float32)
     """
+    if tuple(value_range) not in ((0, 255), (0, 1)):
+        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: {value_range!r}")
     images = ops.convert_to_tensor(images)
     if len(images.shape) < 3 or images.shape[-1] != IMAGE_CHANNELS:
         raise ValueError(
             f"preprocess_inputs expects RGB images [..., height, width, 3]. "
             f"Received shape {tuple(images.shape)}"
         )
+    dtype = ops.dtype(images)
+    if dtype not in PIXEL_DTYPES:
+        raise ValueError(f"preprocess_inputs takes uint8 or float images (or signed integers "
+                         f"of 16 bits or more) with values in [0, 255]. Received dtype {dtype}.")
+    floating = "float" in dtype
+    _check_pixel_values(images, tuple(value_range) if floating else (0, 255), floating)
+    if floating and tuple(value_range) == (0, 1):
+        images = ops.cast(images, "float32") * 255.0
     if hasattr(data_config, "inputs"):  # a model: the data config it carries, if any
         data_config = getattr(data_config, ATTRIBUTE, None)
     if data_config is None:

@@ -242,7 +242,7 @@ def test_safetensors_carry_the_data_config_to_keras_vit_and_to_timms_config(tmp_
     (dict(input_size=[16, 16]), "`input_size` must be [3, height, width]"),
     (dict(input_size=[1, 16, 16]), "`input_size` must be [3, height, width]"),
     (dict(mean=[0.5, 0.5]), "`mean` must be 3 numbers (R, G, B)"),
-    (dict(std=[0.5, 0.0, 0.5]), "`std` must be 3 positive numbers"),
+    (dict(std=[0.5, 0.0, 0.5]), "`std` must be 3 numbers (R, G, B) in [0.001, 1000]"),
     (dict(antialias="yes"), "`antialias` must be true or false"),
     (dict(size=224), "has unknown fields ['size']"),
 ])
@@ -483,7 +483,13 @@ def test_a_hub_checkpoint_keeps_the_data_config_of_timms_config_json(tmp_path):
         document["pretrained_cfg"].update(pretrained_cfg)  # as timm writes it for `repo`
         (folder / "snapshots" / commit / "config.json").write_text(json.dumps(document))
     photo = write_png(tmp_path / "photo.png", smooth_image(45, 60))
+    # DINO's entry, rewritten to describe the small stand-in under its name (width 32, depth 2,
+    # 32 px, 5 classes): the file must match its entry, as a real one must.
     code = ("import json, keras_vit, keras_vit_cli\n"
+            "from keras_vit.weights import registry\n"
+            "registry._REGISTERED['DINO'] = dict(registry.get_checkpoint('DINO'), variant=None, "
+            "config=dict(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64, patch_size=8), "
+            "resolution=32, num_classes=5)\n"
             "out = []\n"
             "for name in ('hf://timm/vit-test', 'DINO'):\n"
             "    model = keras_vit.from_pretrained(name, progress=False)\n"
