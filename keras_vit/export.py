@@ -56,6 +56,7 @@ from keras_vit.layer_config import sublayers
 from keras_vit.layers import TokenPooling
 from keras_vit.model_parts import model_image_size, patch_grid
 from keras_vit.preprocessing import IMAGE_CHANNELS
+from keras_vit.weights.keymap import check_finite_weights
 
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
@@ -98,6 +99,7 @@ def check_model(model):
             "an image size (keras_vit builders always do) or call it once on a batch "
             "[B, height, width, 3]."
         )
+    check_finite_weights(model, f"Exporting {model.name!r}")
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise ValueError(
             f"Expected a model with one image input and one logits output. Received "

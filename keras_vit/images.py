@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from keras_vit import data_config as data_configs
 from keras_vit.labels import LABEL_SETS, decode_predictions
+from keras_vit.weights.keymap import check_finite_outputs
 from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is importable from here
     IMAGE_CHANNELS,
     INPUT_OFFSET,
@@ -343,8 +344,9 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     if max_pixels is not None:
         with tf.control_dependencies(checks):
             height, width = declared_size(data, fmt)
+        pixels = tf.cast(height, tf.float64) * tf.cast(width, tf.float64)  # no int64 overflow
         checks.append(tf.debugging.Assert(
-            height * width <= max_pixels,
+            pixels <= float(max_pixels),
             [f"{name} declares", height, "x", width, f"pixels, above the limit of {max_pixels} "
              "pixels (max_pixels)"],
         ))
@@ -442,6 +444,7 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
         logits.append(model.predict_on_batch(preprocess_inputs(tf.stack(batch), config)))
     if not logits:
         raise ValueError("classify_images got no images. Expected a path, an image or a list.")
+    check_finite_outputs(model, tf.concat(logits, 0).numpy(), "classify_images")
     num_classes = logits[0].shape[-1]
     if class_names is None and num_classes not in LABEL_SETS:  # the class indices
         class_names = [str(i) for i in range(num_classes)]

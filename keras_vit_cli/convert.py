@@ -86,6 +86,7 @@ def run(args):
         return _write_keras_hub(args)
     from keras_vit.fileio import atomic_file, check_destination, check_room
     from keras_vit.weights import hub, save_npz
+    from keras_vit.weights.keymap import check_finite_weights
 
     model, class_names = _source_model(args)
     if args.out.endswith(".npz"):
@@ -94,6 +95,7 @@ def run(args):
         hub.save_safetensors(model, args.out, class_names, overwrite=args.overwrite)
     else:
         check_destination(args.out, args.overwrite)  # still free (or replaceable) now
+        check_finite_weights(model, f"Writing {args.out}")
         if args.out.endswith(".weights.h5"):  # HDF5 does not survive a disk that fills up
             check_room(args.out, H5_BYTES_PER_PARAMETER * model.count_params() + H5_OVERHEAD)
         with atomic_file(args.out) as tmp:  # Keras picks the format from the suffix

@@ -31,7 +31,7 @@ from keras_vit.fileio import DestinationExists, atomic_file, atomic_write_text, 
 from keras_vit.introspection import vit_config
 from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError, DownloadError
-from keras_vit.weights.keymap import model_params
+from keras_vit.weights.keymap import check_finite_weights, model_params
 from keras_vit.weights.layouts import config_from_params
 from keras_vit.weights.npz import placeholder
 from keras_vit.weights.torch_layouts import detect_layout, layout_width, to_official, to_timm
@@ -43,6 +43,8 @@ CONFIG_FILE = "config.json"
 # document (`config_json.check_keras_vit`) as JSON text.
 METADATA_KEY = "keras_vit"
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*")
+# A branch, tag or commit: what git allows in a ref name, without a parent folder (`..`).
+_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]{0,254}")
 
 
 def is_hub(source):
@@ -52,10 +54,12 @@ def is_hub(source):
 def parse_hub(source):
     """`hf://ORG/NAME[@REVISION]` as (repo id, revision or None)."""
     spec = source[len(HF_SCHEME):]
-    repo, _, revision = spec.partition("@")
-    if not _REPO.fullmatch(repo):
-        raise ValueError(f"{source!r} is not a Hugging Face model. Expected hf://ORG/NAME or "
-                         "hf://ORG/NAME@REVISION, e.g. hf://timm/vit_base_patch16_224.augreg2_in21k_ft_in1k.")
+    repo, at, revision = spec.partition("@")
+    if not _REPO.fullmatch(repo) or (at and not _REVISION.fullmatch(revision)) \
+            or ".." in revision.split("/"):
+        raise ValueError(f"{source!r:.200} is not a Hugging Face model. Expected hf://ORG/NAME "
+                         "or hf://ORG/NAME@REVISION (a branch, tag or commit), e.g. "
+                         "hf://timm/vit_base_patch16_224.augreg2_in21k_ft_in1k.")
     return repo, revision or None
 
 
@@ -311,6 +315,7 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
         keras_vit.fileio.WriteError: naming the file, if it cannot be written (a full disk).
     """
     config = vit_config(model)
+    check_finite_weights(model, f"Writing {path}")
     params = to_timm(model_params(model))
     preprocessing = getattr(model, "data_config", None)  # None: the paper's
     timm = config_json.timm_config(config, class_names, preprocessing)

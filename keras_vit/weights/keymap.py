@@ -99,3 +99,40 @@ def model_params(model):
     int8-quantized model's as their dequantized float32 values (`dequantized`)."""
     return dequantized({k: keras.ops.convert_to_numpy(v)
                         for k, v in checkpoint_variables(model).items()})
+
+
+def check_finite_weights(model_or_params, action, limit=5):
+    """Raises ValueError, naming `action` (what would have been done, e.g. "Writing m.npz")
+    and the first `limit` weights holding NaN or infinity, if any weight of the model (or
+    dict of arrays) is not finite: no file keras_vit writes, and no answer it gives, comes
+    from such weights. Integer (quantized) weights are finite by construction."""
+    if isinstance(model_or_params, dict):
+        items = model_or_params.items()
+    else:
+        items = ((variable.path, variable) for variable in model_or_params.weights)
+    bad = []
+    for name, value in items:
+        array = np.asarray(keras.ops.convert_to_numpy(value))
+        if np.issubdtype(array.dtype, np.inexact) and not np.isfinite(array).all():
+            bad.append(f"{name} ({array.size - np.count_nonzero(np.isfinite(array))} values)")
+    if bad:
+        more = f" and {len(bad) - limit} more" if len(bad) > limit else ""
+        raise ValueError(f"{action}: the model's weights hold NaN or infinity in "
+                         f"{', '.join(bad[:limit])}{more}. Nothing was done. Expected finite "
+                         "weights (a model whose training diverged, or a damaged checkpoint, "
+                         "has none to give).")
+
+
+def check_finite_outputs(model, outputs, action):
+    """Raises ValueError, naming `action` and the cause, if the model's outputs hold NaN or
+    infinity: its non-finite weights where it has any (`check_finite_weights`), else the
+    overflow of its activations. No answer is given from such outputs."""
+    outputs = np.asarray(outputs)
+    if np.isfinite(outputs).all():
+        return
+    check_finite_weights(model, action)
+    rows = int(np.count_nonzero(~np.isfinite(outputs.reshape(len(outputs), -1)).all(axis=1)))
+    raise ValueError(f"{action}: the model gave NaN or infinity for {rows} of {len(outputs)} "
+                     "images although its weights are finite (its activations overflowed). "
+                     "Nothing was reported. Expected weights of a trained model and images "
+                     "normalised by its data config.")

@@ -22,7 +22,7 @@ import numpy as np
 
 from keras_vit.fileio import atomic_write, check_destination
 from keras_vit.weights.errors import CheckpointError
-from keras_vit.weights.keymap import model_params
+from keras_vit.weights.keymap import check_finite_weights, model_params
 
 _HEADER_READERS = {
     (1, 0): np.lib.format.read_array_header_1_0,
@@ -232,6 +232,7 @@ def save_npz(model_or_params, path, overwrite=False):
         keras_vit.fileio.WriteError: naming `path`, if it cannot be written (a full disk).
     """
     check_destination(path, overwrite)
+    check_finite_weights(model_or_params, f"Writing {path}")
     data = npz_bytes(model_or_params)
     atomic_write(path, lambda f: f.write(data))
     return os.fspath(path)
