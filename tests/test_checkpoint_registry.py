@@ -184,6 +184,22 @@ def offline_hub(monkeypatch, tmp_path):
 TI16 = dict(hidden=192, mlp=768, heads=3, layers=1, patch=16, grid=(2, 2))
 
 
+def stand_in_entry(name, **facts):
+    """`name`'s registry entry rewritten to describe the small stand-in a test writes under
+    that name (`facts`: the `keras_vit.ViT` sizes, `resolution` and `num_classes` in which it
+    differs), so that the stand-in must still match its entry as a real file must."""
+    entry = registry.get_checkpoint(name)
+    config = configs.get_variant(entry["variant"]).config() if entry.get("variant") else {}
+    sizes = {k: v for k, v in facts.items() if k not in ("resolution", "num_classes")}
+    return dict(entry, variant=None, config=dict(config, **sizes) or None,
+                resolution=facts.get("resolution", entry["resolution"]),
+                num_classes=facts.get("num_classes", entry["num_classes"]))
+
+
+def use_stand_in(monkeypatch, name, **facts):
+    monkeypatch.setitem(registry._REGISTERED, name, stand_in_entry(name, **facts))
+
+
 def write_hub_files(folder, name, params, num_classes):
     """`model.safetensors` in timm's layout and the `config.json` the Hub holds for timm's
     files (no `model_args`: the architecture is timm's `name`), as timm's `push_to_hf_hub`
@@ -205,11 +221,12 @@ def write_hub_files(folder, name, params, num_classes):
     (folder / "config.json").write_text(json.dumps(config))
 
 
-def test_a_timm_name_loads_from_the_hub_with_the_papers_numerics(offline_hub, tmp_path):
+def test_a_timm_name_loads_from_the_hub_with_the_papers_numerics(offline_hub, tmp_path, monkeypatch):
     name = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
     params = reference.official_params(np.random.default_rng(0), num_classes=7, **TI16)
     write_hub_files(tmp_path / "files", name, params, 7)
     hub_cache(offline_hub, {f"timm/{name}": tmp_path / "files"})
+    use_stand_in(monkeypatch, name, num_layers=1, resolution=32, num_classes=7)
     images = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
     want, _, _ = reference.forward(params, images, approximate=False)  # timm: exact GELU
     model = keras_vit.from_pretrained(name)
@@ -225,7 +242,7 @@ def test_a_timm_name_loads_from_the_hub_with_the_papers_numerics(offline_hub, tm
     assert chosen.get_config()["gelu_approximate"] is True
 
 
-def test_the_command_line_takes_a_timm_name_as_weights(offline_hub, tmp_path, capsys):
+def test_the_command_line_takes_a_timm_name_as_weights(offline_hub, tmp_path, capsys, monkeypatch):
     from PIL import Image
 
     name = "vit_small_patch16_224.augreg_in1k"
@@ -233,6 +250,7 @@ def test_the_command_line_takes_a_timm_name_as_weights(offline_hub, tmp_path, ca
                                        **dict(TI16, hidden=384, mlp=96, heads=6))
     write_hub_files(tmp_path / "files", name, params, 1000)
     hub_cache(offline_hub, {f"timm/{name}": tmp_path / "files"})
+    use_stand_in(monkeypatch, name, num_layers=1, mlp_dim=96, resolution=32)
     image = np.random.default_rng(3).integers(0, 256, (32, 32, 3), dtype=np.uint8)
     Image.fromarray(image).save(tmp_path / "x.png")
     assert cli.main(["predict", str(tmp_path / "x.png"), "--weights", name, "--top-k", "1"]) == 0
@@ -305,7 +323,7 @@ print(json.dumps(dict(outputs=outputs, entries=entries)))
 """
 
 
-def test_every_family_loads_exactly_from_the_files_timm_writes(offline_hub, tmp_path,
+def test_every_family_loads_exactly_from_the_files_timm_writes(offline_hub, tmp_path, monkeypatch,
                                                                timm_python):
     images = np.random.default_rng(4).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
     np.save(tmp_path / "images.npy", images)
@@ -324,6 +342,9 @@ def test_every_family_loads_exactly_from_the_files_timm_writes(offline_hub, tmp_
         assert written.pop("model_args")["depth"] == 1
         config.write_text(json.dumps(written))
     hub_cache(offline_hub, {f"timm/{name}": tmp_path / "timm" / name for name, _ in FAMILIES})
+    for name, kwargs in FAMILIES:  # depth 1, smaller images, fewer classes
+        use_stand_in(monkeypatch, name, num_layers=1, resolution=kwargs["img_size"],
+                     **{k: v for k, v in kwargs.items() if k == "num_classes"})
     for name, kwargs in FAMILIES:
         assert registry.hub_source(name) == f"hf://timm/{name}"
         model = keras_vit.from_pretrained(name)

@@ -12,6 +12,7 @@ cannot pass.
 
 import json
 import pathlib
+import re
 
 import keras
 import numpy as np
@@ -237,7 +238,7 @@ def distinct_timm_preprocessings():
 
 
 def test_every_timm_preprocessing_gives_timms_own_answer_from_pixels(tmp_path, timm_python,
-                                                                    offline_hub):
+                                                                    offline_hub, monkeypatch):
     """For each distinct preprocessing of timm's checkpoints in the registry, a model timm
     built and wrote (peaked head), a photo through timm's `create_transform` and model, and
     the same photo through keras_vit by the checkpoint's registry name (from a Hugging Face
@@ -246,7 +247,7 @@ def test_every_timm_preprocessing_gives_timms_own_answer_from_pixels(tmp_path, t
     one too. And every timm registry entry's data config is timm's `pretrained_cfg`'s."""
     import subprocess
 
-    from test_checkpoint_registry import hub_cache
+    from test_checkpoint_registry import hub_cache, use_stand_in
 
     names = distinct_timm_preprocessings()
     every = [entry["name"] for entry in keras_vit.list_checkpoints("timm")]
@@ -265,6 +266,9 @@ def test_every_timm_preprocessing_gives_timms_own_answer_from_pixels(tmp_path, t
     for name, cfg in printed["pretrained_cfgs"].items():
         assert keras_vit.resolve_data_config(name) == dc.timm_data_config(cfg), name
     hub_cache(offline_hub, {f"timm/{name}": tmp_path / "timm" / name for name in names})
+    for name in names:  # depth 1, two patches a side, 5 classes
+        side = 2 * int(re.search(r"patch(\d+)", name)[1])
+        use_stand_in(monkeypatch, name, num_layers=1, resolution=side, num_classes=5)
     for name in names:
         want, wrong = np.array(answers[name]["timm"]), np.array(answers[name]["paper"])
         assert np.abs(want - wrong).max() > WRONG, name  # the paper's would be caught

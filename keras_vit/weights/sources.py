@@ -23,6 +23,8 @@ import re
 
 import huggingface_hub
 
+from keras_vit import configs
+from keras_vit.checks import to_pair
 from keras_vit.model_parts import model_image_size
 from keras_vit.preprocessing import (DEFAULT_IMAGE_SIZE, check_data_config,
                                      paper_data_config, timm_data_config, with_image_size)
@@ -94,11 +96,17 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
     on_hub = source if hub.is_hub(source) else registry.hub_source(source)
     if on_hub:  # hf://ORG/NAME, or a registry name of a file there (timm's)
         config_path, weights_path = hub.hub_files(on_hub)
-        return _torch_layout(weights_path, config_path, source, num_heads, check)
+        registered = registry.get_checkpoint(source) if registry.is_registered(source) else None
+        return _torch_layout(weights_path, config_path, source, num_heads, check, registered)
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".safetensors"):
         path = os.path.expanduser(os.fspath(source))
         config = os.path.join(os.path.dirname(path), hub.CONFIG_FILE)
         return _torch_layout(path, config, source, num_heads, check)
+    if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".keras"):
+        raise CheckpointError(
+            f"{source} is a whole Keras model (.keras), not a checkpoint of weights: load it with "
+            "keras_vit.load_model(path) (--model on the command line). Expected an .npz or "
+            ".safetensors file, a keras-hub preset folder, a registry name or a URL here.")
     opened, entry = _npz_reader(source, progress)
     checkpoint = opened(open_npz)
     if check is None:
@@ -132,21 +140,67 @@ def _npz_reader(source, progress):
         ".npz path or an http(s):// or file:// URL.")
 
 
-def _torch_layout(weights_path, config_path, source, num_heads, check):
+def _torch_layout(weights_path, config_path, source, num_heads, check, registered=None):
     """A safetensors file in the official layout, and an entry describing its architecture
-    (`num_heads`: for files whose config does not say, or that have none)."""
+    (`num_heads`: for files whose config does not say, or that have none). The file of a
+    registry name (`registered`: its entry) must be the architecture that entry names."""
     def entry_of(config, class_names):
         return dict(name=str(source), url=None, variant=None, config=config,
                     class_names=class_names, num_classes=config.get("num_classes"),
                     representation_size=config.get("representation_size"), sha256=None)
 
     def check_headers(placeholders, config, class_names):
+        if registered is not None:
+            check_registered(config, registered, weights_path)
         if check is not None:
             check(placeholders, entry_of(config, class_names))
 
     params, config, class_names = hub.load_safetensors(weights_path, config_path, num_heads,
                                                        check_headers)
     return params, entry_of(config, class_names)
+
+
+# What a registry entry fixes of the file it names, beyond its digest.
+REGISTERED_FACTS = ("hidden_size", "num_layers", "num_heads", "mlp_dim", "patch_size",
+                    "image_size", "num_classes")
+
+
+def _registered_facts(entry):
+    """The architecture a registry entry names: its variant's (or `config`'s) sizes, its
+    resolution and its number of classes (0: no head)."""
+    if entry.get("variant"):
+        facts = configs.get_variant(entry["variant"]).config()
+    else:
+        facts = dict(entry.get("config") or {})
+    if entry.get("resolution"):
+        facts["image_size"] = entry["resolution"]
+    facts["num_classes"] = entry.get("num_classes") or 0
+    for pair in ("patch_size", "image_size"):
+        if pair in facts:
+            facts[pair] = list(to_pair(pair, facts[pair]))
+    return {name: facts[name] for name in REGISTERED_FACTS if name in facts}
+
+
+def check_registered(config, entry, path):
+    """Raises unless the architecture a file's config describes (`config`: `keras_vit.ViT`
+    arguments) is the one its registry entry names: a cache or mirror holding another model
+    under the name would otherwise load it under that name.
+
+    Raises:
+        CheckpointError: naming the file, the registry name and the first difference.
+    """
+    found = dict(config)
+    if not found.get("include_top", True):
+        found["num_classes"] = 0
+    for pair in ("patch_size", "image_size"):
+        if found.get(pair) is not None:
+            found[pair] = list(to_pair(pair, found[pair]))
+    for name, expected in _registered_facts(entry).items():
+        if found.get(name) is not None and found[name] != expected:
+            raise CheckpointError(
+                f"{path} is not the checkpoint {entry['name']!r} names: it has {name} "
+                f"{found[name]}, the registry's entry {expected}. Expected the file of that "
+                "name (a cache or mirror holding another model under it?).")
 
 
 def load_pretrained(model, source, progress=True):
