@@ -45,8 +45,9 @@ NO_ROOM_MESSAGES = {os.strerror(code): code for code in NO_ROOM_ERRNOS}
 WRITE_ERRNOS = NO_ROOM_ERRNOS + (errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM,
                                  errno.ENAMETOOLONG)
 LOCK_FILE = ".keras_vit.lock"
-# The folders whose lock this process holds (their real paths): its own writes there are its.
-_HELD = set()
+# The folders whose lock this process holds: their real paths -> (device, inode) when locked.
+# Its own writes there are its, into that very folder only.
+_HELD = {}
 
 
 class WriteError(OSError):
@@ -169,6 +170,7 @@ def atomic_file(path):
     """
     path = os.fspath(path)
     refuse_link(path)
+    check_held_folder(path)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
     with naming_write_errors(path):
@@ -181,7 +183,12 @@ def atomic_file(path):
             yield tmp
             _fsync(tmp)
             chmod_as_umask(tmp, 0o666)
-            os.replace(tmp, path)
+            check_held_folder(path)  # still the folder the job locked
+            try:
+                os.replace(tmp, path)  # the temporary lies in the folder it was made in
+            except FileNotFoundError:
+                check_held_folder(path)  # moved as the rename came: say so
+                raise
         finally:
             if tmp is not None and os.path.lexists(tmp):
                 os.remove(tmp)
@@ -202,9 +209,14 @@ def atomic_write_text(path, text):
 def staging_dir(path):
     """Yields a hidden, empty folder beside `path`; when the block ends without an error it
     replaces `path` (a folder or nothing) by renames only, so `path` is at every moment
-    absent, the old folder or the new one. On an error the staging folder is removed."""
+    absent, the old folder or the new one. On an error the staging folder is removed.
+
+    The old folder is first moved aside into an "old" temporary that names `path`: a process
+    killed between the two renames leaves the previous version there, and the next write in
+    that folder (`remove_temporaries`) puts it back where `path` is still absent."""
     path = os.fspath(path).rstrip(os.sep)
     refuse_link(path)
+    check_held_folder(path)
     parent = os.path.dirname(os.path.abspath(path))
     staging = None
     with naming_write_errors(path):
@@ -215,9 +227,16 @@ def staging_dir(path):
                                        suffix="-" + os.path.basename(path))
             chmod_as_umask(staging, 0o777)  # mkdtemp makes it 0700
             yield staging
+            check_held_folder(path)  # still the folder the job locked
             old = None
+            try:
+                os.stat(staging)
+            except FileNotFoundError:
+                check_held_folder(path)  # moved as the block ended: say so
+                raise
             if os.path.exists(path):
-                old = tempfile.mkdtemp(dir=parent, prefix=_temporary_prefix("old"))
+                old = tempfile.mkdtemp(dir=parent, prefix=_temporary_prefix("old"),
+                                       suffix="-" + os.path.basename(path))
                 os.replace(path, os.path.join(old, "previous"))
             os.replace(staging, path)
             if old:
@@ -231,6 +250,10 @@ def staging_dir(path):
 # `-old-` for a folder being replaced), HOST a digest of this machine's name, PID the writer's.
 TEMPORARY_NAME = re.compile(
     r"\.keras_vit-(?P<kind>tmp|old)-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-")
+
+
+# The length of the random part of `tempfile.mkdtemp`'s names.
+_RANDOM_CHARACTERS = 8
 
 
 def _host_digest():
@@ -278,9 +301,11 @@ def is_own_temporary(entry):
 def remove_temporaries(folder, name=None):
     """Removes what interrupted writes of keras_vit left in `folder`: the temporary files and
     folders of `atomic_file` and `staging_dir` (of the destination `name` only, if given) that
-    a process on this machine which has ended wrote. Nothing else is touched: not a user's
-    `.tmp-x`, not a link, not the temporaries of a process that still runs or of another
-    machine."""
+    a process on this machine which has ended wrote. A previous version `staging_dir` had
+    moved aside is put back where its destination is still absent (the process was killed
+    between its two renames), and removed only where the new version took its place. Nothing
+    else is touched: not a user's `.tmp-x`, not a link, not the temporaries of a process that
+    still runs or of another machine, not an old folder that does not name its destination."""
     if not os.path.isdir(folder):
         return
     host = _host_digest()
@@ -293,11 +318,30 @@ def remove_temporaries(folder, name=None):
         path = os.path.join(folder, entry)
         if os.path.islink(path):
             continue
+        if match["kind"] == "old":
+            _settle_old_version(folder, path, entry[match.end():])
+            continue
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
         else:
             with contextlib.suppress(OSError):
                 os.remove(path)
+
+
+def _settle_old_version(folder, old, rest):
+    """An "old" folder a killed `staging_dir` left (`rest`: its random part, "-" and the
+    destination's name): its previous version goes back to the destination if that is absent,
+    and the folder is removed once empty or superseded."""
+    random_part, dash, destination = rest[:_RANDOM_CHARACTERS], rest[_RANDOM_CHARACTERS:][:1], \
+        rest[_RANDOM_CHARACTERS + 1:]
+    if dash != "-" or not destination or not random_part or os.sep in destination:
+        return  # an old folder of an earlier version, naming no destination: kept
+    target = os.path.join(folder, destination)
+    previous = os.path.join(old, "previous")
+    with contextlib.suppress(OSError):  # a failed rename keeps the old folder as it is
+        if os.path.lexists(previous) and not os.path.lexists(target):
+            os.replace(previous, target)  # the kill came between the two renames
+        shutil.rmtree(old)  # empty now, or the new version took the destination
 
 
 def refuse_link(path, what=None):
@@ -316,10 +360,15 @@ def check_destination(path, overwrite, kind="file", flag="--overwrite"):
     """Checks that writing `path` replaces nothing without `overwrite`: raises
     `DestinationExists` if something is at `path` (a folder where a file is to go, or the
     reverse, is refused even with `overwrite`), `WriteError` for a link, and `FolderInUse` if a
-    running keras_vit job holds a folder above it. Returns `path`."""
-    path = os.fspath(path)
+    running keras_vit job holds a folder above it. Returns `path`.
+
+    A previous version a killed replacement of `path` left aside is put back first
+    (`remove_temporaries`), so that it counts as being there."""
+    path = os.fspath(path).rstrip(os.sep) or os.fspath(path)
     refuse_link(path)
-    check_not_in_use(os.path.dirname(os.path.abspath(path)))
+    parent = os.path.dirname(os.path.abspath(path))
+    check_not_in_use(parent)
+    remove_temporaries(parent, os.path.basename(path))
     if not os.path.exists(path):
         return path
     if kind == "file" and os.path.isdir(path):
@@ -331,6 +380,42 @@ def check_destination(path, overwrite, kind="file", flag="--overwrite"):
             f"{path} already exists. Nothing was written; pass overwrite=True ({flag}) to "
             f"replace it, or choose another path.")
     return path
+
+
+def check_held_folder(path):
+    """Raises `WriteError` if `path` lies in a folder this process holds (`folder_lock`) that
+    is no longer the folder it locked (moved away, or replaced by another folder of that name
+    while the job ran): a job writes only into the folder it locked, never through a path that
+    now names someone else's."""
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(os.fspath(path))))
+    while True:
+        identity = _HELD.get(folder)
+        if identity is not None:
+            try:
+                status = os.stat(folder)
+                now = (status.st_dev, status.st_ino)
+            except OSError:
+                now = None
+            if now != identity:
+                raise WriteError(
+                    f"{folder} is no longer the folder this job locked (it was moved or "
+                    f"replaced while the job ran): nothing was written to {path}. Expected the "
+                    "folder to stay in place until the job ends.")
+            return
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return
+        folder = parent
+
+
+def held_folder_moved(path):
+    """Whether `path` lies in a folder this process holds that is no longer the folder it
+    locked (see `check_held_folder`): what a job removes, it removes only from its own."""
+    try:
+        check_held_folder(path)
+    except WriteError:
+        return True
+    return False
 
 
 def check_not_in_use(folder):
@@ -472,14 +557,16 @@ def folder_lock(path, what="run", remove=False):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, json.dumps(_holder(what)).encode("utf-8"))
-        _HELD.add(held)
+        status = os.stat(path)
+        _HELD[held] = (status.st_dev, status.st_ino)
         try:
             yield
         finally:
-            _HELD.discard(held)
+            _HELD.pop(held, None)
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)  # an unheld lock records no holder
-            if created and (remove() if callable(remove) else remove):
+            if created and (remove() if callable(remove) else remove) \
+                    and _same_file(fd, lock_path):  # never another folder's file
                 with contextlib.suppress(OSError):
                     os.remove(lock_path)  # still held: a waiting process retries on the new one
     finally:

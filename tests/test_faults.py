@@ -351,3 +351,29 @@ def test_fewshot_recomputes_features_when_the_folder_changes(tmp_path, capsys):
     assert cli.main(argv) == 0
     assert len(list((tmp_path / "cache").iterdir())) == 4
     capsys.readouterr()
+
+
+def test_a_run_whose_folder_is_moved_away_writes_nothing_through_the_new_one(tmp_path):
+    """The run folder moved away during `train` and a folder of the user's made in its place:
+    the run writes nothing there (not its config.json, not best.json), and ends with one line
+    naming the folder."""
+    folder, out, marker = write_images(tmp_path / "images"), tmp_path / "run", tmp_path / "paused"
+    run = subprocess.Popen(
+        [sys.executable, str(CHILD), "pause", "best.npz", "1", str(marker), "--",
+         *train_args(folder, out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=ENV)
+    try:
+        wait_for(marker, run)  # one epoch in, about to put best.npz in place
+        out.rename(tmp_path / "elsewhere")
+        out.mkdir()
+        (out / "config.json").write_text("the user's")
+        (out / "best.json").write_text("the user's too")
+        before = snapshot(out)
+    finally:
+        marker.unlink(missing_ok=True)
+        _, stderr = run.communicate(timeout=CHILD_TIMEOUT)
+    assert run.returncode == 2, stderr[-3000:]
+    assert "is no longer the folder this job locked" in one_line(stderr) \
+        or "Cannot write" in one_line(stderr)
+    assert snapshot(out) == before
+    assert [p.name for p in out.iterdir() if p.name not in before] == []

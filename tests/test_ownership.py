@@ -346,7 +346,7 @@ def test_only_keras_vits_temporaries_of_ended_processes_are_removed(tmp_path):
     dead = dead_pid()
     names = {
         f".keras_vit-tmp-{host}-{dead}-abc-final.npz": True,      # a killed writer's
-        f".keras_vit-old-{host}-{dead}-abc": True,
+        f".keras_vit-old-{host}-{dead}-abc": False,  # a previous version naming no place
         f".keras_vit-tmp-{host}-{os.getpid()}-abc-final.npz": False,  # a live writer's
         f".keras_vit-tmp-{other_host}-{dead}-abc-final.npz": False,   # another machine's
         ".tmp-final.npz": False,                                     # the user's
@@ -417,3 +417,58 @@ def test_evaluate_and_inspect_replace_reports_only_with_overwrite(tmp_path, caps
                                 progress=False, overwrite=True)
     assert (tmp_path / "per_class_accuracy.csv").read_bytes() != b"mine"
     assert str(tmp_path / "per_class_accuracy.csv") in result["files"]
+
+
+# A replacement by `fileio.staging_dir`, killed (SIGKILL) at one instant: EVENT is the audit
+# event ("os.rename" to a name, or "shutil.rmtree") before which the process dies.
+KILLED_REPLACEMENT = """
+import os, signal, sys
+from keras_vit import fileio
+event, name, path = sys.argv[1:]
+def hook(seen, args):
+    if seen == event and (event != "os.rename" or os.path.basename(os.fspath(args[1])) == name):
+        os.kill(os.getpid(), signal.SIGKILL)
+sys.addaudithook(hook)
+with fileio.staging_dir(path) as staging:
+    open(os.path.join(staging, "version"), "w").write("2")
+"""
+
+
+@pytest.mark.parametrize("event,name,left", [
+    ("os.rename", "previous", "1"),  # before the old version is moved aside
+    ("os.rename", "export", "1"),    # between the two renames: only the moved-aside copy
+    ("shutil.rmtree", "", "2"),      # after the new version took its place
+])
+def test_the_previous_version_survives_a_kill_at_every_instant_of_a_replacement(
+        tmp_path, event, name, left):
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "version").write_text("1")
+    done = subprocess.run([sys.executable, "-c", KILLED_REPLACEMENT, event, name, str(export)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr[-2000:]
+    # The next write in the folder (here of another destination) settles what was left: the
+    # previous version back in place, or the new one.
+    with fileio.staging_dir(tmp_path / "other") as staging:
+        (pathlib.Path(staging) / "x").write_text("x")
+    assert (export / "version").read_text() == left
+    with pytest.raises(fileio.DestinationExists):  # it is there: no silent replacement
+        fileio.check_destination(export, overwrite=False, kind="folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "other"]  # no temporary
+
+
+def test_an_old_folder_naming_no_destination_is_kept(tmp_path):
+    """An old folder left by an earlier version of keras_vit (no destination in its name) is
+    the user's previous version: never removed."""
+    dead = 2 ** 22 + 12345  # beyond Linux' default pid_max: no such process
+    host = fileio.TEMPORARY_NAME.match(
+        os.path.basename(tempfile_name(tmp_path)))["host"]
+    old = tmp_path / f".keras_vit-old-{host}-{dead}-abcdefgh"
+    (old / "previous").mkdir(parents=True)
+    fileio.remove_temporaries(tmp_path)
+    assert (old / "previous").is_dir()
+
+
+def tempfile_name(folder):
+    with fileio.atomic_file(folder / "probe") as tmp:
+        return tmp

@@ -53,6 +53,7 @@ from keras_vit.fileio import (
     atomic_write_text,
     check_writable_dir,
     folder_lock,
+    held_folder_moved,
     refuse_link,
     remove_temporaries,
 )
@@ -149,8 +150,12 @@ def _read_run(path):
 
 
 def _remove(output_dir, names):
+    """Removes the run's files `names` from `output_dir`: never from a folder that took the
+    place of the one the run locked."""
     for name in names:
         path = os.path.join(output_dir, name)
+        if held_folder_moved(path):
+            continue
         if os.path.isdir(path):
             shutil.rmtree(path)
         elif os.path.exists(path):
@@ -441,6 +446,8 @@ def _remove_started(output_dir, created, logs_before):
     if LOGS_DIR not in created:
         _remove(output_dir, [os.path.join(LOGS_DIR, name)
                              for name in _new_in(output_dir, LOGS_DIR, logs_before)])
+    if held_folder_moved(os.path.join(output_dir, RUN_FILE)):
+        return  # another folder now: nothing of it is the run's
     shutil.rmtree(backup_dir(output_dir), ignore_errors=True)  # empty: no pointer
     if BACKUP_FOLDER in created:
         with contextlib.suppress(OSError):
