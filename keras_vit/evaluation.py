@@ -25,7 +25,9 @@ gives for ImageNet-ReaL.
 """
 
 import contextlib
+import csv
 import hashlib
+import io
 import json
 import os
 import warnings
@@ -37,9 +39,10 @@ import numpy as np
 from keras_vit.checks import check_labels, check_positive_number
 from keras_vit.data import InputData, to_0_255
 from keras_vit.data_config import resolve_data_config
-from keras_vit.fileio import atomic_write, check_destination
+from keras_vit.fileio import atomic_write, check_destination, folder_lock, naming_write_errors
 from keras_vit.plots import plot_confusion_matrix
 from keras_vit.preprocessing import preprocess_inputs
+from keras_vit.weights.keymap import check_finite_outputs
 
 # big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
 BIAS_FEATURE = 100.0
@@ -424,8 +427,37 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
         raise ValueError(f"Model {model.name!r} has no classification head (include_top=False).")
     if not allow_fresh_head:
         _check_trained_head(model)
-    if out_dir:
+    if not out_dir:
+        return _evaluate(model, data, batch_size, progress, value_range)
+    with _report_folder(out_dir):  # one writer: two evaluations never mix their reports
         check_report_files(out_dir, overwrite)
+        result = _evaluate(model, data, batch_size, progress, value_range)
+        result["files"] = _write_reports(result, class_names, out_dir)
+        return result
+
+
+@contextlib.contextmanager
+def _report_folder(out_dir):
+    """The folder of `evaluate`'s reports, created if absent and locked while the block runs
+    (`keras_vit.fileio.folder_lock`); a folder it created is removed again if the block leaves
+    it empty (an evaluation that failed)."""
+    folder = os.path.expanduser(os.fspath(out_dir))
+    created = not os.path.isdir(folder)
+    if created:
+        check_destination(folder, overwrite=False, kind="folder")
+        with naming_write_errors(folder):
+            os.makedirs(folder)
+    try:
+        with folder_lock(folder, "evaluation", remove=True):
+            yield
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only if empty
+
+
+def _evaluate(model, data, batch_size, progress, value_range):
+    """`evaluate`'s numbers (its `files` empty)."""
     num_classes = int(model.output.shape[-1])
     top5, loss_sum = 0, 0.0
     all_labels, predicted, in_set, has_set = [], [], [], []
@@ -433,6 +465,7 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
                                                getattr(model, "data_config", None)):
         labels = check_labels(labels, num_classes)
         logits = np.asarray(model.predict_on_batch(images), np.float64)
+        check_finite_outputs(model, logits, "evaluate")
         logits -= logits.max(axis=1, keepdims=True)
         log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
         loss_sum += float(-log_probs[np.arange(len(labels)), labels].sum())
@@ -459,8 +492,6 @@ def evaluate(model, data, batch_size=64, class_names=None, out_dir=None, progres
     if has_set:
         result["real"] = _real_summary(labels, predicted, np.concatenate(in_set),
                                        np.concatenate(has_set), num_classes)
-    if out_dir:
-        result["files"] = _write_reports(result, class_names, out_dir)
     return result
 
 
@@ -611,15 +642,16 @@ def _write_reports(result, class_names, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     csv_path = os.path.join(out_dir, "per_class_accuracy.csv")
     real = result.get("real")
-    rows = ["class_index,class_name,examples,correct,accuracy"
-            + (",real_examples,real_correct,real_accuracy" if real else "")]
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")  # quotes names with commas, quotes, newlines
+    writer.writerow(["class_index", "class_name", "examples", "correct", "accuracy"]
+                    + (["real_examples", "real_correct", "real_accuracy"] if real else []))
     for i, name in enumerate(names):
-        row = f'{i},"{name.replace(chr(34), chr(39))}",' + _count_cells(
-            confusion[i].sum(), confusion[i, i])
+        row = [i, name, *_count_cells(confusion[i].sum(), confusion[i, i])]
         if real:  # the scored images of original class i, and how many are ReaL-correct
-            row += "," + _count_cells(real["per_class_examples"][i], real["per_class_correct"][i])
-        rows.append(row)
-    atomic_write(csv_path, lambda f: f.write(("\n".join(rows) + "\n").encode()))
+            row += _count_cells(real["per_class_examples"][i], real["per_class_correct"][i])
+        writer.writerow(row)
+    atomic_write(csv_path, lambda f: f.write(text.getvalue().encode("utf-8")))
     files = [csv_path]
     if k <= MAX_CONFUSION_CLASSES:
         files.append(plot_confusion_matrix(confusion, names,
@@ -628,6 +660,6 @@ def _write_reports(result, class_names, out_dir):
 
 
 def _count_cells(examples, correct):
-    """CSV cells `examples,correct,accuracy` (accuracy empty without examples)."""
+    """CSV cells `examples, correct, accuracy` (accuracy empty without examples)."""
     examples, correct = int(examples), int(correct)
-    return f"{examples},{correct}," + ("" if examples == 0 else f"{correct / examples:.6f}")
+    return [examples, correct, "" if examples == 0 else f"{correct / examples:.6f}"]

@@ -265,7 +265,7 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys, monkeypatch):
     assert table[0] == f"Evaluated on every image of {tmp_path / 'images'}: 18 images, 3 classes"
     assert table[1].split() == ["top-1", "accuracy", f"{result['accuracy']:.2%}"]
     rows = (tmp_path / "report" / "per_class_accuracy.csv").read_text().splitlines()
-    assert rows[1].startswith('0,"blue",6,')  # folder classes in sorted order
+    assert rows[1].startswith('0,blue,6,')  # folder classes in sorted order
     assert (tmp_path / "report" / "confusion_matrix.png").exists()
 
     assert cli.main(["fewshot", *common, "--shots", "1,3", "--l2", "1,100",
@@ -448,3 +448,45 @@ def test_evaluate_command_on_imagenet2012_real(tmp_path, capsys):
     assert printed["real"]["original_accuracy"] == pytest.approx(expected["original_accuracy"])
     assert printed["real"]["left_out"] == expected["num_left_out"]
     assert printed["accuracy"] == pytest.approx(np.mean(predictions == labels))
+
+
+def test_report_rows_are_csv_whatever_the_class_names(tmp_path):
+    """Class names with commas, quotes and line breaks read back through the csv module as
+    written."""
+    import csv
+
+    names = ['a,b', 'say "hi"', "two\nlines"]
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                          num_heads=2, mlp_dim=8, num_classes=3)
+    model.get_layer("head").kernel.assign(np.ones((8, 3), np.float32))
+    images = np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
+    data = keras_vit.data.from_arrays(images, np.arange(3), num_classes=3, image_size=16,
+                                      batch_size=3, training=False)
+    keras_vit.evaluate(model, data, class_names=names, out_dir=tmp_path / "r", progress=False)
+    with open(tmp_path / "r" / "per_class_accuracy.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert [row[1] for row in rows[1:]] == names
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
+        "confusion_matrix.png", "per_class_accuracy.csv"]  # the lock is gone
+
+
+def test_two_evaluations_never_write_into_one_report_folder_at_once(tmp_path):
+    """The report folder has one writer (its lock): an evaluation meeting another one there is
+    refused before it computes anything, and leaves the other's reports alone."""
+    from keras_vit import fileio
+
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                          num_heads=2, mlp_dim=8, num_classes=3)
+    model.get_layer("head").kernel.assign(np.ones((8, 3), np.float32))
+    images = np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
+    data = keras_vit.data.from_arrays(images, np.arange(3), num_classes=3, image_size=16,
+                                      batch_size=3, training=False)
+    out = tmp_path / "r"
+    out.mkdir()
+    with fileio.folder_lock(out, "evaluation"):  # as another process's evaluation holds it
+        with pytest.raises(fileio.FolderInUse, match="in use by"):
+            keras_vit.evaluate(model, data, out_dir=out, progress=False, overwrite=True)
+        assert [p.name for p in out.iterdir()] == [fileio.LOCK_FILE]
+    keras_vit.evaluate(model, data, out_dir=out, progress=False)
+    with pytest.raises(fileio.DestinationExists):
+        keras_vit.evaluate(model, data, out_dir=out, progress=False)
