@@ -38,6 +38,7 @@ _SHA256_DIGITS = 64
 # The most epochs a backup pointer may record: far beyond any real run (a larger number is a
 # damaged or hostile file).
 MAX_EPOCH = 2**31 - 1
+MAX_LOSS = 1e6
 _JSON_TYPES = {dict: "an object", bool: "true or false", int: "a non-negative integer",
                float: "a finite number", str: "a string"}
 
@@ -267,6 +268,7 @@ def best_record(path):
     candidates = [record] + ([previous] if previous is not None else [])
     for candidate in candidates:
         check_json_fields(candidate, BEST_FIELDS, record_path, remedy)
+        _check_best_ranges(candidate, record_path, remedy)
         if len(candidate["sha256"]) != _SHA256_DIGITS:
             raise StateFileError(f"{record_path}: field 'sha256' is {candidate['sha256']!r}, "
                                  f"expected {_SHA256_DIGITS} hexadecimal digits; {remedy}.")
@@ -278,6 +280,29 @@ def best_record(path):
         f"{path} is not the file {record_path} records (SHA-256 {digest}, recorded "
         f"{record['sha256']}): it was changed after the run wrote it. Put the run's own file "
         f"back, or {remedy}.")
+
+
+def monitor_range(monitor):
+    """The values a monitored metric can take: [0, 1] for an accuracy, [0, 1e6] for a loss
+    (cross-entropies of any real model stay far below), else any finite number."""
+    if "acc" in monitor:
+        return 0.0, 1.0
+    if "loss" in monitor:
+        return 0.0, MAX_LOSS
+    return -math.inf, math.inf
+
+
+def _check_best_ranges(record, path, remedy):
+    """A best.json record's epoch (an epoch's number, from 1) and value (in its monitor's
+    range): a value no epoch can beat would keep the first best for ever."""
+    if not 1 <= record["epoch"] <= MAX_EPOCH:
+        raise StateFileError(f"{path}: field 'epoch' is {record['epoch']}, expected an "
+                             f"epoch's number from 1 to {MAX_EPOCH}; {remedy}.")
+    low, high = monitor_range(record["monitor"])
+    if not low <= record["value"] <= high:
+        raise StateFileError(f"{path}: field 'value' is {record['value']:.6g}, outside the "
+                             f"range of {record['monitor']!r:.60} ([{low:g}, {high:g}]); "
+                             f"{remedy}.")
 
 
 class BestCheckpoint(keras.callbacks.Callback):
