@@ -28,7 +28,7 @@ import tempfile
 
 from keras_vit_cli.catalog import library_module
 from keras_vit_cli.common import select_backend
-from keras_vit_cli.errors import FAILURE, describe
+from keras_vit_cli.errors import FAILURE, describe, one_line
 from keras_vit_cli.interrupts import Interrupts
 from keras_vit_cli.streams import (
     StandardOutputError,
@@ -210,7 +210,7 @@ def _run(args, interrupts):
         message, status = describe(error)
         if message is None:
             message, status = _bug(error), FAILURE
-        print(f"keras-vit {args.command}: error: {message}", file=sys.stderr)
+        print(f"keras-vit {args.command}: error: {one_line(message)}", file=sys.stderr)
         return status
 
 

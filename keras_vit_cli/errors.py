@@ -5,10 +5,32 @@ import sys
 
 USAGE_ERROR = 2
 FAILURE = 1
+# The longest error line the command line prints: a message quoting a huge argument keeps its
+# start and its end (what was expected) around "...".
+MAX_LINE = 1200
 # TensorFlow op errors that bad input causes (an undecodable image, a missing file in a
 # pipeline), by class name: TensorFlow is not imported here.
 _TF_INPUT_ERRORS = ("InvalidArgumentError", "NotFoundError", "UnknownError",
                     "FailedPreconditionError", "OutOfRangeError", "DataLossError")
+
+
+# The loader's words for a shared library that does not fit in memory or the address space.
+_MAPPING_FAILED = re.compile(r"failed to map segment|cannot allocate memory|cannot map zero-fill",
+                             re.IGNORECASE)
+
+
+def first_line_of(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def one_line(message):
+    """`message` as one line of at most `MAX_LINE` characters."""
+    line = re.sub(r"\s*[\r\n]+\s*", " ", str(message).strip())
+    if len(line) <= MAX_LINE:
+        return line
+    head = MAX_LINE * 2 // 3
+    return f"{line[:head]} ... {line[-(MAX_LINE - head - 5):]}"
 
 
 def describe(error):
@@ -20,6 +42,10 @@ def describe(error):
         return str(error), FAILURE
     if isinstance(error, (ValueError, OSError)):
         return str(error) or type(error).__name__, USAGE_ERROR
+    if isinstance(error, ImportError) and _MAPPING_FAILED.search(str(error)):
+        return (f"not enough memory to load a library ({first_line_of(error)}): the "
+                "address-space limit (ulimit -v) or the machine's free memory is below what "
+                "TensorFlow needs to start. Expected a limit of a few GB or none."), USAGE_ERROR
     missing = error if isinstance(error, ModuleNotFoundError) else error.__cause__
     if isinstance(error, ImportError) and isinstance(missing, ModuleNotFoundError) \
             and not (missing.name or "keras_vit").startswith("keras_vit"):

@@ -1,6 +1,7 @@
-"""SIGINT and SIGTERM end every command the same way: the command stops at the next Python
-step with a KeyboardInterrupt, so that what it was writing is removed by the code that writes
-it, and the command line exits with 130 (SIGINT) or 143 (SIGTERM) without a traceback.
+"""SIGINT, SIGTERM and SIGHUP end every command the same way: the command stops at the next
+Python step with a KeyboardInterrupt, so that what it was writing is removed by the code that
+writes it, and the command line exits with 130 (SIGINT), 143 (SIGTERM) or 129 (SIGHUP) without
+a traceback.
 
 Two places would lose a KeyboardInterrupt raised straight from the signal handler: an import
 (a library that imports an optional package under a bare `except` keeps a half-imported
@@ -32,8 +33,12 @@ import threading
 import time
 
 # The exit status of a command a signal ended: 128 + the signal's number, as a shell reports.
+# SIGHUP (a closed terminal or session) ends a command as SIGTERM does.
 EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+if hasattr(signal, "SIGHUP"):  # not on Windows
+    EXIT_STATUS[signal.SIGHUP] = 129
+    WORDS[signal.SIGHUP] = "hung up"
 # Seconds a signal waits for Python to raise its KeyboardInterrupt before the command stops
 # without it (the command line's promise: an interrupt is taken within a second or two).
 STOP_WITHIN = 1.0

@@ -430,4 +430,54 @@ def test_a_keras_file_that_is_no_image_classifier_or_nested_too_deeply_is_named(
         for name, content in members.items():
             archive.writestr(name, content)
     line = one_error(capsys, ["predict", tmp_path / "x.png", "--model", tmp_path / "deep.keras"])
-    assert f"--model {tmp_path / 'deep.keras'} is not a readable .keras model" in line
+    assert f"{tmp_path / 'deep.keras'} is not a readable .keras model" in line
+
+
+def test_a_hang_up_ends_a_command_as_a_termination_does(capsys):
+    """SIGHUP (a closed terminal or session) ends a command with one line and status 129,
+    through the same handler as SIGTERM (what it was writing removed by its own code)."""
+    import argparse
+
+    from keras_vit_cli.interrupts import Interrupts
+
+    def run(args):
+        signal.raise_signal(signal.SIGHUP)
+        len([])
+        raise AssertionError("the hang-up did not stop the command")
+
+    args = argparse.Namespace(command="export", debug=False, run=run, check=None)
+    with Interrupts().installed() as interrupts:
+        status = cli._run(args, interrupts)
+    assert status == 129
+    assert capsys.readouterr().err.splitlines() == ["keras-vit export: hung up"]
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+
+
+def test_an_error_quoting_a_huge_argument_is_one_bounded_line(capsys):
+    from keras_vit_cli.errors import MAX_LINE
+
+    assert cli.main(["checkpoints", "a" * 100_000]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < MAX_LINE + 100
+    assert err.startswith("keras-vit checkpoints: error: No checkpoint's name")
+    assert err.rstrip().endswith("lists them all.")  # what was expected survives
+
+
+def test_an_address_space_limit_while_tensorflow_loads_is_one_line_about_memory(tmp_path):
+    import resource
+    import subprocess
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (600 * 2**20, resource.RLIM_INFINITY))
+
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "x.png")
+    (tmp_path / "m.keras").write_bytes(b"not read: TensorFlow does not start")
+    command = "import sys, keras_vit_cli; sys.exit(keras_vit_cli.main(sys.argv[1:]))"  # keras-vit
+    done = subprocess.run([sys.executable, "-c", command, "predict", str(tmp_path / "x.png"),
+                           "--model", str(tmp_path / "m.keras")], capture_output=True,
+                          text=True, timeout=300, preexec_fn=limit,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    lines = [line for line in done.stderr.splitlines() if line.startswith("keras-vit")]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert "not enough memory to load a library" in lines[0] and "ulimit -v" in lines[0]
+    assert "internal error" not in done.stderr
