@@ -5,9 +5,12 @@ import functools
 import json
 import os
 import pathlib
+import re
 import shutil
 import tempfile
+import zipfile
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -172,11 +175,13 @@ def test_a_safetensors_files_metadata_of_any_json_gives_a_data_config_or_one_lin
 
 @pytest.fixture(scope="module")
 def preset(tmp_path_factory):
-    """A tiny keras-hub preset folder keras_vit wrote (its JSON files are replaced per
-    example)."""
+    """A tiny keras-hub preset folder keras_vit wrote, without keras_vit's mark (as keras-hub
+    writes it: its files are read, not checked against the digests of the mark; its JSON files
+    are replaced per example)."""
     pytest.importorskip("keras_hub")
     folder = tmp_path_factory.mktemp("preset") / "preset"
     keras_hub.save_keras_hub_preset(keras_vit.ViT(**dict(TINY, gelu_approximate=False)), folder)
+    (folder / keras_hub.MARK_FILE).unlink()
     return folder
 
 
@@ -304,3 +309,201 @@ def test_a_field_keras_hub_cannot_read_is_one_line_naming_the_preset(own_preset)
         keras_vit.from_pretrained(own_preset)
     assert str(raised.value).startswith(f"{own_preset}: keras-hub could not load the preset (")
     assert "\n" not in str(raised.value)
+
+
+# --------------------------------------------------------------------------------------------
+# Byte-level mutations of the binary formats read whole: a .keras model, a preset's weights.
+
+
+def mutated(data, draw):
+    """`data` with up to 4 bytes replaced, then maybe cut short (hypothesis draws)."""
+    data = bytearray(data)
+    for _ in range(draw(st.integers(1, 4), label="bytes replaced")):
+        at = draw(st.integers(0, len(data) - 1), label="at")
+        data[at] = draw(st.integers(0, 255), label="value")
+    if draw(st.booleans(), label="truncated"):
+        data = data[:draw(st.integers(0, len(data)), label="length")]
+    return bytes(data)
+
+
+def outputs(model):
+    x = np.linspace(-1, 1, 2 * 16 * 16 * 3, dtype=np.float32).reshape(2, 16, 16, 3)
+    return np.asarray(model.predict_on_batch(x))
+
+
+def loaded_or_one_line(load, path, expected=None):
+    """`load()` gives a model (with `expected` outputs, where given), or raises a ValueError
+    or OSError on one line naming `path`; any other exception fails the test."""
+    try:
+        model = load()
+    except (ValueError, OSError) as e:
+        message = str(e)
+        assert "\n" not in message.strip() and len(message) < 1000, message
+        assert str(path) in message, (path, message)
+        return None
+    if expected is not None:
+        np.testing.assert_array_equal(outputs(model), expected)
+    return model
+
+
+@pytest.fixture(scope="module")
+def keras_model_file(tmp_path_factory):
+    """A tiny `.keras` file `model.save` wrote, and the outputs of its model."""
+    model = keras_vit.ViT(**TINY)
+    path = tmp_path_factory.mktemp("keras") / "model.keras"
+    model.save(path)
+    return path, outputs(model)
+
+
+@PRESET_SETTINGS
+@given(data=st.data())
+def test_a_keras_file_of_any_mutated_bytes_loads_as_saved_or_is_one_line(keras_model_file,
+                                                                          tmp_path_factory,
+                                                                          data):
+    """Every member of a .keras archive carries a CRC-32: a changed byte is caught, never a
+    model with other numbers (or an internal error from zipfile, h5py or Keras)."""
+    original, expected = keras_model_file
+    path = tmp_path_factory.mktemp("mutated") / "model.keras"
+    changed = mutated(original.read_bytes(), data.draw)
+    path.write_bytes(changed)
+    model = loaded_or_one_line(lambda: keras_vit.load_model(path), path, expected)
+    # Loaded only if untouched where it matters (a zip's own comment, a byte rewritten as itself).
+    assert model is None or len(changed) == original.stat().st_size
+
+
+@PRESET_SETTINGS
+@given(data=st.data())
+def test_a_keras_files_config_json_of_any_json_loads_or_is_one_line(keras_model_file,
+                                                                    tmp_path_factory, data):
+    """A .keras archive whose config.json another tool rewrote (CRCs valid): a model, or one
+    line naming the file."""
+    original, _ = keras_model_file
+    path = tmp_path_factory.mktemp("rewritten") / "model.keras"
+    with zipfile.ZipFile(original) as source, zipfile.ZipFile(path, "w") as target:
+        for item in source.infolist():
+            content = source.read(item)
+            if item.filename == "config.json":
+                document = data.draw(JSON, label="document") if data.draw(st.booleans()) \
+                    else mutate(data, json.loads(content))
+                content = json.dumps(document).encode()
+            target.writestr(item.filename, content)
+    loaded_or_one_line(lambda: keras_vit.load_model(path), path)
+
+
+@pytest.fixture(scope="module")
+def preset_with_mark(tmp_path_factory):
+    """A tiny preset keras_vit wrote (with its mark), and the outputs of its model."""
+    pytest.importorskip("keras_hub")
+    model = keras_vit.ViT(**dict(TINY, gelu_approximate=False))
+    folder = tmp_path_factory.mktemp("marked") / "preset"
+    keras_hub.save_keras_hub_preset(model, folder)
+    return folder, outputs(model)
+
+
+WEIGHTS_FILES = (keras_hub.BACKBONE_WEIGHTS_FILES[0], keras_hub.TASK_WEIGHTS_FILE)
+
+
+@PRESET_SETTINGS
+@given(name=st.sampled_from(WEIGHTS_FILES), marked=st.booleans(), data=st.data())
+def test_a_presets_weights_of_any_mutated_bytes_load_or_are_one_line(preset_with_mark, name,
+                                                                     marked, data):
+    """HDF5 has no checksum: a preset keras_vit wrote is checked against the digests of its
+    mark (loaded exactly as written, or one line); one without the mark (as keras-hub writes
+    it) loads or is one line, never an internal error from h5py or keras-hub."""
+    folder, expected = preset_with_mark
+    mark = folder / keras_hub.MARK_FILE
+    saved = {path: path.read_bytes() for path in (folder / name, mark)}
+    (folder / name).write_bytes(mutated(saved[folder / name], data.draw))
+    if not marked:
+        mark.unlink()
+    try:
+        loaded_or_one_line(lambda: keras_vit.from_pretrained(folder), folder,
+                           expected if marked else None)
+    finally:
+        for path, content in saved.items():
+            path.write_bytes(content)
+
+
+# --------------------------------------------------------------------------------------------
+# Every reader of a file format has a fuzz test.
+
+
+# Each function of the package that reads a file format -> the tests that fuzz it (in the
+# modules listed in `FUZZ_MODULES`).
+FUZZED_READERS = {
+    "keras_vit.weights.npz.open_npz": ["test_mutated_npz_reads_as_its_bytes_or_is_named"],
+    "keras_vit.weights.npz.read_npz": ["test_mutated_npz_reads_as_its_bytes_or_is_named",
+                                       "test_mutated_npz_loads_into_a_model_as_its_bytes_or_is_named"],
+    "keras_vit.weights.hub.read_safetensors_headers": [
+        "test_mutated_safetensors_load_as_their_bytes_or_are_named"],
+    "keras_vit.weights.hub.read_safetensors": [
+        "test_mutated_safetensors_load_as_their_bytes_or_are_named"],
+    "keras_vit.weights.hub.load_safetensors": [
+        "test_mutated_safetensors_load_as_their_bytes_or_are_named"],
+    "keras_vit.weights.hub.read_own_config": [
+        "test_a_safetensors_files_metadata_of_any_json_gives_a_data_config_or_one_line"],
+    "keras_vit.weights.hub.read_config": ["test_mutated_timm_config_json_is_read_or_named"],
+    "keras_vit.weights.hub.parse_hub": ["test_hub_names_parse_or_are_refused"],
+    "keras_vit.weights.architecture.read_sidecar": [
+        "test_mutated_keras_vit_config_json_beside_an_npz_is_read_or_named"],
+    "keras_vit.weights.config_json.read_json": [
+        "test_a_config_json_of_any_bytes_gives_a_data_config_or_one_line"],
+    "keras_vit.weights.config_json.parse_json": [
+        "test_a_config_json_of_any_json_value_gives_a_data_config_or_one_line"],
+    "keras_vit.weights.keras_hub.read_preset": [
+        "test_a_presets_json_files_of_any_json_give_a_model_or_one_line",
+        "test_a_presets_json_files_of_any_bytes_give_a_model_or_one_line",
+        "test_a_presets_converter_of_any_json_gives_a_data_config_or_one_line",
+        "test_a_presets_weights_of_any_mutated_bytes_load_or_are_one_line"],
+    "keras_vit.weights.keras_file.load_model": [
+        "test_a_keras_file_of_any_mutated_bytes_loads_as_saved_or_is_one_line",
+        "test_a_keras_files_config_json_of_any_json_loads_or_is_one_line"],
+    "keras_vit.training.callbacks.read_json_state": [
+        "test_mutated_run_json_is_read_or_named", "test_mutated_best_json_is_read_or_named",
+        "test_mutated_latest_json_is_read_or_named"],
+    "keras_vit.export.read_metadata": ["test_mutated_saved_model_metadata_is_read_or_named"],
+    "keras_vit.images.load_image": [
+        "test_mutated_images_decode_or_fail_with_one_line_naming_the_file"],
+}
+# Functions named like readers that read no file format of their own.
+NOT_FORMAT_READERS = {
+    "keras_vit.weights.sources.load_pretrained": "fetch_params and load_params: readers above",
+    "keras_vit.weights.loading.load_params": "arrays already read",
+    "keras_vit.labels.read_class_names": "text lines, checked against the head",
+}
+FUZZ_MODULES = ("test_reader_fuzz", "test_fuzz_files", "test_hostile_inputs", "test_hub")
+READER_NAME = re.compile(r"^def ((?:read|load|open|parse)_\w+|load_model)\(", re.M)
+
+
+def test_every_reader_of_a_file_format_has_a_fuzz_test():
+    import importlib
+
+    package = pathlib.Path(keras_vit.__file__).parent
+    found = set()
+    for path in package.rglob("*.py"):
+        module = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        found |= {f"{module}.{name}" for name in READER_NAME.findall(path.read_text())}
+    unlisted = sorted(found - set(FUZZED_READERS) - set(NOT_FORMAT_READERS))
+    assert not unlisted, f"readers without a fuzz test: {unlisted}"
+    assert not sorted(set(FUZZED_READERS) - found), "listed readers that no longer exist"
+    tests = set()
+    for name in FUZZ_MODULES:
+        tests |= {n for n in vars(importlib.import_module(name)) if n.startswith("test_")}
+    missing = {reader: [t for t in names if t not in tests]
+               for reader, names in FUZZED_READERS.items()}
+    assert not {k: v for k, v in missing.items() if v}, missing
+
+
+@SETTINGS
+@given(st.text(max_size=60) | st.from_regex(r"hf://[A-Za-z0-9._/@\-]{0,40}", fullmatch=True))
+def test_hub_names_parse_or_are_refused(text):
+    source = text if text.startswith(hub.HF_SCHEME) else hub.HF_SCHEME + text
+    try:
+        repo, revision = hub.parse_hub(source)
+    except ValueError as e:
+        assert "\n" not in str(e) and len(str(e)) < 500
+        return
+    assert source == hub.HF_SCHEME + repo + ("" if revision is None else "@" + revision) \
+        or source == hub.HF_SCHEME + repo + "@"
+    assert ".." not in repo.split("/") and (revision is None or ".." not in revision.split("/"))
+    assert not os.path.isabs(repo) and (revision is None or not os.path.isabs(revision))
