@@ -178,7 +178,7 @@ def atomic_file(path):
             os.makedirs(directory, exist_ok=True)
             remove_temporaries(directory, os.path.basename(path))  # of a killed writer
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=_temporary_prefix("tmp"),
-                                       suffix="-" + os.path.basename(path))
+                                       suffix=_temporary_suffix(os.path.basename(path)))
             os.close(fd)
             yield tmp
             _fsync(tmp)
@@ -224,7 +224,7 @@ def staging_dir(path):
             os.makedirs(parent, exist_ok=True)
             remove_temporaries(parent, os.path.basename(path))  # of a killed writer
             staging = tempfile.mkdtemp(dir=parent, prefix=_temporary_prefix("tmp"),
-                                       suffix="-" + os.path.basename(path))
+                                       suffix=_temporary_suffix(os.path.basename(path)))
             chmod_as_umask(staging, 0o777)  # mkdtemp makes it 0700
             yield staging
             check_held_folder(path)  # still the folder the job locked
@@ -236,7 +236,9 @@ def staging_dir(path):
                 raise
             if os.path.exists(path):
                 old = tempfile.mkdtemp(dir=parent, prefix=_temporary_prefix("old"),
-                                       suffix="-" + os.path.basename(path))
+                                       suffix=_temporary_suffix(os.path.basename(path)))
+                with open(os.path.join(old, OLD_DESTINATION), "w", encoding="utf-8") as f:
+                    f.write(os.path.basename(path))  # where the previous version goes back
                 os.replace(path, os.path.join(old, "previous"))
             os.replace(staging, path)
             if old:
@@ -254,6 +256,27 @@ TEMPORARY_NAME = re.compile(
 
 # The length of the random part of `tempfile.mkdtemp`'s names.
 _RANDOM_CHARACTERS = 8
+
+
+# The longest file name (bytes) most file systems take, and the name of the file in an "old"
+# folder that records its destination.
+NAME_MAX = 255
+OLD_DESTINATION = "destination"
+
+
+def _temporary_suffix(name):
+    """The end of a temporary's name for the destination `name`: "-" and the name, or, where
+    the whole would pass `NAME_MAX`, "-" and a digest of the name with its suffix (the format
+    some writers choose by it: `.keras`, `.weights.h5`)."""
+    # ".keras_vit-old-", the host's 8 digits, "-", a pid of up to 10 digits, "-", the random
+    # part: the same for every process, so that a later one finds the temporaries of a name.
+    longest_prefix = len(".keras_vit-old-") + 8 + 1 + 10 + 1 + _RANDOM_CHARACTERS
+    if longest_prefix + 1 + len(name.encode("utf-8")) <= NAME_MAX:
+        return "-" + name
+    extension = ".weights.h5" if name.endswith(".weights.h5") else os.path.splitext(name)[1]
+    if len(extension.encode("utf-8")) > 32:
+        extension = ""
+    return f"-{hashlib.sha256(name.encode('utf-8')).hexdigest()[:16]}{extension}"
 
 
 def _host_digest():
@@ -313,7 +336,8 @@ def remove_temporaries(folder, name=None):
         match = TEMPORARY_NAME.match(entry)
         if match is None or match["host"] != host or _process_alive(int(match["pid"])):
             continue
-        if name is not None and match["kind"] == "tmp" and not entry.endswith("-" + name):
+        if name is not None and match["kind"] == "tmp" \
+                and not entry.endswith(_temporary_suffix(name)):
             continue
         path = os.path.join(folder, entry)
         if os.path.islink(path):
@@ -332,10 +356,20 @@ def _settle_old_version(folder, old, rest):
     """An "old" folder a killed `staging_dir` left (`rest`: its random part, "-" and the
     destination's name): its previous version goes back to the destination if that is absent,
     and the folder is removed once empty or superseded."""
-    random_part, dash, destination = rest[:_RANDOM_CHARACTERS], rest[_RANDOM_CHARACTERS:][:1], \
-        rest[_RANDOM_CHARACTERS + 1:]
-    if dash != "-" or not destination or not random_part or os.sep in destination:
-        return  # an old folder of an earlier version, naming no destination: kept
+    destination = None
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(os.path.join(old, OLD_DESTINATION), encoding="utf-8") as f:
+            destination = f.read(NAME_MAX * 4 + 1)
+    if destination is None:  # killed before it was written, or an older name-only folder
+        random_part, dash, named = rest[:_RANDOM_CHARACTERS], rest[_RANDOM_CHARACTERS:][:1], \
+            rest[_RANDOM_CHARACTERS + 1:]
+        destination = named if dash == "-" and random_part and \
+            _temporary_suffix(named) == "-" + named else None
+    if not destination or os.sep in destination or destination in (".", ".."):
+        if not os.path.lexists(os.path.join(old, "previous")):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(old)  # nothing was moved into it yet
+        return  # naming no destination (an earlier version's): kept
     target = os.path.join(folder, destination)
     previous = os.path.join(old, "previous")
     with contextlib.suppress(OSError):  # a failed rename keeps the old folder as it is

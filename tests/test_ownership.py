@@ -472,3 +472,20 @@ def test_an_old_folder_naming_no_destination_is_kept(tmp_path):
 def tempfile_name(folder):
     with fileio.atomic_file(folder / "probe") as tmp:
         return tmp
+
+
+@pytest.mark.parametrize("length", [200, 240, 255])
+def test_a_valid_file_name_of_any_length_is_written_and_replaced(tmp_path, length):
+    """The temporary's name never passes the file system's 255 bytes, whatever the length of
+    the destination's (its suffix kept for writers that choose the format by it)."""
+    name = "a" * (length - len(".weights.h5")) + ".weights.h5"
+    fileio.atomic_write_text(tmp_path / name, "1")
+    with fileio.atomic_file(tmp_path / name) as tmp:
+        assert tmp.endswith(".weights.h5") and len(os.path.basename(tmp).encode()) <= 255
+        pathlib.Path(tmp).write_text("2")
+    folder = "f" * length
+    for version in "12":
+        with fileio.staging_dir(tmp_path / folder) as staging:
+            (pathlib.Path(staging) / "v").write_text(version)
+    assert (tmp_path / name).read_text() == "2" and (tmp_path / folder / "v").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, folder])
