@@ -28,7 +28,7 @@ import tempfile
 
 from keras_vit_cli.catalog import library_module
 from keras_vit_cli.common import select_backend
-from keras_vit_cli.errors import FAILURE, describe, one_line
+from keras_vit_cli.errors import FAILURE, USAGE_ERROR, describe, one_line
 from keras_vit_cli.interrupts import Interrupts
 from keras_vit_cli.streams import (
     StandardOutputError,
@@ -74,10 +74,27 @@ def _chosen_command(argv):
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose help and usage lines reach their stream or fail: argparse itself
+    drops an OSError of that write (`--help > /dev/full` would exit 0 having printed nothing)."""
+
+    def _print_message(self, message, file=None):
+        if not message:
+            return
+        file = file or sys.stderr
+        try:
+            file.write(message)
+            file.flush()
+        except OSError:
+            if file is sys.stdout:
+                raise
+            # Standard error itself cannot be written: nowhere to say so; the status says it.
+
+
 def build_parser(argv=()):
     """The parser: every command's name and help, and the arguments of the command named in
     `argv` only (only its module is imported)."""
-    parser = argparse.ArgumentParser(prog="keras-vit",
+    parser = _Parser(prog="keras-vit",
                                      description="Vision Transformer models for Keras 3.")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -166,10 +183,36 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     open_closed_streams()
     _quiet_tensorflow()
-    args = build_parser(argv).parse_args(argv)
+    try:
+        args = build_parser(argv).parse_args(argv)
+    except SystemExit as done:  # --help or a usage error: argparse has printed
+        return _flushed(done.code)
+    except BrokenPipeError:  # the reader of --help has gone (`| head`)
+        discard_stdout()
+        return 0
+    except OSError as error:  # standard output (or error) cannot be written
+        return _flushed(error)
     args.argv = argv
     with Interrupts().installed(held=True) as interrupts:
         return _run(args, interrupts)
+
+
+def _flushed(status):
+    """`status` once standard output is flushed; a failed flush (a full disk, `> /dev/full`),
+    or `status` such an error, is one line and status 2, as for every command."""
+    try:
+        if isinstance(status, OSError):
+            raise status
+        sys.stdout.flush()
+    except BrokenPipeError:
+        discard_stdout()
+        return status
+    except OSError as error:
+        discard_stdout()
+        print(f"keras-vit: error: {StandardOutputError(error.errno, error.strerror)}",
+              file=sys.stderr)
+        return USAGE_ERROR
+    return status if isinstance(status, int) else (0 if status is None else USAGE_ERROR)
 
 
 def _run(args, interrupts):

@@ -481,3 +481,13 @@ def test_an_address_space_limit_while_tensorflow_loads_is_one_line_about_memory(
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
     assert "not enough memory to load a library" in lines[0] and "ulimit -v" in lines[0]
     assert "internal error" not in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["predict", "--help"]])
+def test_help_to_a_full_stdout_is_one_error_line(tmp_path, argv):
+    with open("/dev/full", "w") as full:
+        run = keras_vit(*argv, cwd=tmp_path, stdout=full, stderr=subprocess.PIPE)
+        status, _, err = finished(run)
+    assert status == 2
+    assert err.splitlines() == ["keras-vit: error: cannot write to standard output: No space "
+                                "left on device"]
