@@ -35,7 +35,13 @@ import keras
 import numpy as np
 
 from keras_vit.checks import check_bool, check_choice, check_positive_int, to_pair
-from keras_vit.fileio import DestinationExists, atomic_write_text, check_destination, staging_dir
+from keras_vit.fileio import (
+    DestinationExists,
+    atomic_write_text,
+    check_destination,
+    check_room,
+    staging_dir,
+)
 from keras_vit.introspection import vit_config
 from keras_vit.preprocessing import (IMAGE_CHANNELS, INPUT_OFFSET, INPUT_SCALE, MAX_MEAN,
                                      MAX_STD, MIN_STD)
@@ -50,6 +56,9 @@ METADATA_FILE = "metadata.json"
 TASK_FILE = "task.json"
 PREPROCESSOR_FILE = "preprocessor.json"
 IMAGE_CONVERTER_FILE = "image_converter.json"
+# What an HDF5 weights file takes: 4 bytes a float32 parameter, and at most this much more.
+H5_BYTES_PER_PARAMETER = 4
+H5_OVERHEAD = 1 << 20
 # keras-hub's weights: the backbone's (or the index of its shards) and the task's (the head).
 BACKBONE_WEIGHTS_FILES = ("model.weights.h5", "model.weights.json")
 TASK_WEIGHTS_FILE = "task.weights.h5"
@@ -627,6 +636,9 @@ def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False, appr
         warnings.warn(approximation_notice(stated, converter), stacklevel=2)
     check_preset_destination(path, overwrite)
     check_finite_weights(model, f"Writing {path}")
+    # HDF5 does not survive a disk that fills up (h5py ends the process): room first.
+    check_room(os.path.join(os.fspath(path), "model.weights.h5"),
+               H5_BYTES_PER_PARAMETER * model.count_params() + H5_OVERHEAD)
     hub = import_keras_hub()
     hub_model, preprocessor = _keras_hub_models(hub, config, converter)
     _assign(hub_model, model_params(model))
