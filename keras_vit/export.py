@@ -34,7 +34,6 @@ request does not pay for graph initialisation.
 
 import json
 import os
-import tempfile
 
 import keras
 import numpy as np
@@ -47,7 +46,10 @@ from keras_vit import execution
 from keras_vit.fileio import (
     atomic_write,
     check_not_in_use,
+    naming_write_errors,
     refuse_link,
+    scratch_dir,
+    scratch_folder,
     staging_dir,
 )
 from keras_vit.checks import check_choice, check_int
@@ -572,9 +574,9 @@ def export_saved_model(
                     data_config=data_config)
 
     stage = progress or (lambda text: None)
-    with staging_dir(path) as staging, tempfile.TemporaryDirectory() as scratch:
+    with staging_dir(path) as staging, scratch_dir() as scratch:
         labels_path = os.path.join(scratch, LABELS_ASSET)
-        with open(labels_path, "w", encoding="utf-8") as f:
+        with naming_write_errors(scratch_folder()), open(labels_path, "w", encoding="utf-8") as f:
             f.write("".join(name + "\n" for name in class_names))
         _write_saved_model(model, staging, labels_path, top_k, image_dtype, jit_compile,
                            max_pixels, max_patches, data_config, stage)

@@ -89,6 +89,24 @@ def _write_error(path, code):
     return error
 
 
+def scratch_folder():
+    """What a failed write in the system's temporary folder is named as: that folder and the
+    variable that chose it (a full TMPDIR is not the destination's fault)."""
+    return f"{tempfile.gettempdir()} (the temporary folder, TMPDIR)"
+
+
+@contextlib.contextmanager
+def scratch_dir():
+    """A temporary folder in the system's temporary folder for the block, removed after it; a
+    failure to make it names TMPDIR (`scratch_folder`)."""
+    with naming_write_errors(scratch_folder()):
+        folder = tempfile.mkdtemp()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def naming_write_errors(path):
     """Turns a failed write inside the block (no room, a read-only or failing file system, in
@@ -173,7 +191,8 @@ def atomic_file(path):
     check_held_folder(path)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
-    with naming_write_errors(path):
+    made = _missing_folders(directory)
+    with naming_write_errors(path), _removed_if_failed(made):
         try:
             os.makedirs(directory, exist_ok=True)
             remove_temporaries(directory, os.path.basename(path))  # of a killed writer
@@ -192,6 +211,31 @@ def atomic_file(path):
         finally:
             if tmp is not None and os.path.lexists(tmp):
                 os.remove(tmp)
+
+
+def _missing_folders(directory):
+    """The folders `os.makedirs(directory)` would create, the deepest first."""
+    missing = []
+    while directory and not os.path.exists(directory):
+        missing.append(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    return missing
+
+
+@contextlib.contextmanager
+def _removed_if_failed(folders):
+    """On an error in the block, removes those of `folders` (the deepest first) that it
+    created and left empty: a failed write leaves no folder behind."""
+    try:
+        yield
+    except BaseException:
+        for folder in folders:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only if empty
+        raise
 
 
 def atomic_write(path, write):
@@ -219,7 +263,8 @@ def staging_dir(path):
     check_held_folder(path)
     parent = os.path.dirname(os.path.abspath(path))
     staging = None
-    with naming_write_errors(path):
+    made = _missing_folders(parent)
+    with naming_write_errors(path), _removed_if_failed(made):
         try:
             os.makedirs(parent, exist_ok=True)
             remove_temporaries(parent, os.path.basename(path))  # of a killed writer

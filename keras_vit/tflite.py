@@ -7,7 +7,6 @@ data_config=model)`)."""
 
 import contextlib
 import os
-import tempfile
 
 import keras
 import numpy as np
@@ -24,7 +23,13 @@ from keras_vit.export import (
     check_model,
     output_parity,
 )
-from keras_vit.fileio import atomic_write, check_destination, naming_write_errors
+from keras_vit.fileio import (
+    atomic_write,
+    check_destination,
+    naming_write_errors,
+    scratch_dir,
+    scratch_folder,
+)
 from keras_vit.preprocessing import IMAGE_CHANNELS
 
 TFLITE_QUANTIZATIONS = (None, "dynamic-int8")
@@ -47,12 +52,13 @@ def tflite_converter(model):
 
     # Through a SavedModel, as Keras' own LiteRT export does: converting the tf.function
     # directly would leave the Keras variables as uninitialised TFLite resource variables.
-    with tempfile.TemporaryDirectory() as saved_model:
+    with scratch_dir() as saved_model:
         archive = keras.export.ExportArchive()
         archive.add_endpoint(SERVING_SIGNATURE, predict, [
             tf.TensorSpec([None, height, width, IMAGE_CHANNELS], tf.float32, name=IMAGES_INPUT)
         ])
-        archive.write_out(saved_model, verbose=False)
+        with naming_write_errors(scratch_folder()):
+            archive.write_out(saved_model, verbose=False)
         yield tf.lite.TFLiteConverter.from_saved_model(
             saved_model, signature_keys=[SERVING_SIGNATURE]
         )

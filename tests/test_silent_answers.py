@@ -371,3 +371,30 @@ def test_a_header_declaring_more_pixels_than_the_limit_is_refused_however_large(
     assert wrapped < images.DEFAULT_MAX_PIXELS or side == 8001
     with pytest.raises(tf.errors.InvalidArgumentError, match=rf"(?s)declares\W+{side}\b.*above the limit"):
         images.decode_image(tf.constant(bytes(data)), images.DEFAULT_MAX_PIXELS)
+
+
+# ---------------------------------------------------------------------------------------------
+# A full temporary folder is named as such, not blamed on the destination.
+
+
+@pytest.mark.parametrize("writer", ["export_tflite", "export_saved_model"])
+def test_a_full_tmpdir_is_named_not_the_destination(tiny, tmp_path, monkeypatch, writer):
+    import errno
+    import tempfile
+
+    from keras_vit import fileio
+
+    def full(*args, **kwargs):
+        if kwargs.get("dir") is None:  # the system's temporary folder, not beside the output
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, **kwargs)
+
+    real = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    out = tmp_path / "out"
+    with pytest.raises(fileio.WriteError, match=r"the temporary folder, TMPDIR\): No space left"):
+        if writer == "export_tflite":
+            keras_vit.export_tflite(tiny, f"{out}.tflite")
+        else:
+            keras_vit.export_saved_model(tiny, out, warmup=False)
+    assert os.listdir(tmp_path) == []
