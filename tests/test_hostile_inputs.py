@@ -401,3 +401,22 @@ def test_mutated_images_decode_or_fail_with_one_line_naming_the_file(tmp_path, c
         assert decoded.dtype == tf.uint8 and decoded.shape[-1] == 3
     assert (image is None) == (decoded is None)  # both readers agree
     assert path.read_bytes() == content
+
+
+def test_a_class_folder_name_that_is_not_utf8_is_named(tmp_path):
+    from PIL import Image
+
+    for name in (b"\xff\xfe", b"ok"):
+        folder = os.path.join(os.fsencode(tmp_path), name)
+        os.makedirs(folder)
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(
+            os.fsdecode(os.path.join(folder, b"a.png")))
+    with pytest.raises(ValueError, match=r"its name is not valid UTF-8 \(bytes b'\\xff\\xfe'\)"):
+        keras_vit.data.from_folder(tmp_path, image_size=8, batch_size=2, training=False)
+
+
+@pytest.mark.parametrize("split", [None, "0.2", True, -0.1, 1.0])
+def test_a_validation_split_of_another_type_or_range_is_named(tmp_path, split):
+    with pytest.raises(ValueError, match=r"`validation_split` must be a number in \[0, 1\)"):
+        keras_vit.data.from_folder(tmp_path, image_size=8, batch_size=2, training=False,
+                                   validation_split=split, subset="training")

@@ -121,6 +121,12 @@ def check_class_name(name, folder):
         raise ValueError(f"Class folder {folder!r}: its name {name!r} cannot be a class name. "
                          "Expected a name of printable characters (no newline, tab or other "
                          "control character).")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # bytes the file system's encoding could not decode
+        raise ValueError(f"Class folder {folder!r}: its name is not valid UTF-8 (bytes "
+                         f"{os.fsencode(name)!r:.80}), so it cannot be a class name. Expected a "
+                         "folder name in UTF-8; rename it.") from None
 
 
 def from_folder(directory, *, image_size, batch_size, training, seed=0, start_epoch=0,
@@ -154,6 +160,10 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
         ValueError: if it holds no images, or for a bad `validation_split` / `subset`.
     """
     unlabelled = labels is None
+    if isinstance(validation_split, bool) or not isinstance(validation_split, (int, float)) \
+            or not 0 <= validation_split < 1:
+        raise ValueError(f"`validation_split` must be a number in [0, 1). Received: "
+                         f"validation_split={validation_split!r:.80}")
     paths, labels, class_names = list_image_folder(directory, labels)
     if not 0 <= validation_split < 1:
         raise ValueError(f"`validation_split` must be in [0, 1). Received: {validation_split!r}")
