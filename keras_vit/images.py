@@ -51,6 +51,9 @@ FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
 # hundred KB would otherwise take 1.2 GB as uint8 and twice that in float32). 64 megapixels
 # is above any camera image in common use; the limit is an argument everywhere.
 DEFAULT_MAX_PIXELS = 64_000_000
+# The largest image file read: far above any encoded image of DEFAULT_MAX_PIXELS (an
+# uncompressed 64-megapixel BMP is 192 MB), far below a device or /proc file of any size.
+MAX_FILE_BYTES = 1 << 30
 MISSING = "does not exist"  # `not_regular_file`'s reason for a missing path
 
 
@@ -392,8 +395,15 @@ def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None)
     if reason:
         raise (FileNotFoundError if reason == MISSING else ValueError)(
             f"Image file {path} {reason}.")
-    with open(path, "rb") as f:
-        data = tf.constant(f.read())
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:  # a file that stat calls regular but that cannot be read (/proc)
+        raise ValueError(f"Image file {path} cannot be read ({e.strerror or e}).") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"Image file {path} is larger than {MAX_FILE_BYTES:,} bytes. Expected "
+                         "an encoded image (JPEG, PNG, GIF, BMP or WebP).")
+    data = tf.constant(data)
     check_encoded(data, max_pixels, name=path)
     try:
         image = decode_image(data, None, name=path)

@@ -420,3 +420,11 @@ def test_a_validation_split_of_another_type_or_range_is_named(tmp_path, split):
     with pytest.raises(ValueError, match=r"`validation_split` must be a number in \[0, 1\)"):
         keras_vit.data.from_folder(tmp_path, image_size=8, batch_size=2, training=False,
                                    validation_split=split, subset="training")
+
+
+def test_an_image_linked_to_a_file_that_cannot_be_read_is_named(tmp_path):
+    """/proc/self/mem is a regular file to stat, and reading it fails: the error names it."""
+    link = tmp_path / "x.png"
+    link.symlink_to("/proc/self/mem")
+    with pytest.raises(ValueError, match=rf"Image file {link} cannot be read \("):
+        keras_vit.load_image(link, size=8)

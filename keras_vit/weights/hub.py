@@ -74,6 +74,10 @@ SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
 def _existing(path):
     path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
+        if os.path.exists(path):  # a folder, a device (a cache blob linked to /dev/zero), a FIFO
+            raise CheckpointError(f"{path} is not a regular file (it is "
+                                  f"{'a folder' if os.path.isdir(path) else 'a device or pipe'})."
+                                  " Expected a .safetensors checkpoint file.")
         raise FileNotFoundError(f"No checkpoint file at {path}.")
     return path
 
