@@ -22,9 +22,12 @@
 `keras_vit.preprocessing` (which does not import TensorFlow) and importable from here too.
 """
 
+import contextlib
 import math
 import os
 import stat
+import tempfile
+import warnings
 
 import keras
 import tensorflow as tf
@@ -404,12 +407,41 @@ def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None)
         raise ValueError(f"Image file {path} is larger than {MAX_FILE_BYTES:,} bytes. Expected "
                          "an encoded image (JPEG, PNG, GIF, BMP or WebP).")
     data = tf.constant(data)
-    check_encoded(data, max_pixels, name=path)
     try:
-        image = decode_image(data, None, name=path)
+        with _decoder_messages() as messages:
+            check_encoded(data, max_pixels, name=path)
+            image = decode_image(data, None, name=path)
     except tf.errors.OpError as e:
         raise ValueError(f"Cannot read {path}: {first_line(e.message)}") from None
+    if messages:  # libjpeg's warnings: the image decoded, damaged
+        warnings.warn(f"{path}: {'; '.join(dict.fromkeys(messages))} (decoded anyway)",
+                      stacklevel=2)
     return resize_crop(tf.cast(image, tf.float32), config).numpy()
+
+
+@contextlib.contextmanager
+def _decoder_messages():
+    """Collects what the image decoders' C libraries print on file descriptor 2 during the
+    block (libjpeg's "Corrupt JPEG data: ..."), as a list of lines, instead of letting them
+    reach the terminal outside any error or warning."""
+    messages = []
+    try:
+        saved = os.dup(2)
+    except OSError:  # no standard error to redirect
+        yield messages
+        return
+    try:
+        with tempfile.TemporaryFile() as captured:
+            os.dup2(captured.fileno(), 2)
+            try:
+                yield messages
+            finally:
+                os.dup2(saved, 2)
+                captured.seek(0)
+                text = captured.read(1 << 16).decode("utf-8", "replace")
+                messages += [line.strip() for line in text.splitlines() if line.strip()]
+    finally:
+        os.close(saved)
 
 
 def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_MAX_PIXELS,

@@ -25,6 +25,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import warnings
 
 from keras_vit_cli.catalog import library_module
 from keras_vit_cli.common import select_backend
@@ -193,8 +194,21 @@ def main(argv=None):
     except OSError as error:  # standard output (or error) cannot be written
         return _flushed(error)
     args.argv = argv
-    with Interrupts().installed(held=True) as interrupts:
-        return _run(args, interrupts)
+    previous, warnings.showwarning = warnings.showwarning, _one_line_warning(args.command)
+    try:
+        with Interrupts().installed(held=True) as interrupts:
+            return _run(args, interrupts)
+    finally:
+        warnings.showwarning = previous
+
+
+def _one_line_warning(command):
+    """`warnings.showwarning` for the command line: one line, `keras-vit COMMAND: warning: ...`
+    (no file name, line number or source line)."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"keras-vit {command}: warning: {one_line(message)}",
+              file=file or sys.stderr)
+    return show
 
 
 def _flushed(status):

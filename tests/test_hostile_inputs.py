@@ -5,6 +5,7 @@ RGB image or fail with one ValueError naming the file."""
 
 import hashlib
 import io
+import json
 import os
 import pathlib
 import struct
@@ -428,3 +429,25 @@ def test_an_image_linked_to_a_file_that_cannot_be_read_is_named(tmp_path):
     link.symlink_to("/proc/self/mem")
     with pytest.raises(ValueError, match=rf"Image file {link} cannot be read \("):
         keras_vit.load_image(link, size=8)
+
+
+def test_libjpegs_warnings_become_one_warning_naming_the_file(tmp_path, capfd):
+    """A JPEG with stray bytes decodes; libjpeg's own line on file descriptor 2 becomes one
+    Python warning naming the file (one command-line line), never raw output."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    good = tmp_path / "good.jpg"
+    Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(good, quality=90)
+    data = good.read_bytes()
+    start = data.index(b"\xff\xda")  # the scan's marker: stray bytes just before it
+    (tmp_path / "bad.jpg").write_bytes(data[:start] + bytes(50) + data[start:])
+    capfd.readouterr()
+    with pytest.warns(UserWarning, match=r"bad\.jpg: Corrupt JPEG data: .* \(decoded anyway\)"):
+        keras_vit.load_image(tmp_path / "bad.jpg", size=8)
+    assert "Corrupt JPEG" not in capfd.readouterr().err
+    assert cli.main(["predict", str(tmp_path / "bad.jpg"), "--model-config",
+                     json.dumps(dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                                     num_heads=2, mlp_dim=8, num_classes=3))]) == 0
+    err = [line for line in capfd.readouterr().err.splitlines() if "Corrupt" in line]
+    assert len(err) == 1 and err[0].startswith("keras-vit predict: warning: "), err
