@@ -398,3 +398,12 @@ def test_a_full_tmpdir_is_named_not_the_destination(tiny, tmp_path, monkeypatch,
         else:
             keras_vit.export_saved_model(tiny, out, warmup=False)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_preset_file_that_is_a_fifo_is_named_as_such(hub_preset, tmp_path):
+    folder = tmp_path / "preset"
+    shutil.copytree(hub_preset, folder)
+    (folder / "config.json").unlink()
+    os.mkfifo(folder / "config.json")
+    with pytest.raises(CheckpointError, match=r"config\.json is not a regular file"):
+        keras_vit.from_pretrained(folder)

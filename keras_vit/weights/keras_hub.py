@@ -307,6 +307,11 @@ def preset_preprocessing(path):
 
 def _check_is_preset(path):
     folder = os.path.expanduser(os.fspath(path))
+    for name in (CONFIG_FILE, METADATA_FILE):
+        file = os.path.join(folder, name)
+        if os.path.exists(file) and not os.path.isfile(file):  # a FIFO, a device, a folder
+            raise CheckpointError(f"{file} is not a regular file. Expected the {name} "
+                                  "keras-hub's save_to_preset writes.")
     missing = [name for name in (CONFIG_FILE, METADATA_FILE)
                if not os.path.isfile(os.path.join(folder, name))]
     if missing:
