@@ -20,6 +20,7 @@ Examples:
 import contextlib
 import contextvars
 import math
+import warnings
 
 import keras
 from keras import ops
@@ -189,6 +190,11 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
     dropping = training and dropout is not None and dropout.rate > 0
     chosen = route("attention", training)
     blockwise = chosen == "memory_efficient" and bias is None and query.shape[1] is not None
+    if chosen in ("fused", "memory_efficient") and (dropping or (
+            chosen == "memory_efficient" and not blockwise)):
+        _fell_back(chosen, "dropout on the attention probabilities in training" if dropping
+                   else "a bias on the logits (relative position embeddings)"
+                   if bias is not None else "a sequence length unknown when traced")
     if chosen == "fused" and not dropping:
         context = ops.dot_product_attention(
             query, key, value, bias=None if bias is None else ops.cast(bias, query.dtype),
@@ -202,6 +208,21 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         dropped = dropout(probs, training=training) if dropping else probs
         context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
     return (context, probs) if return_probabilities else context
+
+
+# The (route, reason) pairs already reported in this process: each is said once.
+_FELL_BACK = set()
+
+
+def _fell_back(chosen, reason):
+    """Says once per process that the chosen attention route cannot apply and the products
+    run instead, and why."""
+    if (chosen, reason) in _FELL_BACK:
+        return
+    _FELL_BACK.add((chosen, reason))
+    warnings.warn(f"The {chosen!r} attention route cannot take {reason}: the products "
+                  "(softmax(q k^T) v, every probability kept) run instead for these layers.",
+                  stacklevel=3)
 
 
 # Queries per block of the memory-efficient attention, at most: the sequence is cut into

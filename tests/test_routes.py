@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -156,15 +157,34 @@ def test_the_recomputed_gelu_and_layer_norm_give_autodiff_values_and_gradients(p
         assert np.abs(want[2]).max() > 0.1
 
 
-def test_attention_dropout_applies_to_the_probabilities_whatever_the_route():
+def test_attention_dropout_applies_to_the_probabilities_whatever_the_route(monkeypatch):
     """With attention dropout on, training takes the products (dropout needs the
-    probabilities); the fused route would drop nothing."""
+    probabilities); the fused route would drop nothing. The fall-back is said once."""
+    monkeypatch.setattr(routes, "_FELL_BACK", set())
     layer = keras_vit.MultiHeadDotProductAttention(2, attention_dropout_rate=0.5)
     x = np.random.default_rng(0).normal(size=(2, 7, 8)).astype("float32")
     with routes.use_routes(attention="fused"):
         inferred = keras.ops.convert_to_numpy(layer(x))
-        trained = keras.ops.convert_to_numpy(layer(x, training=True))
+        with pytest.warns(UserWarning, match="'fused' attention route cannot take dropout"):
+            trained = keras.ops.convert_to_numpy(layer(x, training=True))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once: not again
+            layer(x, training=True)
     assert np.abs(trained - inferred).max() > 1e-3
+
+
+def test_the_memory_efficient_route_says_why_it_cannot_apply(monkeypatch):
+    monkeypatch.setattr(routes, "_FELL_BACK", set())
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                          num_heads=2, mlp_dim=8, num_classes=3, position_embedding="relative")
+    x = np.zeros((1, 16, 16, 3), np.float32)
+    with routes.use_routes(attention="memory_efficient"):
+        with pytest.warns(UserWarning, match=r"cannot take a bias on the logits \(relative"):
+            model(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default route applies: nothing to say
+        keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                      mlp_dim=8, num_classes=3, position_embedding="relative")(x)
 
 
 # Attention on its own: 13 queries, cut into blocks of 4 (4 blocks, the last padded with 3
