@@ -32,6 +32,9 @@ def open_closed_streams():
             os.close(null)
         if getattr(sys, name) is None:  # Python found it closed at start
             setattr(sys, name, open(fd, mode, closefd=False, errors="backslashreplace"))
+    for name in ("stdout", "stderr"):  # a character the encoding lacks (PYTHONIOENCODING=ascii)
+        with contextlib.suppress(AttributeError, ValueError):  # not a text stream Python opened
+            getattr(sys, name).reconfigure(errors="backslashreplace")
 
 
 class _CheckedOutput:

@@ -491,3 +491,18 @@ def test_help_to_a_full_stdout_is_one_error_line(tmp_path, argv):
     assert status == 2
     assert err.splitlines() == ["keras-vit: error: cannot write to standard output: No space "
                                 "left on device"]
+
+
+def test_output_in_an_encoding_without_the_class_names_characters_is_escaped(tmp_path):
+    """PYTHONIOENCODING=ascii: a class name with é is printed escaped, not a codec error."""
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "x.png")
+    (tmp_path / "names.txt").write_text("café\nb\nc\n", encoding="utf-8")
+    config = json.dumps(dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                             num_heads=2, mlp_dim=8, num_classes=3))
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_vit_cli", "predict", "x.png", "--model-config", config,
+         "--class-names", "names.txt", "--top-k", "3"], cwd=tmp_path, capture_output=True,
+        timeout=240, env=dict(os.environ, PYTHONPATH=REPO, PYTHONIOENCODING="ascii",
+                              TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert b"caf\\xe9" in done.stdout
