@@ -187,7 +187,9 @@ def main(argv=None):
     try:
         args = build_parser(argv).parse_args(argv)
     except SystemExit as done:  # --help or a usage error: argparse has printed
-        return _flushed(done.code)
+        if done.code in (0, None) and _flushed(0) != 0:
+            return USAGE_ERROR  # the help did not reach standard output: said in one line
+        raise
     except BrokenPipeError:  # the reader of --help has gone (`| head`)
         discard_stdout()
         return 0
