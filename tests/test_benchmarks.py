@@ -514,3 +514,20 @@ def test_plot_draws_speed_and_memory_against_tokens(tmp_path):
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot.main([str(tmp_path / "r.json"), str(tmp_path / "m.png"), "--only", "memory"]) == 0
     assert (tmp_path / "m.png").stat().st_size < (tmp_path / "out.png").stat().st_size
+
+
+def test_the_pipeline_benchmark_reads_every_batch_and_reports_its_rate(tmp_path, monkeypatch,
+                                                                       capsys):
+    """benchmarks.pipeline on a small folder: the keras_vit loader's report (in-process) counts
+    every batch of every epoch and gives a positive rate and memory."""
+    from benchmarks import pipeline
+
+    monkeypatch.setattr(pipeline, "IMAGES", 16)
+    monkeypatch.setattr(pipeline, "BATCH", 8)
+    monkeypatch.setattr(pipeline, "SIZE", 32)
+    pipeline.prepare(str(tmp_path))
+    assert sum(len(files) for _, _, files in os.walk(tmp_path)) == 16
+    pipeline.keras_vit_job(str(tmp_path), epochs=2)
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["batches"] == 4  # 2 epochs of 16 images in batches of 8
+    assert report["images_per_s"] > 0 and report["peak_rss_bytes"] > 10**8
