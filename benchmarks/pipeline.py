@@ -8,8 +8,10 @@ resized crop (scale 0.08-1) and a horizontal flip to 224 px, batches of 64.
 
 Each round runs each loader in a fresh process, alternately, for `--epochs` passes over the
 folder; a process prints its images per second after its first batch (the pipeline's steady
-rate; start-up is the first batch's time, printed beside it) and its peak resident memory
-with its children's (timm's workers are processes, tf.data's threads are its own).
+rate; start-up is the first batch's time, printed beside it) and its peak resident memory:
+the larger of the kernel's high-water mark of the process itself and the peak of the summed
+memory of it and all its descendants (timm's workers are processes; tf.data's threads are the
+process's own), sampled every 20 ms from /proc (Linux).
 """
 
 import argparse
@@ -19,6 +21,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,18 +47,54 @@ def prepare(folder):
     print(f"Wrote {IMAGES} JPEGs in {CLASSES} class folders under {folder}", file=sys.stderr)
 
 
-def _report(batch_times, images_per_batch):
+class _TreeMemory:
+    """The peak, over the run, of the summed resident memory of this process and all its
+    descendants, sampled every 20 ms by a thread (and at the end)."""
+
+    def __init__(self):
+        self.peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _tree_rss():
+        total, pending = 0, [os.getpid()]
+        while pending:
+            pid = pending.pop()
+            try:
+                with open(f"/proc/{pid}/statm") as f:
+                    total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        pending += [int(child) for child in f.read().split()]
+            except (OSError, ValueError):
+                continue  # a child that ended between two reads
+        return total
+
+    def _sample(self):
+        while not self._done.wait(0.02):
+            self.peak = max(self.peak, self._tree_rss())
+
+    def stop(self):
+        self.peak = max(self.peak, self._tree_rss())
+        self._done.set()
+        self._thread.join()
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the kernel's
+        return max(self.peak, own)
+
+
+def _report(batch_times, images_per_batch, memory):
     """One JSON line: the first batch's seconds, the steady images per second after it, and
-    this process's peak RSS with its children's."""
+    the peak memory of the process tree."""
     steady = sum(batch_times[1:])
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps(dict(first_batch_s=batch_times[0],
                           images_per_s=images_per_batch * (len(batch_times) - 1) / steady,
-                          batches=len(batch_times), peak_rss_bytes=(own + children) * 1024)))
+                          batches=len(batch_times), peak_rss_bytes=memory.stop())))
 
 
 def keras_vit_job(folder, epochs):
+    memory = _TreeMemory()
     import keras_vit
 
     data = keras_vit.data.from_folder(folder, image_size=SIZE, batch_size=BATCH, training=True)
@@ -64,10 +103,11 @@ def keras_vit_job(folder, epochs):
         now = time.perf_counter()
         times.append(now - last)
         last = now
-    _report(times, BATCH)
+    _report(times, BATCH, memory)
 
 
 def timm_job(folder, epochs):
+    memory = _TreeMemory()
     sys.path.insert(0, os.path.dirname(HERE))
     from benchmarks.contenders.timm_vit import import_timm
 
@@ -87,7 +127,7 @@ def timm_job(folder, epochs):
             now = time.perf_counter()
             times.append(now - last)
             last = now
-    _report(times, BATCH)
+    _report(times, BATCH, memory)
 
 
 def compare(folder, rounds, epochs, timm_python):
