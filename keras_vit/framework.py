@@ -204,6 +204,27 @@ def enable_multiworker_fit(model):
     if not _needs_patch(model, "_keras_vit_multiworker",
                         ("_maybe_symbolic_build", "_symbolic_build"), "enable_multiworker_fit"):
         return model
+    build_from_one_replica(model)
+    model.train_step = _logs_as_vectors(model.train_step)
+    model.test_step = _logs_as_vectors(model.test_step)
+    model._keras_vit_multiworker = True
+    return model
+
+
+def build_from_one_replica(model):
+    """Keras' `_maybe_symbolic_build` sums the first distributed batch over the replicas
+    (`strategy.reduce`) only to learn its shapes: under any strategy with several replicas a
+    first batch split unevenly (the last batch of a validation split, 26 and 25 images) fails
+    there ("Inputs to operation AddN ... must have the same size and shape"), and the
+    collective strategy cannot reduce eagerly at all. Here the symbolic build takes the first
+    local replica's batch instead, on this model instance only.
+
+    Returns:
+        The model.
+    """
+    if not _needs_patch(model, "_keras_vit_one_replica_build",
+                        ("_maybe_symbolic_build", "_symbolic_build"), "build_from_one_replica"):
+        return model
     strategy = model.distribute_strategy
 
     def maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -220,9 +241,7 @@ def enable_multiworker_fit(model):
             self._symbolic_build(data_batch=data_batch)
 
     model._maybe_symbolic_build = types.MethodType(maybe_symbolic_build, model)
-    model.train_step = _logs_as_vectors(model.train_step)
-    model.test_step = _logs_as_vectors(model.test_step)
-    model._keras_vit_multiworker = True
+    model._keras_vit_one_replica_build = True
     return model
 
 

@@ -243,6 +243,10 @@ def check_choice(flag, value, choices):
 
 def check_strategy(args):
     """`--strategy`, before TensorFlow starts (`keras_vit.parallel.tf_distribute`'s names)."""
+    if getattr(args, "cpu_replicas", None) and args.strategy != "mirrored":
+        raise ValueError(f"--cpu-replicas {args.cpu_replicas} splits the CPU for --strategy "
+                         f"mirrored; --strategy is {args.strategy!r}. Expected --strategy "
+                         "mirrored with it.")
     check_choice("--strategy", args.strategy,
                  library_names("parallel/tf_distribute.py", "STRATEGIES"))
 
@@ -460,6 +464,9 @@ def add_data_arguments(parser, folder_help="image folder with one subfolder per 
                        help="global batch size (64)")
     group.add_argument("--strategy", default="auto",
                        help="auto, tpu, mirrored, multiworker or cpu (default auto)")
+    group.add_argument("--cpu-replicas", type=positive_int_arg, metavar="N",
+                       help="with --strategy mirrored on a machine without GPUs: split the CPU "
+                            "into N devices, one replica each")
     group.add_argument("--seed", type=seed_arg, default=0, help="data order and initialisation seed")
     group.add_argument("--skip-corrupt", action="store_true",
                        help="image folders: leave out files that cannot be decoded (counted "
@@ -542,6 +549,8 @@ def start_run(args):
     if args.compile_cache:
         training.enable_compilation_cache(args.compile_cache)
     training.set_precision(args.precision)
+    if getattr(args, "cpu_replicas", None):
+        tf_distribute.split_cpu(args.cpu_replicas)  # before anything starts TensorFlow's runtime
     keras.utils.set_random_seed(args.seed)
     strategy = tf_distribute.get_strategy(args.strategy)
     tf_distribute.global_batch_size(args.batch_size, strategy)

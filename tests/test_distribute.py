@@ -149,3 +149,39 @@ def test_worker_roles_from_tf_config(monkeypatch):
     assert not distribute.is_chief()
     monkeypatch.delenv("TF_CONFIG")
     assert distribute.is_chief() and training.backup_dir("run") == os.path.join("run", "backup")
+
+
+def test_mirrored_with_one_device_says_how_to_split_the_cpu():
+    assert len(tf.config.list_logical_devices("CPU")) == 1  # this test process's
+    with pytest.warns(UserWarning, match=r"'mirrored' has one replica: .*split_cpu\(N\) .*"
+                                         r"--cpu-replicas N"):
+        strategy = distribute.get_strategy("mirrored")
+    assert strategy.num_replicas_in_sync == 1
+    assert distribute.split_cpu(1) == 1  # the count already in place: allowed
+    with pytest.raises(ValueError, match=r"split_cpu\(3\): TensorFlow has already started with "
+                                         r"1 CPU device"):
+        distribute.split_cpu(3)
+    with pytest.raises(ValueError, match="`cpu_replicas` must be a positive integer"):
+        distribute.split_cpu(0)
+
+
+def test_cpu_replicas_on_the_command_line_train_on_several_replicas(tmp_path, image_folder):
+    """`keras-vit train --strategy mirrored --cpu-replicas 2` on a machine without GPUs: two
+    replicas, and a validation batch split unevenly between them (one image held out of 12:
+    a batch of 1 and 0, past Keras' symbolic build that summed the replicas' first batch)."""
+    config = json.dumps(dict(patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8))
+    command = [sys.executable, "-m", "keras_vit_cli", "train", "--folder", str(image_folder),
+               "--model-config", config, "--image-size", "16", "--batch-size", "4",
+               "--epochs", "1", "--no-xla", "--verbose", "1", "--output", str(tmp_path / "run"),
+               "--strategy", "mirrored", "--cpu-replicas", "2"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 replica(s)" in done.stdout
+    assert (tmp_path / "run" / "final.npz").exists()
+    import keras_vit_cli as cli
+
+    other = command[3:command.index("--output")] + ["--output", str(tmp_path / "other"),
+                                                    "--strategy", "cpu", "--cpu-replicas", "2"]
+    assert cli.main(other) == 2  # refused before anything starts
+    assert not (tmp_path / "other").exists()

@@ -12,6 +12,7 @@ keras_vit.training.fit(model, train, output_dir="runs/x")   # compiles in the mo
 import contextlib
 import json
 import os
+import warnings
 
 import tensorflow as tf
 
@@ -102,12 +103,43 @@ def get_strategy(name="auto", tpu=None):
     gpus = tf.config.list_logical_devices("GPU")
     if name == "mirrored":
         devices = [d.name for d in gpus or tf.config.list_logical_devices("CPU")]
+        if len(devices) == 1:
+            warnings.warn(f"Strategy 'mirrored' has one replica: this process sees one device "
+                          f"({devices[0]}). On a machine without GPUs, split the CPU first: "
+                          "keras_vit.parallel.tf_distribute.split_cpu(N) before TensorFlow "
+                          "starts, or --cpu-replicas N on the command line.", stacklevel=2)
         return tf.distribute.MirroredStrategy(devices)
     if name == "cpu":
         return tf.distribute.OneDeviceStrategy("/cpu:0")
     if len(gpus) > 1:
         return tf.distribute.MirroredStrategy([d.name for d in gpus])
     return tf.distribute.get_strategy()
+
+
+def split_cpu(count):
+    """Splits this machine's CPU into `count` logical devices, so that the "mirrored" strategy
+    runs `count` replicas on a machine without GPUs (they share the cores: this tests and
+    debugs data-parallel training; it does not make one machine faster). Call it before
+    TensorFlow starts its runtime (before any op or device query); asking again for the count
+    already in place is allowed.
+
+    Raises:
+        ValueError: for a count that is not a positive integer, or when TensorFlow has already
+            started with another number of CPU devices.
+    """
+    count = check_positive_int("cpu_replicas", count)
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    except RuntimeError:  # the runtime has started: its devices are fixed
+        current = len(tf.config.list_logical_devices("CPU"))
+        if current != count:
+            raise ValueError(f"split_cpu({count}): TensorFlow has already started with "
+                             f"{current} CPU device(s), and cannot change them now. Expected "
+                             "split_cpu at the start of the program, before any TensorFlow "
+                             "op.") from None
+    return count
 
 
 def global_batch_size(batch_size, strategy=None, per_replica=False):

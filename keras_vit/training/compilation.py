@@ -81,6 +81,8 @@ def compile_model(model, optimizer, label_smoothing=0.0, jit_compile=None, metri
         framework.reduce_gradients_before_clipping(model.optimizer)
         if tf_distribute.is_multiworker(model.distribute_strategy):
             framework.enable_multiworker_fit(model)
+        elif model.distribute_strategy.num_replicas_in_sync > 1:
+            framework.build_from_one_replica(model)
     build_training_state(model)
     return model
 
