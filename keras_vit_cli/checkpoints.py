@@ -97,6 +97,21 @@ def select(entries, pattern):
     return chosen
 
 
+def footer(entries):
+    """What the default mark means, said only where a row carries it: the checkpoint
+    `pretrained=True` loads for each variant (its ImageNet-1k fine-tune nearest to 224 px, or
+    its ImageNet-21k weights where it has no fine-tune, naming those variants)."""
+    marked = [e for e in entries if e.get("default")]
+    if not marked:
+        return ""
+    upstream = sorted({e["variant"] for e in marked if not e.get("finetuning")})
+    text = (f" {DEFAULT_MARK} marks each variant's default (pretrained=True, --weights "
+            "default): its ImageNet-1k fine-tune nearest to 224 px")
+    if upstream:
+        text += f", or its ImageNet-21k weights where it has none ({', '.join(upstream)})"
+    return text + "."
+
+
 def run(args):
     entries = library_module("weights.entries").with_defaults(registry_entries())
     named = [e for e in entries if e["name"] == args.pattern]
@@ -108,9 +123,8 @@ def run(args):
         print(whole(named[0]))
     else:
         print(table(entries))
-        print(f"{len(entries)} checkpoint(s); {DEFAULT_MARK} marks each variant's default "
-              "(pretrained=True, --weights default; at 224 px with 1000 classes). Load one by "
-              "name: --weights NAME (any command) or keras_vit.from_pretrained(NAME).")
+        print(f"{len(entries)} checkpoint(s).{footer(entries)} Load one by name: --weights "
+              "NAME (any command) or keras_vit.from_pretrained(NAME).")
     return 0
 
 

@@ -38,7 +38,13 @@ def test_checkpoints_lists_every_registry_name_with_its_facts(capsys):
                                 "name"]
     entries = registry()
     assert [line.split()[-1] for line in lines[1:-1]] == [e["name"] for e in entries]
-    assert lines[-1].startswith(f"{len(entries)} checkpoint(s); * marks each variant's default")
+    assert lines[-1].startswith(f"{len(entries)} checkpoint(s). * marks each variant's default")
+    # What the mark means for the variants whose default is not a 1000-class fine-tune.
+    upstream = sorted(e["variant"] for e in entries if e["variant"] and
+                      e["name"] == keras_vit.default_checkpoint(e["variant"])
+                      and not e["finetuning"])
+    assert upstream and f"its ImageNet-21k weights where it has none ({', '.join(upstream)})" \
+        in lines[-1]
     rows = dict(zip((e["name"] for e in entries), lines[1:-1]))
     assert rows["imagenet21k+imagenet2012/ViT-B_16"].split() == [
         "B/16", "384", "1000", "84.2", "331", "MiB", "imagenet21k", "->", "imagenet2012",
@@ -193,3 +199,10 @@ def test_feature_extraction_counts_the_images_of_a_pipeline(tmp_path, capsys):
     assert re.search(r"\s10/Unknown", printed) and printed.endswith("\n")
     evaluation.extract_features(model, pipeline, progress=False)
     assert capsys.readouterr().out == ""
+
+
+def test_the_checkpoints_footer_explains_the_mark_only_where_a_row_has_it(capsys):
+    assert cli.main(["checkpoints", "dino"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert not any(line.startswith("*") for line in lines[1:-1])
+    assert "*" not in lines[-1] and lines[-1].startswith(f"{len(lines) - 2} checkpoint(s). ")
