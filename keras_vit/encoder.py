@@ -12,7 +12,7 @@ import keras
 from keras_vit.checks import check_bool, check_positive_int
 from keras_vit.encoder_ops import can_scan, remat_call, scan_layers
 from keras_vit.layer_config import ConfigArgs
-from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON, TransformerBlock
+from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON, TransformerBlock, block_args
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
@@ -53,11 +53,11 @@ class Encoder(ConfigArgs, keras.layers.Layer):
         self.num_layers = check_positive_int("num_layers", num_layers)
         self.scan = check_bool("scan", scan)
         self.remat = check_bool("remat", remat)
-        block = TransformerBlock(num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
-                                 layer_norm_epsilon, gelu_approximate, qkv_bias,
-                                 relative_positions, num_prefix_tokens)
-        for name in self.BLOCK_ARGS:  # validated by the block
-            setattr(self, name, getattr(block, name))
+        checked = block_args(num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
+                             layer_norm_epsilon, gelu_approximate, qkv_bias, relative_positions,
+                             num_prefix_tokens)  # the blocks' rule, without building one
+        for name in self.BLOCK_ARGS:
+            setattr(self, name, checked[name])
 
     def build(self, input_shape):
         block_args = {name: getattr(self, name) for name in self.BLOCK_ARGS}

@@ -191,6 +191,21 @@ def attention_args(num_heads, attention_dropout_rate=0.0, qkv_bias=True,
     )
 
 
+def block_args(num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
+               layer_norm_epsilon=LAYER_NORM_EPSILON, gelu_approximate=GELU_APPROXIMATE,
+               qkv_bias=True, relative_positions=None, num_prefix_tokens=0):
+    """`TransformerBlock`'s arguments, checked: the attention's (`attention_args`) and the
+    MLP's, by arithmetic (no layer is built)."""
+    return dict(
+        attention_args(num_heads, attention_dropout_rate, qkv_bias, relative_positions,
+                       num_prefix_tokens),
+        mlp_dim=check_positive_int("mlp_dim", mlp_dim),
+        dropout_rate=check_rate("dropout_rate", dropout_rate),
+        layer_norm_epsilon=check_positive_number("layer_norm_epsilon", layer_norm_epsilon),
+        gelu_approximate=check_bool("gelu_approximate", gelu_approximate),
+    )
+
+
 @_register
 class MultiHeadDotProductAttention(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
     """Multi-head self-attention with the official checkpoint's weight layout.
@@ -386,13 +401,10 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value in attention_args(num_heads, attention_dropout_rate, qkv_bias,
-                                          relative_positions, num_prefix_tokens).items():
+        for name, value in block_args(num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
+                                      layer_norm_epsilon, gelu_approximate, qkv_bias,
+                                      relative_positions, num_prefix_tokens).items():
             setattr(self, name, value)
-        self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
-        self.dropout_rate = check_rate("dropout_rate", dropout_rate)
-        self.layer_norm_epsilon = check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
-        self.gelu_approximate = check_bool("gelu_approximate", gelu_approximate)
 
     def build(self, input_shape):
         check_rank("TransformerBlock", input_shape, ("batch", "length", "width"))

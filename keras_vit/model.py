@@ -32,7 +32,7 @@ from keras_vit.layers import (CLASSIFIERS, GELU_APPROXIMATE, LAYER_NORM_EPSILON,
 from keras_vit.positions import (AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D,
                                  NoPositionEmbs)
 from keras_vit.preprocessing import IMAGE_CHANNELS, check_data_config, paper_data_config
-from keras_vit.resnet import ResNet, resnet_stride
+from keras_vit.resnet import ResNet, resnet_args, resnet_stride
 
 # The name of the `Encoder` layer of a `scan=True` or `remat=True` model: its variables' paths
 # are then the checkpoint keys (`Transformer/encoderblock_{i}/...`).
@@ -495,6 +495,5 @@ def _resnet_arguments(resnet):
     if unknown:
         raise ValueError(f"Unknown `resnet` keys {unknown} in {resnet!r}. Expected some of "
                          f"{allowed}.")
-    stem = ResNet(**resnet)  # checks the values
-    return dict(num_layers=list(stem.num_layers), width_factor=stem.width_factor,
-                std_conv_epsilon=stem.std_conv_epsilon)
+    checked = resnet_args(**resnet)
+    return dict(checked, num_layers=list(checked["num_layers"]))

@@ -147,6 +147,17 @@ class BottleneckUnit(ConfigArgs, keras.layers.Layer):
 
 
 
+def resnet_args(num_layers=(3, 4, 9), width_factor=1, std_conv_epsilon=STD_CONV_EPSILON):
+    """`ResNet`'s arguments, checked and normalised (`num_layers` a tuple), by arithmetic: no
+    layer is built."""
+    if isinstance(num_layers, (str, bytes)) or not hasattr(num_layers, "__iter__"):
+        raise ValueError("`num_layers` must be a sequence of positive integers (units per "
+                         f"stage), e.g. (3, 4, 9). Received: num_layers={num_layers!r:.60}")
+    return dict(num_layers=tuple(check_positive_int("num_layers", n) for n in num_layers),
+                width_factor=check_positive_int("width_factor", width_factor),
+                std_conv_epsilon=check_positive_number("std_conv_epsilon", std_conv_epsilon))
+
+
 @_register
 class ResNet(ConfigArgs, keras.layers.Layer):
     """The hybrids' ResNet: root block, then stages of bottleneck units.
@@ -170,9 +181,8 @@ class ResNet(ConfigArgs, keras.layers.Layer):
         self, num_layers=(3, 4, 9), width_factor=1, std_conv_epsilon=STD_CONV_EPSILON, **kwargs
     ):
         super().__init__(**kwargs)
-        self.num_layers = tuple(check_positive_int("num_layers", n) for n in num_layers)
-        self.width_factor = check_positive_int("width_factor", width_factor)
-        self.std_conv_epsilon = check_positive_number("std_conv_epsilon", std_conv_epsilon)
+        for name, value in resnet_args(num_layers, width_factor, std_conv_epsilon).items():
+            setattr(self, name, value)
 
     @property
     def stride(self):
