@@ -338,8 +338,9 @@ def preprocess_inputs(images, data_config=None, value_range=(0, 255)):
     >>> preprocess_inputs(np.array([[[[0, 127.5, 255]]]]))  # doctest: +SKIP
     array([[[[-1., 0., 1.]]]], dtype=float32)
     """
-    if tuple(value_range) not in ((0, 255), (0, 1)):
-        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: {value_range!r}")
+    if not isinstance(value_range, (tuple, list)) or tuple(value_range) not in ((0, 255), (0, 1)):
+        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: "
+                         f"value_range={value_range!r:.60}")
     images = ops.convert_to_tensor(images)
     if len(images.shape) < 3 or images.shape[-1] != IMAGE_CHANNELS:
         raise ValueError(

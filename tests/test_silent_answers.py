@@ -407,3 +407,17 @@ def test_a_preset_file_that_is_a_fifo_is_named_as_such(hub_preset, tmp_path):
     os.mkfifo(folder / "config.json")
     with pytest.raises(CheckpointError, match=r"config\.json is not a regular file"):
         keras_vit.from_pretrained(folder)
+
+
+def test_load_model_and_preprocess_inputs_name_arguments_of_another_type(tmp_path):
+    for bad in (None, 3, b"x.keras"):
+        with pytest.raises(ValueError, match="load_model takes the path of a .keras file"):
+            keras_vit.load_model(bad)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        keras_vit.load_model(tmp_path / "missing.keras")
+    (tmp_path / "empty.keras").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="not a whole zip archive"):
+        keras_vit.load_model(tmp_path / "empty.keras")
+    for bad in (None, "0-255", (0, 2)):
+        with pytest.raises(ValueError, match=r"`value_range` must be \(0, 255\) or \(0, 1\)"):
+            keras_vit.preprocess_inputs(pixels(), value_range=bad)

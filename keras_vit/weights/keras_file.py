@@ -31,6 +31,9 @@ def check_archive(path):
         FileNotFoundError: for a path that is not a file.
         CheckpointError: naming the file and what is wrong with it.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"load_model takes the path of a .keras file (a str or path). "
+                         f"Received: {type(path).__name__}")
     local = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(local):
         raise FileNotFoundError(f"{path}: no such file. Expected a .keras model file.")
