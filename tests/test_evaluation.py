@@ -450,18 +450,23 @@ def test_evaluate_command_on_imagenet2012_real(tmp_path, capsys):
     assert printed["accuracy"] == pytest.approx(np.mean(predictions == labels))
 
 
+def three_class_job():
+    """A 3-class model with a trained-looking head (not all zeros) and 3 images to score."""
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                          num_heads=2, mlp_dim=8, num_classes=3)
+    model.get_layer("head").kernel.assign(np.ones((8, 3), np.float32))
+    images = np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
+    return model, keras_vit.data.from_arrays(images, np.arange(3), num_classes=3,
+                                             image_size=16, batch_size=3, training=False)
+
+
 def test_report_rows_are_csv_whatever_the_class_names(tmp_path):
     """Class names with commas, quotes and line breaks read back through the csv module as
     written."""
     import csv
 
     names = ['a,b', 'say "hi"', "two\nlines"]
-    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
-                          num_heads=2, mlp_dim=8, num_classes=3)
-    model.get_layer("head").kernel.assign(np.ones((8, 3), np.float32))
-    images = np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
-    data = keras_vit.data.from_arrays(images, np.arange(3), num_classes=3, image_size=16,
-                                      batch_size=3, training=False)
+    model, data = three_class_job()
     keras_vit.evaluate(model, data, class_names=names, out_dir=tmp_path / "r", progress=False)
     with open(tmp_path / "r" / "per_class_accuracy.csv", newline="") as f:
         rows = list(csv.reader(f))
@@ -475,12 +480,7 @@ def test_two_evaluations_never_write_into_one_report_folder_at_once(tmp_path):
     refused before it computes anything, and leaves the other's reports alone."""
     from keras_vit import fileio
 
-    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
-                          num_heads=2, mlp_dim=8, num_classes=3)
-    model.get_layer("head").kernel.assign(np.ones((8, 3), np.float32))
-    images = np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
-    data = keras_vit.data.from_arrays(images, np.arange(3), num_classes=3, image_size=16,
-                                      batch_size=3, training=False)
+    model, data = three_class_job()
     out = tmp_path / "r"
     out.mkdir()
     with fileio.folder_lock(out, "evaluation"):  # as another process's evaluation holds it
