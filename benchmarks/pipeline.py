@@ -174,6 +174,8 @@ def main(argv=None):
                                                                 sys.executable),
                         help="interpreter with torch, torchvision and timm (compare)")
     args = parser.parse_args(argv)
+    if args.action != "prepare" and not os.path.isdir(args.folder):
+        parser.error(f"{args.folder} is not a folder. Expected one that `prepare` wrote.")
     if args.action == "prepare":
         prepare(args.folder)
     elif args.action == "keras_vit":

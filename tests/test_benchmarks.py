@@ -531,3 +531,12 @@ def test_the_pipeline_benchmark_reads_every_batch_and_reports_its_rate(tmp_path,
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["batches"] == 4  # 2 epochs of 16 images in batches of 8
     assert report["images_per_s"] > 0 and report["peak_rss_bytes"] > 10**8
+
+
+def test_the_pipeline_benchmark_names_a_missing_folder(tmp_path, capsys):
+    from benchmarks import pipeline
+
+    with pytest.raises(SystemExit) as exit_info:
+        pipeline.main(["compare", str(tmp_path / "missing")])
+    assert exit_info.value.code == 2
+    assert "missing is not a folder" in capsys.readouterr().err
