@@ -14,6 +14,10 @@ TF Serving watches for, with two signatures:
   bilinear resize and [-1, 1] for a model that states none).
 - `predict_images`: input `images`, `[B, H, W, 3]` float32 (or uint8, see `image_dtype`) RGB in
   [0, 255] at the model resolution, normalised as the data config says.
+- `features`, when asked (`features={...}`, the arguments of `keras_vit.ViT.forward_intermediates`):
+  input `images` as `predict_images`; outputs the feature maps of the chosen blocks,
+  `block_{i}` (float32, `[B, H/p, W/p, D]` by default), and `block_{i}_prefix` (the class token
+  `[B, 1, D]`) with `return_prefix_tokens`. For dense-prediction heads served apart.
 - `serving_native_size`, for a model built with `dynamic_image_size=True` only: input
   `image_bytes` as `serving_default`, but each image is classified at its own size rounded to
   the patch grid (scaled down, keeping its aspect ratio, to at most `max_patches` patches)
@@ -42,7 +46,7 @@ import tensorflow as tf
 from keras_vit import data_config as data_configs
 from keras_vit import images as image_ops
 from keras_vit import labels as label_sets
-from keras_vit import execution
+from keras_vit import execution, serving_warmup
 from keras_vit.fileio import (
     atomic_write,
     check_not_in_use,
@@ -56,6 +60,7 @@ from keras_vit.checks import check_choice, check_int
 from keras_vit.introspection import rebuilt, vit_config
 from keras_vit.layer_config import sublayers
 from keras_vit.layers import TokenPooling
+from keras_vit.model import ViT, intermediates_options
 from keras_vit.model_parts import model_image_size, patch_grid
 from keras_vit.preprocessing import IMAGE_CHANNELS
 from keras_vit.weights.keymap import check_finite_weights
@@ -63,15 +68,14 @@ from keras_vit.weights.keymap import check_finite_weights
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
 NATIVE_SIZE_SIGNATURE = "serving_native_size"
+FEATURES_SIGNATURE = "features"
+# The `forward_intermediates` arguments `export_saved_model(..., features=...)` takes.
+FEATURE_ARGUMENTS = ("indices", "norm", "output_fmt", "return_prefix_tokens")
 # `serving_native_size` scales images down to at most this many times the model's patches.
 MAX_PATCHES_FACTOR = 4
 BYTES_INPUT = "image_bytes"
 IMAGES_INPUT = "images"
 LABELS_ASSET = "labels.txt"
-# TF Serving replays the records of this file, in the SavedModel's `assets.extra/`, at load time.
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
-# Batch sizes of the warm-up requests, for each signature.
-WARMUP_BATCH_SIZES = (1, 2)
 DEFAULT_TOP_K = 5
 IMAGE_DTYPES = ("float32", "uint8")
 # Written beside the signatures: what the export was made with (labels, limits).
@@ -321,8 +325,44 @@ def _labels_table(labels_path, num_classes):
     return tf.lookup.StaticHashTable(initializer, default_value="")
 
 
+def _features(model, features):
+    """`(backbone, options)` for `export_saved_model(..., features=...)`: the model of the
+    feature maps `features` asks for (a keras_vit model's `intermediates_model`) and its
+    checked arguments; `(None, None)` for None."""
+    if features is None:
+        return None, None
+    if not isinstance(features, dict):
+        raise ValueError("`features` must be None or a dict of forward_intermediates "
+                         f"arguments (some of {', '.join(FEATURE_ARGUMENTS)}). Received: "
+                         f"features={features!r}")
+    unknown = sorted(set(features) - set(FEATURE_ARGUMENTS))
+    if unknown:
+        raise ValueError(f"`features` has unknown keys {unknown}. Expected some of "
+                         f"{', '.join(FEATURE_ARGUMENTS)}.")
+    try:
+        vit = model if isinstance(model, ViT) else rebuilt(model)
+    except ValueError as e:
+        raise ValueError(f"`features` exports the blocks of a keras_vit model: {e}") from None
+    options = intermediates_options(vit.vit_arguments()["num_layers"], **features,
+                                    intermediates_only=True)
+    return vit.intermediates_model(**dict(features, intermediates_only=True)), options
+
+
+def _feature_outputs(backbone, options, inputs):
+    """The `features` signature's outputs: `block_{i}` (and `block_{i}_prefix`), float32."""
+    maps = backbone(inputs, training=False)
+    if len(options["indices"]) == 1:  # a functional model's one output comes unwrapped
+        maps = [maps]
+    outputs = {}
+    for index, out in zip(options["indices"], maps):
+        if options["return_prefix_tokens"]:
+            out, outputs[f"block_{index}_prefix"] = out[0], tf.cast(out[1], tf.float32)
+        outputs[f"block_{index}"] = tf.cast(out, tf.float32)
+    return outputs
+
+
 def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile, max_pixels,
-                       max_patches, data_config, stage):
+                       max_patches, data_config, stage, features=(None, None)):
     """Traces the signatures (`stage` is told before) and writes them to `path`."""
     stage(f"tracing the signatures ({'XLA' if jit_compile else 'graph runtime'})")
     height, width, num_classes = check_model(model)
@@ -352,6 +392,19 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
         serve_images,
         [tf.TensorSpec([None, height, width, IMAGE_CHANNELS], image_dtype, name=IMAGES_INPUT)],
     )
+    backbone, options = features
+    if backbone is not None:
+
+        def serve_features(images):
+            images = tf.ensure_shape(images, [None, height, width, IMAGE_CHANNELS])
+            inputs = image_ops.normalize(tf.cast(images, tf.float32), data_config)
+            return _feature_outputs(backbone, options, inputs)
+
+        archive.add_endpoint(
+            FEATURES_SIGNATURE,
+            tf.function(serve_features, jit_compile=True) if jit_compile else serve_features,
+            [tf.TensorSpec([None, height, width, IMAGE_CHANNELS], image_dtype,
+                           name=IMAGES_INPUT)])
     if max_patches:
 
         def serve_native(image_bytes):
@@ -362,69 +415,6 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
                              [tf.TensorSpec([None], tf.string, name=BYTES_INPUT)])
     stage("writing the SavedModel")
     archive.write_out(path, verbose=False)
-
-
-# --------------------------------------------------------------------------------------------
-# Warm-up requests.
-
-
-def warmup_images(height, width, count, seed=0):
-    """`count` deterministic RGB uint8 test images `[count, height, width, 3]`: smooth colour
-    gradients with noise, so that JPEG encoding keeps them recognisable."""
-    rng = np.random.default_rng(seed)
-    y, x = np.meshgrid(np.linspace(0, 1, height), np.linspace(0, 1, width), indexing="ij")
-    images = []
-    for _ in range(count):
-        a, b, c = rng.uniform(0, 255, 3)
-        image = np.stack([a * x, b * y, c * (1 - x * y)], axis=-1)
-        image += rng.normal(0, 8, image.shape)
-        images.append(np.clip(image, 0, 255).astype(np.uint8))
-    return np.stack(images)
-
-
-def _encode(image, index):
-    """Encodes a uint8 image, alternating JPEG and PNG so that both decoders warm up."""
-    return (tf.io.encode_jpeg if index % 2 == 0 else tf.io.encode_png)(image).numpy()
-
-
-def _warmup_requests(model_name, height, width, image_dtype):
-    """PredictionLog records: for each signature and each of `WARMUP_BATCH_SIZES`, one request."""
-    predict_pb2, prediction_log_pb2 = _serving_protos()
-    records = []
-    for batch in WARMUP_BATCH_SIZES:
-        images = warmup_images(height, width, batch, seed=batch)
-        for signature, name, value in (
-            (SERVING_SIGNATURE, BYTES_INPUT, [_encode(im, i) for i, im in enumerate(images)]),
-            (IMAGES_SIGNATURE, IMAGES_INPUT, images.astype(image_dtype)),
-        ):
-            request = predict_pb2.PredictRequest()
-            request.model_spec.name = model_name
-            request.model_spec.signature_name = signature
-            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
-            log = prediction_log_pb2.PredictionLog(
-                predict_log=prediction_log_pb2.PredictLog(request=request)
-            )
-            records.append(log.SerializeToString())
-    return records
-
-
-def _serving_protos():
-    try:
-        # optional: the `serving` extra
-        from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
-    except ImportError as e:
-        raise ImportError(
-            "Writing TF Serving warm-up requests needs tensorflow-serving-api: "
-            "pip install 'tensorflow-serving-api>=2.21,<2.22' (or export with warmup=False)."
-        ) from e
-    return predict_pb2, prediction_log_pb2
-
-
-def _write_warmup(path, records):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with tf.io.TFRecordWriter(path) as writer:
-        for record in records:
-            writer.write(record)
 
 
 # --------------------------------------------------------------------------------------------
@@ -447,14 +437,6 @@ def _version_dir(export_dir, version, overwrite):
     return path
 
 
-def _serving_protos_available():
-    try:
-        _serving_protos()
-    except ImportError:
-        return False
-    return True
-
-
 def export_saved_model(
     model,
     export_dir,
@@ -470,6 +452,7 @@ def export_saved_model(
     precision=None,
     data_config=None,
     progress=None,
+    features=None,
 ):
     """Exports a classifier as a SavedModel that TF Serving serves as is.
 
@@ -518,6 +501,10 @@ def export_saved_model(
         progress: callable or None. Called with a few words as each stage starts (tracing
             the signatures, writing the version folder), for a progress display such as the
             command line's. Defaults to None.
+        features: None, or a dict of `keras_vit.ViT.forward_intermediates` arguments
+            (`indices`, `norm`, `output_fmt`, `return_prefix_tokens`): adds the signature
+            `features`, the chosen blocks' feature maps of `predict_images`' input (a keras_vit
+            model only). Recorded in `assets.extra/keras_vit.json`. Defaults to None.
 
     Returns:
         str: the version folder.
@@ -560,18 +547,25 @@ def export_saved_model(
                          f"{max_patches!r} for a model of input {tuple(model.inputs[0].shape)}.")
     else:
         max_patches = check_int("max_patches", max_patches, 1)
+    features = _features(model, features)
     path = _version_dir(export_dir, version, overwrite)
     if warmup == "auto":
-        warmup = _serving_protos_available()
-    records = _warmup_requests(model.name, height, width, image_dtype) if warmup else []
+        warmup = serving_warmup.protos_available()
+    signatures = [(SERVING_SIGNATURE, BYTES_INPUT, None), (IMAGES_SIGNATURE, IMAGES_INPUT,
+                                                            image_dtype)]
+    if features[0] is not None:
+        signatures.append((FEATURES_SIGNATURE, IMAGES_INPUT, image_dtype))
+    records = serving_warmup.requests(model.name, height, width, signatures) if warmup else []
     metadata = dict(image_size=[height, width], num_classes=num_classes, top_k=top_k,
                     image_dtype=image_dtype, max_pixels=max_pixels, max_patches=max_patches,
                     warmup=bool(records), dtype_policy=_policy_name(model),
                     xla=bool(jit_compile), runtime=why,
                     formats=list(image_ops.FORMATS),
                     signatures=[SERVING_SIGNATURE, IMAGES_SIGNATURE]
-                    + ([NATIVE_SIZE_SIGNATURE] if max_patches else []),
-                    data_config=data_config)
+                    + ([NATIVE_SIZE_SIGNATURE] if max_patches else [])
+                    + ([FEATURES_SIGNATURE] if features[0] is not None else []),
+                    data_config=data_config,
+                    **({"features": features[1]} if features[0] is not None else {}))
 
     stage = progress or (lambda text: None)
     with staging_dir(path) as staging, scratch_dir() as scratch:
@@ -579,9 +573,9 @@ def export_saved_model(
         with naming_write_errors(scratch_folder()), open(labels_path, "w", encoding="utf-8") as f:
             f.write("".join(name + "\n" for name in class_names))
         _write_saved_model(model, staging, labels_path, top_k, image_dtype, jit_compile,
-                           max_pixels, max_patches, data_config, stage)
+                           max_pixels, max_patches, data_config, stage, features)
         if records:
-            _write_warmup(os.path.join(staging, WARMUP_FILE), records)
+            serving_warmup.write(os.path.join(staging, serving_warmup.WARMUP_FILE), records)
         atomic_write(os.path.join(staging, METADATA_FILE),
                      lambda f: f.write(json.dumps(metadata, indent=1).encode()))
         _version_dir(export_dir, version, overwrite)  # still free (or overwritable) now

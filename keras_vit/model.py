@@ -12,8 +12,9 @@ configuration.
 Layer names follow the official checkpoint (`embedding`, `cls`, `posembed_input`,
 `encoderblock_{i}`, `encoder_norm`, `pre_logits`, `head`), so every intermediate is reachable
 with `model.get_layer(name)`; `model.attention_model()` also returns every block's attention
-probabilities. With `scan=True` or `remat=True` the blocks are sublayers of one
-`keras_vit.Encoder` layer named `Transformer`. `get_config()` holds the constructor's
+probabilities, and `model.forward_intermediates(images, ...)` (timm's name and arguments) the
+outputs of chosen blocks as feature maps for dense-prediction heads. With `scan=True` or
+`remat=True` the blocks are sublayers of one `keras_vit.Encoder` layer named `Transformer`. `get_config()` holds the constructor's
 arguments and the model's data config (`model.data_config`, always set): how the model runs
 (`keras_vit.routes`) is not saved with it.
 """
@@ -21,6 +22,7 @@ arguments and the model's data config (`model.data_config`, always set): how the
 import json
 
 import keras
+import numpy as np
 
 from keras_vit.checks import (check_bool, check_choice, check_fits_in_memory, check_heads,
                               check_positive_int, to_pair)
@@ -50,6 +52,10 @@ POSITION_EMBEDDINGS = {
 RELATIVE = "relative"
 # Where a ViT keeps its data config (outside Keras' attribute tracking: it is a value).
 _DATA_CONFIG_SLOT = "_keras_vit_data_config"
+# `forward_intermediates`' layouts of the patch features (timm's "NCHW", "NLC"; Keras' "NHWC").
+OUTPUT_FORMATS = ("NHWC", "NCHW", "NLC")
+# Where a ViT keeps the models `forward_intermediates` made (a cache, not tracked by Keras).
+_INTERMEDIATES_SLOT = "_keras_vit_intermediates"
 # Bytes a float32 weight or activation takes.
 FLOAT32_BYTES = 4
 
@@ -255,15 +261,97 @@ class ViT(keras.Model):
         """A `keras.Model` that shares this model's layers and weights and returns its outputs
         and every block's attention probabilities `[B, heads, N, N]` (before dropout):
         `(outputs, [probs of block 0, ..., block L-1])`."""
-        parts = {layer.name: layer for layer in self.layers}
-        encoder = parts.pop(ENCODER, None)
-        blocks = encoder.blocks if encoder is not None else [
-            parts[f"encoderblock_{i}"] for i in range(self.vit_arguments()["num_layers"])]
-        for block in blocks:
+        parts = self._parts()
+        for block in self._blocks():
             parts[block.name] = _WithAttention(block, name=block.name)
         images = keras.Input(self.inputs[0].shape[1:], name="image")
         outputs, probs = _forward(parts, images, json.loads(self._arguments), attention=True)
         return keras.Model(images, [outputs, probs], name=f"{self.name}_attention")
+
+    def forward_intermediates(self, images, indices=None, norm=False, output_fmt="NHWC",
+                              intermediates_only=False, return_prefix_tokens=False,
+                              stop_early=False):
+        """The outputs of chosen encoder blocks, for dense-prediction heads (ViTDet, DPT,
+        UperNet), under timm's name and arguments (`VisionTransformer.forward_intermediates`).
+
+        Args:
+            images: a batch `[B, H, W, 3]` preprocessed as the model's `data_config` says (any
+                size the model takes: its `image_size`, or multiples of the patch with
+                `dynamic_image_size=True`).
+            indices: None (every block), an int n (the last n blocks) or a sequence of block
+                indices (negative ones count from the end). Defaults to None.
+            norm: bool. Pass each block's output through the final LayerNorm
+                (`encoder_norm`; a model with `fc_norm=True` has none there, as timm's).
+                Defaults to False.
+            output_fmt: "NHWC" (spatial maps `[B, H/p, W/p, D]`, Keras' channels-last),
+                "NCHW" (timm's default, `[B, D, H/p, W/p]`) or "NLC" (the patch tokens as a
+                sequence `[B, N, D]`). The class token is left out of each either way.
+                Defaults to "NHWC".
+            intermediates_only: bool. Return the list of intermediates only, instead of
+                `(final, intermediates)` where `final` is the last block's tokens after the
+                final LayerNorm `[B, N(+1), D]`, timm's. Defaults to False.
+            return_prefix_tokens: bool. Each intermediate becomes a pair (patch features,
+                prefix tokens `[B, P, D]`: the class token, P = 1, or none, P = 0, for a model
+                without one). Defaults to False.
+            stop_early: bool. With `intermediates_only`, run no block after the last one
+                taken. Defaults to False.
+
+        Returns:
+            `(final, [intermediates])`, or `[intermediates]` with `intermediates_only`, in the
+            order of the blocks. The model's dtype policy's compute dtype.
+
+        The function calls `intermediates_model(...)` (made once for each set of arguments):
+        use that model to build a head on the features, or to compile it.
+
+        Examples:
+        >>> model = ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4,
+        ...             mlp_dim=64, num_classes=10)
+        >>> maps = model.forward_intermediates(keras.ops.zeros((1, 32, 32, 3)),
+        ...                                    intermediates_only=True)
+        >>> len(maps), tuple(maps[0].shape)
+        (2, (1, 4, 4, 32))
+        """
+        key = json.dumps(intermediates_options(
+            self.vit_arguments()["num_layers"], indices, norm, output_fmt, intermediates_only,
+            return_prefix_tokens, stop_early))
+        made = self.__dict__.setdefault(_INTERMEDIATES_SLOT, {})
+        if key not in made:
+            made[key] = self.intermediates_model(**json.loads(key))
+        outputs = made[key](images)
+        # A functional model returns the one output of a one-element list as it is.
+        one = intermediates_only and len(json.loads(key)["indices"]) == 1
+        return [outputs] if one else outputs
+
+    def intermediates_model(self, indices=None, norm=False, output_fmt="NHWC",
+                            intermediates_only=False, return_prefix_tokens=False,
+                            stop_early=False):
+        """A `keras.Model` that shares this model's layers and weights and returns what
+        `forward_intermediates(images, ...)` returns with the same arguments: a backbone of
+        feature maps to build a dense-prediction head on, train with `fit` or export (see
+        `keras_vit.export_saved_model(..., features=...)`). A model with `scan=True` or
+        `remat=True` runs its blocks one by one in it. As every functional model, one
+        output (one index with `intermediates_only`) is returned as it is, not in a list."""
+        args = json.loads(self._arguments)
+        options = intermediates_options(args["num_layers"], indices, norm, output_fmt,
+                                         intermediates_only, return_prefix_tokens, stop_early)
+        parts = self._parts()
+        for block in self._blocks():
+            parts[block.name] = block
+        images = keras.Input(self.inputs[0].shape[1:], name="image")
+        outputs = _intermediates(parts, images, args, options, _base_grid(args))
+        return keras.Model(images, outputs, name=f"{self.name}_intermediates")
+
+    def _parts(self):
+        """The model's layers by name, without the `Encoder` of a scanned model."""
+        return {layer.name: layer for layer in self.layers if layer.name != ENCODER}
+
+    def _blocks(self):
+        """The encoder blocks, in order (those of the `Encoder` of a scanned model too)."""
+        names = [layer.name for layer in self.layers]
+        if ENCODER in names:
+            return list(self.get_layer(ENCODER).blocks)
+        return [self.get_layer(f"encoderblock_{i}")
+                for i in range(self.vit_arguments()["num_layers"])]
 
 
 class _WithAttention(keras.layers.Layer):
@@ -395,20 +483,7 @@ def _make_layers(args, policy):
 def _forward(parts, images, args, attention=False):
     """Wires the layers `parts` on `images` as equations 1-4: `(outputs, probabilities)`, the
     attention probabilities of every block when `attention` (else an empty list)."""
-    x = images  # x = [B, H, W, 3]
-    if "resnet" in parts:
-        x = parts["resnet"](x)  # x = [B, H / stride, W / stride, C]
-    grid = None
-    if args["dynamic_image_size"]:
-        grid = parts["embedding"](x)  # grid = [B, gh, gw, D]
-        x = parts["patches"](grid)  # x = [B, N, D]
-    else:
-        x = parts["embedding"](x)  # (1) x_p E: x = [B, N, D]
-    if "cls" in parts:
-        x = parts["cls"](x)  # (1) [x_class; x_p E]: x = [B, N + 1, D]
-    posembed = parts["posembed_input"]
-    x = posembed(x, grid=grid) if grid is not None else posembed(x)  # (1) + E_pos
-    x = parts["dropout"](x)
+    x, _ = _embed(parts, images, args)
     probabilities = []
     if ENCODER in parts and not attention:
         x = parts[ENCODER](x)  # (2), (3) for every block
@@ -429,6 +504,119 @@ def _forward(parts, images, args, attention=False):
     if "head" in parts:
         x = parts["head"](x)  # x = [B, num_classes]
     return x, probabilities
+
+
+def _embed(parts, images, args):
+    """Equation 1 on `images`: `(z_0, grid)`, the tokens `[B, N(+1), D]` and, for a model of
+    any input size, the patch grid `[B, gh, gw, D]` they came from (else None)."""
+    x = images  # x = [B, H, W, 3]
+    if "resnet" in parts:
+        x = parts["resnet"](x)  # x = [B, H / stride, W / stride, C]
+    grid = None
+    if args["dynamic_image_size"]:
+        grid = parts["embedding"](x)  # grid = [B, gh, gw, D]
+        x = parts["patches"](grid)  # x = [B, N, D]
+    else:
+        x = parts["embedding"](x)  # (1) x_p E: x = [B, N, D]
+    if "cls" in parts:
+        x = parts["cls"](x)  # (1) [x_class; x_p E]: x = [B, N + 1, D]
+    posembed = parts["posembed_input"]
+    x = posembed(x, grid=grid) if grid is not None else posembed(x)  # (1) + E_pos
+    return parts["dropout"](x), grid
+
+
+def _intermediates(parts, images, args, options, base_grid):
+    """Wires `parts` on `images` for `ViT.intermediates_model`: the outputs of the blocks
+    `options["indices"]` (as `forward_intermediates` says), and the final tokens unless
+    `options["intermediates_only"]`."""
+    x, grid = _embed(parts, images, args)
+    taken = options["indices"]
+    last = max(taken) if options["stop_early"] and options["intermediates_only"] else None
+    norm = parts.get("encoder_norm")  # a model with fc_norm has none before the pooling
+    split = _TokenGrid(int(args["class_token"]), base_grid, options["output_fmt"],
+                       name="token_grid", dtype=parts["embedding"].dtype_policy)
+    features = []
+    for i in range(args["num_layers"] if last is None else last + 1):
+        x = parts[f"encoderblock_{i}"](x)
+        if i in taken:
+            y = norm(x) if options["norm"] and norm is not None else x
+            patches, prefix = split(y, grid) if grid is not None else split(y)
+            features.append((patches, prefix) if options["return_prefix_tokens"] else patches)
+    if options["intermediates_only"]:
+        return features
+    return (norm(x) if norm is not None else x), features
+
+
+class _TokenGrid(keras.layers.Layer):
+    """A block's tokens `[B, P + N, D]` -> `(patch features, prefix tokens [B, P, D])`: the N
+    patch tokens as a map `[B, gh, gw, D]` ("NHWC"), `[B, D, gh, gw]` ("NCHW") or as they are
+    ("NLC"); the grid is the patch grid `[B, gh, gw, D]` it is given, else `base_grid`."""
+
+    def __init__(self, num_prefix_tokens, base_grid, output_fmt, **kwargs):
+        super().__init__(**kwargs)
+        self.num_prefix_tokens = num_prefix_tokens
+        self.base_grid = tuple(base_grid)
+        self.output_fmt = output_fmt
+
+    def call(self, tokens, grid=None):
+        prefix = tokens[:, :self.num_prefix_tokens]
+        patches = tokens[:, self.num_prefix_tokens:]
+        if self.output_fmt == "NLC":
+            return patches, prefix
+        rows, cols = self.base_grid
+        if grid is not None:
+            shape = keras.ops.shape(grid)
+            rows, cols = shape[1], shape[2]
+        patches = keras.ops.reshape(patches, (-1, rows, cols, tokens.shape[-1]))
+        if self.output_fmt == "NCHW":
+            patches = keras.ops.transpose(patches, (0, 3, 1, 2))
+        return patches, prefix
+
+    def compute_output_spec(self, tokens, grid=None):
+        batch, length, width = tokens.shape
+        prefix = self.num_prefix_tokens
+        rows, cols = self.base_grid if grid is None else grid.shape[1:3]
+        shape = {"NLC": (batch, None if length is None else length - prefix, width),
+                 "NHWC": (batch, rows, cols, width), "NCHW": (batch, width, rows, cols)}
+        return (keras.KerasTensor(shape[self.output_fmt], dtype=tokens.dtype),
+                keras.KerasTensor((batch, prefix, width), dtype=tokens.dtype))
+
+    def get_config(self):
+        return dict(super().get_config(), num_prefix_tokens=self.num_prefix_tokens,
+                    base_grid=list(self.base_grid), output_fmt=self.output_fmt)
+
+
+def intermediates_options(num_layers, indices=None, norm=False, output_fmt="NHWC",
+                          intermediates_only=False, return_prefix_tokens=False,
+                          stop_early=False):
+    """`forward_intermediates`' arguments checked, `indices` as the sorted block numbers (as
+    timm's `feature_take_indices`), or a ValueError naming the first bad one."""
+    if indices is None:
+        indices = num_layers
+    if isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):
+        if not 0 < indices <= num_layers:
+            raise ValueError(f"`indices` {indices} asks for the last {indices} blocks of "
+                             f"{num_layers}. Expected 1 to {num_layers}, a list of block "
+                             "indices, or None (every block).")
+        taken = list(range(num_layers - int(indices), num_layers))
+    elif isinstance(indices, (list, tuple)) and indices:
+        taken = []
+        for i in indices:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or \
+                    not -num_layers <= i < num_layers:
+                raise ValueError(f"`indices` holds {i!r}, not the index of one of the "
+                                 f"{num_layers} blocks. Expected integers from {-num_layers} "
+                                 f"to {num_layers - 1}.")
+            taken.append(int(i) % num_layers)
+        taken = sorted(set(taken))
+    else:
+        raise ValueError("`indices` must be None, a positive int (the last n blocks) or a "
+                         f"non-empty list of block indices. Received: indices={indices!r}")
+    return dict(indices=taken, norm=check_bool("norm", norm),
+                output_fmt=check_choice("output_fmt", output_fmt, OUTPUT_FORMATS),
+                intermediates_only=check_bool("intermediates_only", intermediates_only),
+                return_prefix_tokens=check_bool("return_prefix_tokens", return_prefix_tokens),
+                stop_early=check_bool("stop_early", stop_early))
 
 
 def _base_grid(args):

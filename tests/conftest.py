@@ -60,7 +60,8 @@ TIERS = {
         "test_dynamic_size", "test_execution", "test_framework", "test_hybrid",
         "test_training", "test_training_resume_run", "test_data", "test_data_config",
         "test_pretraining", "test_evaluation", "test_inspect", "test_vtab", "test_distribute",
-        "test_distribute_run", "test_jax", "test_jax_distribution", "test_structure")),
+        "test_distribute_run", "test_jax", "test_jax_distribution", "test_structure",
+        "test_intermediates")),
     "interop": ("file formats and other libraries: checkpoints, timm, keras-hub, exports", (
         "test_compat", "test_checkpoint_registry", "test_pretrained", "test_hub",
         "test_keras_hub", "test_onnx", "test_export", "test_roundtrip", "test_timm_interop",
