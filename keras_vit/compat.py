@@ -10,7 +10,7 @@ files and are not for new code. Layer configs of 0.2 and 0.3 with arguments that
 import keras
 
 from keras_vit.encoder import Encoder
-from keras_vit.model_parts import encoder_blocks, encoder_layer, model_image_size
+from keras_vit.model_parts import encoder_blocks, encoder_layer, model_image_size, position_resize
 from keras_vit.model import POSITION_EMBEDDINGS, RELATIVE
 from keras_vit.resnet import ResNet
 
@@ -58,6 +58,7 @@ def legacy_vit_config(model):
         remat=bool(encoder and encoder.remat),
         position_embedding=_position_embedding(model.get_layer("posembed_input"), block),
         scan=bool(encoder and encoder.scan),
+        position_resize=position_resize(model),
         name=model.name,
     )
     if "resnet" in names:

@@ -60,7 +60,8 @@ from keras_vit.checks import check_choice, check_int
 from keras_vit.introspection import rebuilt, vit_config
 from keras_vit.layer_config import sublayers
 from keras_vit.layers import TokenPooling
-from keras_vit.model import ViT, intermediates_options
+from keras_vit.intermediates import options as intermediates_options
+from keras_vit.model import ViT
 from keras_vit.model_parts import model_image_size, patch_grid
 from keras_vit.preprocessing import IMAGE_CHANNELS
 from keras_vit.weights.keymap import check_finite_weights

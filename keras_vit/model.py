@@ -22,17 +22,17 @@ arguments and the model's data config (`model.data_config`, always set): how the
 import json
 
 import keras
-import numpy as np
 
 from keras_vit.checks import (check_bool, check_choice, check_fits_in_memory, check_heads,
                               check_positive_int, to_pair)
+from keras_vit import intermediates
 from keras_vit.encoder import Encoder
 from keras_vit.flops import sequence_length, vit_params
 from keras_vit.layer_config import sublayers
 from keras_vit.layers import (CLASSIFIERS, GELU_APPROXIMATE, LAYER_NORM_EPSILON, ClassToken,
                               PatchEmbedding, TokenPooling, TransformerBlock)
-from keras_vit.positions import (AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D,
-                                 NoPositionEmbs)
+from keras_vit.positions import (POSITION_RESIZES, AddPositionEmbs, AddPositionEmbs2D,
+                                 AddSinCosPositionEmbs2D, NoPositionEmbs)
 from keras_vit.preprocessing import IMAGE_CHANNELS, check_data_config, paper_data_config
 from keras_vit.resnet import ResNet, resnet_args, resnet_stride
 
@@ -52,8 +52,6 @@ POSITION_EMBEDDINGS = {
 RELATIVE = "relative"
 # Where a ViT keeps its data config (outside Keras' attribute tracking: it is a value).
 _DATA_CONFIG_SLOT = "_keras_vit_data_config"
-# `forward_intermediates`' layouts of the patch features (timm's "NCHW", "NLC"; Keras' "NHWC").
-OUTPUT_FORMATS = ("NHWC", "NCHW", "NLC")
 # Where a ViT keeps the models `forward_intermediates` made (a cache, not tracked by Keras).
 _INTERMEDIATES_SLOT = "_keras_vit_intermediates"
 # Bytes a float32 weight or activation takes.
@@ -125,6 +123,12 @@ class ViT(keras.Model):
             `num_layers`). The blocks keep their names and weights, so loading, saving,
             conversion and export are unchanged; the attention probabilities are not in the
             graph. Defaults to False (one `TransformerBlock` layer per block).
+        position_resize: "linear" or "bicubic". How the learned position embedding moves to
+            another patch grid, when a checkpoint is loaded at another `image_size` and, with
+            `dynamic_image_size=True`, in the graph: "linear", the official code's
+            (`scipy.ndimage.zoom(order=1)`), or "bicubic", timm's (`resample_abs_pos_embed`,
+            torch's antialiased bicubic), which `from_pretrained` sets for timm's checkpoints.
+            For `position_embedding="learned"`. Defaults to "linear".
         data_config: None or a data config (a dict with timm's field names, see
             `keras_vit.DataConfig`): the preprocessing the weights expect, kept as
             `model.data_config` at the model's input size. None: the paper's (bilinear
@@ -173,6 +177,7 @@ class ViT(keras.Model):
         position_embedding="learned",
         scan=False,
         data_config=None,
+        position_resize="linear",
         dtype=None,
         name=None,
         **kwargs,
@@ -186,7 +191,7 @@ class ViT(keras.Model):
             include_top=include_top, gelu_approximate=gelu_approximate, resnet=resnet,
             layer_norm_epsilon=layer_norm_epsilon, dynamic_image_size=dynamic_image_size,
             qkv_bias=qkv_bias, class_token=class_token, fc_norm=fc_norm, remat=remat,
-            position_embedding=position_embedding, scan=scan))
+            position_embedding=position_embedding, scan=scan, position_resize=position_resize))
         policy = keras.dtype_policies.get(dtype or keras.config.dtype_policy())
         parts = _make_layers(args, policy)
         size = (None, None) if args["dynamic_image_size"] else tuple(args["image_size"])
@@ -311,7 +316,7 @@ class ViT(keras.Model):
         >>> len(maps), tuple(maps[0].shape)
         (2, (1, 4, 4, 32))
         """
-        key = json.dumps(intermediates_options(
+        key = json.dumps(intermediates.options(
             self.vit_arguments()["num_layers"], indices, norm, output_fmt, intermediates_only,
             return_prefix_tokens, stop_early))
         made = self.__dict__.setdefault(_INTERMEDIATES_SLOT, {})
@@ -332,13 +337,14 @@ class ViT(keras.Model):
         `remat=True` runs its blocks one by one in it. As every functional model, one
         output (one index with `intermediates_only`) is returned as it is, not in a list."""
         args = json.loads(self._arguments)
-        options = intermediates_options(args["num_layers"], indices, norm, output_fmt,
+        options = intermediates.options(args["num_layers"], indices, norm, output_fmt,
                                          intermediates_only, return_prefix_tokens, stop_early)
         parts = self._parts()
         for block in self._blocks():
             parts[block.name] = block
         images = keras.Input(self.inputs[0].shape[1:], name="image")
-        outputs = _intermediates(parts, images, args, options, _base_grid(args))
+        x, grid = _embed(parts, images, args)
+        outputs = intermediates.collect(parts, x, grid, args, options, _base_grid(args))
         return keras.Model(images, outputs, name=f"{self.name}_intermediates")
 
     def _parts(self):
@@ -408,6 +414,11 @@ def _checked_arguments(args):
                            if args["include_top"] else args["num_classes"])
     check_choice("classifier", args["classifier"], CLASSIFIERS)
     check_choice("position_embedding", args["position_embedding"], tuple(POSITION_EMBEDDINGS))
+    check_choice("position_resize", args["position_resize"], POSITION_RESIZES)
+    if args["position_resize"] != "linear" and args["position_embedding"] != "learned":
+        raise ValueError(f'position_resize={args["position_resize"]!r} resizes a learned '
+                         'position embedding of one vector per patch. Expected '
+                         'position_embedding="learned" with it (or position_resize="linear").')
     args["resnet"] = _resnet_arguments(args["resnet"])
     _check_divisible(args)
     check_heads(args["hidden_size"], args["num_heads"])
@@ -441,8 +452,11 @@ def _make_layers(args, policy):
         parts["cls"] = ClassToken(name="cls", **common)
     grid = _base_grid(args)
     kind = args["position_embedding"]
-    if kind == "learned" and not args["dynamic_image_size"]:
-        parts["posembed_input"] = AddPositionEmbs(name="posembed_input", **common)
+    if kind == "learned":
+        grid_args = dict(grid_size=grid, num_prefix_tokens=int(args["class_token"])) \
+            if args["dynamic_image_size"] else {}
+        parts["posembed_input"] = AddPositionEmbs(resize=args["position_resize"],
+                                                  name="posembed_input", **grid_args, **common)
     else:
         parts["posembed_input"] = POSITION_EMBEDDINGS[kind](
             grid, num_prefix_tokens=int(args["class_token"]), name="posembed_input", **common)
@@ -523,100 +537,6 @@ def _embed(parts, images, args):
     posembed = parts["posembed_input"]
     x = posembed(x, grid=grid) if grid is not None else posembed(x)  # (1) + E_pos
     return parts["dropout"](x), grid
-
-
-def _intermediates(parts, images, args, options, base_grid):
-    """Wires `parts` on `images` for `ViT.intermediates_model`: the outputs of the blocks
-    `options["indices"]` (as `forward_intermediates` says), and the final tokens unless
-    `options["intermediates_only"]`."""
-    x, grid = _embed(parts, images, args)
-    taken = options["indices"]
-    last = max(taken) if options["stop_early"] and options["intermediates_only"] else None
-    norm = parts.get("encoder_norm")  # a model with fc_norm has none before the pooling
-    split = _TokenGrid(int(args["class_token"]), base_grid, options["output_fmt"],
-                       name="token_grid", dtype=parts["embedding"].dtype_policy)
-    features = []
-    for i in range(args["num_layers"] if last is None else last + 1):
-        x = parts[f"encoderblock_{i}"](x)
-        if i in taken:
-            y = norm(x) if options["norm"] and norm is not None else x
-            patches, prefix = split(y, grid) if grid is not None else split(y)
-            features.append((patches, prefix) if options["return_prefix_tokens"] else patches)
-    if options["intermediates_only"]:
-        return features
-    return (norm(x) if norm is not None else x), features
-
-
-class _TokenGrid(keras.layers.Layer):
-    """A block's tokens `[B, P + N, D]` -> `(patch features, prefix tokens [B, P, D])`: the N
-    patch tokens as a map `[B, gh, gw, D]` ("NHWC"), `[B, D, gh, gw]` ("NCHW") or as they are
-    ("NLC"); the grid is the patch grid `[B, gh, gw, D]` it is given, else `base_grid`."""
-
-    def __init__(self, num_prefix_tokens, base_grid, output_fmt, **kwargs):
-        super().__init__(**kwargs)
-        self.num_prefix_tokens = num_prefix_tokens
-        self.base_grid = tuple(base_grid)
-        self.output_fmt = output_fmt
-
-    def call(self, tokens, grid=None):
-        prefix = tokens[:, :self.num_prefix_tokens]
-        patches = tokens[:, self.num_prefix_tokens:]
-        if self.output_fmt == "NLC":
-            return patches, prefix
-        rows, cols = self.base_grid
-        if grid is not None:
-            shape = keras.ops.shape(grid)
-            rows, cols = shape[1], shape[2]
-        patches = keras.ops.reshape(patches, (-1, rows, cols, tokens.shape[-1]))
-        if self.output_fmt == "NCHW":
-            patches = keras.ops.transpose(patches, (0, 3, 1, 2))
-        return patches, prefix
-
-    def compute_output_spec(self, tokens, grid=None):
-        batch, length, width = tokens.shape
-        prefix = self.num_prefix_tokens
-        rows, cols = self.base_grid if grid is None else grid.shape[1:3]
-        shape = {"NLC": (batch, None if length is None else length - prefix, width),
-                 "NHWC": (batch, rows, cols, width), "NCHW": (batch, width, rows, cols)}
-        return (keras.KerasTensor(shape[self.output_fmt], dtype=tokens.dtype),
-                keras.KerasTensor((batch, prefix, width), dtype=tokens.dtype))
-
-    def get_config(self):
-        return dict(super().get_config(), num_prefix_tokens=self.num_prefix_tokens,
-                    base_grid=list(self.base_grid), output_fmt=self.output_fmt)
-
-
-def intermediates_options(num_layers, indices=None, norm=False, output_fmt="NHWC",
-                          intermediates_only=False, return_prefix_tokens=False,
-                          stop_early=False):
-    """`forward_intermediates`' arguments checked, `indices` as the sorted block numbers (as
-    timm's `feature_take_indices`), or a ValueError naming the first bad one."""
-    if indices is None:
-        indices = num_layers
-    if isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):
-        if not 0 < indices <= num_layers:
-            raise ValueError(f"`indices` {indices} asks for the last {indices} blocks of "
-                             f"{num_layers}. Expected 1 to {num_layers}, a list of block "
-                             "indices, or None (every block).")
-        taken = list(range(num_layers - int(indices), num_layers))
-    elif isinstance(indices, (list, tuple)) and indices:
-        taken = []
-        for i in indices:
-            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or \
-                    not -num_layers <= i < num_layers:
-                raise ValueError(f"`indices` holds {i!r}, not the index of one of the "
-                                 f"{num_layers} blocks. Expected integers from {-num_layers} "
-                                 f"to {num_layers - 1}.")
-            taken.append(int(i) % num_layers)
-        taken = sorted(set(taken))
-    else:
-        raise ValueError("`indices` must be None, a positive int (the last n blocks) or a "
-                         f"non-empty list of block indices. Received: indices={indices!r}")
-    return dict(indices=taken, norm=check_bool("norm", norm),
-                output_fmt=check_choice("output_fmt", output_fmt, OUTPUT_FORMATS),
-                intermediates_only=check_bool("intermediates_only", intermediates_only),
-                return_prefix_tokens=check_bool("return_prefix_tokens", return_prefix_tokens),
-                stop_early=check_bool("stop_early", stop_early))
 
 
 def _base_grid(args):

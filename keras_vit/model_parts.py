@@ -1,6 +1,7 @@
 """Where a keras_vit model's parts are: its encoder blocks in either layout (top-level
 `encoderblock_{i}` layers, or the blocks of one `Encoder` layer `Transformer`), the patch grid
-its position embedding is learned for, and the image size it is built for. Read off the layers
+its position embedding is learned for and how it is resized, and the image size it is built
+for. Read off the layers
 by their checkpoint names, for models of every version."""
 
 from keras_vit.encoder import Encoder
@@ -40,6 +41,15 @@ def patch_grid(model):
         return tuple(model.get_layer("posembed_input").grid_size)
     grid = model.get_layer("embedding").grid_size
     return None if grid is None or None in tuple(grid) else tuple(grid)
+
+
+def position_resize(model):
+    """How the model's learned position embedding moves to another patch grid, at load time
+    and in the graph: its `posembed_input` layer's `resize` ("linear", the official code's, or
+    "bicubic", timm's: `keras_vit.positions.POSITION_RESIZES`); "linear" for other models."""
+    names = {layer.name for layer in model.layers}
+    layer = model.get_layer("posembed_input") if "posembed_input" in names else None
+    return getattr(layer, "resize", "linear")
 
 
 def model_image_size(model):

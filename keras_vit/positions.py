@@ -1,6 +1,7 @@
 """Where each patch is: the position embeddings of the paper's appendix D.4 (Table 8) and
-big_vision's fixed sine-cosine embedding as Keras layers, the linear resize that moves a learned
-table to another grid, and the relative attention's bias.
+big_vision's fixed sine-cosine embedding as Keras layers, the resizes that move a learned table
+to another grid (the official linear one, and timm's bicubic one), and the relative
+attention's bias.
 """
 
 import math
@@ -8,13 +9,20 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.checks import check_int, to_pair
+from keras_vit.checks import check_choice, check_int, to_pair
 from keras_vit.layer_config import ConfigArgs
 
 # Position embeddings are initialised normal(stddev=0.02) (`AddPositionEmbs` in vit_jax).
 POSITION_EMBEDDING_STDDEV = 0.02
 # Temperature of the fixed 2-D sine-cosine position embedding (big_vision `posemb_sincos_2d`).
 SINCOS_TEMPERATURE = 10_000.0
+# How a learned position embedding moves to another patch grid, at load time and in the graph:
+# "linear", the official code's (`scipy.ndimage.zoom(order=1)`, corners aligned), or
+# "bicubic", timm's (`resample_abs_pos_embed`: torch's bicubic interpolation, antialiased,
+# pixel centres aligned), for timm's checkpoints.
+POSITION_RESIZES = ("linear", "bicubic")
+# The cubic convolution kernel's parameter of torch's antialiased bicubic resize (PIL's).
+CUBIC_A = -0.5
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
@@ -29,12 +37,15 @@ class AddPositionEmbs(ConfigArgs, keras.layers.Layer):
         grid_size: None, or (rows, cols): the patch grid the embedding is learned at. None
             (the default) sizes the embedding from the input's sequence length, which must then
             be known. With a grid, the layer also takes the patch grid `grid` at call time and
-            resizes the patch positions to that grid's size in the graph, with the linear
-            interpolation of `keras_vit.weights.resize_pos_embedding` (the official load-time
-            resize): a model of any input size.
+            resizes the patch positions to that grid's size in the graph, as `resize` says:
+            a model of any input size.
         num_prefix_tokens: int. Leading positions that belong to tokens other than patches
             (1 for the class token), kept as they are by the resize. Used with `grid_size`.
             Defaults to 0.
+        resize: "linear" or "bicubic". The interpolation of that resize, the same as
+            `keras_vit.weights.resize_pos_embedding(..., method=resize)` at load time:
+            "linear", the official code's, or "bicubic", timm's (see `POSITION_RESIZES`).
+            Defaults to "linear".
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input and output: `[B, N, D]`, N the patches (plus the prefix tokens). `grid` (with
@@ -42,12 +53,13 @@ class AddPositionEmbs(ConfigArgs, keras.layers.Layer):
     of the input, such as the output of `PatchEmbedding(flatten=False)`.
     """
 
-    CONFIG_ARGS = ("grid_size", "num_prefix_tokens")
+    CONFIG_ARGS = ("grid_size", "num_prefix_tokens", "resize")
 
-    def __init__(self, grid_size=None, num_prefix_tokens=0, **kwargs):
+    def __init__(self, grid_size=None, num_prefix_tokens=0, resize="linear", **kwargs):
         super().__init__(**kwargs)
         self.grid_size = None if grid_size is None else to_pair("grid_size", grid_size)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, 0)
+        self.resize = check_choice("resize", resize, POSITION_RESIZES)
 
     def build(self, inputs_shape, grid_shape=None):
         if self.grid_size is not None:
@@ -75,14 +87,14 @@ class AddPositionEmbs(ConfigArgs, keras.layers.Layer):
 
     def resized(self, rows, cols):
         """The embedding `[1, prefix + rows * cols, D]` for a patch grid of rows x cols (ints
-        or scalar tensors), in float32: the patch positions resized linearly with the corners
-        aligned (`scipy.ndimage.zoom(order=1)`), the prefix positions as they are."""
+        or scalar tensors), in float32: the patch positions resized as `resize` says
+        (`resize_matrix`), the prefix positions as they are."""
         pos = ops.cast(self.pos_embedding, "float32")
         old_rows, old_cols = self.grid_size
         prefix, patches = pos[:, :self.num_prefix_tokens], pos[0, self.num_prefix_tokens:]
         patches = ops.reshape(patches, (old_rows, old_cols, -1))  # [r0, c0, D]
-        patches = ops.einsum("ri,cj,ijd->rcd", linear_resize_matrix(rows, old_rows),
-                             linear_resize_matrix(cols, old_cols), patches)  # [r, c, D]
+        patches = ops.einsum("ri,cj,ijd->rcd", resize_matrix(self.resize, rows, old_rows),
+                             resize_matrix(self.resize, cols, old_cols), patches)  # [r, c, D]
         patches = ops.reshape(patches, (1, -1, ops.shape(pos)[-1]))
         return ops.concatenate([prefix, patches], axis=1)
 
@@ -115,6 +127,36 @@ def linear_resize_matrix(new, old, xp=ops):
     coords = xp.arange(new, dtype=dtype) * step  # [new]
     points = xp.arange(old, dtype=dtype)  # [old]
     return xp.maximum(1.0 - xp.abs(coords[:, None] - points[None, :]), 0.0)
+
+
+def bicubic_resize_matrix(new, old, xp=ops):
+    """`[new, old]` weights of timm's resize of positions (`resample_abs_pos_embed`: torch's
+    `interpolate(mode="bicubic", antialias=True, align_corners=False)`, PIL's filter): output
+    o is centred at input coordinate (o + 0.5) * old / new; input i weighs the cubic kernel
+    (a = -0.5) at (i + 0.5 - centre) / max(old / new, 1) (a wider kernel when shrinking), and
+    each row is normalised to sum to 1.
+
+    With `xp=keras.ops` in the graph (float32; `new` may be a scalar tensor), with `xp=numpy`
+    at load time (float64), as `linear_resize_matrix`.
+    """
+    dtype = "float32" if xp is ops else "float64"
+    new_f = xp.cast(new, dtype) if xp is ops else float(new)
+    scale = old / new_f
+    stretch = xp.maximum(scale, 1.0)
+    centres = (xp.arange(new, dtype=dtype) + 0.5) * scale  # [new]
+    points = xp.arange(old, dtype=dtype) + 0.5  # [old]
+    t = xp.abs(points[None, :] - centres[:, None]) / stretch  # [new, old]
+    near = ((CUBIC_A + 2.0) * t - (CUBIC_A + 3.0)) * t * t + 1.0
+    far = (((t - 5.0) * t + 8.0) * t - 4.0) * CUBIC_A
+    weights = xp.where(t < 1.0, near, xp.where(t < 2.0, far, 0.0))
+    return weights / xp.sum(weights, axis=1, keepdims=True)
+
+
+def resize_matrix(method, new, old, xp=ops):
+    """`[new, old]` weights of the resize `method` of `POSITION_RESIZES`."""
+    if method == "bicubic":
+        return bicubic_resize_matrix(new, old, xp)
+    return linear_resize_matrix(new, old, xp)
 
 
 def _resize_positions(table, new):

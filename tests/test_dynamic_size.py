@@ -45,21 +45,23 @@ def images(size, batch=2, seed=1):
     return np.random.default_rng(seed).uniform(-1, 1, (batch, *size, 3)).astype("float32")
 
 
+@pytest.mark.parametrize("resize", ["linear", "bicubic"])
 @pytest.mark.parametrize("old,new", [(4, 7), (7, 4), (4, 4), (5, 1), (1, 3)])
-def test_in_graph_resize_equals_the_load_time_resize(old, new):
-    layer = AddPositionEmbs(grid_size=(old, old), num_prefix_tokens=1)
+def test_in_graph_resize_equals_the_load_time_resize(old, new, resize):
+    layer = AddPositionEmbs(grid_size=(old, old), num_prefix_tokens=1, resize=resize)
     layer.build((None, None, 6))
     pos = np.random.default_rng(0).normal(size=(1, old * old + 1, 6)).astype("float32")
     layer.pos_embedding.assign(pos)
     got = keras.ops.convert_to_numpy(layer.resized(new, 5))
-    want = weights.resize_pos_embedding(pos, (new, 5), has_class_token=True)
-    np.testing.assert_allclose(got, want, atol=1e-6)
+    want = weights.resize_pos_embedding(pos, (new, 5), has_class_token=True, method=resize)
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)  # float32 against float64
     assert got.shape == (1, new * 5 + 1, 6)
 
 
-@pytest.mark.parametrize("classifier", ["token", "gap"])
-def test_any_size_equals_a_fixed_model_resized_at_load_time(classifier):
-    dyn = dynamic_model(classifier=classifier)
+@pytest.mark.parametrize("classifier, resize", [("token", "linear"), ("gap", "linear"),
+                                                ("token", "bicubic")])
+def test_any_size_equals_a_fixed_model_resized_at_load_time(classifier, resize):
+    dyn = dynamic_model(classifier=classifier, position_resize=resize)
     assert dyn.inputs[0].shape[1:] == (None, None, 3)
     for size in [(32, 32), (48, 64), (16, 8), (8, 8)]:
         x = images(size)

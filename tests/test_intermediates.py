@@ -70,9 +70,7 @@ CASES = [
          timm=dict(embed_dim=48, depth=2, num_heads=3, img_size=32, patch_size=8,
                    num_classes=5, class_token=False, global_pool="avg", fc_norm=True),
          calls=[dict(norm=True), dict(indices=1, output_fmt="NLC")]),
-    # At the size the position embedding was learned for: timm resamples it to other sizes
-    # bicubically, keras_vit linearly as the official code (the grid path is checked here).
-    dict(key="dynamic", name="vit_base_patch16_224", height=32, width=32,
+    dict(key="dynamic", name="vit_base_patch16_224", height=48, width=24,
          overrides=dict(dynamic_image_size=True),
          timm=dict(embed_dim=48, depth=2, num_heads=3, img_size=32, patch_size=8,
                    num_classes=5, dynamic_img_size=True),

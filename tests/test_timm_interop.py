@@ -56,3 +56,67 @@ def test_timm_reads_the_safetensors_keras_vit_writes(tmp_path, config, timm_pyth
     got = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
     want = keras.ops.convert_to_numpy(model(keras_vit.preprocess_inputs(images)))
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+# timm builds a model, writes it, and gives its logits at other sizes: built at another
+# `img_size` from the file (its load-time resize of the position embedding) and, as a model of
+# any size (`dynamic_img_size`), on inputs of other sizes (its resize in the forward pass).
+TIMM_AT_OTHER_SIZES = """
+import json, pathlib, sys
+import numpy as np
+sys.path.insert(0, {root!r})
+from benchmarks.contenders.timm_vit import import_timm
+timm, _ = import_timm()
+import torch
+from timm.models import save_for_hf
+torch.manual_seed(0)
+args = dict(embed_dim=48, depth=2, num_heads=3, patch_size=8, num_classes=5)
+model = timm.create_model("vit_base_patch16_224", img_size=32, **args).eval()
+with torch.no_grad():
+    for p in model.parameters():
+        p.add_(torch.randn_like(p) * 0.1)
+    model.head.weight.mul_(5.0)
+save_for_hf(model, pathlib.Path({folder!r}), safe_serialization=True)
+images = np.load({images!r})
+out = dict(loaded={{}}, dynamic={{}})
+with torch.no_grad():
+    for side in (24, 48, 72):
+        resized = timm.create_model("local-dir:" + {folder!r}, img_size=side,
+                                    pretrained=True).eval()
+        x = torch.from_numpy(images[:, :side, :side]).permute(0, 3, 1, 2).contiguous()
+        out["loaded"][side] = resized(x).tolist()
+    dynamic = timm.create_model("local-dir:" + {folder!r}, dynamic_img_size=True,
+                                pretrained=True).eval()
+    for height, width in ((48, 24), (16, 72)):
+        x = torch.from_numpy(images[:, :height, :width]).permute(0, 3, 1, 2).contiguous()
+        out["dynamic"][f"{{height}}x{{width}}"] = dynamic(x).tolist()
+print(json.dumps(out))
+"""
+
+
+def test_a_timm_checkpoint_at_other_sizes_gives_timms_logits(tmp_path, timm_python):
+    """timm resizes a checkpoint's position embedding bicubically (antialiased), at load time
+    and in a model of any size; keras_vit does the same for timm's checkpoints (the official
+    code's linear resize would differ by more than the tolerance, checked)."""
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 72, 72, 3)).astype(np.float32)
+    np.save(tmp_path / "images.npy", images)
+    code = TIMM_AT_OTHER_SIZES.format(root=str(ROOT), folder=str(tmp_path / "timm"),
+                                      images=str(tmp_path / "images.npy"))
+    done = subprocess.run([timm_python, "-c", code], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    file = tmp_path / "timm" / "model.safetensors"
+    for side, want in answers["loaded"].items():
+        side = int(side)
+        for resize in ("bicubic", "linear"):
+            model = keras_vit.from_pretrained(file, image_size=side, position_resize=resize)
+            got = keras.ops.convert_to_numpy(model(images[:, :side, :side]))
+            gap = np.abs(got - np.array(want)).max()
+            assert gap < 1e-4 if resize == "bicubic" else gap > 1e-2, (side, resize, gap)
+    model = keras_vit.from_pretrained(file, dynamic_image_size=True)
+    assert keras_vit.vit_config(model)["position_resize"] == "bicubic"
+    for size, want in answers["dynamic"].items():
+        height, width = map(int, size.split("x"))
+        got = keras.ops.convert_to_numpy(model(images[:, :height, :width]))
+        np.testing.assert_allclose(got, np.array(want), atol=1e-4, err_msg=size)

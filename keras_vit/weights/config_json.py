@@ -295,7 +295,7 @@ def timm_heads(config, declared):
 def timm_options(declared, params):
     """The `keras_vit.ViT` options timm's config sets that the arrays do not show."""
     options = dict(gelu_approximate=TIMM_GELU[declared.get("act_layer", "gelu")],
-                   layer_norm_epsilon=TIMM_LAYER_NORM_EPSILON)
+                   layer_norm_epsilon=TIMM_LAYER_NORM_EPSILON, position_resize="bicubic")
     if TIMM_POOLING[declared.get("global_pool", "token")] == "gap":
         # The average of the patch tokens, beside a class token where the file has one.
         options.update(classifier="gap", class_token="cls" in params)

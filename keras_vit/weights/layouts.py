@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from keras_vit.positions import linear_resize_matrix
+from keras_vit.positions import resize_matrix
 from keras_vit.weights.errors import CheckpointError
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
@@ -75,17 +75,21 @@ def canonicalize(params):
     return out, big_vision
 
 
-def resize_pos_embedding(posemb, grid, has_class_token):
-    """Resizes a position embedding to a new patch grid as the official code does.
+def resize_pos_embedding(posemb, grid, has_class_token, method="linear"):
+    """Resizes a position embedding to a new patch grid as the official code does, or as
+    timm does.
 
-    The patch part is treated as a square 2D grid and resized with linear interpolation
-    (`scipy.ndimage.zoom(order=1)` semantics: the corner positions map onto each other); the
+    The patch part is treated as a square 2D grid and resized along each axis; the
     class-token position is kept as is.
 
     Args:
         posemb: array (1, N[+1], D).
         grid: (rows, cols) of the target patch grid.
         has_class_token: bool. Whether position 0 belongs to the class token.
+        method: "linear", the official code's (`scipy.ndimage.zoom(order=1)` semantics: the
+            corner positions map onto each other), or "bicubic", timm's
+            (`resample_abs_pos_embed`: torch's antialiased bicubic interpolation), as
+            `keras_vit.positions.resize_matrix`. Defaults to "linear".
 
     Returns:
         Array (1, rows*cols[+1], D).
@@ -99,7 +103,7 @@ def resize_pos_embedding(posemb, grid, has_class_token):
         )
     patches = patches.reshape(old, old, -1).astype(np.float64)
     for axis, new in enumerate(grid):
-        patches = _linear_resize(patches, new, axis)
+        patches = _resize(patches, new, axis, method)
     patches = patches.reshape(1, grid[0] * grid[1], -1).astype(posemb.dtype)
     return patches if token is None else np.concatenate([token, patches], axis=1)
 
@@ -113,14 +117,14 @@ def resize_pos_table(table, length, axis=1):
     Returns:
         The array with `length` positions along `axis`.
     """
-    return _linear_resize(np.asarray(table, np.float64), length, axis=axis).astype(table.dtype)
+    return _resize(np.asarray(table, np.float64), length, axis, "linear").astype(table.dtype)
 
 
-def _linear_resize(x, new, axis):
-    """`x` resized linearly along `axis` to `new` points, in float64 (`linear_resize_matrix`)."""
+def _resize(x, new, axis, method):
+    """`x` resized along `axis` to `new` points, in float64 (`resize_matrix`)."""
     if new == x.shape[axis]:
         return x
-    weights = linear_resize_matrix(new, x.shape[axis], xp=np)  # [new, old]
+    weights = resize_matrix(method, new, x.shape[axis], xp=np)  # [new, old]
     return np.moveaxis(np.tensordot(weights, np.moveaxis(x, axis, 0), axes=1), 0, axis)
 
 

@@ -9,7 +9,7 @@ assigned, and one `CheckpointError` lists every problem; on any error the model 
 import keras
 import numpy as np
 
-from keras_vit.model_parts import patch_grid
+from keras_vit.model_parts import patch_grid, position_resize
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import checkpoint_variables, is_quantized
 from keras_vit.weights.npz import placeholder
@@ -82,7 +82,7 @@ def _adapt(key, value, shape, model, has_cls):
     if kind == "group_norm":
         return value.reshape(shape)
     if kind == "posemb":
-        return resize_pos_embedding(value, patch_grid(model), has_cls)
+        return resize_pos_embedding(value, patch_grid(model), has_cls, position_resize(model))
     if kind == "posemb_2d":
         return resize_pos_table(value, shape[1])
     if kind == "relative":
