@@ -137,7 +137,9 @@ def add_model_arguments(parser, weights_help=""):
                             '"num_heads": 4, "mlp_dim": 128}\'')
     group.add_argument("--weights", "--pretrained", dest="weights", metavar="SOURCE",
                        help="a registry name (keras-vit checkpoints), an .npz or .safetensors "
-                            "path, a keras-hub preset folder, a URL, hf://ORG/NAME, or "
+                            "path, a keras-hub preset (folder, keras-hub's name such as "
+                            "vit_base_patch16_224_imagenet, or kaggle:// handle), a URL, "
+                            "hf://ORG/NAME, or "
                             f"'{DEFAULT_WEIGHTS}' for the "
                             "variant's default checkpoint"
                             + weights_help)

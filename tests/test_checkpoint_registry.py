@@ -157,16 +157,16 @@ def test_list_checkpoints_takes_a_variant_in_any_spelling():
 # Loading a timm name: through the Hub's files, here a local Hugging Face cache, offline.
 
 
-def hub_cache(root, files):
-    """A Hugging Face cache under `root` holding `files` ({repo: folder with config.json and
-    model.safetensors}), laid out as huggingface_hub lays it out."""
+def hub_cache(root, files, names=("config.json", "model.safetensors")):
+    """A Hugging Face cache under `root` holding `files` ({repo: folder with the files
+    `names`}), laid out as huggingface_hub lays it out."""
     for repo, folder in files.items():
         cached = root / ("models--" + repo.replace("/", "--"))
         snapshot = cached / "snapshots" / COMMIT
         snapshot.mkdir(parents=True)
         (cached / "refs").mkdir()
         (cached / "refs" / "main").write_text(COMMIT)
-        for name in ("config.json", "model.safetensors"):
+        for name in names:
             (snapshot / name).write_bytes((folder / name).read_bytes())
     return root
 

@@ -336,3 +336,80 @@ def test_a_folder_that_is_no_preset_is_named_as_such(tmp_path, capsys):
         keras_vit.from_pretrained(tmp_path / "folder")
     assert cli.main(["convert", str(tmp_path / "folder"), str(tmp_path / "w.npz")]) == 2
     assert "not a keras-hub preset" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets by keras-hub's name and handle, through keras-hub's own resolver and cache.
+
+KERAS_HUB_PRESET_FILES = ("config.json", "metadata.json", "model.weights.h5", "task.json",
+                          "task.weights.h5", "preprocessor.json", "image_converter.json")
+
+
+def kaggle_cache(root, handle, folder, names=KERAS_HUB_PRESET_FILES):
+    """A kagglehub cache under `root` holding the preset `folder` as the files of Kaggle
+    Models' `handle` (OWNER/MODEL/FRAMEWORK/VARIATION/VERSION), laid out as kagglehub lays out
+    the files it downloads one by one: each file, and its completion marker."""
+    owner, model, framework, variation, version = handle.split("/")
+    base = root / "models" / owner / model / framework / variation
+    for name in names:
+        (base / version).mkdir(parents=True, exist_ok=True)
+        (base / version / name).write_bytes((folder / name).read_bytes())
+        marker = base / ".complete" / version / f"{name}.complete"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    return root
+
+
+def test_a_keras_hub_preset_by_name_and_handle_gives_keras_hubs_answer(hub, tmp_path,
+                                                                     monkeypatch):
+    """keras-hub's name of a ViT preset, its kaggle:// handle and an hf:// repository of a
+    preset, each from a cache laid out as keras-hub's resolver lays it out (offline): the
+    classifier keras-hub itself loads by that name, its logits from the same pixels, and the
+    preset's preprocessing as the model's data config."""
+    from test_checkpoint_registry import hub_cache, offline_hub  # noqa: F401
+
+    name = "vit_base_patch16_224_imagenet"
+    handle = hub.models.ViTImageClassifier.presets[name]["kaggle_handle"]
+    classifier = keras_hub_classifier(hub)
+    classifier.save_to_preset(tmp_path / "preset")
+    monkeypatch.setenv("KAGGLEHUB_CACHE", str(kaggle_cache(
+        tmp_path / "kaggle", handle.removeprefix("kaggle://"), tmp_path / "preset")))
+    from huggingface_hub import constants as hub_constants
+
+    hf = tmp_path / "hf-cache"
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(hf))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    hub_cache(hf, {"keras-io/vit-tiny-test": tmp_path / "preset"}, KERAS_HUB_PRESET_FILES)
+    theirs = hub.models.ImageClassifier.from_preset(name)  # keras-hub's own, by name
+    pixels = images()
+    want = theirs.predict(pixels, verbose=0)
+    for source in (name, handle, "hf://keras-io/vit-tiny-test"):
+        model = keras_vit.from_pretrained(source)
+        assert model.data_config["mean"] == IMAGENET_MEAN, source
+        np.testing.assert_allclose(model(keras_vit.preprocess_inputs(pixels, model)), want,
+                                   atol=ATOL, err_msg=source)
+        top = keras_vit.classify_images(model, pixels[:1], top=1)[0][0]
+        assert int(top[0]) == int(np.argmax(want[0])), source
+    from PIL import Image
+
+    Image.fromarray(pixels[0].astype(np.uint8)).save(tmp_path / "image.png")
+    assert cli.main(["predict", str(tmp_path / "image.png"), "--weights", name, "--top", "1",
+                     "--quiet"]) == 0
+
+
+def test_a_preset_handle_not_in_the_cache_offline_is_one_line_naming_the_file(hub, tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("KAGGLEHUB_CACHE", str(tmp_path / "empty"))
+    from huggingface_hub import constants as hub_constants
+
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hf-empty"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    classifier = keras_hub_classifier(hub)
+    classifier.save_to_preset(tmp_path / "preset")
+    # A cache with every file but the head's weights: never a classifier with a random head.
+    kaggle_cache(tmp_path / "empty", "keras/vit/keras/vit_tiny_test/1", tmp_path / "preset",
+                 [n for n in KERAS_HUB_PRESET_FILES if n != "task.weights.h5"])
+    with pytest.raises(weights.DownloadError) as raised:
+        keras_vit.from_pretrained("kaggle://keras/vit/keras/vit_tiny_test/1")
+    message = str(raised.value)
+    assert "task.weights.h5" in message and "\n" not in message and "cache" in message

@@ -172,6 +172,16 @@ def hub_files(source):
     return config, weights
 
 
+def hub_config(source):
+    """The local path of `config.json` of `hf://ORG/NAME` (from `huggingface_hub`'s cache, or
+    fetched into it), or None where it cannot be had: what kind of repository it is."""
+    repo, revision = parse_hub(source)
+    try:
+        return huggingface_hub.hf_hub_download(repo, CONFIG_FILE, revision=revision)
+    except (EntryNotFoundError, HfHubHTTPError, OSError, ValueError):
+        return None
+
+
 def _offline_advice(source, repo, error):
     first = str(error).splitlines()[0] if str(error) else ""
     return (f"Could not fetch {source} ({type(error).__name__}: {first}). Offline, download it "

@@ -21,6 +21,8 @@ The preprocessing travels as a data config with timm's field names (`input_size`
 keras-hub's converter computes `x * scale + offset` on pixels in [0, 255], which is
 `(x / 255 - mean) / std` with `std = 1 / (255 * scale)` and `mean = -offset * std`.
 
+A preset is also read by keras-hub's name or handle (`keras_vit.weights.keras_hub_handles`).
+
 keras-hub is an optional dependency (`pip install keras-hub`), imported only when a preset is
 read or written.
 """

@@ -28,7 +28,7 @@ from keras_vit.checks import to_pair
 from keras_vit.model_parts import model_image_size
 from keras_vit.preprocessing import (DEFAULT_IMAGE_SIZE, check_data_config,
                                      paper_data_config, timm_data_config, with_image_size)
-from keras_vit.weights import download, hub, keras_hub, registry
+from keras_vit.weights import download, hub, keras_hub, keras_hub_handles, registry
 from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.loading import load_params, match_params
@@ -48,12 +48,13 @@ def check_source(source):
         raise ValueError(f"pretrained={source!r} is not understood. Expected a registry name, a "
                          f"local .npz or .safetensors path, or a {SCHEMES_TEXT} URL.")
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", os.fspath(source))
-    if scheme and scheme[1].lower() not in (*registry.URL_SCHEMES, hub.HF_SCHEME.split(":")[0]):
+    if scheme and scheme[1].lower() not in (*registry.URL_SCHEMES, hub.HF_SCHEME.split(":")[0],
+                                            keras_hub_handles.KAGGLE_SCHEME.split(":")[0]):
         raise ValueError(f"Checkpoint source {os.fspath(source)}: unsupported URL scheme "
                          f"{scheme[1]!r}; expected a local path, {SCHEMES_TEXT}.")
 
 
-SCHEMES_TEXT = "file://, http(s):// or hf://"
+SCHEMES_TEXT = "file://, http(s):// or hf://, or a keras-hub kaggle:// handle"
 
 
 def _read_shipped(entry, read):
@@ -88,8 +89,10 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
         CheckpointError, DownloadError: for a bad file or a failed download.
     """
     check_source(source)
-    if keras_hub.is_folder(source) and not registry.is_registered(source):
-        params, entry = keras_hub.read_preset(source)
+    preset = _keras_hub_preset(source)
+    if preset is not None:
+        params, entry = keras_hub.read_preset(preset)
+        entry["name"] = os.fspath(source)
         if check is not None:
             check(params, entry)
         return params, entry
@@ -113,6 +116,22 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
         return checkpoint.read(), entry
     check(checkpoint.placeholders(), entry)
     return opened(read_npz), entry
+
+
+def _keras_hub_preset(source):
+    """The local folder of the keras-hub preset `source` is, names or is a handle of, or None:
+    a folder (not a registry name); keras-hub's name of a ViT preset or a `kaggle://` handle;
+    a `hf://` repository whose `config.json` is a keras-hub `ViTBackbone`'s (all fetched by
+    keras-hub's own resolver into its cache)."""
+    if registry.is_registered(source):
+        return None
+    if keras_hub.is_folder(source):
+        return source
+    if keras_hub_handles.is_preset_name(source):
+        return keras_hub_handles.fetch_preset(source)
+    if hub.is_hub(source) and keras_hub_handles.is_hub_preset(hub.hub_config(source)):
+        return keras_hub_handles.fetch_preset(source)
+    return None
 
 
 def _npz_reader(source, progress):
