@@ -546,6 +546,9 @@ def start_run(args):
     from keras_vit.fileio import check_writable_dir
 
     check_run_flags(args)
+    from keras_vit.parallel import keras_distribution
+
+    keras_distribution.start_from_environment()  # JAX: a cluster, every device; first
     training.check_output_dir(args.output, args.overwrite)  # before the folder is created
     check_writable_dir(args.output)
     if args.compile_cache:

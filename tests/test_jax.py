@@ -89,7 +89,15 @@ def test_train_command_on_jax(tmp_path, image_folder):
     config = json.dumps({k: v for k, v in TINY.items() if k != "num_classes"})
     code = ("import sys\nfrom keras_vit_cli import main\n"
             "sys.exit(main(sys.argv[1:]))")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    # Two CPU devices, and the environment of a one-process cluster (the multi-process
+    # path: tests/test_jax_distribution.py): data parallel over both, after joining it.
+    from test_jax_distribution import free_port
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_DISTRIBUTION_NUM_PROCESSES="1",
+               KERAS_DISTRIBUTION_PROCESS_ID="0",
+               KERAS_DISTRIBUTION_JOB_ADDRESSES=f"localhost:{free_port()}",
+               XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
+                         "--xla_force_host_platform_device_count=2")
     result = subprocess.run(
         [sys.executable, "-c", code, "train", "--backend", "jax", "--scan", "--folder",
          str(folder),
@@ -99,7 +107,7 @@ def test_train_command_on_jax(tmp_path, image_folder):
          "--compile-cache", str(tmp_path / "xla_cache")],
         capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert '"epochs": 2' in result.stdout
+    assert '"epochs": 2' in result.stdout and "2 replica(s)" in result.stdout
     assert weights.read_npz(tmp_path / "run" / "final.npz")["head/kernel"].shape == (16, 2)
     written = json.loads((tmp_path / "run" / "config.json").read_text())
     assert written["model"]["scan"] is True  # the scanned encoder trained on JAX

@@ -246,3 +246,111 @@ def test_fit_refuses_batches_that_do_not_split_before_it_writes(batch_size, vali
         with pytest.raises(ValueError, match=re.escape(message)):
             training.fit(model, train, validation, output_dir=tmp_path / "run", epochs=1)
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Several processes: `keras.distribution.initialize()` from the environment, as a cluster's
+# launcher sets it (KERAS_DISTRIBUTION_JOB_ADDRESSES, _NUM_PROCESSES, _PROCESS_ID).
+
+FIT_PROCESS = textwrap.dedent("""
+    import json, os, sys
+    import keras, numpy as np
+    if "KERAS_DISTRIBUTION_NUM_PROCESSES" in os.environ:
+        keras.distribution.initialize()  # jax.distributed, from the environment
+    import jax
+    import keras_vit
+    from keras_vit import data, training
+
+    out, tiny, crash_after = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (32, 16, 16, 3), dtype=np.uint8)
+    y = np.arange(32) % 3
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch + 1 == crash_after:
+                raise KeyboardInterrupt("simulated crash")
+
+    keras.utils.set_random_seed(0)
+    keras.distribution.set_distribution(keras_vit.get_distribution())
+    train = data.from_arrays(x, y, image_size=16, batch_size=16, training=True, seed=1)
+    val = data.from_arrays(x[:16], y[:16], image_size=16, batch_size=8, training=False)
+    model = keras_vit.ViT(**tiny)
+    listed = lambda: sorted(os.listdir(os.path.join(out, "backup")))
+    try:
+        summary = training.fit(model, train, val, epochs=2, output_dir=out, learning_rate=0.1,
+                               warmup_steps=1, verbose=0, callbacks=[Crash()])
+    except KeyboardInterrupt:
+        summary = dict(crashed=True, backups=listed())
+    # What this process feeds: its share of the pipeline's batches (Keras' own sharding).
+    fed = keras.distribution.distribution().distribute_dataset(train.dataset)
+    images, labels = next(iter(fed))
+    print(json.dumps(dict(summary, processes=jax.process_count(), index=jax.process_index(),
+                          devices=len(jax.devices()), fed=labels.numpy().tolist())))
+""")
+
+
+def run_processes(count, out, crash_after=0, port=None):
+    """FIT_PROCESS in `count` processes of one CPU device each (one without the cluster's
+    environment when `count` is 1); their last lines, by process."""
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("XLA_FLAGS", None)
+    tiny = json.dumps(dict(TINY, dropout_rate=0.0))
+    running = []
+    for index in range(count):
+        if count > 1:
+            env.update(KERAS_DISTRIBUTION_JOB_ADDRESSES=f"localhost:{port}",
+                       KERAS_DISTRIBUTION_NUM_PROCESSES=str(count),
+                       KERAS_DISTRIBUTION_PROCESS_ID=str(index))
+        running.append(subprocess.Popen(
+            [sys.executable, "-c", FIT_PROCESS, str(out), tiny, str(crash_after)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env)))
+    results = []
+    for process in running:
+        stdout, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr[-3000:]
+        results.append(json.loads(stdout.strip().splitlines()[-1]))
+    return results
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_train_to_one_process_weights_and_resume(tmp_path):
+    """Two JAX processes on this machine (a localhost coordinator): each feeds its half of
+    every batch; process 0 alone writes the run's files, each its own backup; crashed after
+    the first epoch and run again, they end with the weights of one process run straight."""
+    one = run_processes(1, tmp_path / "one")[0]
+    assert (one["processes"], one["devices"]) == (1, 1)
+    crashed = run_processes(2, tmp_path / "two", crash_after=1, port=free_port())
+    assert [r["crashed"] for r in crashed] == [True, True]
+    assert crashed[0]["backups"] == ["process-0", "process-1"]
+    done = run_processes(2, tmp_path / "two", port=free_port())
+    assert [(r["processes"], r["index"], r["devices"]) for r in done] == [(2, 0, 2), (2, 1, 2)]
+    assert [r["resumed_at_epoch"] for r in done] == [1, 1]
+    # Each process feeds its contiguous half of every batch: together, one process's batch.
+    assert len(one["fed"]) == 16 and done[0]["fed"] + done[1]["fed"] == one["fed"]
+    assert_same_weights(tmp_path / "two" / "final.npz", tmp_path / "one" / "final.npz")
+    assert done[0]["validation_accuracy"] == pytest.approx(one["validation_accuracy"])
+    assert json.loads((tmp_path / "two" / "run.json").read_text())["finished"] is True
+    assert not (tmp_path / "two" / "backup").exists() or not os.listdir(tmp_path / "two" /
+                                                                         "backup")
+
+
+def test_a_jax_cluster_environment_on_tensorflow_is_one_line(tmp_path, image_folder,
+                                                             monkeypatch, capsys):
+    import keras_vit_cli as cli
+
+    monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "2")
+    config = json.dumps({k: v for k, v in TINY.items() if k != "num_classes"})
+    assert cli.main(["train", "--folder", str(image_folder), "--model-config", config,
+                     "--image-size", "16", "--epochs", "1", "--output",
+                     str(tmp_path / "run")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "KERAS_DISTRIBUTION_NUM_PROCESSES is set" in error and "\n" not in error
+    assert not (tmp_path / "run").exists()

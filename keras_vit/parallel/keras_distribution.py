@@ -19,6 +19,7 @@ serves every variant, and the optimizer's variables follow the weights they belo
 """
 
 import inspect
+import os
 
 import keras
 
@@ -93,6 +94,38 @@ def layout_map(config, mesh, model_axis=MODEL_AXIS):
         axes = tuple(model_axis if axis == MODEL_AXIS else axis for axis in axes)
         layouts[rf"(.*/)?encoderblock_\d+/{path}"] = axes
     return layouts
+
+
+# The environment of a multi-process run, as Keras reads it (`keras.distribution.initialize`).
+CLUSTER_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                     "KERAS_DISTRIBUTION_PROCESS_ID")
+
+
+def start_from_environment():
+    """For a command-line run on JAX, before anything computes: joins the cluster the
+    environment describes (`keras.distribution.initialize()`, which starts `jax.distributed`,
+    where `KERAS_DISTRIBUTION_*` are set), and sets data parallelism over every device of
+    every process where there is more than one (unless a distribution is set).
+
+    Returns:
+        The distribution in effect, or None.
+
+    Raises:
+        ValueError: with `KERAS_DISTRIBUTION_*` set on another backend than JAX.
+    """
+    joined = [name for name in CLUSTER_VARIABLES if name in os.environ]
+    if keras.backend.backend() != "jax":
+        if joined:
+            raise ValueError(f"{joined[0]} is set: it describes a multi-process JAX run, but "
+                             f"Keras runs on {keras.backend.backend()}. Expected --backend jax "
+                             "(or TF_CONFIG for a TensorFlow cluster).")
+        return None
+    if joined:
+        keras.distribution.initialize()
+    if keras.distribution.distribution() is None and \
+            len(keras.distribution.list_devices()) > 1:
+        keras.distribution.set_distribution(get_distribution())
+    return keras.distribution.distribution()
 
 
 def get_distribution(config=None, model_parallel=1, devices=None):

@@ -14,7 +14,7 @@ import shutil
 import keras
 import numpy as np
 
-from keras_vit.parallel import tf_distribute
+from keras_vit.parallel import cluster
 from keras_vit.fileio import atomic_write, atomic_write_text, check_writable_dir, staging_dir
 from keras_vit.encoder_ops import random_states
 from keras_vit.checks import check_positive_int
@@ -87,11 +87,11 @@ def read_json_state(path, fields, remedy):
 
 def backup_dir(output_dir):
     """The backup folder of this process under a run's `output_dir`: `backup/`, or
-    `backup/<task type>-<index>` when TF_CONFIG names several workers."""
+    `backup/<task type>-<index>` when TF_CONFIG names several workers, `backup/process-<i>` in
+    a multi-process JAX run (`keras_vit.parallel.cluster.process_name`)."""
     path = os.path.join(os.fspath(output_dir), BACKUP_FOLDER)
-    if tf_distribute.tf_config_workers() > 1:
-        path = os.path.join(path, "{}-{}".format(*tf_distribute.worker_index()))
-    return path
+    name = cluster.process_name()
+    return os.path.join(path, name) if name else path
 
 
 def _read_pointer(backup_dir, epochs=None):
@@ -355,7 +355,7 @@ class BestCheckpoint(keras.callbacks.Callback):
         data = npz_bytes(params)
         entry = {"monitor": self.monitor, "value": value, "epoch": self.best_epoch,
                  "sha256": _sha256(data)}
-        if tf_distribute.is_chief():
+        if cluster.is_chief():
             atomic_write_text(self.record, json.dumps(dict(entry, previous=self._kept)))
             atomic_write(self.path, lambda f: f.write(data))
         self._kept = entry
@@ -373,7 +373,8 @@ def training_callbacks(output_dir, monitor="val_accuracy", backup=True, best=Tru
 
     Under multi-worker training (TF_CONFIG) each worker backs up to `backup/<task type>-<i>`
     (e.g. `backup/worker-1`) and the workers other than the chief log to
-    `logs/<task type>-<i>`.
+    `logs/<task type>-<i>`; in a multi-process JAX run, `backup/process-<i>` and
+    `logs/process-<i>`.
 
     Raises:
         ValueError: if `output_dir` is not writable, or `tensorboard=True` without the
@@ -392,7 +393,7 @@ def training_callbacks(output_dir, monitor="val_accuracy", backup=True, best=Tru
         callbacks.append(BestCheckpoint(os.path.join(output_dir, BEST_FILE), monitor))
     if tensorboard or (tensorboard is None and installed):
         logs = os.path.join(output_dir, "logs")
-        if not tf_distribute.is_chief():
-            logs = os.path.join(logs, "{}-{}".format(*tf_distribute.worker_index()))
+        if not cluster.is_chief():
+            logs = os.path.join(logs, cluster.process_name())
         callbacks.append(keras.callbacks.TensorBoard(logs))
     return callbacks

@@ -58,7 +58,7 @@ from keras_vit.fileio import (
     remove_temporaries,
 )
 from keras_vit.introspection import vit_config
-from keras_vit.parallel import keras_distribution, tf_distribute
+from keras_vit.parallel import cluster, keras_distribution, tf_distribute
 from keras_vit.training.callbacks import (
     BACKUP_FOLDER,
     BACKUP_POINTER,
@@ -181,7 +181,7 @@ def _check_ownership(output_dir, overwrite):
     run, the run's names held by files keras_vit did not write (unless `overwrite`)."""
     for name in RUN_NAMES + (LOCK_FILE,):
         refuse_link(os.path.join(output_dir, name))
-    if tf_distribute.is_chief():
+    if cluster.is_chief():
         refuse_link(backup_dir(output_dir))
     if overwrite or os.path.exists(os.path.join(output_dir, RUN_FILE)):
         return
@@ -200,7 +200,7 @@ def _check_resume(output_dir, settings, overwrite):
     if overwrite:
         # Each worker clears its own backup; the chief the shared files.
         shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
-        if tf_distribute.is_chief():
+        if cluster.is_chief():
             _remove(output_dir, RUN_OUTPUTS)
         return
     if not os.path.exists(run_path):
@@ -247,7 +247,7 @@ def _compile(model, recipe, settings, weight_decay, jit_compile):
 
 
 def _write_run(output_dir, settings, finished, model, class_names, run_time):
-    if not tf_distribute.is_chief():
+    if not cluster.is_chief():
         return
     atomic_write_text(os.path.join(output_dir, RUN_FILE), json.dumps(
         {"settings": settings, "finished": finished, "runtime": run_time}, indent=1))
@@ -400,7 +400,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     new_folder = not os.path.exists(os.path.expanduser(os.fspath(output_dir)))
     output_dir = check_writable_dir(output_dir)
     # One run per folder: the chief holds its lock (each worker writes only its own backup).
-    chief = tf_distribute.is_chief()
+    chief = cluster.is_chief()
     run_path = os.path.join(output_dir, RUN_FILE)
     try:
         # The lock file goes too if the call leaves no run (it failed before its first epoch).
@@ -480,6 +480,8 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
               f"{tf_distribute.num_replicas(model)} replica(s), "
               f"{'XLA' if run_time['xla'] else 'TensorFlow graph runtime'} ({run_time['why']})"
               + (f"; resuming after epoch {start_epoch}" if start_epoch else ""), flush=True)
+    # In a multi-process JAX run, Keras' distribution gives each process its share of every
+    # batch (`distribute_dataset`: contiguous slices, the global batch one process would see).
     history = model.fit(
         train.from_epoch(start_epoch).dataset, steps_per_epoch=train.steps_per_epoch,
         epochs=epochs, initial_epoch=start_epoch,
@@ -501,7 +503,7 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
     final = os.path.join(output_dir, FINAL_FILE)
     encoder = os.path.join(output_dir, ENCODER_FILE) if hasattr(model, "encoder_params") \
         else None
-    if tf_distribute.is_chief():
+    if cluster.is_chief():
         save_npz(params, final, overwrite=True)  # the run's own files
         if encoder:
             save_npz(model.encoder_params(), encoder, overwrite=True)
