@@ -360,7 +360,7 @@ def test_unsupported_url_schemes_are_named(capsys, image_folder):
     import keras_vit
 
     message = ("Checkpoint source ftp://host/x.npz: unsupported URL scheme 'ftp'; expected a "
-               "local path, file://, http(s):// or hf://.")
+               "local path, file://, http(s)://, hf:// or kaggle://.")
     assert one_error(capsys, ["predict", "--weights", "ftp://host/x.npz",
                               image_folder / "c0" / "0.png"]).endswith(message)
     with pytest.raises(ValueError, match="unsupported URL scheme 's3'"):

@@ -13,7 +13,7 @@ def jax_process():
     """`(index, count)` of this process in a multi-process JAX run, `(0, 1)` elsewhere."""
     if keras.backend.backend() != "jax":
         return 0, 1
-    import jax
+    import jax  # the JAX backend's own runtime, on that backend only
 
     return jax.process_index(), jax.process_count()
 

@@ -86,7 +86,7 @@ def resize_pos_embedding(posemb, grid, has_class_token, method="linear"):
         posemb: array (1, N[+1], D).
         grid: (rows, cols) of the target patch grid.
         has_class_token: bool. Whether position 0 belongs to the class token.
-        method: "linear", the official code's (`scipy.ndimage.zoom(order=1)` semantics: the
+        method: str. "linear", the official code's (`scipy.ndimage.zoom(order=1)` semantics: the
             corner positions map onto each other), or "bicubic", timm's
             (`resample_abs_pos_embed`: torch's antialiased bicubic interpolation), as
             `keras_vit.positions.resize_matrix`. Defaults to "linear".

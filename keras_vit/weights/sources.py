@@ -54,7 +54,7 @@ def check_source(source):
                          f"{scheme[1]!r}; expected a local path, {SCHEMES_TEXT}.")
 
 
-SCHEMES_TEXT = "file://, http(s):// or hf://, or a keras-hub kaggle:// handle"
+SCHEMES_TEXT = "file://, http(s)://, hf:// or kaggle://"
 
 
 def _read_shipped(entry, read):
