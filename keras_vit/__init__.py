@@ -12,7 +12,7 @@ __version__ = "0.4.0"
 
 import importlib as _importlib
 
-from keras_vit import compat, configs, layers, model, positions, routes
+from keras_vit import configs, layers, model, model_parts, positions, routes
 from keras_vit.builders import (
     ViT_B8,
     ViT_B16,
@@ -33,7 +33,8 @@ from keras_vit.builders import (
 )
 from keras_vit.configs import MODEL_SIZES, VARIANTS, get_variant
 from keras_vit.encoder import Encoder
-from keras_vit.introspection import attention_model, per_block, vit_config
+from keras_vit.introspection import attention_model, per_block
+from keras_vit.model_parts import vit_config
 from keras_vit.layers import (
     ClassToken,
     MlpBlock,

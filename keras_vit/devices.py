@@ -1,5 +1,5 @@
-"""The device probe: what kind of device Keras runs on here, and the CPU's features. Without
-TensorFlow, so that the routes (`keras_vit.routes`) can ask on every backend; the rest of how a
+"""The device probe: what kind of device Keras runs on here, the CPU's features, and how many
+ways the current `keras.distribution` splits a batch. Without TensorFlow, so that the routes (`keras_vit.routes`) can ask on every backend; the rest of how a
 model executes is `keras_vit.execution`."""
 
 import functools
@@ -28,3 +28,13 @@ def on_cpu():
 def device_kind():
     """"gpu" where Keras sees an accelerator (GPU or TPU), else "cpu"."""
     return "cpu" if on_cpu() else "gpu"
+
+
+def data_parallel_size(distribution=None):
+    """How many ways `distribution` (default: the current one) splits each batch: the size of
+    its batch axis; 1 without a distribution."""
+    distribution = distribution or keras.distribution.distribution()
+    if distribution is None:
+        return 1
+    mesh = distribution.device_mesh
+    return mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)]

@@ -37,7 +37,7 @@ import keras
 import numpy as np
 
 from keras_vit.checks import check_labels, check_positive_number
-from keras_vit.data import InputData, to_0_255
+from keras_vit.data.pipelines import InputData, to_0_255
 from keras_vit.data_config import resolve_data_config
 from keras_vit.fileio import atomic_write, check_destination, folder_lock, naming_write_errors
 from keras_vit.plots import plot_confusion_matrix

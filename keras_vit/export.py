@@ -57,7 +57,8 @@ from keras_vit.fileio import (
     staging_dir,
 )
 from keras_vit.checks import check_choice, check_int
-from keras_vit.introspection import rebuilt, vit_config
+from keras_vit.introspection import rebuilt
+from keras_vit.model_parts import vit_config
 from keras_vit.layer_config import sublayers
 from keras_vit.layers import TokenPooling
 from keras_vit.intermediates import options as intermediates_options

@@ -1,35 +1,11 @@
-"""A keras_vit model's arguments (`vit_config`), its model with the attention probabilities
-(`attention_model`), and the model built again in another layout or precision (`rebuilt`,
-`per_block`), for models of this version and files of earlier ones (`keras_vit.compat`).
+"""A keras_vit model's model with the attention probabilities (`attention_model`), and the
+model built again in another layout or precision (`rebuilt`, `per_block`), for models of this
+version and files of earlier ones (their arguments: `keras_vit.model_parts.vit_config`).
 """
 
-from keras_vit import compat
 from keras_vit.layer_config import sublayers
 from keras_vit.model import ENCODER, ViT
-from keras_vit.model_parts import encoder_blocks, encoder_layer
-
-
-def vit_config(model):
-    """The `keras_vit.ViT` arguments that rebuild `model`.
-
-    Args:
-        model: keras.Model. A `keras_vit.ViT` (built by it or a named builder, or loaded
-            from its `.keras` file), or a model loaded from a `.keras` file of keras_vit 0.3
-            or earlier.
-
-    Returns:
-        dict of `keras_vit.ViT` keyword arguments (JSON-serialisable).
-    """
-    if isinstance(model, ViT):
-        return model.vit_arguments()
-    return compat.legacy_vit_config(model)
-
-
-def base_policy(model):
-    """The dtype policy `model`'s layers were made with (before any quantization)."""
-    if isinstance(model, ViT):
-        return model.base_policy
-    return model.get_layer("embedding").dtype_policy
+from keras_vit.model_parts import base_policy, encoder_blocks, encoder_layer, vit_config
 
 
 def attention_model(model):

@@ -54,7 +54,7 @@ that encoder (`include_top=False`).
 import keras
 from keras import ops
 
-from keras_vit.introspection import vit_config
+from keras_vit.model_parts import vit_config
 from keras_vit.model import ViT
 from keras_vit.model_parts import encoder_blocks, encoder_layer
 from keras_vit.preprocessing import IMAGE_CHANNELS

@@ -1,6 +1,7 @@
 """The package's layout is what docs/architecture.md says: every module in one tier of its
-import order, no import from a tier to a lower one, no cycle, no module over 700 lines and no
-function in layers.py or model.py with a body over 80 lines."""
+import order, no import from a tier to a lower one, no cycle, no chain of imports deeper than
+MAX_IMPORT_DEPTH modules, no module over 700 lines and no function in layers.py or model.py
+with a body over 80 lines."""
 
 import ast
 import pathlib
@@ -12,6 +13,9 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "keras_vit"
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
+# The longest chain of modules each importing the next at its top (a module stands one level
+# above all it imports). Lowered as the layout flattens; never raised.
+MAX_IMPORT_DEPTH = 14
 
 
 def documented_tiers(text=None):
@@ -116,3 +120,46 @@ def test_no_function_of_the_model_has_a_body_over_80_lines(name):
             body = node.body[1:] if ast.get_docstring(node) else node.body
             length = node.end_lineno - body[0].lineno + 1
             assert length <= MAX_FUNCTION_LINES, (node.name, length)
+
+
+def module_imports():
+    """{module: the keras_vit modules its top-level statements import}, by dotted name (the
+    package's `__init__` aside)."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ("keras_vit",) + path.relative_to(PACKAGE).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    edges = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    found.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        edges[name] = {m for m in found if m in modules and m not in (name, "keras_vit")}
+    edges.pop("keras_vit", None)
+    return edges
+
+
+def longest_chain(edges):
+    """The longest chain of `edges` (a list of modules, each importing the next)."""
+    chains = {}
+
+    def chain(node):
+        if node not in chains:
+            chains[node] = [node] + max((chain(n) for n in edges[node]), key=len, default=[])
+        return chains[node]
+
+    return max((chain(node) for node in edges), key=len)
+
+
+def test_no_chain_of_imports_is_deeper_than_the_limit():
+    chain = longest_chain(module_imports())
+    assert len(chain) <= MAX_IMPORT_DEPTH, " -> ".join(chain)
+
+
+def test_the_depth_is_the_longest_chain():
+    assert longest_chain({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == ["a", "b", "c"]

@@ -24,7 +24,8 @@ import os
 import keras
 
 from keras_vit.configs import get_variant
-from keras_vit.introspection import vit_config
+from keras_vit.devices import data_parallel_size  # noqa: F401 - importable here too
+from keras_vit.model_parts import vit_config
 from keras_vit.model import ViT
 from keras_vit.checks import (
     check_choice,
@@ -203,16 +204,6 @@ def check_devices(devices):
             raise ValueError(f"Device {name!r} is not on this machine, whose devices are "
                              f"{', '.join(known)}. Expected some of them.")
     return names
-
-
-def data_parallel_size(distribution=None):
-    """How many ways `distribution` (default: the current one) splits each batch: the size of
-    its batch axis; 1 without a distribution."""
-    distribution = distribution or keras.distribution.distribution()
-    if distribution is None:
-        return 1
-    mesh = distribution.device_mesh
-    return mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)]
 
 
 def check_batches(batch_size, num_examples=None):

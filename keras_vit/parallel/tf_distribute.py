@@ -16,7 +16,7 @@ import warnings
 
 import tensorflow as tf
 
-from keras_vit.parallel import keras_distribution
+from keras_vit.devices import data_parallel_size
 from keras_vit.checks import check_choice, check_positive_int, check_replica_batch
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multiworker", "cpu")
@@ -205,5 +205,5 @@ def num_replicas(model):
     current `keras.distribution`'s (1 without one)."""
     strategy = model_strategy(model)
     if strategy is None:
-        return keras_distribution.data_parallel_size()
+        return data_parallel_size()
     return strategy.num_replicas_in_sync

@@ -47,7 +47,7 @@ import warnings
 import numpy as np
 
 from keras_vit.checks import check_choice, check_int, check_trainable_classes
-from keras_vit.data import InputData
+from keras_vit.data.pipelines import InputData
 from keras_vit.fileio import (
     LOCK_FILE,
     atomic_write_text,
@@ -57,7 +57,7 @@ from keras_vit.fileio import (
     refuse_link,
     remove_temporaries,
 )
-from keras_vit.introspection import vit_config
+from keras_vit.model_parts import vit_config
 from keras_vit.parallel import cluster, keras_distribution, tf_distribute
 from keras_vit.training.callbacks import (
     BACKUP_FOLDER,

@@ -54,7 +54,7 @@ import time
 
 import keras
 
-from keras_vit import training
+from keras_vit.training import loop as training
 from keras_vit.fileio import (
     atomic_write_text,
     check_writable_dir,

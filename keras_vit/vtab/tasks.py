@@ -6,7 +6,8 @@ import dataclasses
 
 import tensorflow as tf
 
-from keras_vit import data
+from keras_vit.data import pipelines
+from keras_vit.data import tfds as data_tfds
 from keras_vit import images as image_ops
 from keras_vit.checks import check_choice
 from keras_vit.preprocessing import paper_data_config
@@ -240,7 +241,7 @@ def task_data(task, split, *, image_size, batch_size, training, data_dir=None, m
     task = TASKS[task] if isinstance(task, str) and task in TASKS else task
     if not isinstance(task, Task):
         get_tasks([task])  # raises, naming the known tasks
-    _, prepare_kwargs = data.tfds_builder(task.tfds_name, data_dir, download,
+    _, prepare_kwargs = data_tfds.tfds_builder(task.tfds_name, data_dir, download,
                                                 manual_dir=manual_dir, manual_files=task.manual)
     dataset = tfds.load(task.tfds_name, split=task.split(split), data_dir=data_dir,
                         download=download, shuffle_files=False,
@@ -258,7 +259,7 @@ def task_data(task, split, *, image_size, batch_size, training, data_dir=None, m
         return task.image(image) if task.image is not None else image
 
     flip = bool(augment) and task.flip
-    return data.from_tf_dataset(
+    return pipelines.from_tf_dataset(
         dataset, num_classes=task.num_classes, image_size=image_size, batch_size=batch_size,
         training=training, decode=decode, seed=seed, start_epoch=start_epoch,
         augment=dict(crop=False, flip=flip) if augment else False, strategy=strategy,
@@ -284,5 +285,5 @@ def check_data(tasks, data_dir=None, manual_dir=None, download=True):
     for task in get_tasks([t.name if isinstance(t, Task) else t for t in tasks]):
         if task.tfds_name not in seen:
             seen.add(task.tfds_name)
-            data.tfds_builder(task.tfds_name, data_dir, download, manual_dir=manual_dir,
+            data_tfds.tfds_builder(task.tfds_name, data_dir, download, manual_dir=manual_dir,
                               manual_files=task.manual)

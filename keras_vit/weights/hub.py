@@ -28,7 +28,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
 from keras_vit.fileio import DestinationExists, atomic_file, atomic_write_text, check_destination
-from keras_vit.introspection import vit_config
+from keras_vit.model_parts import vit_config
 from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError, DownloadError
 from keras_vit.weights.keymap import check_finite_weights, model_params

@@ -44,11 +44,12 @@ from keras_vit.fileio import (
     check_room,
     staging_dir,
 )
-from keras_vit.introspection import vit_config
+from keras_vit.model_parts import vit_config
 from keras_vit.preprocessing import (IMAGE_CHANNELS, INPUT_OFFSET, INPUT_SCALE, MAX_MEAN,
                                      MAX_STD, MIN_STD)
 from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError
+from keras_vit.weights.keras_hub_handles import BACKBONE_CLASS, INSTALL, import_keras_hub
 from keras_vit.weights.keymap import check_finite_weights, model_params
 from keras_vit.weights.layouts import POSEMB_KEY
 
@@ -70,9 +71,7 @@ MARK_FILE = "keras_vit.json"
 # The files keras-hub writes for a ViT classifier with its preprocessor.
 KERAS_HUB_FILES = ("config.json", "metadata.json", "model.weights.h5", "task.json",
                    "task.weights.h5", "preprocessor.json", "image_converter.json")
-BACKBONE_CLASS = "ViTBackbone"
 TASK_CLASS = "ViTImageClassifier"
-INSTALL = "pip install keras-hub"
 # What keras-hub's `from_preset` raises for a preset's files it cannot use (a field of another
 # type than it expects: `AttributeError` for a number where it reads an object's fields).
 KERAS_HUB_LOAD_ERRORS = (ValueError, TypeError, LookupError, AttributeError, OSError,
@@ -133,17 +132,6 @@ def official_key(path):
     for pattern, repl in _COMPILED:
         path = pattern.sub(repl, path)
     return path
-
-
-def import_keras_hub():
-    """The `keras_hub` package, or ImportError naming the command that installs it."""
-    try:
-        # Optional dependency: only reading or writing a preset needs it.
-        import keras_hub
-
-        return keras_hub
-    except ImportError as e:
-        raise ImportError(f"keras-hub presets need the keras-hub package: {INSTALL}") from e
 
 
 # ---------------------------------------------------------------------------------------------

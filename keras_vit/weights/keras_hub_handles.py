@@ -10,19 +10,30 @@ import os
 import re
 
 from keras_vit.weights.errors import CheckpointError, DownloadError
-from keras_vit.weights.keras_hub import (BACKBONE_CLASS, BACKBONE_WEIGHTS_FILES, CONFIG_FILE,
-                                         IMAGE_CONVERTER_FILE, METADATA_FILE,
-                                         PREPROCESSOR_FILE, TASK_FILE, TASK_WEIGHTS_FILE,
-                                         import_keras_hub)
 
 # keras-hub's handles of Kaggle Models presets: kaggle://OWNER/MODEL/keras/VARIANT[/VERSION].
 KAGGLE_SCHEME = "kaggle://"
 # keras-hub's names of its ViT presets (`ViTBackbone.presets`), as they look.
 PRESET_NAME = re.compile(r"vit_[a-z0-9_]+")
-# The files fetched from a preset named by handle: those every ViT preset has, then those a
-# classifier with its preprocessor has (absent from a backbone's preset).
-HANDLE_FILES_REQUIRED = (CONFIG_FILE, METADATA_FILE, BACKBONE_WEIGHTS_FILES[0])
-HANDLE_FILES_OPTIONAL = (TASK_FILE, TASK_WEIGHTS_FILE, PREPROCESSOR_FILE, IMAGE_CONVERTER_FILE)
+# The files fetched from a preset named by handle (keras-hub's `preset_utils` names): those every
+# ViT preset has, then those a classifier with its preprocessor has (absent from a backbone's).
+HANDLE_FILES_REQUIRED = ("config.json", "metadata.json", "model.weights.h5")
+HANDLE_FILES_OPTIONAL = ("task.json", "task.weights.h5", "preprocessor.json",
+                         "image_converter.json")
+# The class of a keras-hub ViT preset's `config.json`.
+BACKBONE_CLASS = "ViTBackbone"
+INSTALL = "pip install keras-hub"
+
+
+def import_keras_hub():
+    """The `keras_hub` package, or ImportError naming the command that installs it."""
+    try:
+        # Optional dependency: only reading or writing a preset needs it.
+        import keras_hub
+
+        return keras_hub
+    except ImportError as e:
+        raise ImportError(f"keras-hub presets need the keras-hub package: {INSTALL}") from e
 
 
 def is_preset_name(source):
