@@ -143,13 +143,25 @@ def test_a_scanned_model_gives_the_per_block_models_features(layout):
                                    atol=1e-6)
 
 
-def test_a_hybrid_gives_maps_of_its_feature_grid():
-    model = keras_vit.ViT(image_size=64, patch_size=1, hidden_size=32, num_layers=2,
-                          num_heads=4, mlp_dim=64, num_classes=5,
-                          resnet=dict(num_layers=(), width_factor=1))
-    maps = model.forward_intermediates(np.zeros((1, 64, 64, 3), np.float32),
-                                       intermediates_only=True)
-    assert [tuple(m.shape) for m in maps] == [(1, 16, 16, 32)] * 2
+def test_a_hybrid_gives_the_numpy_references_tokens_as_maps_of_its_feature_grid(tmp_path):
+    """A hybrid (ResNet stem and two stages, a non-square 32x48 input: a 2x3 grid), loaded
+    from an official-layout file: the final tokens and the last block's normed map are the
+    float64 NumPy reference's (tests/reference.py), the class token apart."""
+    import reference
+    from test_hybrid import TINY as HYBRID, hybrid_params
+
+    rng = np.random.default_rng(0)
+    params = hybrid_params(rng, (1, 1), 2, (2, 3))
+    np.savez(tmp_path / "hybrid.npz", **params)
+    model = keras_vit.ViT(image_size=(32, 48), patch_size=2, resnet={"num_layers": (1, 1)},
+                          **HYBRID)
+    keras_vit.load_pretrained(model, str(tmp_path / "hybrid.npz"))
+    x = rng.uniform(-1, 1, (2, 32, 48, 3)).astype(np.float32)
+    _, tokens, _ = reference.forward(params, x)  # after encoder_norm: [B, 1 + 6, D]
+    final, maps = model.forward_intermediates(x, indices=[-1], norm=True)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(final), tokens, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(maps[0]),
+                               tokens[:, 1:].reshape(2, 2, 3, -1), atol=1e-5)
 
 
 def test_a_model_of_any_size_gives_maps_of_each_inputs_grid():
