@@ -36,8 +36,11 @@ CHOICES = {
     # (cuDNN flash attention under JAX on a GPU); "memory_efficient", blocks of queries in
     # turn, whose backward pass keeps only the queries, keys, values, the context and each
     # row's log-sum-exp and recomputes each block's probabilities
-    # (`memory_efficient_attention`): no `[B, h, N, N]` tensor is ever whole.
-    "attention": ("products", "fused", "memory_efficient"),
+    # (`memory_efficient_attention`): no `[B, h, N, N]` tensor is ever whole; "recompute", the
+    # same custom gradient on all the queries at once, without a loop: the probabilities are
+    # made whole, but kept for no backward pass, which computes them again (selective
+    # activation recomputation, Korthikanti et al. 2022).
+    "attention": ("products", "fused", "memory_efficient", "recompute"),
     # The encoder block's input in training: "plain" (the identity), or "barrier", the
     # identity whose backward pass computes the residual stream's gradient once per block
     # (`gradient_barrier`).
@@ -189,9 +192,9 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
     """
     dropping = training and dropout is not None and dropout.rate > 0
     chosen = route("attention", training)
-    blockwise = chosen == "memory_efficient" and bias is None and query.shape[1] is not None
-    if chosen in ("fused", "memory_efficient") and (dropping or (
-            chosen == "memory_efficient" and not blockwise)):
+    recomputing = chosen in ("memory_efficient", "recompute")
+    blockwise = recomputing and bias is None and query.shape[1] is not None
+    if chosen != "products" and (dropping or (recomputing and not blockwise)):
         _fell_back(chosen, "dropout on the attention probabilities in training" if dropping
                    else "a bias on the logits (relative position embeddings)"
                    if bias is not None else "a sequence length unknown when traced")
@@ -201,7 +204,8 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
             scale=1.0 / math.sqrt(query.shape[-1]))
         probs = attention_probabilities(query, key, bias) if return_probabilities else None
     elif blockwise and not dropping:
-        context = memory_efficient_attention(query, key, value)
+        block = ATTENTION_BLOCK if chosen == "memory_efficient" else query.shape[1]
+        context = memory_efficient_attention(query, key, value, block=block)
         probs = attention_probabilities(query, key) if return_probabilities else None
     else:
         probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
@@ -247,7 +251,7 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
 
     Args:
         query, key, value: `[B, N, h, k]`, N known when traced.
-        block: int. Queries per block, at most.
+        block: int. Queries per block, at most; with N or more, one block and no loop.
 
     Returns:
         The context `[B, N, h, k]`, in the query's dtype.
@@ -263,6 +267,8 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
         return ops.pad(x, [(0, 0), (0, 0), (0, count * size - length), (0, 0)]) if padded else x
 
     def rows(x, i):  # block i of `x` along axis 2: [B, h, size, ...]
+        if count == 1:
+            return x
         starts = [0] * len(x.shape)
         starts[2] = i * size
         sizes = list(ops.shape(x))
@@ -289,7 +295,11 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
             context = ops.cast(ops.cast(context, "float32") / total, dtype)  # [B, h, size, k]
             return carry, (context, peak + ops.log(total))
 
-        _, (contexts, sums) = sequential_scan(step, (), count)
+        if count == 1:  # no loop
+            _, (context, log_sum) = step((), 0)
+            contexts, sums = context[None], log_sum[None]
+        else:
+            _, (contexts, sums) = sequential_scan(step, (), count)
         context = ops.transpose(joined(contexts)[:, :, :length], (0, 2, 1, 3))
         return context, joined(sums)  # [B, N, h, k], [B, h, N', 1]
 
