@@ -36,11 +36,8 @@ CHOICES = {
     # (cuDNN flash attention under JAX on a GPU); "memory_efficient", blocks of queries in
     # turn, whose backward pass keeps only the queries, keys, values, the context and each
     # row's log-sum-exp and recomputes each block's probabilities
-    # (`memory_efficient_attention`): no `[B, h, N, N]` tensor is ever whole; "recompute", the
-    # same custom gradient on all the queries at once, without a loop: the probabilities are
-    # made whole, but kept for no backward pass, which computes them again (selective
-    # activation recomputation, Korthikanti et al. 2022).
-    "attention": ("products", "fused", "memory_efficient", "recompute"),
+    # (`memory_efficient_attention`): no `[B, h, N, N]` tensor is ever whole.
+    "attention": ("products", "fused", "memory_efficient"),
     # The encoder block's input in training: "plain" (the identity), or "barrier", the
     # identity whose backward pass computes the residual stream's gradient once per block
     # (`gradient_barrier`).
@@ -192,9 +189,9 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
     """
     dropping = training and dropout is not None and dropout.rate > 0
     chosen = route("attention", training)
-    recomputing = chosen in ("memory_efficient", "recompute")
-    blockwise = recomputing and bias is None and query.shape[1] is not None
-    if chosen != "products" and (dropping or (recomputing and not blockwise)):
+    blockwise = chosen == "memory_efficient" and bias is None and query.shape[1] is not None
+    if chosen in ("fused", "memory_efficient") and (dropping or (
+            chosen == "memory_efficient" and not blockwise)):
         _fell_back(chosen, "dropout on the attention probabilities in training" if dropping
                    else "a bias on the logits (relative position embeddings)"
                    if bias is not None else "a sequence length unknown when traced")
@@ -204,8 +201,7 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
             scale=1.0 / math.sqrt(query.shape[-1]))
         probs = attention_probabilities(query, key, bias) if return_probabilities else None
     elif blockwise and not dropping:
-        block = ATTENTION_BLOCK if chosen == "memory_efficient" else query.shape[1]
-        context = memory_efficient_attention(query, key, value, block=block)
+        context = memory_efficient_attention(query, key, value)
         probs = attention_probabilities(query, key) if return_probabilities else None
     else:
         probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]

@@ -470,7 +470,7 @@ def test_the_rows_route_feeds_each_matmul_to_its_bias_add():
     (dict(attn="fused"), "Unknown route choice 'attn'. Expected some of 'attention', "
                          "'block_input'"),
     (dict(attention="flash"), "Route 'attention' must be one of 'auto', 'products', 'fused', "
-                              "'memory_efficient', 'recompute'. Received: 'flash'"),
+                              "'memory_efficient'. Received: 'flash'"),
 ])
 def test_bad_route_choices_name_the_problem(value, message):
     with pytest.raises(ValueError, match=message):
