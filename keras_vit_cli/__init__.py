@@ -28,7 +28,7 @@ import tempfile
 import warnings
 
 from keras_vit_cli.catalog import library_module
-from keras_vit_cli.common import select_backend
+from keras_vit_cli.arguments import select_backend
 from keras_vit_cli.errors import FAILURE, USAGE_ERROR, describe, one_line
 from keras_vit_cli.interrupts import Interrupts
 from keras_vit_cli.streams import (

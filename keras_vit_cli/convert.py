@@ -8,14 +8,9 @@ from_preset(OUT)` loads it with its preprocessor)."""
 
 import argparse
 
-from keras_vit_cli.common import (
-    add_model_arguments,
-    check_model_paths,
-    check_new_file,
-    check_output_folder,
-    model_from_args,
-    model_stage,
-)
+from keras_vit_cli.arguments import add_model_arguments
+from keras_vit_cli.preflight import check_model_paths, check_new_file, check_output_folder
+from keras_vit_cli.common import model_from_args, model_stage
 from keras_vit_cli.progress import Progress, add_progress_arguments
 
 FORMATS = (".keras", ".weights.h5", ".npz", ".safetensors")

@@ -5,26 +5,30 @@ Each ends with a table naming the images it used and how many (`--json`: one JSO
 instead). `evaluate` reports top-5 accuracy for a model of more than 5 classes only (where it
 means something): otherwise the table has no top-5 row and the JSON `top5` is null."""
 
-from keras_vit_cli.common import (
+from keras_vit_cli.arguments import (
     add_class_names_argument,
     add_data_arguments,
     add_model_arguments,
+    list_arg,
+    number_arg,
+)
+from keras_vit_cli.preflight import (
     check_class_names_file,
     check_data_folder,
     check_model_paths,
     check_output_folder,
     check_strategy,
+)
+from keras_vit_cli.common import (
     class_names_from_args,
     data_num_classes,
     data_source,
     data_split,
     describe_split,
     input_size,
-    list_arg,
     load_data,
     model_from_args,
     model_stage,
-    number_arg,
     undecodable_files_named,
 )
 from keras_vit_cli.progress import Progress, add_progress_arguments, bars_on_stderr

@@ -4,19 +4,19 @@ import importlib.util
 import os
 import sys
 
-from keras_vit_cli.common import (
+from keras_vit_cli.arguments import (
     add_class_names_argument,
     add_model_arguments,
+    int_arg,
+    positive_int_arg,
+)
+from keras_vit_cli.preflight import (
     check_class_names_file,
     check_model_paths,
     check_new_file,
     check_output_folder,
-    class_names_from_args,
-    int_arg,
-    model_from_args,
-    model_stage,
-    positive_int_arg,
 )
+from keras_vit_cli.common import class_names_from_args, model_from_args, model_stage
 from keras_vit_cli.progress import Progress, add_progress_arguments
 
 # Random images the TFLite and ONNX exports compare their file and Keras on.

@@ -1,14 +1,13 @@
 """`keras-vit inspect IMAGE... --out DIR`: attention maps and the paper's Figure 7."""
 
-from keras_vit_cli.common import (
-    add_model_arguments,
+from keras_vit_cli.arguments import add_model_arguments
+from keras_vit_cli.preflight import (
     check_images_exist,
     check_model_flag_conflicts,
     check_model_paths,
     check_output_folder,
-    model_from_args,
-    model_stage,
 )
+from keras_vit_cli.common import model_from_args, model_stage
 from keras_vit_cli.progress import Progress, add_progress_arguments
 from keras_vit_cli.summaries import images as image_count
 

@@ -1,18 +1,13 @@
 """`keras-vit predict IMAGE...`: the top classes of each image."""
 
-from keras_vit_cli.common import (
-    add_class_names_argument,
-    add_model_arguments,
+from keras_vit_cli.arguments import add_class_names_argument, add_model_arguments, positive_int_arg
+from keras_vit_cli.preflight import (
     check_class_names_file,
     check_images_exist,
     check_model_flag_conflicts,
     check_model_paths,
-    class_names_from_args,
-    input_size,
-    model_from_args,
-    model_stage,
-    positive_int_arg,
 )
+from keras_vit_cli.common import class_names_from_args, input_size, model_from_args, model_stage
 from keras_vit_cli.progress import Progress, add_progress_arguments
 from keras_vit_cli.summaries import images as image_count
 

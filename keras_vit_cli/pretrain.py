@@ -12,20 +12,20 @@ so that `keras-vit train --weights OUT/encoder.npz` fine-tunes it with a new hea
 the same command again after an interruption resumes from the last finished epoch.
 """
 
-from keras_vit_cli.common import (
+from keras_vit_cli.arguments import (
     add_data_arguments,
     add_model_arguments,
     add_run_arguments,
-    check_data_folder,
-    check_model_paths,
-    check_run_flags,
+    number_arg,
+)
+from keras_vit_cli.preflight import check_data_folder, check_model_paths, check_run_flags
+from keras_vit_cli.common import (
     data_num_classes,
     fit_from_args,
     input_size,
     model_from_args,
-    number_arg,
-    run_architecture,
     require_architecture,
+    run_architecture,
     start_run,
 )
 from keras_vit_cli.summaries import add_json_argument, print_training

@@ -9,18 +9,18 @@ on a finished run it says so (`--overwrite` starts over). It ends with a table o
 trained on, the best epoch and the files written (`--json`: one JSON object instead).
 """
 
-from keras_vit_cli.common import (
+from keras_vit_cli.arguments import (
     add_data_arguments,
     add_model_arguments,
     add_run_arguments,
-    check_data_folder,
-    check_model_paths,
-    check_run_flags,
+    number_arg,
+)
+from keras_vit_cli.preflight import check_data_folder, check_model_paths, check_run_flags
+from keras_vit_cli.common import (
     data_num_classes,
     fit_from_args,
     input_size,
     model_from_args,
-    number_arg,
     run_architecture,
     start_run,
 )

@@ -14,20 +14,21 @@ skips the finished tasks and resumes the interrupted one; more --tasks are added
 
 import os
 
-from keras_vit_cli.common import (
+from keras_vit_cli.arguments import (
     add_model_arguments,
-    check_output_folder,
     add_xla_arguments,
-    check_model_paths,
-    check_precision,
-    check_strategy,
     list_arg,
-    model_from_args,
     number_arg,
     positive_int_arg,
-    require_architecture,
     seed_arg,
 )
+from keras_vit_cli.preflight import (
+    check_model_paths,
+    check_output_folder,
+    check_precision,
+    check_strategy,
+)
+from keras_vit_cli.common import model_from_args, require_architecture
 from keras_vit_cli.summaries import add_json_argument, print_result
 
 

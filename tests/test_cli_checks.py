@@ -208,49 +208,49 @@ def test_missing_inputs_are_refused_before_tensorflow_starts(tmp_path, case):
 
 
 def test_registry_names_and_urls_are_left_to_the_library():
-    from keras_vit_cli import common
+    from keras_vit_cli import preflight
     from keras_vit_cli.catalog import registry_entries
 
     for source in ("default", "digits", "https://example.com/w.npz", "file:///x/w.npz",
                    "hf://timm/vit_tiny", "imagenet21k/ViT-B_16", "not-a-name"):
-        common.check_model_paths(argparse.Namespace(model=None, weights=source))
+        preflight.check_model_paths(argparse.Namespace(model=None, weights=source))
     for entry in registry_entries():
-        common.check_model_paths(argparse.Namespace(model="B/16", weights=entry["name"]))
+        preflight.check_model_paths(argparse.Namespace(model="B/16", weights=entry["name"]))
 
 
 def test_existing_inputs_pass_the_checks(tmp_path):
-    from keras_vit_cli import common
+    from keras_vit_cli import preflight
 
     (tmp_path / "w.npz").write_bytes(b"")
     (tmp_path / "m.keras").write_bytes(b"")
     (tmp_path / "names.txt").write_text("a\n")
     args = argparse.Namespace(model=str(tmp_path / "m.keras"), weights=str(tmp_path / "w.npz"),
                               class_names=str(tmp_path / "names.txt"), folder=str(tmp_path))
-    common.check_model_paths(args)
-    common.check_class_names_file(args)
-    common.check_data_folder(args)
+    preflight.check_model_paths(args)
+    preflight.check_class_names_file(args)
+    preflight.check_data_folder(args)
 
 
 def test_unreadable_inputs_are_refused_before_anything_is_read(tmp_path, monkeypatch):
-    from keras_vit_cli import common
+    from keras_vit_cli import preflight
 
     for name in ("img.png", "w.npz", "m.keras", "names.txt"):
         (tmp_path / name).write_bytes(b"x")
     # This suite may run as root, who reads any file: the process is told it may not.
-    monkeypatch.setattr(common.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(preflight.os, "access", lambda path, mode: False)
     with pytest.raises(PermissionError, match=r"Image file .*img.png cannot be read"):
-        common.check_images_exist([str(tmp_path / "img.png")])
+        preflight.check_images_exist([str(tmp_path / "img.png")])
     for check, args, phrase in [
-            (common.check_model_paths, dict(model=None, weights=str(tmp_path / "w.npz")),
+            (preflight.check_model_paths, dict(model=None, weights=str(tmp_path / "w.npz")),
              "checkpoint file .*w.npz"),
-            (common.check_model_paths, dict(model=str(tmp_path / "m.keras"), weights=None),
+            (preflight.check_model_paths, dict(model=str(tmp_path / "m.keras"), weights=None),
              "--model .*m.keras"),
-            (common.check_class_names_file, dict(class_names=str(tmp_path / "names.txt")),
+            (preflight.check_class_names_file, dict(class_names=str(tmp_path / "names.txt")),
              "Class-names file .*names.txt")]:
         with pytest.raises(PermissionError, match=phrase + " cannot be read"):
             check(argparse.Namespace(**args))
     with pytest.raises(PermissionError, match="Image folder .* cannot be read"):
-        common.check_data_folder(argparse.Namespace(folder=str(tmp_path)))
+        preflight.check_data_folder(argparse.Namespace(folder=str(tmp_path)))
 
 
 def test_the_lists_read_without_tensorflow_are_the_library_s():

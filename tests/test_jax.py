@@ -124,10 +124,10 @@ def test_the_compilation_cache_needs_jax(tmp_path):
 
 @pytest.mark.parametrize("backend", ["jax"])
 def test_backend_flag_is_refused_once_keras_runs_on_another(backend):
-    from keras_vit_cli import common
+    from keras_vit_cli import arguments
 
     with pytest.raises(ValueError, match="Keras is already running on tensorflow"):
-        common.select_backend(backend)
+        arguments.select_backend(backend)
 
 
 VTAB_ON_JAX = textwrap.dedent("""
