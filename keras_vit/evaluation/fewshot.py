@@ -1,0 +1,139 @@
+"""Few-shot linear evaluation (big_vision `fewshot_lsr`: a closed-form regularised least-squares
+fit onto {-1, 1}^K targets on k images per class) and a linear probe on frozen features."""
+
+import keras
+import numpy as np
+
+from keras_vit.checks import check_positive_number
+
+# big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
+BIAS_FEATURE = 100.0
+# Shots and L2 regularisation values reported by default (the paper reports 1, 5, 10, 25).
+DEFAULT_SHOTS = (1, 5, 10, 25)
+DEFAULT_L2_REGS = tuple(2.0**i for i in range(-6, 11, 2))
+
+
+def _whiten(train, test):
+    mean = train.mean(axis=0, keepdims=True)
+    std = train.std(axis=0, keepdims=True) + 1e-5
+
+    def prepare(x):
+        x = (x - mean) / std
+        return np.concatenate([x, np.full((len(x), 1), BIAS_FEATURE)], axis=1)
+
+    return prepare(train), prepare(test)
+
+
+def lsr_weights(features, labels, num_classes, l2_reg):
+    """Ridge regression of {-1, 1} one-hot targets on the features (closed form).
+
+    Solves `min_w |X w - Y|^2 + l2_reg |w|^2` through whichever of `X^T X` (D x D) or `X X^T`
+    (N x N) is smaller, as big_vision's fewshot_lsr does.
+
+    Args:
+        features: [N, D] (already whitened, with the bias feature).
+        labels: [N] ints in [0, num_classes).
+        num_classes: int.
+        l2_reg: float > 0.
+
+    Returns:
+        w: [D, num_classes].
+    """
+    l2_reg = check_positive_number("l2_reg", l2_reg)
+    x = np.asarray(features, np.float64)
+    y = 2.0 * np.eye(num_classes)[np.asarray(labels)] - 1.0
+    n, d = x.shape
+    if n >= d:
+        return np.linalg.solve(x.T @ x + l2_reg * np.eye(d), x.T @ y)
+    return x.T @ np.linalg.solve(x @ x.T + l2_reg * np.eye(n), y)
+
+
+def sample_shots(labels, shots, seed=0):
+    """Indices of `shots` examples of every class, drawn without replacement.
+
+    Raises:
+        ValueError: if a class has fewer than `shots` examples.
+    """
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(labels, return_counts=True)
+    if counts.min() < shots:
+        smallest = classes[np.argmin(counts)]
+        raise ValueError(
+            f"{shots}-shot needs {shots} examples of every class, but class {smallest} has only "
+            f"{counts.min()}. Expected shots <= {counts.min()}."
+        )
+    picks = [rng.choice(np.flatnonzero(labels == c), shots, replace=False) for c in classes]
+    return np.concatenate(picks)
+
+
+def fewshot_accuracy(train_features, train_labels, test_features, test_labels, shots, l2_reg,
+                     num_classes=None, seed=0):
+    """Accuracy of the closed-form linear classifier fit on `shots` examples per class."""
+    num_classes = num_classes or int(max(train_labels.max(), test_labels.max())) + 1
+    index = sample_shots(train_labels, shots, seed)
+    train, test = _whiten(np.asarray(train_features[index], np.float64),
+                          np.asarray(test_features, np.float64))
+    w = lsr_weights(train, train_labels[index], num_classes, l2_reg)
+    return float(np.mean(np.argmax(test @ w, axis=1) == np.asarray(test_labels)))
+
+
+def fewshot_table(train_features, train_labels, test_features, test_labels,
+                  shots=DEFAULT_SHOTS, l2_regs=DEFAULT_L2_REGS, seed=0):
+    """Few-shot accuracy for every (shots, l2_reg), and the best l2_reg for each shots.
+
+    Returns:
+        dict with `accuracy` {shots: {l2_reg: accuracy}}, `best` {shots: (l2_reg, accuracy)},
+        and the sizes used: `num_classes`, `train_examples` (the images the shots are drawn
+        from) and `test_examples` (the images every accuracy is measured on).
+    """
+    l2_regs = [check_positive_number("l2_regs", reg) for reg in l2_regs]
+    num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
+    accuracy = {
+        k: {reg: fewshot_accuracy(train_features, train_labels, test_features, test_labels, k,
+                                  reg, num_classes, seed) for reg in l2_regs}
+        for k in shots
+    }
+    best = {k: max(row.items(), key=lambda item: item[1]) for k, row in accuracy.items()}
+    return {"accuracy": accuracy, "best": best, "num_classes": num_classes,
+            "train_examples": len(train_labels), "test_examples": len(test_labels)}
+
+
+def format_fewshot_table(table):
+    """The few-shot table as Markdown: one row per l2_reg, one column per shots, and the best."""
+    shots = list(table["accuracy"])
+    regs = list(next(iter(table["accuracy"].values())))
+    lines = ["| l2 reg | " + " | ".join(f"{k}-shot" for k in shots) + " |",
+             "|---" * (len(shots) + 1) + "|"]
+    for reg in regs:
+        cells = [f"{table['accuracy'][k][reg]:.2%}" for k in shots]
+        lines.append(f"| {reg:g} | " + " | ".join(cells) + " |")
+    best = [f"**{table['best'][k][1]:.2%}** (l2 {table['best'][k][0]:g})" for k in shots]
+    lines.append("| best | " + " | ".join(best) + " |")
+    return "\n".join(lines)
+
+
+def linear_probe(train_features, train_labels, test_features, test_labels, epochs=100,
+                 learning_rate=0.01, weight_decay=1e-4, batch_size=256, seed=0):
+    """Logistic regression on frozen (whitened) features, trained with `model.fit`.
+
+    Returns:
+        dict with `accuracy` and `loss` on the test features, and the fitted `model`.
+    """
+    num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
+    mean = train_features.mean(axis=0, keepdims=True)
+    std = train_features.std(axis=0, keepdims=True) + 1e-5
+    keras.utils.set_random_seed(seed)
+    probe = keras.Sequential([
+        keras.Input((train_features.shape[1],)),
+        keras.layers.Dense(num_classes, kernel_initializer="zeros", name="probe"),
+    ])
+    probe.compile(
+        optimizer=keras.optimizers.AdamW(learning_rate, weight_decay=weight_decay),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    probe.fit((train_features - mean) / std, train_labels, epochs=epochs, batch_size=batch_size,
+              verbose=0, shuffle=True)
+    loss, accuracy = probe.evaluate((test_features - mean) / std, test_labels, verbose=0)
+    return {"accuracy": float(accuracy), "loss": float(loss), "model": probe}
