@@ -413,3 +413,11 @@ def test_a_preset_handle_not_in_the_cache_offline_is_one_line_naming_the_file(hu
         keras_vit.from_pretrained("kaggle://keras/vit/keras/vit_tiny_test/1")
     message = str(raised.value)
     assert "task.weights.h5" in message and "\n" not in message and "cache" in message
+
+
+def test_a_handle_keras_hub_cannot_parse_is_one_line_naming_it(hub):
+    with pytest.raises(ValueError) as raised:
+        keras_vit.from_pretrained("kaggle://keras/vit")
+    message = str(raised.value)
+    assert message.startswith("kaggle://keras/vit is not a preset handle keras-hub takes")
+    assert "kaggle://{org}/{model}/keras/{variant}" in message and "\n" not in message

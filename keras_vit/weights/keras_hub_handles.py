@@ -74,7 +74,8 @@ def fetch_preset(source):
     Raises:
         CheckpointError: if the preset lacks a file every ViT preset has.
         DownloadError: naming the file, where keras-hub could not fetch it (offline and not
-            in its cache, a handle it refuses, no access).
+            in its cache, no access).
+        ValueError: for a handle keras-hub cannot parse (`kaggle://keras/vit`).
         ImportError: naming `pip install keras-hub`, if keras-hub is not installed.
     """
     import_keras_hub()
@@ -92,7 +93,13 @@ def fetch_preset(source):
             if offline:
                 raise DownloadError(_handle_advice(source, name, e)) from None
             raise CheckpointError(f"{source}: the keras-hub preset has no {name}.") from None
-        except (OSError, ValueError, KeyError) as e:  # network, access, handle: keras-hub's
+        except ValueError as e:  # keras-hub's word for a handle it cannot parse, and others
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if first.startswith(("Unexpected", "Unknown preset")):
+                raise ValueError(f"{source} is not a preset handle keras-hub takes ({first[:400]})"
+                                 ) from None
+            raise DownloadError(_handle_advice(source, name, e)) from None
+        except (OSError, KeyError) as e:  # network, access: keras-hub's and kagglehub's
             raise DownloadError(_handle_advice(source, name, e)) from None
         here = os.path.dirname(path)
         if folder is not None and here != folder:
