@@ -10,7 +10,7 @@ official code's encoder module), so that its variables' paths are still the chec
 import keras
 
 from keras_vit.checks import check_bool, check_positive_int
-from keras_vit.encoder_ops import can_scan, remat_call, scan_layers
+from keras_vit.implementations import can_scan, remat_call, scan_layers
 from keras_vit.layer_config import ConfigArgs
 from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON, TransformerBlock, block_args
 

@@ -19,14 +19,15 @@ Examples:
 
 import contextlib
 import contextvars
-import math
 import warnings
 
 import keras
 from keras import ops
 
 from keras_vit.devices import on_cpu
-from keras_vit.encoder_ops import after, sequential_scan
+from keras_vit.implementations import (attention_probabilities, fused_attention,
+                                       gradient_barrier, memory_efficient_attention,
+                                       recomputed_gelu, recomputed_layer_norm)
 
 # Every choice and its implementations; "auto" (or leaving it out) is the measured default.
 CHOICES = {
@@ -149,21 +150,8 @@ def route(name, training, dtype="float32"):
 
 
 # --------------------------------------------------------------------------------------------
-# Attention.
-
-
-def attention_probabilities(query, key, bias=None):
-    """softmax(q k^T / sqrt(k) + bias) per head: `[B, N, h, k]` query and key ->
-    `[B, h, N, N]`.
-
-    The softmax runs in float32 at least, so that mixed precision does not overflow; the
-    result has the query's dtype.
-    """
-    scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
-    logits = ops.cast(ops.einsum("bqhk,bshk->bhqs", query * scale, key), "float32")
-    if bias is not None:
-        logits = logits + ops.cast(bias, "float32")  # logits = [B, h, N, N]
-    return ops.cast(ops.softmax(logits, axis=-1), query.dtype)
+# The dispatch: each piece of the model by the route chosen for it (the implementations are in
+# `keras_vit.implementations`).
 
 
 def dot_product_attention(query, key, value, bias=None, dropout=None, training=False,
@@ -182,32 +170,39 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
     The fused and memory-efficient routes drop nothing: with dropout on the probabilities in
     training, the products run. The memory-efficient route also takes no bias (relative
     position embeddings) and needs the sequence length when the function is traced: else
-    the products run.
+    the products run. Either says so once per process (a warning naming the reason).
 
     Returns:
         The context `[B, N, h, k]`, or `(context, probabilities)`.
     """
     dropping = training and dropout is not None and dropout.rate > 0
     chosen = route("attention", training)
-    blockwise = chosen == "memory_efficient" and bias is None and query.shape[1] is not None
-    if chosen in ("fused", "memory_efficient") and (dropping or (
-            chosen == "memory_efficient" and not blockwise)):
-        _fell_back(chosen, "dropout on the attention probabilities in training" if dropping
-                   else "a bias on the logits (relative position embeddings)"
-                   if bias is not None else "a sequence length unknown when traced")
-    if chosen == "fused" and not dropping:
-        context = ops.dot_product_attention(
-            query, key, value, bias=None if bias is None else ops.cast(bias, query.dtype),
-            scale=1.0 / math.sqrt(query.shape[-1]))
-        probs = attention_probabilities(query, key, bias) if return_probabilities else None
-    elif blockwise and not dropping:
-        context = memory_efficient_attention(query, key, value)
-        probs = attention_probabilities(query, key) if return_probabilities else None
-    else:
+    reason = _why_not(chosen, dropping, bias, query.shape[1])
+    if reason:
+        _fell_back(chosen, reason)
+        chosen = "products"
+    if chosen == "products":
         probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
         dropped = dropout(probs, training=training) if dropping else probs
         context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
+    else:
+        context = (fused_attention(query, key, value, bias) if chosen == "fused"
+                   else memory_efficient_attention(query, key, value))
+        probs = attention_probabilities(query, key, bias) if return_probabilities else None
     return (context, probs) if return_probabilities else context
+
+
+def _why_not(chosen, dropping, bias, length):
+    """Why the attention route `chosen` cannot compute this call, or None."""
+    if chosen == "products":
+        return None
+    if dropping:
+        return "dropout on the attention probabilities in training"
+    if chosen == "memory_efficient" and bias is not None:
+        return "a bias on the logits (relative position embeddings)"
+    if chosen == "memory_efficient" and length is None:
+        return "a sequence length unknown when traced"
+    return None
 
 
 # The (route, reason) pairs already reported in this process: each is said once.
@@ -225,131 +220,6 @@ def _fell_back(chosen, reason):
                   stacklevel=3)
 
 
-# Queries per block of the memory-efficient attention, at most: the sequence is cut into
-# the fewest blocks of at most this many, all of one size (the last padded).
-ATTENTION_BLOCK = 128
-
-
-def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
-    """softmax(q k^T / sqrt(k)) v per head over blocks of queries, one block after the other,
-    with a custom gradient that keeps only the queries, keys, values, the context and each
-    query's log-sum-exp of logits, and recomputes each block's probabilities in the backward
-    pass (Rabe and Staats 2021, "Self-attention does not need O(n^2) memory"; the backward of
-    FlashAttention, Dao et al. 2022). At most one block's `[B, h, block, N]` logits are alive.
-
-    Matrix products run in the query's dtype and the softmax, its statistics and the
-    accumulated gradients in float32, as in `attention_probabilities`.
-
-    Every operation of the backward pass waits for the upstream gradient
-    (`encoder_ops.after`), so that a graph runtime cannot run one (a transposed copy, the
-    first block's probabilities) during the forward pass and hold its result until the
-    backward pass.
-
-    Args:
-        query, key, value: `[B, N, h, k]`, N known when traced.
-        block: int. Queries per block, at most; with N or more, one block and no loop.
-
-    Returns:
-        The context `[B, N, h, k]`, in the query's dtype.
-    """
-    length, depth = query.shape[1], query.shape[-1]
-    count = -(-length // block)
-    size = -(-length // count)  # queries per block
-    scale = 1.0 / math.sqrt(depth)
-    dtype = query.dtype
-
-    def heads_first(x, padded=False):  # [B, N, h, ...] -> [B, h, N, ...], queries padded
-        x = ops.transpose(x, (0, 2, 1, 3))
-        return ops.pad(x, [(0, 0), (0, 0), (0, count * size - length), (0, 0)]) if padded else x
-
-    def rows(x, i):  # block i of `x` along axis 2: [B, h, size, ...]
-        if count == 1:
-            return x
-        starts = [0] * len(x.shape)
-        starts[2] = i * size
-        sizes = list(ops.shape(x))
-        sizes[2] = size
-        return ops.slice(x, starts, sizes)
-
-    def joined(blocks):  # [count, B, h, size, ...] -> [B, h, N', ...], the padding kept
-        x = ops.moveaxis(blocks, 0, 2)  # [B, h, count, size, ...]
-        return ops.reshape(x, (*ops.shape(x)[:2], count * size, *ops.shape(x)[4:]))
-
-    def logits_of(q, k, i):  # the scaled logits of block i in float32: [B, h, size, N]
-        return ops.cast(ops.einsum("bhqk,bhsk->bhqs", rows(q, i) * ops.cast(scale, dtype), k),
-                        "float32")
-
-    def forward(q, k, v):  # heads first, the queries padded
-        def step(carry, i):
-            logits = logits_of(q, k, i)
-            peak = ops.max(logits, axis=-1, keepdims=True)  # [B, h, size, 1]
-            weights = ops.exp(logits - peak)
-            total = ops.sum(weights, axis=-1, keepdims=True)
-            # The context of the unnormalised weights, then divided: the division runs on
-            # `[B, h, size, k]`, not on the probabilities' `[B, h, size, N]`.
-            context = ops.einsum("bhqs,bhsk->bhqk", ops.cast(weights, dtype), v)
-            context = ops.cast(ops.cast(context, "float32") / total, dtype)  # [B, h, size, k]
-            return carry, (context, peak + ops.log(total))
-
-        if count == 1:  # no loop
-            _, (context, log_sum) = step((), 0)
-            contexts, sums = context[None], log_sum[None]
-        else:
-            _, (contexts, sums) = sequential_scan(step, (), count)
-        context = ops.transpose(joined(contexts)[:, :, :length], (0, 2, 1, 3))
-        return context, joined(sums)  # [B, N, h, k], [B, h, N', 1]
-
-    def backward(q, k, v, context, log_sums, upstream):
-        q, k, v, log_sums = after((q, k, v, log_sums), upstream)
-        g = heads_first(ops.cast(upstream, dtype), padded=True)  # [B, h, N', k]
-        # The rows' sum of upstream gradient times context: softmax's backward term.
-        g_dot_o = ops.sum(ops.cast(upstream, "float32") * ops.cast(context, "float32"), -1)
-        g_dot_o = heads_first(g_dot_o[..., None], padded=True)  # [B, h, N', 1]
-
-        def block_grads(i):  # block i's d_q and its terms of d_k and d_v (float32)
-            probs = ops.exp(logits_of(q, k, i) - rows(log_sums, i))  # [B, h, size, N]
-            g_block = rows(g, i)  # [B, h, size, k]
-            d_v = ops.cast(ops.einsum("bhqs,bhqk->bhsk", ops.cast(probs, dtype), g_block),
-                           "float32")
-            d_probs = ops.cast(ops.einsum("bhqk,bhsk->bhqs", g_block, v), "float32")
-            # The gradient of the logits before their scale, which multiplies the `[.., k]`
-            # products below instead of the `[.., N]` logits.
-            d_logits = ops.cast(probs * (d_probs - rows(g_dot_o, i)), dtype)
-            d_k = ops.cast(ops.einsum("bhqs,bhqk->bhsk", d_logits, rows(q, i)), "float32")
-            d_q = ops.einsum("bhqs,bhsk->bhqk", d_logits, k)
-            return d_k * scale, d_v, d_q * ops.cast(scale, dtype)
-
-        # The first block starts the sums (zeros to start from would not wait for `upstream`).
-        d_k, d_v, d_q = block_grads(0)
-        if count > 1:
-            def step(carry, i):
-                d_k, d_v, d_q = block_grads(i + 1)
-                return (carry[0] + d_k, carry[1] + d_v), d_q
-
-            (d_k, d_v), rest = sequential_scan(step, (d_k, d_v), count - 1)
-            d_q = ops.concatenate([d_q[None], rest], axis=0)
-        else:
-            d_q = d_q[None]
-        return tuple(ops.cast(grad, x.dtype) for grad, x in zip((joined(d_q), d_k, d_v),
-                                                                  (q, k, v)))
-
-    @ops.custom_gradient
-    def attend(q, k, v):  # heads first, the queries padded
-        context, log_sums = forward(q, k, v)
-
-        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
-            return backward(q, k, v, context, log_sums,
-                            args[0] if upstream is None else upstream)
-
-        return context, grad
-
-    return attend(heads_first(query, padded=True), heads_first(key), heads_first(value))
-
-
-# --------------------------------------------------------------------------------------------
-# Per-token functions (the MLP).
-
-
 def per_token(fn, x, training=False):
     """`fn(x)` for a function `fn` of each token alone that keeps the width (the MLP), on
     `x = [B, N, D]` as it is (route "tokens") or on its `[B * N, D]` rows (route "rows")."""
@@ -363,87 +233,18 @@ def per_token(fn, x, training=False):
 def gelu(x, approximate, training=False):
     """GELU, the tanh approximation (`approximate`) or the exact one, as
     `keras.activations.gelu`; in training, by the chosen route for its backward pass."""
-    if not training or route("gelu", training, x.dtype) == "autodiff":
-        return keras.activations.gelu(x, approximate=approximate)
-
-    @ops.custom_gradient
-    def recompute(x):
-        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
-            g = args[0] if upstream is None else upstream
-            derivative = gelu_derivative(after(x, g), approximate)  # not before the backward
-            return ops.cast(ops.cast(g, "float32") * derivative, g.dtype)
-
-        return keras.activations.gelu(x, approximate=approximate), grad
-
-    return recompute(x)
-
-
-def gelu_derivative(x, approximate):
-    """d gelu(x) / dx in float32: with t = tanh(c (x + a x^3)), c = sqrt(2 / pi), a = 0.044715,
-    `0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)`; exact: `Phi(x) + x phi(x)`."""
-    x = ops.cast(x, "float32")
-    if approximate:
-        c, a = math.sqrt(2.0 / math.pi), 0.044715
-        t = ops.tanh(c * (x + a * x * x * x))
-        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * a * x * x)
-    cdf = 0.5 * (1.0 + ops.erf(x / math.sqrt(2.0)))
-    return cdf + x * ops.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    if training and route("gelu", training, x.dtype) == "recompute":
+        return recomputed_gelu(x, approximate)
+    return keras.activations.gelu(x, approximate=approximate)
 
 
 def layer_norm(layer, x, training=False):
     """`layer(x)` for a `keras.layers.LayerNormalization` over the last axis with scale and
     center; in training, by the chosen route for its backward pass. Both routes compute
     Keras' formula in float32 at least and return the layer's compute dtype."""
-    if not training or route("layer_norm", training, x.dtype) == "autodiff":
-        return layer(x)
-    epsilon = layer.epsilon
-
-    @ops.custom_gradient
-    def recompute(x, gamma, beta):
-        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
-            g = ops.cast(args[0] if upstream is None else upstream, "float32")
-            x32 = ops.cast(after(x, g), "float32")  # recomputed in the backward pass, not before
-            mean, variance = ops.moments(x32, axes=[-1], keepdims=True)
-            rstd = ops.rsqrt(variance + epsilon)
-            xhat = (x32 - mean) * rstd  # xhat = [..., D]
-            axes = tuple(range(len(x.shape) - 1))
-            d_xhat = g * ops.cast(gamma, "float32")
-            d_x = rstd * (d_xhat - ops.mean(d_xhat, axis=-1, keepdims=True)
-                          - xhat * ops.mean(d_xhat * xhat, axis=-1, keepdims=True))
-            return (ops.cast(d_x, x.dtype), ops.cast(ops.sum(g * xhat, axis=axes), gamma.dtype),
-                    ops.cast(ops.sum(g, axis=axes), beta.dtype))
-
-        y = ops.layer_normalization(x, gamma, beta, epsilon=epsilon)
-        return ops.cast(y, layer.compute_dtype), grad
-
-    return recompute(x, layer.gamma.value, layer.beta.value)
-
-
-# --------------------------------------------------------------------------------------------
-# The encoder block's input.
-
-
-def gradient_barrier(x):
-    """The identity, whose backward pass computes the incoming gradient once, into memory.
-
-    XLA's CPU backend (jaxlib 0.10) fuses the chain of additions that carries the residual
-    stream's gradient back through the encoder into every one of its consumers, so that each
-    block's backward recomputes the contributions of all the blocks above it: work quadratic
-    in depth. XLA does not duplicate a floating-point division into several consumers, so the
-    gradient `g / (1 + 0 * g)`, equal to `g` for every finite `g` (a non-finite one becomes
-    NaN), is materialised once. Being a custom reverse-mode gradient, it has no forward-mode
-    derivative (`jax.jvp` through it raises).
-    """
-
-    @ops.custom_gradient
-    def barrier(x):
-        def grad(*args, upstream=None):  # TensorFlow and JAX pass the upstream gradient
-            g = args[0] if upstream is None else upstream
-            return g / (1 + 0 * g)
-
-        return x, grad
-
-    return barrier(x)
+    if training and route("layer_norm", training, x.dtype) == "recompute":
+        return recomputed_layer_norm(layer, x)
+    return layer(x)
 
 
 def block_input(x, training=False):

@@ -16,7 +16,7 @@ import numpy as np
 
 from keras_vit.parallel import cluster
 from keras_vit.fileio import atomic_write, atomic_write_text, check_writable_dir, staging_dir
-from keras_vit.encoder_ops import random_states
+from keras_vit.implementations import random_states
 from keras_vit.checks import check_positive_int
 from keras_vit.weights import model_params
 from keras_vit.weights.config_json import read_json
