@@ -4,6 +4,12 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# XLA (TensorFlow's `jit_compile` and JAX, here and in the interpreters tests start, which
+# inherit this environment) compiles without LLVM's optimisation passes: the same programs
+# (XLA's own passes all run), computed within the tests' tolerances, compiled in less time.
+# Users' programs, and the benchmarks run from the command line, compile with XLA's defaults.
+os.environ["XLA_FLAGS"] = " ".join(
+    [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
 sys.path.insert(0, os.path.dirname(__file__))
 
 import keras  # noqa: E402

@@ -1,6 +1,6 @@
 """The JAX backend as a first-class path: `training.fit` with a recipe, a crash and a resume,
-checkpoints that TensorFlow loads, and `keras-vit train --backend jax`. Each runs in its own
-process (a process has one Keras backend)."""
+checkpoints that TensorFlow loads, and `keras-vit train --backend jax`. The scripts run in one
+JAX process on CPUs (a process has one Keras backend), the command line in its own."""
 
 import json
 import os
@@ -13,6 +13,7 @@ import pytest
 
 import keras_vit
 from keras_vit import weights
+from one_process import run_scripts
 
 TINY = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
             num_classes=3, dropout_rate=0.1)
@@ -61,16 +62,26 @@ FIT_ON_JAX = textwrap.dedent("""
 """)
 
 
-def run_jax(code, *args, cwd=None):
-    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
-                            text=True, env=env, cwd=cwd, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+@pytest.fixture(scope="module")
+def on_jax(tmp_path_factory):
+    """The JAX scripts of this file, run in one JAX process (on CPUs), and the folder each
+    wrote into (`on_jax.folder / name`)."""
+    folder = tmp_path_factory.mktemp("on_jax")
+    vtab_config = json.dumps({k: v for k, v in TINY.items()
+                              if k not in ("num_classes", "image_size", "dropout_rate")})
+    results = run_scripts({
+        "fit": (FIT_ON_JAX, [folder / "fit", json.dumps(TINY)]),
+        "vtab": (VTAB_ON_JAX, [folder / "vtab", vtab_config]),
+        "scan": (SCAN_ON_JAX, []), "lora": (LORA_ON_JAX, []), "barrier": (BARRIER_ON_JAX, []),
+        "remat": (REMAT_DROPOUT_ON_JAX, []),
+    }, env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3",
+                JAX_PLATFORMS="cpu"))  # CPUs, where the gradient barrier applies
+    results.folder = folder
+    return results
 
 
-def test_fit_on_jax_resumes_to_the_same_weights_and_tensorflow_loads_them(tmp_path):
-    out = run_jax(FIT_ON_JAX, tmp_path, json.dumps(TINY))
+def test_fit_on_jax_resumes_to_the_same_weights_and_tensorflow_loads_them(on_jax):
+    out, tmp_path = on_jax.stdout("fit"), on_jax.folder / "fit"
     assert json.loads(out.strip().splitlines()[-1])["finished"] is True
     resumed = weights.read_npz(tmp_path / "run" / "final.npz")
     uninterrupted = weights.read_npz(tmp_path / "ref" / "final.npz")
@@ -145,7 +156,7 @@ VTAB_ON_JAX = textwrap.dedent("""
 """)
 
 
-def test_vtab_on_jax(tmp_path):
+def test_vtab_on_jax(on_jax):
     """`keras-vit vtab --backend jax` runs the suite; its recorded accuracy is what the saved
     weights score in TensorFlow."""
     import csv
@@ -154,9 +165,8 @@ def test_vtab_on_jax(tmp_path):
 
     from keras_vit import vtab
 
-    config = json.dumps({k: v for k, v in TINY.items()
-                         if k not in ("num_classes", "image_size", "dropout_rate")})
-    assert run_jax(VTAB_ON_JAX, tmp_path / "vtab", config).strip().splitlines()[-1] == "0"
+    tmp_path = on_jax.folder
+    assert on_jax.stdout("vtab").strip().splitlines()[-1] == "0"
     with open(tmp_path / "vtab" / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["task"] for r in rows] == ["dtd", "dmlab"]
@@ -239,8 +249,8 @@ SCAN_ON_JAX = textwrap.dedent("""
 """)
 
 
-def test_scanned_encoder_trains_like_the_per_block_model_on_jax():
-    assert run_jax(SCAN_ON_JAX).strip().splitlines()[-1] == "ok"
+def test_scanned_encoder_trains_like_the_per_block_model_on_jax(on_jax):
+    assert on_jax.stdout("scan").strip().splitlines()[-1] == "ok"
 
 
 LORA_ON_JAX = textwrap.dedent("""
@@ -262,20 +272,18 @@ LORA_ON_JAX = textwrap.dedent("""
 """)
 
 
-def test_scanned_encoder_with_blocks_that_differ_runs_them_in_turn_on_jax():
-    assert run_jax(LORA_ON_JAX).strip().splitlines()[-1] == "ok"
+def test_scanned_encoder_with_blocks_that_differ_runs_them_in_turn_on_jax(on_jax):
+    assert on_jax.stdout("lora").strip().splitlines()[-1] == "ok"
 
 
 BARRIER_ON_JAX = textwrap.dedent("""
-    import os
-    os.environ["JAX_PLATFORMS"] = "cpu"  # the barrier is applied on CPUs
     import jax, jax.numpy as jnp, keras, numpy as np
     import keras_vit
-    from keras_vit import routes
+    from keras_vit import implementations, routes
 
     # The barrier is the identity forward and backward, for finite values.
     g = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32"))
-    out, vjp = jax.vjp(routes.gradient_barrier, g)
+    out, vjp = jax.vjp(implementations.gradient_barrier, g)
     assert (np.asarray(out) == np.asarray(g)).all() and (np.asarray(vjp(g)[0]) == g).all()
 
     config = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=4, num_heads=2,
@@ -318,8 +326,8 @@ BARRIER_ON_JAX = textwrap.dedent("""
 """)
 
 
-def test_gradient_barrier_changes_no_gradient_on_jax():
-    assert run_jax(BARRIER_ON_JAX).strip().splitlines()[-1] == "ok"
+def test_gradient_barrier_changes_no_gradient_on_jax(on_jax):
+    assert on_jax.stdout("barrier").strip().splitlines()[-1] == "ok"
 
 
 REMAT_DROPOUT_ON_JAX = textwrap.dedent("""
@@ -373,5 +381,5 @@ REMAT_DROPOUT_ON_JAX = textwrap.dedent("""
 """)
 
 
-def test_remat_with_dropout_matches_the_plain_block_on_jax():
-    assert run_jax(REMAT_DROPOUT_ON_JAX).strip().splitlines()[-1] == "ok"
+def test_remat_with_dropout_matches_the_plain_block_on_jax(on_jax):
+    assert on_jax.stdout("remat").strip().splitlines()[-1] == "ok"

@@ -293,7 +293,8 @@ def run_processes(count, out, crash_after=0, port=None):
     """FIT_PROCESS in `count` processes of one CPU device each (one without the cluster's
     environment when `count` is 1); their last lines, by process."""
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = " ".join(flag for flag in env.get("XLA_FLAGS", "").split()
+                                if "device_count" not in flag)  # one device per process
     tiny = json.dumps(dict(TINY, dropout_rate=0.0))
     running = []
     for index in range(count):

@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+import keras_vit
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "keras_vit"
 CLI = ROOT / "keras_vit_cli"
@@ -164,45 +166,47 @@ def test_help_and_models_start_without_tensorflow(argv):
                                                          "keras_vit")]
 
 
-SAVE_AND_LOAD = """
+LOAD_AFTER = """
 import sys
 import numpy as np
 {imports}
-path = sys.argv[1]
-model = load(path)
-print(model.predict(np.zeros((1, 16, 16, 3), np.float32), verbose=0).shape)
+import keras
+import tensorflow as tf
+print([keras.saving.get_registered_object(f"keras_vit>{{name}}") is not None
+       for name in ("TransformerBlock", "Encoder", "ScannedEncoder", "ResNetStem", "StdConv2D",
+                    "ViTModel")])
+model = {load}(sys.argv[1])
+print(tuple(model(np.zeros((1, 16, 16, 3), np.float32)).shape))
 """
 
 
-@pytest.mark.parametrize("imports", [
-    "import keras_vit\nimport keras\nload = keras.saving.load_model",
-    "import keras\nimport keras_vit\nload = keras.saving.load_model",
-    "import keras_vit\nimport tensorflow as tf\nload = tf.keras.models.load_model",
-    "from keras_vit.layers import TransformerBlock\nimport keras\nload = keras.saving.load_model",
-    "import keras_vit.resnet\nimport keras\nload = keras.saving.load_model",
+@pytest.fixture(scope="module")
+def keras_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("keras_file") / "vit.keras"
+    keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                  mlp_dim=8, num_classes=3).save(path)
+    return path
+
+
+@pytest.mark.parametrize("imports, load", [
+    ("import keras_vit", "keras.saving.load_model"),
+    ("import keras\nimport keras_vit", "keras.saving.load_model"),
+    ("import keras_vit\nimport tensorflow", "tf.keras.models.load_model"),
+    ("from keras_vit.layers import TransformerBlock", "keras.saving.load_model"),
+    ("import keras_vit.layers", "keras.saving.load_model"),
+    ("from keras_vit import resnet", "keras.saving.load_model"),
+    ("from keras_vit.model import ViT", "keras.saving.load_model"),
 ])
-def test_layers_are_registered_for_keras_files_whatever_the_import_order(tmp_path, imports):
-    path = tmp_path / "vit.keras"
-    run_python("import keras_vit\n"
-               "keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, "
-               f"num_heads=2, mlp_dim=8, num_classes=3).save({str(path)!r})")
-    result = subprocess.run([sys.executable, "-c", SAVE_AND_LOAD.format(imports=imports),
-                             str(path)], capture_output=True, text=True, timeout=300)
+def test_a_fresh_process_registers_every_layer_and_loads_keras_files_whatever_it_imports_first(
+        keras_file, imports, load):
+    """Whichever module of keras_vit a process imports first, every layer of the package is
+    registered with Keras, and a `.keras` file of a model loads."""
+    result = subprocess.run([sys.executable, "-c", LOAD_AFTER.format(imports=imports, load=load),
+                             str(keras_file)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().endswith("(1, 3)")
-
-
-@pytest.mark.parametrize("first", [
-    "from keras_vit.layers import TransformerBlock", "import keras_vit.layers",
-    "from keras_vit import resnet", "import keras_vit; keras_vit.layers", "import keras, keras_vit",
-    "from keras_vit.model import ViT",
-])
-def test_a_layer_module_imports_first_in_a_fresh_process_and_every_layer_registers(first):
-    out = run_python(f"{first}\nimport keras\n"
-                     "print([keras.saving.get_registered_object(f'keras_vit>{name}') is not None"
-                     "       for name in ('TransformerBlock', 'Encoder', 'ScannedEncoder',"
-                     "                    'ResNetStem', 'StdConv2D', 'ViTModel')])")
-    assert out.strip().splitlines()[-1] == str([True] * 6)
+    registered, shape = result.stdout.strip().splitlines()[-2:]
+    assert registered == str([True] * 6)
+    assert shape == "(1, 3)"
 
 
 # --------------------------------------------------------------------------------------------
