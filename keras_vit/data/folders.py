@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import images as image_ops
-from keras_vit.data.pipelines import AUTOTUNE, _augment_args, _pipeline, _Source
+from keras_vit.data.pipelines import AUTOTUNE, _augment_args, _pipeline, _Source, _as_written
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 
@@ -33,7 +33,8 @@ def find_corrupt_images(paths, max_pixels=image_ops.DEFAULT_MAX_PIXELS):
         with tf.control_dependencies([tf.shape(image)]):
             return tf.identity(index)
 
-    dataset = tf.data.Dataset.range(len(paths)).map(check, num_parallel_calls=AUTOTUNE)
+    dataset = tf.data.Dataset.range(len(paths)).map(_as_written(check),
+                                                   num_parallel_calls=AUTOTUNE)
     good = set(dataset.ignore_errors().as_numpy_iterator())
     bad = []
     for index in sorted(set(range(len(paths))) - good):

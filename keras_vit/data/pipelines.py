@@ -27,6 +27,13 @@ STREAM_SHUFFLE_BUFFER = 50_000
 AUTOTUNE = tf.data.AUTOTUNE
 
 
+def _as_written(fn):
+    """`fn` for `tf.data` to trace as it is written, without AutoGraph's rewriting of its
+    source (the rewrite runs for each function on its first trace in a process). keras_vit's
+    input functions branch on Python values only, never on a tensor."""
+    return tf.autograph.experimental.do_not_convert(fn)
+
+
 @dataclasses.dataclass
 class InputData:
     """A batched input pipeline and what `model.fit` needs to know about it.
@@ -201,11 +208,12 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
     if source.fetch is not None:
         epochs = tf.data.Dataset.range(start_epoch, np.iinfo(np.int64).max)
         pairs = epochs.flat_map(
-            lambda e: _epoch_indices(e, source.num_examples, steps, global_batch, seed)
+            _as_written(lambda e: _epoch_indices(e, source.num_examples, steps, global_batch,
+                                                seed))
         )
         pairs = pairs.shard(num_shards, shard_index)
         examples = pairs.map(
-            lambda e, i: prepare(e, i, *source.fetch(i)), num_parallel_calls=AUTOTUNE
+            _as_written(lambda e, i: prepare(e, i, *source.fetch(i))), num_parallel_calls=AUTOTUNE
         )
     else:
         stream = source.stream.shard(num_shards, shard_index)
@@ -213,7 +221,8 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
             min(STREAM_SHUFFLE_BUFFER, source.num_examples), seed=seed * 1_000_003 + start_epoch
         ).repeat()
         examples = stream.enumerate().map(
-            lambda i, example: prepare(tf.constant(start_epoch, tf.int64), i, *example),
+            _as_written(lambda i, example: prepare(tf.constant(start_epoch, tf.int64), i,
+                                                  *example)),
             num_parallel_calls=AUTOTUNE,
         )
     return examples.batch(batch_size, drop_remainder=True)
@@ -222,11 +231,12 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
 def _eval_dataset(source, batch_size, config):
     """The evaluation stream, preprocessed as the data config `config` says."""
     if source.fetch is not None:
-        examples = tf.data.Dataset.range(source.num_examples).map(source.fetch)
+        examples = tf.data.Dataset.range(source.num_examples).map(_as_written(source.fetch))
     else:
         examples = source.stream
     examples = examples.map(
-        lambda raw, label: (image_ops.eval_transform(source.load(raw), config), _int32(label)),
+        _as_written(lambda raw, label: (image_ops.eval_transform(source.load(raw), config),
+                                       _int32(label))),
         num_parallel_calls=AUTOTUNE,
     )
     return examples.batch(batch_size)

@@ -9,7 +9,7 @@ import socket
 
 import tensorflow as tf
 
-from keras_vit.data.pipelines import from_tf_dataset
+from keras_vit.data.pipelines import _as_written, from_tf_dataset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +125,9 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
     )
     label_feature = builder.info.features[spec.label]
     if spec.label_set:
-        dataset = dataset.map(lambda example: (example["image"], dict(
+        dataset = dataset.map(_as_written(lambda example: (example["image"], dict(
             label=example[spec.label],
-            label_set=_multi_hot(example[spec.label_set], label_feature.num_classes))))
+            label_set=_multi_hot(example[spec.label_set], label_feature.num_classes)))))
     return from_tf_dataset(dataset, num_classes=label_feature.num_classes,
                            image_size=image_size, batch_size=batch_size, training=training,
                            class_names=label_feature.names, seed=seed,

@@ -251,8 +251,10 @@ def task_data(task, split, *, image_size, batch_size, training, data_dir=None, m
     if isinstance(label, str):
         feature = label
         label = lambda example: example[feature]  # noqa: E731
-    dataset = dataset.map(lambda example: (example["image"], tf.cast(label(example), tf.int64)),
-                          num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.map(
+        pipelines._as_written(lambda example: (example["image"],
+                                              tf.cast(label(example), tf.int64))),
+        num_parallel_calls=tf.data.AUTOTUNE)
 
     def decode(raw):
         image = image_ops.decode_image(raw)
