@@ -8,7 +8,8 @@ resized crop (scale 0.08-1) and a horizontal flip to 224 px, batches of 64.
 
 Each round runs each loader in a fresh process, alternately, for `--epochs` passes over the
 folder; a process prints its images per second after its first batch (the pipeline's steady
-rate; start-up is the first batch's time, printed beside it) and its peak resident memory:
+rate; start-up is the time from building the loader to its first batch, printed beside it)
+and its peak resident memory:
 the larger of the kernel's high-water mark of the process itself and the peak of the summed
 memory of it and all its descendants (timm's workers are processes; tf.data's threads are the
 process's own), sampled every 20 ms from /proc (Linux).
@@ -85,8 +86,8 @@ class _TreeMemory:
 
 
 def _report(batch_times, images_per_batch, memory):
-    """One JSON line: the first batch's seconds, the steady images per second after it, and
-    the peak memory of the process tree."""
+    """One JSON line: the seconds from building the loader to its first batch, the steady
+    images per second after it, and the peak memory of the process tree."""
     steady = sum(batch_times[1:])
     print(json.dumps(dict(first_batch_s=batch_times[0],
                           images_per_s=images_per_batch * (len(batch_times) - 1) / steady,
@@ -97,8 +98,8 @@ def keras_vit_job(folder, epochs):
     memory = _TreeMemory()
     import keras_vit
 
+    times, last = [], time.perf_counter()  # the first batch's time includes the build
     data = keras_vit.data.from_folder(folder, image_size=SIZE, batch_size=BATCH, training=True)
-    times, last = [], time.perf_counter()
     for _images, _labels in data.dataset.take(epochs * (IMAGES // BATCH)):  # it repeats
         now = time.perf_counter()
         times.append(now - last)
@@ -115,13 +116,13 @@ def timm_job(folder, epochs):
     import torch
     from torchvision.datasets import ImageFolder
 
+    times, last = [], time.perf_counter()  # the first batch's time includes the build
     transform = timm.data.create_transform(SIZE, is_training=True, color_jitter=None,
                                            auto_augment=None, interpolation="bilinear")
     loader = torch.utils.data.DataLoader(ImageFolder(folder, transform), batch_size=BATCH,
                                          shuffle=True, drop_last=True,
                                          num_workers=os.cpu_count(),
                                          persistent_workers=True)
-    times, last = [], time.perf_counter()
     for _ in range(epochs):
         for _images, _labels in loader:
             now = time.perf_counter()
@@ -147,7 +148,7 @@ def compare(folder, rounds, epochs, timm_python):
                   f"first batch {result['first_batch_s']:.2f} s, peak RSS "
                   f"{result['peak_rss_bytes'] / 1e9:.2f} GB", file=sys.stderr, flush=True)
     print(f"| loader ({os.cpu_count()} cores, {IMAGES} JPEGs 500x375, batch {BATCH}, {SIZE} px) "
-          "| images/s (median) | first batch | peak RSS |\n|---|---|---|---|")
+          "| images/s (median) | building to the first batch | peak RSS |\n|---|---|---|---|")
     medians = {}
     for name, rows in results.items():
         medians[name] = {key: statistics.median(row[key] for row in rows)
