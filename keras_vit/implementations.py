@@ -6,9 +6,8 @@ the identity whose backward pass materialises its gradient (`gradient_barrier`);
 encoder's stack of blocks, each recomputed in the backward pass with the same dropout masks
 (`remat_call`) or scanned as one traced block over stacked weights (`scan_layers`).
 
-Each custom backward pass is a module-level function given to `with_gradient`, the one
-custom-gradient helper. The backend-specific code lives here, so that the layers hold no
-backend checks.
+Every custom backward pass goes through `with_gradient`, the one custom-gradient helper. The
+backend-specific code lives here, so that the layers hold no backend checks.
 """
 
 import math

@@ -89,6 +89,17 @@ FIT_DISTRIBUTED = textwrap.dedent("""
     results["mp_scan"], model = run("mp_scan", mp, scan=True)
     results["mp_scan_specs"] = specs(model, "Transformer/encoderblock_1/",
                                      "MlpBlock_3/Dense_0/kernel")
+    # The several-process test's reference: FIT_PROCESS's run in one process on one device.
+    keras.utils.set_random_seed(0)
+    keras.distribution.set_distribution(
+        keras_vit.get_distribution(devices=keras.distribution.list_devices()[:1]))
+    train = data.from_arrays(x, y, image_size=16, batch_size=16, training=True, seed=1)
+    val = data.from_arrays(x[:16], y[:16], image_size=16, batch_size=8, training=False)
+    summary = training.fit(keras_vit.ViT(**dict(tiny, dropout_rate=0.0)), train, val, epochs=2,
+                           output_dir=os.path.join(out, "one_process"), learning_rate=0.1,
+                           warmup_steps=1, verbose=0)
+    fed = keras.distribution.distribution().distribute_dataset(train.dataset)
+    results["one_process"] = dict(summary, fed=next(iter(fed))[1].numpy().tolist())
     print(json.dumps(results))
 """)
 
@@ -112,8 +123,15 @@ def assert_same_weights(got_path, want_path):
         np.testing.assert_allclose(got[key], value, rtol=0, atol=RTOL * scale, err_msg=key)
 
 
-def test_data_and_model_parallel_fit_match_one_device(tmp_path):
-    results = run_on_8_devices(FIT_DISTRIBUTED, tmp_path, json.dumps(TINY))
+@pytest.fixture(scope="module")
+def on_8_devices(tmp_path_factory):
+    """FIT_DISTRIBUTED's results, and the folder its runs wrote into."""
+    folder = tmp_path_factory.mktemp("on_8_devices")
+    return run_on_8_devices(FIT_DISTRIBUTED, folder, json.dumps(TINY)), folder
+
+
+def test_data_and_model_parallel_fit_match_one_device(on_8_devices):
+    results, tmp_path = on_8_devices
     one = results["one"]
     assert len(one) == 2 and one[0] != one[1]
     np.testing.assert_allclose(results["dp"], one, rtol=RTOL)
@@ -255,8 +273,7 @@ def test_fit_refuses_batches_that_do_not_split_before_it_writes(batch_size, vali
 FIT_PROCESS = textwrap.dedent("""
     import json, os, sys
     import keras, numpy as np
-    if "KERAS_DISTRIBUTION_NUM_PROCESSES" in os.environ:
-        keras.distribution.initialize()  # jax.distributed, from the environment
+    keras.distribution.initialize()  # jax.distributed, from the environment
     import jax
     import keras_vit
     from keras_vit import data, training
@@ -290,18 +307,17 @@ FIT_PROCESS = textwrap.dedent("""
 
 
 def run_processes(count, out, crash_after=0, port=None):
-    """FIT_PROCESS in `count` processes of one CPU device each (one without the cluster's
-    environment when `count` is 1); their last lines, by process."""
+    """FIT_PROCESS in a cluster of `count` processes of one CPU device each; their last
+    lines, by process."""
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
     env["XLA_FLAGS"] = " ".join(flag for flag in env.get("XLA_FLAGS", "").split()
                                 if "device_count" not in flag)  # one device per process
     tiny = json.dumps(dict(TINY, dropout_rate=0.0))
     running = []
     for index in range(count):
-        if count > 1:
-            env.update(KERAS_DISTRIBUTION_JOB_ADDRESSES=f"localhost:{port}",
-                       KERAS_DISTRIBUTION_NUM_PROCESSES=str(count),
-                       KERAS_DISTRIBUTION_PROCESS_ID=str(index))
+        env.update(KERAS_DISTRIBUTION_JOB_ADDRESSES=f"localhost:{port}",
+                   KERAS_DISTRIBUTION_NUM_PROCESSES=str(count),
+                   KERAS_DISTRIBUTION_PROCESS_ID=str(index))
         running.append(subprocess.Popen(
             [sys.executable, "-c", FIT_PROCESS, str(out), tiny, str(crash_after)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env)))
@@ -321,12 +337,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_processes_train_to_one_process_weights_and_resume(tmp_path):
+def test_two_processes_train_to_one_process_weights_and_resume(tmp_path, on_8_devices):
     """Two JAX processes on this machine (a localhost coordinator): each feeds its half of
     every batch; process 0 alone writes the run's files, each its own backup; crashed after
-    the first epoch and run again, they end with the weights of one process run straight."""
-    one = run_processes(1, tmp_path / "one")[0]
-    assert (one["processes"], one["devices"]) == (1, 1)
+    the first epoch and run again, they end with the weights of one process on one device run
+    straight (FIT_PROCESS's run, in FIT_DISTRIBUTED's process)."""
+    one, reference = on_8_devices[0]["one_process"], on_8_devices[1] / "one_process"
     crashed = run_processes(2, tmp_path / "two", crash_after=1, port=free_port())
     assert [r["crashed"] for r in crashed] == [True, True]
     assert sorted(os.listdir(tmp_path / "two" / "backup")) == ["process-0", "process-1"]
@@ -335,7 +351,7 @@ def test_two_processes_train_to_one_process_weights_and_resume(tmp_path):
     assert [r["resumed_at_epoch"] for r in done] == [1, 1]
     # Each process feeds its contiguous half of every batch: together, one process's batch.
     assert len(one["fed"]) == 16 and done[0]["fed"] + done[1]["fed"] == one["fed"]
-    assert_same_weights(tmp_path / "two" / "final.npz", tmp_path / "one" / "final.npz")
+    assert_same_weights(tmp_path / "two" / "final.npz", reference / "final.npz")
     assert done[0]["validation_accuracy"] == pytest.approx(one["validation_accuracy"])
     assert json.loads((tmp_path / "two" / "run.json").read_text())["finished"] is True
     assert not (tmp_path / "two" / "backup").exists() or not os.listdir(tmp_path / "two" /
