@@ -23,10 +23,14 @@ gc.freeze()
 
 @pytest.fixture(autouse=True)
 def _clean_keras_state():
-    """Each test starts with float32 policy and a fresh Keras session."""
+    """Each test starts with float32 policy, the measured default routes (a documentation
+    block may choose some for the process) and a fresh Keras session."""
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
+    routes = sys.modules.get("keras_vit.routes")  # once a test has imported keras_vit
+    if routes is not None:
+        routes.set_routes(**{name: routes.AUTO for name in routes.CHOICES})
     keras.backend.clear_session()
 
 
@@ -86,27 +90,6 @@ TIER_OF = {module: tier for tier, (_, modules) in TIERS.items() for module in mo
 def pytest_configure(config):
     for tier, (what, _) in TIERS.items():
         config.addinivalue_line("markers", f"{tier}: {what}")
-    # pytest-xdist hands out files in the order collected (below: the longest first), not by
-    # their number of tests, so that no long file is left for one worker at the end.
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
-def file_seconds(path=os.path.join(os.path.dirname(__file__), "durations.txt")):
-    """{test module: seconds} from the "Files" section of the last durations file kept in the
-    repository (empty without one)."""
-    try:
-        lines = open(path, encoding="utf-8").read().split("## Files", 1)[1].splitlines()
-    except (OSError, IndexError):
-        return {}
-    seconds = {}
-    for line in lines:
-        parts = line.split()
-        if line.startswith("##"):
-            break
-        if len(parts) >= 3 and parts[1] == "s":
-            seconds[parts[2]] = float(parts[0])
-    return seconds
 
 
 def pytest_collection_modifyitems(config, items):
@@ -116,10 +99,6 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{module}.py belongs to no tier: add it to TIERS in "
                                     "tests/conftest.py")
         item.add_marker(TIER_OF[module])
-    # The longest files first, by the kept durations (a stable sort: each file's tests keep
-    # their order; files without a duration come last, in collection order).
-    seconds = file_seconds()
-    items.sort(key=lambda item: -seconds.get(item.module.__name__.rsplit(".", 1)[-1], 0.0))
 
 
 # ---------------------------------------------------------------------------------------------
