@@ -15,7 +15,6 @@ import pytest
 from PIL import Image
 
 import keras_vit_cli as cli
-from keras_vit import fileio
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_JSON = json.dumps(dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
@@ -90,9 +89,18 @@ def test_full_stdout_is_one_error_line(tmp_path):
 def _signal_export(tmp_path, name, sig, when):
     """Starts `keras-vit export` of the shipped digits model into tmp_path/name, to be sent
     `sig` once the command line handles signals (when="started": it is still importing
-    TensorFlow) or once the export's temporary folder exists (when="writing")."""
-    run = keras_vit("export", "--weights", "digits", "--no-warmup", tmp_path / name,
-                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    TensorFlow) or while the export, written in full to its temporary folder, waits before
+    renaming it into place (when="writing": tests/fault_child.py pauses it there, so the signal
+    cannot arrive after the export has finished)."""
+    argv = ["export", "--weights", "digits", "--no-warmup", tmp_path / name]
+    if when == "writing":
+        pause = ["pause", "1", "1", tmp_path / f"{name}.paused", "--"]
+        argv = [os.path.join(REPO, "tests", "fault_child.py"), *pause, *argv]
+        run = subprocess.Popen([sys.executable, *map(str, argv)], cwd=tmp_path, text=True,
+                               env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    else:
+        run = keras_vit(*argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return run, sig, when
 
 
@@ -112,10 +120,8 @@ def _deliver(runs, tmp_path):
     while pending and time.monotonic() - start < 240:
         for item in list(pending):
             run, sig, when = item
-            name = run.args[-1]
-            writing = os.path.isdir(name) and any(fileio.is_temporary(entry)
-                                                 for entry in os.listdir(name))
-            due = writing if when == "writing" else _handles_sigterm(run.pid)
+            paused = f"{run.args[-1]}.paused"
+            due = os.path.exists(paused) if when == "writing" else _handles_sigterm(run.pid)
             if due or run.poll() is not None:
                 run.send_signal(sig)
                 pending.remove(item)
