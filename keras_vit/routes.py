@@ -165,7 +165,7 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         dropout: a `keras.layers.Dropout` applied to the probabilities, or None.
         training: bool. Whether dropout is on.
         return_probabilities: bool. Also return the probabilities `[B, h, N, N]` (before
-            dropout): computed only then on the fused and memory-efficient routes.
+            dropout): the products compute them, whichever route is chosen.
 
     The fused and memory-efficient routes drop nothing: with dropout on the probabilities in
     training, the products run. The memory-efficient route also takes no bias (relative
@@ -181,14 +181,13 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
     if reason:
         _fell_back(chosen, reason)
         chosen = "products"
-    if chosen == "products":
-        probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
-        dropped = dropout(probs, training=training) if dropping else probs
-        context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
-    else:
-        context = (fused_attention(query, key, value, bias) if chosen == "fused"
-                   else memory_efficient_attention(query, key, value))
-        probs = attention_probabilities(query, key, bias) if return_probabilities else None
+    if chosen == "fused" and not return_probabilities:
+        return fused_attention(query, key, value, bias)
+    if chosen == "memory_efficient" and not return_probabilities:
+        return memory_efficient_attention(query, key, value)
+    probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
+    dropped = dropout(probs, training=training) if dropping else probs
+    context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
     return (context, probs) if return_probabilities else context
 
 

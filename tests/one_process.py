@@ -12,12 +12,12 @@ import sys
 # globals, its printed lines captured, its exception kept as a traceback; then prints the
 # results as one JSON line after a marker.
 DRIVER = """
-import contextlib, io, json, sys, time, traceback
+import contextlib, io, json, sys, traceback
 import keras
 
 results = {}
 for name, (code, argv) in json.loads(sys.stdin.read()).items():
-    printed, start = io.StringIO(), time.perf_counter()
+    printed = io.StringIO()
     sys.argv = ["-c", *argv]
     try:
         with contextlib.redirect_stdout(printed):
@@ -28,8 +28,7 @@ for name, (code, argv) in json.loads(sys.stdin.read()).items():
     finally:
         keras.backend.clear_session()
         keras.config.set_dtype_policy("float32")
-    results[name] = dict(stdout=printed.getvalue(), error=error,
-                         seconds=round(time.perf_counter() - start, 1))
+    results[name] = dict(stdout=printed.getvalue(), error=error)
 print("\\n" + MARKER + json.dumps(results))
 """
 MARKER = "one_process results: "
