@@ -129,9 +129,10 @@ def stateless_call(fn, weights, weight_values, states, state_values):
     return result, [scope.get_current_value(state) for state in states]
 
 
-def remat_call(layer, x, training):
-    """`layer(x, training=training)`, keeping only `x` for the backward pass and recomputing
-    the rest there (`keras.remat`), with the same dropout masks as the forward pass.
+def remat_call(layer, forward, x):
+    """`forward(x)`, the computation of `layer` (whose sublayers' weights and dropout seeds it
+    reads), keeping only `x` for the backward pass and recomputing the rest there
+    (`keras.remat`), with the same dropout masks as the forward pass.
 
     TensorFlow's recompute_grad re-runs the function after the seed generators have advanced,
     which would draw new masks (and give wrong gradients), so each recomputation first restores
@@ -141,16 +142,16 @@ def remat_call(layer, x, training):
     """
     states = random_states(layer)
     if not states:
-        return keras.remat(lambda x: layer(x, training=training))(x)
+        return keras.remat(forward)(x)
     if keras.backend.backend() != "jax":
         seeds = [ops.copy(state.value) for state in states]  # the values, not the variables
 
-        def forward(x):
+        def seeded_forward(x):
             for state, seed in zip(states, seeds):
                 state.assign(seed)
-            return layer(x, training=training)
+            return forward(x)
 
-        return keras.remat(forward)(x)
+        return keras.remat(seeded_forward)(x)
 
     # A variable that a StatelessScope does not map reads as its stored value, not as the
     # value of an enclosing scope (Keras' JAX trainer runs the step in one): the weights are
@@ -158,8 +159,7 @@ def remat_call(layer, x, training):
     weights = [w.value for w in layer.weights]
 
     def pure_forward(x, seeds):
-        return stateless_call(lambda: layer(x, training=training), layer.weights, weights,
-                              states, seeds)
+        return stateless_call(lambda: forward(x), layer.weights, weights, states, seeds)
 
     outputs, advanced = keras.remat(pure_forward)(x, [state.value for state in states])
     for state, value in zip(states, advanced):
@@ -176,7 +176,7 @@ def can_scan(layers):
     return keras.backend.backend() == "jax" and len(layers) > 1 and len(layouts) == 1
 
 
-def scan_layers(layers, x, training, remat=False):
+def scan_layers(layers, x, training):
     """Applies `layers` in turn to `x` as one traced layer scanned over their stacked weights
     (big_vision's scanned layout): `layers[0]`'s computation with each layer's weights. Dropout
     masks come from `layers[0]`'s seed generators, advanced from layer to layer. Check
@@ -188,13 +188,11 @@ def scan_layers(layers, x, training, remat=False):
                for j in range(len(template.weights))]
     seeds = random_states(template)
 
-    def apply(x):
-        return remat_call(template, x, training) if remat else template(x, training=training)
-
     def body(carry, layer_weights):
         x, seed_values = carry
-        y, seed_values = stateless_call(lambda: apply(x), template.weights, layer_weights,
-                                        seeds, seed_values)  # y = [B, N, D]
+        y, seed_values = stateless_call(lambda: template(x, training=training),
+                                        template.weights, layer_weights, seeds,
+                                        seed_values)  # y = [B, N, D]
         return (y, seed_values), None
 
     (x, seed_values), _ = ops.scan(body, (x, [v.value for v in seeds]), stacked)

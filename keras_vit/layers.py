@@ -26,7 +26,8 @@ from keras_vit.checks import (
 )
 from keras_vit.layer_config import ConfigArgs
 from keras_vit.positions import POSITION_EMBEDDING_STDDEV, relative_attention_bias
-from keras_vit.routes import block_input, dot_product_attention, gelu, layer_norm, per_token
+from keras_vit.routes import (block_input, dot_product_attention, encoder_block, gelu, layer_norm,
+                              per_token)
 
 # LayerNorm epsilon of the official Flax code (`nn.LayerNorm` default). Keras' default is 1e-3.
 LAYER_NORM_EPSILON = 1e-6
@@ -433,6 +434,12 @@ class TransformerBlock(ConfigArgs, _ReturnsAttention, keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        if return_attention_scores:
+            return self._forward(inputs, training, return_attention_scores=True)
+        # In training, recomputed in the backward pass where that is the chosen route.
+        return encoder_block(self, lambda x: self._forward(x, training), inputs, training)
+
+    def _forward(self, inputs, training, return_attention_scores=False):
         # inputs = [B, N, D]; the identity, which `block_input` may give a cheaper gradient
         # in training (keras_vit.routes).
         inputs = block_input(inputs, training=training)

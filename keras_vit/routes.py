@@ -27,7 +27,7 @@ from keras import ops
 from keras_vit.devices import on_cpu
 from keras_vit.implementations import (attention_probabilities, fused_attention,
                                        gradient_barrier, memory_efficient_attention,
-                                       recomputed_gelu, recomputed_layer_norm)
+                                       recomputed_gelu, recomputed_layer_norm, remat_call)
 
 # Every choice and its implementations; "auto" (or leaving it out) is the measured default.
 CHOICES = {
@@ -55,6 +55,10 @@ CHOICES = {
     # backward keeps its full-size intermediates), or "recompute", a custom gradient that keeps
     # only the input and recomputes the statistics.
     "layer_norm": ("autodiff", "recompute"),
+    # Each encoder block in training (`encoder_block`): "none", its activations kept for the
+    # backward pass, or "blocks", only its input kept and the rest recomputed there with the
+    # forward pass's dropout masks (`remat_call`, `keras.remat`): less memory, more compute.
+    "remat": ("none", "blocks"),
 }
 AUTO = "auto"
 
@@ -125,6 +129,8 @@ def default_route(name, training, dtype="float32"):
       in 16-bit precisions (where recomputing cost more time than it saved memory).
     - layer_norm: "recompute" in training (less memory; in bfloat16 also faster).
     Both are "autodiff" at inference, which has no backward pass.
+    - remat: "none" (recomputing every block met timm's training memory at 1.22x the step
+      time: chosen where memory decides, not a default).
     """
     if name == "attention":
         return "products" if training or on_cpu() else "fused"
@@ -137,6 +143,8 @@ def default_route(name, training, dtype="float32"):
         return "recompute" if training and dtype == "float32" else "autodiff"
     if name == "layer_norm":
         return "recompute" if training else "autodiff"
+    if name == "remat":
+        return "none"
     raise ValueError(f"Unknown route choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
@@ -244,6 +252,14 @@ def layer_norm(layer, x, training=False):
     if training and route("layer_norm", training, x.dtype) == "recompute":
         return recomputed_layer_norm(layer, x)
     return layer(x)
+
+
+def encoder_block(layer, forward, x, training=False):
+    """`forward(x)`, the computation of the encoder block `layer`; in training, with only `x`
+    kept for the backward pass where "blocks" is the chosen `remat` route."""
+    if training and route("remat", training) == "blocks":
+        return remat_call(layer, forward, x)
+    return forward(x)
 
 
 def block_input(x, training=False):

@@ -203,8 +203,9 @@ def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split
                      help="build the encoder as one scanned layer (keras_vit.ViT scan=True: "
                           "one block traced and compiled, on the JAX backend)")
     run.add_argument("--remat", action="store_true",
-                     help="recompute each encoder block in the backward pass (keras_vit.ViT "
-                          "remat=True): less training memory, slower steps")
+                     help="recompute each encoder block in the backward pass (the route "
+                          "remat=blocks, not saved with the model): less training memory, "
+                          "slower steps")
     run.add_argument("--compile-cache", metavar="DIR", default=None,
                      help="keep compiled XLA programs in DIR for the next run (JAX backend)")
     run.add_argument("--validation-split", default=validation_split,

@@ -180,6 +180,10 @@ def start_run(args):
     if args.compile_cache:
         training.enable_compilation_cache(args.compile_cache)
     training.set_precision(args.precision)
+    if args.remat:
+        from keras_vit import routes
+
+        routes.set_routes(remat="blocks")  # each encoder block recomputed in training
     if getattr(args, "cpu_replicas", None):
         tf_distribute.split_cpu(args.cpu_replicas)  # before anything starts TensorFlow's runtime
     keras.utils.set_random_seed(args.seed)
@@ -189,9 +193,15 @@ def start_run(args):
 
 
 def run_architecture(args):
-    """The `keras_vit.ViT` arguments the run flags add to the model flags' (`--scan`,
-    `--remat`)."""
-    architecture = {name: True for name in ("scan", "remat") if getattr(args, name)}
+    """The `keras_vit.ViT` arguments the run flags add to the model flags': `scan=True` for
+    `--scan`. `--remat` is the route `remat="blocks"` (`start_run`), saved nowhere, except for
+    a run that was started with `remat=True` in its model (keras_vit 0.4's `--remat`): it
+    resumes in that layout, which its backup holds."""
+    from keras_vit.training import loop
+
+    architecture = {"scan": True} if args.scan else {}
+    if args.remat and not args.overwrite and loop.recorded_layout(args.output).get("remat"):
+        architecture["remat"] = True
     return architecture or None
 
 

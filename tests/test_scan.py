@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import inspection, pretraining, weights
+from keras_vit import inspection, pretraining, routes, weights
 from keras_vit import Encoder
 from keras_vit.weights.keymap import checkpoint_variables
 
@@ -139,8 +139,10 @@ def test_scan_and_remat_flags_reach_the_run_config(tmp_path, image_folder):
                    "--batch-size", "4", "--epochs", "1", "--validation-split", "none",
                    "--verbose", "0", "--output", str(tmp_path / "run")])
     assert status == 0
+    # --scan is the saved layout; --remat the route, chosen for the run and saved nowhere.
     written = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert written["model"]["scan"] is True and written["model"]["remat"] is True
+    assert written["model"]["scan"] is True and written["model"]["remat"] is False
+    assert routes.chosen_routes()["remat"] == "blocks"
     # The run's sidecar rebuilds the scanned model; its weights load into either layout.
     scanned = keras_vit.from_pretrained(tmp_path / "run" / "final.npz")
     plain = keras_vit.from_pretrained(tmp_path / "run" / "final.npz", scan=False)
@@ -151,7 +153,10 @@ def test_scan_and_remat_flags_reach_the_run_config(tmp_path, image_folder):
 
 
 def test_a_run_resumes_only_in_the_layout_it_was_started_in(tmp_path):
+    import argparse
+
     from keras_vit import data, training
+    from keras_vit_cli.common import run_architecture
 
     class Crash(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
@@ -172,6 +177,15 @@ def test_a_run_resumes_only_in_the_layout_it_was_started_in(tmp_path):
     summary = training.fit(keras_vit.ViT(**CONFIG), train, output_dir=tmp_path, epochs=2,
                            verbose=0)
     assert summary["resumed_at_epoch"] == 1
+    # A run started with remat=True in its model (0.4's --remat) resumes from the command
+    # line in that layout; any other run's --remat is the route alone.
+    flags = dict(scan=False, remat=True, overwrite=False)
+    assert run_architecture(argparse.Namespace(output=str(tmp_path), **flags)) is None
+    with pytest.raises(KeyboardInterrupt):
+        training.fit(keras_vit.ViT(remat=True, **CONFIG), train, output_dir=tmp_path / "old",
+                     epochs=2, verbose=0, callbacks=[Crash()])
+    assert run_architecture(argparse.Namespace(output=str(tmp_path / "old"), **flags)) == {
+        "remat": True}
 
 
 def test_per_block_keeps_the_models_precision_policy():

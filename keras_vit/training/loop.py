@@ -194,6 +194,16 @@ def _check_ownership(output_dir, overwrite):
             "folder, or pass overwrite=True (--overwrite) to replace them.")
 
 
+def recorded_layout(output_dir):
+    """The encoder layout (`scan`, `remat`) the run in `output_dir` was started in, whose
+    backup holds that layout's layers; {} where no run is recorded there."""
+    run_path = os.path.join(output_dir, RUN_FILE)
+    if not os.path.exists(run_path):
+        return {}
+    settings = dict(SETTING_DEFAULTS, **_read_run(run_path)["settings"])
+    return {name: bool(settings[name]) for name in SETTING_DEFAULTS}
+
+
 def _check_resume(output_dir, settings, overwrite):
     """Refuses a finished run or a changed one; clears the folder with `overwrite`."""
     run_path = os.path.join(output_dir, RUN_FILE)
