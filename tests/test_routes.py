@@ -6,6 +6,8 @@ tests/test_jax.py.)"""
 
 import json
 import os
+import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -20,6 +22,8 @@ import keras_vit
 from keras_vit import implementations, routes, weights
 from keras_vit.weights.keymap import checkpoint_variables
 from reference import forward, official_params
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 CONFIG = dict(image_size=(16, 24), patch_size=8, hidden_size=16, num_layers=2, num_heads=2,
               mlp_dim=32, num_classes=5)
@@ -415,29 +419,42 @@ def test_the_memory_efficient_attention_gives_the_reference_on_jax(
 
 # BENCHMARKS.md's table of measured defaults, written out: (choice, training, dtype, device)
 # -> route, on TensorFlow.
-MEASURED = {
-    ("attention", False, "float32", "cpu"): "products",
-    ("attention", True, "float32", "cpu"): "products",
-    ("attention", False, "float32", "gpu"): "fused",
-    ("attention", True, "float32", "gpu"): "products",
-    ("mlp", False, "float32", "cpu"): "rows",
-    ("mlp", True, "float32", "cpu"): "tokens",
-    ("block_input", True, "float32", "cpu"): "plain",
-    ("block_input", False, "float32", "cpu"): "plain",
-    ("layer_norm", False, "bfloat16", "cpu"): "autodiff",
-    ("layer_norm", True, "bfloat16", "cpu"): "recompute",
-    ("layer_norm", True, "float32", "gpu"): "recompute",
-    ("gelu", True, "float32", "cpu"): "recompute",
-    ("gelu", True, "bfloat16", "cpu"): "autodiff",
-    ("gelu", False, "float32", "cpu"): "autodiff",
-}
+GUIDE = REPO / "docs" / "guides" / "performance.md"
 
 
-@pytest.mark.parametrize("case", sorted(MEASURED), ids=str)
-def test_the_defaults_are_the_measured_table(case, monkeypatch):
-    name, training, dtype, device = case
+def documented_routes():
+    """{choice: (its routes, its default)} from the performance guide's routes table, where a
+    default reads "`A` CONDITION[, else `B`]": A where every part of the condition holds,
+    else B (else the choice's other route)."""
+    rows = re.findall(r"^\| `(\w+)` \| ((?:`\w+`(?:, )?)+) \| ([^|]+) \|", GUIDE.read_text(),
+                      re.MULTILINE)
+    return {name: (tuple(re.findall(r"`(\w+)`", listed)), default.strip())
+            for name, listed, default in rows}
+
+
+def documented_default(listed, default, training, dtype, device):
+    first, *rest = re.findall(r"`(\w+)`", default)
+    condition = re.sub(r"`\w+`|, else", "", default)
+    holds = {"at inference": not training, "training": training, "float32": dtype == "float32",
+             "on a GPU": device == "gpu", "on a CPU": device == "cpu",
+             "on JAX": keras.backend.backend() == "jax"}
+    if all(value for phrase, value in holds.items() if phrase in condition):
+        return first
+    return rest[0] if rest else next(route for route in listed if route != first)
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_the_defaults_are_those_the_performance_guide_states(device, monkeypatch):
+    """The guide's routes table names every choice with its routes, and each default is the
+    route that runs in each mode, precision and device."""
     monkeypatch.setattr(keras.distribution, "list_devices", lambda: [f"{device}:0"])
-    assert routes.route(name, training, dtype) == MEASURED[case]
+    documented = documented_routes()
+    assert {name: listed for name, (listed, _) in documented.items()} == routes.CHOICES
+    for name, (listed, default) in documented.items():
+        for training in (False, True):
+            for dtype in ("float32", "bfloat16"):
+                want = documented_default(listed, default, training, dtype, device)
+                assert routes.route(name, training, dtype) == want, (name, training, dtype)
 
 
 def test_a_route_is_chosen_per_block_or_per_process_and_auto_gives_the_default(monkeypatch):
