@@ -4,13 +4,13 @@
     python -m benchmarks.routes --model B/16 --mode train --xla attention=products attention=fused
     KERAS_BACKEND=jax python -m benchmarks.routes --model Ti/16 --mode train \\
         block_input=plain block_input=barrier
-    python -m benchmarks.routes --model B/16 --mode train --fresh remat=false remat=true
+    python -m benchmarks.routes --model B/16 --mode train --fresh remat=none remat=blocks
     python -m benchmarks.routes --model B/16 --mode train --xla --fresh optimizer=keras \\
         optimizer=keras_vit
 
 Each variant is a set of options, several joined by commas: a choice of `keras_vit.routes`
-(`attention=memory_efficient`), a structure option of `keras_vit.ViT` (`scan=true`,
-`remat=true`), or in training the optimizer (`optimizer=keras_vit`,
+(`attention=memory_efficient`, `remat=blocks`), a structure option of `keras_vit.ViT`
+(`scan=true`), or in training the optimizer (`optimizer=keras_vit`,
 `keras_vit.training.AdamW`, the default; `optimizer=keras`, `keras.optimizers.AdamW`);
 "default" is the model as built by default.
 Every variant gets the same weights and batch, and its outputs (inference) or first loss
@@ -41,12 +41,12 @@ import time
 
 from benchmarks.contenders import common
 
-STRUCTURE_OPTIONS = ("scan", "remat")
+STRUCTURE_OPTIONS = ("scan",)
 OPTIMIZERS = ("keras_vit", "keras")
 
 
 def parse_variant(text):
-    """"attention=fused,remat=true" -> (ViT keyword arguments, optimizer, routes); "default"
+    """"attention=fused,scan=true" -> (ViT keyword arguments, optimizer, routes); "default"
     -> ({}, "keras_vit", {})."""
     from keras_vit import routes
 
@@ -61,7 +61,7 @@ def parse_variant(text):
             optimizer = value
         else:
             raise ValueError(f"Variant item {item!r}: expected CHOICE=IMPLEMENTATION with CHOICE "
-                             f"in {sorted(routes.CHOICES)}, scan=true|false, remat=true|false "
+                             f"in {sorted(routes.CHOICES)}, scan=true|false "
                              f"or optimizer={'|'.join(OPTIMIZERS)}.")
     return overrides, optimizer, routes.check_routes(choices)
 

@@ -435,9 +435,10 @@ def test_route_variants_parse():
     from benchmarks import routes
 
     assert routes.parse_variant("default") == ({}, "keras_vit", {})
-    assert routes.parse_variant("attention=products,remat=true,optimizer=keras") == (
-        dict(remat=True), "keras", {"attention": "products"})
-    for bad in ("attention", "remat=yes", "flash=on", "optimizer=sgd"):
+    assert routes.parse_variant("attention=products,scan=true,optimizer=keras") == (
+        dict(scan=True), "keras", {"attention": "products"})
+    assert routes.parse_variant("remat=blocks") == ({}, "keras_vit", {"remat": "blocks"})
+    for bad in ("attention", "scan=yes", "flash=on", "optimizer=sgd"):
         with pytest.raises(ValueError, match="expected CHOICE=IMPLEMENTATION"):
             routes.parse_variant(bad)
     with pytest.raises(ValueError, match="must be one of 'auto', 'products', 'fused'"):
