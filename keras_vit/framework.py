@@ -10,7 +10,9 @@ training silently slower or wrong.
 
 - `symbolic_build`: builds the optimizer, loss and metric state before the first training
   step (without it Keras creates them inside the first traced step, and TensorFlow traces
-  that step twice). Fallback: build the optimizer state only.
+  that step twice), the loss and metrics from a functional model's output instead of a trace
+  of its forward pass (`_compile_loss`, `_compile_metrics`). Fallback: build the optimizer
+  state only.
 - `op_determinism_enabled`: whether `tf.config.experimental.enable_op_determinism()` is on,
   under which Keras turns XLA off. Fallback: False.
 - `reduce_gradients_before_clipping`, `enable_multiworker_fit`: Keras 3 bugs under
@@ -41,6 +43,8 @@ PRIVATE_MEMBERS = (
     ("optimizer", "_momentums"),
     ("optimizer", "_velocities"),
     ("optimizer", "_distribution_strategy"),
+    ("compiled_model", "_compile_loss"),
+    ("compiled_model", "_compile_metrics"),
     ("tensorflow.python.framework.config", "is_op_determinism_enabled"),
 )
 
@@ -56,7 +60,10 @@ def _instances():
     """Built framework objects whose instance attributes `PRIVATE_MEMBERS` names."""
     optimizer = keras.optimizers.AdamW()
     optimizer.build([keras.Variable([0.0])])
-    return {"optimizer": optimizer}
+    inputs = keras.Input((1,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    return {"optimizer": optimizer, "compiled_model": model}
 
 
 def _has(owner, name, instances):
@@ -101,13 +108,26 @@ def _needs_patch(obj, marker, privates, what):
 def symbolic_build(model, data_batch):
     """Builds `model`'s compiled loss, metrics and optimizer state from `data_batch`, an
     `(inputs, labels, sample_weights)` of symbolic tensors or arrays (Keras'
-    `Model._symbolic_build`), so that the first training step traces once."""
-    if hasattr(model, "_symbolic_build"):
-        model._symbolic_build(data_batch=data_batch)
+    `Model._symbolic_build`), so that the first training step traces once.
+
+    Keras traces the model's forward pass to learn the shape of its predictions; a functional
+    model with one output states it (`model.outputs`), so the loss and metrics are built from
+    that first and the trace is left out."""
+    if not hasattr(model, "_symbolic_build"):
+        _warn_fallback("keras_vit.training.build_training_state")
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
         return
-    _warn_fallback("keras_vit.training.build_training_state")
-    if not model.optimizer.built:
-        model.optimizer.build(model.trainable_variables)
+    outputs = getattr(model, "outputs", None)
+    labels = data_batch[1]
+    if outputs and len(outputs) == 1 and labels is not None:
+        predictions = keras.KerasTensor(outputs[0].shape, outputs[0].dtype)
+        labels = keras.KerasTensor(labels.shape, keras.backend.standardize_dtype(labels.dtype))
+        for compiled in (getattr(model, "_compile_loss", None),
+                         getattr(model, "_compile_metrics", None)):
+            if compiled is not None and not compiled.built:
+                compiled.build(labels, predictions)
+    model._symbolic_build(data_batch=data_batch)
 
 
 def op_determinism_enabled():

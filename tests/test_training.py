@@ -348,6 +348,34 @@ def test_build_training_state_after_a_hand_compile_traces_the_first_step_once(ho
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("onehot", [False, True], ids=["ids", "onehot"])
+def test_the_training_state_is_built_without_a_forward_pass_as_keras_builds_it(onehot,
+                                                                                 monkeypatch):
+    """`build_training_state` takes the predictions' shape from the functional model's output
+    instead of tracing the model, and builds the loss and metrics Keras builds: evaluation
+    gives the same numbers as after Keras' own build."""
+    x, y = batch()
+    labels = np.eye(3, dtype="float32")[y] if onehot else y
+    loss = "categorical_crossentropy" if onehot else "sparse_categorical_crossentropy"
+    results = []
+    for prebuild in (True, False):
+        keras.utils.set_random_seed(0)
+        model = tiny_model()
+        randomize_head(model)
+        model.compile(optimizer=keras.optimizers.AdamW(1e-3), loss=loss, metrics=["accuracy"],
+                      jit_compile=False)
+        if prebuild:
+            calls, head = [], model.get_layer("head")
+            call = head.call
+            monkeypatch.setattr(head, "call", lambda *a, **k: calls.append(1) or call(*a, **k))
+            spec = keras.KerasTensor((None, 3), "float32") if onehot else None
+            training.build_training_state(model, labels=spec)
+            monkeypatch.undo()
+            assert calls == [] and model.optimizer.built
+        results.append(model.evaluate(x, labels, return_dict=True, verbose=0))
+    assert results[0] == results[1] and 0 < results[0]["accuracy"] < 1
+
+
 def test_a_hand_compiled_model_trains_with_keras_own_update():
     """`model.compile` with a Keras optimizer behaves as Keras documents: the optimizer is left
     as it is, and the steps are bit for bit those of Keras' own functional Model over the same
