@@ -111,8 +111,8 @@ def symbolic_build(model, data_batch):
     `Model._symbolic_build`), so that the first training step traces once.
 
     Keras traces the model's forward pass to learn the shape of its predictions; a functional
-    model with one output states it (`model.outputs`), so the loss and metrics are built from
-    that first and the trace is left out."""
+    model with one output states it (`model.outputs`), so for one that computes its loss and
+    metrics as Keras does, they are built from that first and the trace is left out."""
     if not hasattr(model, "_symbolic_build"):
         _warn_fallback("keras_vit.training.build_training_state")
         if not model.optimizer.built:
@@ -120,7 +120,9 @@ def symbolic_build(model, data_batch):
         return
     outputs = getattr(model, "outputs", None)
     labels = data_batch[1]
-    if outputs and len(outputs) == 1 and labels is not None:
+    as_keras = all(getattr(type(model), name) is getattr(keras.Model, name)
+                   for name in ("compute_loss", "compute_metrics"))
+    if as_keras and outputs and len(outputs) == 1 and labels is not None:
         predictions = keras.KerasTensor(outputs[0].shape, outputs[0].dtype)
         labels = keras.KerasTensor(labels.shape, keras.backend.standardize_dtype(labels.dtype))
         for compiled in (getattr(model, "_compile_loss", None),
