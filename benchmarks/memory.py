@@ -8,8 +8,9 @@ run, and the peak within each stage.
 
 keras_vit trains on the recipes' path (`keras_vit.training.compile_model` with
 `keras_vit.training.AdamW`; `--xla`/`--no-xla` force the runtime, default: the library's
-choice); `--remat` builds the model with `remat=True` (each encoder block recomputed in the
-backward pass); `--route CHOICE=IMPLEMENTATION` (repeatable) chooses a route of
+choice); `--remat` builds the model with `remat=True` (the saved layout whose blocks are
+recomputed in the backward pass; `--route remat=blocks` recomputes them on the plain model);
+`--route CHOICE=IMPLEMENTATION` (repeatable) chooses a route of
 `keras_vit.routes` for the steps, the others keep their defaults; `--bf16` trains in
 `mixed_bfloat16` (timm: `torch.autocast`). timm's model is its `VisionTransformer` with the
 variant's sizes, as `benchmarks.contenders.timm_vit` builds it (PyTorch's fused attention).

@@ -38,7 +38,8 @@ class Encoder(ConfigArgs, keras.layers.Layer):
             from block 0's seed generators, advanced from block to block. Defaults to False.
         remat: bool. In training, keep only each block's input for the backward pass and
             recompute the rest there (`keras.remat`), with the forward pass's dropout masks:
-            less memory for more compute. Defaults to False.
+            the route `remat="blocks"` (`keras_vit.routes`), chosen for these blocks whatever
+            the process chose. Defaults to False.
         **kwargs: standard `keras.layers.Layer` arguments.
 
     Input: `[B, N, D]`. Output: `[B, N, D]` (no attention probabilities: the per-block model,

@@ -110,26 +110,42 @@ def symbolic_build(model, data_batch):
     `(inputs, labels, sample_weights)` of symbolic tensors or arrays (Keras'
     `Model._symbolic_build`), so that the first training step traces once.
 
-    Keras traces the model's forward pass to learn the shape of its predictions; a functional
-    model with one output states it (`model.outputs`), so for one that computes its loss and
-    metrics as Keras does, they are built from that first and the trace is left out."""
+    Keras traces the model's forward pass to learn the structure and shapes of its
+    predictions; a functional model that calls its graph as Keras does states them
+    (`compute_output_spec` runs through the graph of layers without tracing), so for one that
+    also computes its loss and metrics as Keras does, they are built from that first and the
+    trace is left out."""
     if not hasattr(model, "_symbolic_build"):
         _warn_fallback("keras_vit.training.build_training_state")
         if not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         return
-    outputs = getattr(model, "outputs", None)
-    labels = data_batch[1]
-    as_keras = all(getattr(type(model), name) is getattr(keras.Model, name)
-                   for name in ("compute_loss", "compute_metrics"))
-    if as_keras and outputs and len(outputs) == 1 and labels is not None:
-        predictions = keras.KerasTensor(outputs[0].shape, outputs[0].dtype)
-        labels = keras.KerasTensor(labels.shape, keras.backend.standardize_dtype(labels.dtype))
+    inputs, labels = data_batch[0], data_batch[1]
+    as_keras = type(model).call is _functional_call() and all(
+        getattr(type(model), name) is getattr(keras.Model, name)
+        for name in ("compute_loss", "compute_metrics"))
+    if as_keras and labels is not None:
+        def spec(x):
+            return keras.KerasTensor(x.shape, keras.backend.standardize_dtype(x.dtype))
+
+        predictions = model.compute_output_spec(keras.tree.map_structure(spec, inputs))
+        labels = keras.tree.map_structure(spec, labels)
         for compiled in (getattr(model, "_compile_loss", None),
                          getattr(model, "_compile_metrics", None)):
             if compiled is not None and not compiled.built:
                 compiled.build(labels, predictions)
     model._symbolic_build(data_batch=data_batch)
+
+
+_FUNCTIONAL_CALL = []
+
+
+def _functional_call():
+    """`call` of Keras' functional models (the class `keras.Model(inputs, outputs)` makes)."""
+    if not _FUNCTIONAL_CALL:
+        inputs = keras.Input((1,))
+        _FUNCTIONAL_CALL.append(type(keras.Model(inputs, inputs)).call)
+    return _FUNCTIONAL_CALL[0]
 
 
 def op_determinism_enabled():

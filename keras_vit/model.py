@@ -104,10 +104,11 @@ class ViT(keras.Model):
         fc_norm: bool. If True, the final LayerNorm (`fc_norm`) normalises the pooled
             features instead of the token sequence (timm's `fc_norm`, for "gap" models).
             Defaults to False.
-        remat: bool. In training, recompute each encoder block in the backward pass instead
-            of keeping its activations (`keras.remat`): less memory for more compute, for
-            batches that do not fit otherwise. The blocks then live in one `keras_vit.Encoder`
-            layer named `Transformer`, as with `scan`. Defaults to False.
+        remat: bool. The layout 0.4 saved recomputation in: the blocks live in one
+            `keras_vit.Encoder` layer named `Transformer`, as with `scan`, which in training
+            recomputes each block in the backward pass (the route `remat="blocks"`). To
+            recompute the blocks of any model without saving it, choose the route instead
+            (`keras_vit.routes.use_routes(remat="blocks")`). Defaults to False.
         position_embedding: str. How the patches are told where they are (paper appendix
             D.4, Table 8): "learned" (one learned vector per position, `AddPositionEmbs`),
             "learned_2d" (learned row and column embeddings of D/2 each, concatenated:

@@ -331,9 +331,10 @@ def test_gradient_barrier_changes_no_gradient_on_jax(on_jax):
 
 
 REMAT_DROPOUT_ON_JAX = textwrap.dedent("""
+    import re
     import jax, jax.numpy as jnp, keras, numpy as np
     import keras_vit
-    from keras_vit import Encoder
+    from keras_vit import Encoder, routes
 
     def seeds(layer):
         return [v for v in layer.variables if "seed_generator_state" in v.path]
@@ -364,6 +365,22 @@ REMAT_DROPOUT_ON_JAX = textwrap.dedent("""
     assert not np.allclose(want[0], np.asarray(plain(x)))  # dropout was on
     for a, b in zip(want, got):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+    # The gradient's program recomputes the blocks (jax.checkpoint, a remat primitive) under
+    # the saved layout and under the route on the plain blocks, and not otherwise.
+    def recomputes(block):
+        trainable = [v.value for v in block.trainable_variables]
+        others = [v.value for v in block.non_trainable_variables]
+
+        def loss(trainable, x):
+            return jnp.sum(block.stateless_call(trainable, others, x, training=True)[0] ** 2)
+
+        program = str(jax.make_jaxpr(jax.grad(loss))(trainable, x))
+        return re.search(r"\\b(checkpoint|remat\\d*)\\[", program) is not None
+
+    assert not recomputes(plain) and recomputes(remat)
+    with routes.use_routes(remat="blocks"):
+        assert recomputes(plain)
 
     # A model: fit with remat and dropout gives the plain model's losses.
     config = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=2, num_heads=4,

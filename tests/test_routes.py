@@ -417,8 +417,7 @@ def test_the_memory_efficient_attention_gives_the_reference_on_jax(
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-# BENCHMARKS.md's table of measured defaults, written out: (choice, training, dtype, device)
-# -> route, on TensorFlow.
+# The performance guide's routes table: what users read the defaults in.
 GUIDE = REPO / "docs" / "guides" / "performance.md"
 
 
@@ -438,6 +437,8 @@ def documented_default(listed, default, training, dtype, device):
     holds = {"at inference": not training, "training": training, "float32": dtype == "float32",
              "on a GPU": device == "gpu", "on a CPU": device == "cpu",
              "on JAX": keras.backend.backend() == "jax"}
+    unread = re.sub("|".join(holds) + r"|\bin\b", "", condition).strip(" ,")
+    assert not unread, f"a condition this test cannot read: {unread!r} in {default!r}"
     if all(value for phrase, value in holds.items() if phrase in condition):
         return first
     return rest[0] if rest else next(route for route in listed if route != first)
