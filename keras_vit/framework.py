@@ -22,6 +22,7 @@ training silently slower or wrong.
   with its fused one (`keras_vit.training.AdamW`). Fallback: Keras' own update.
 """
 
+import functools
 import importlib
 import types
 import warnings
@@ -137,15 +138,11 @@ def symbolic_build(model, data_batch):
     model._symbolic_build(data_batch=data_batch)
 
 
-_FUNCTIONAL_CALL = []
-
-
+@functools.cache
 def _functional_call():
     """`call` of Keras' functional models (the class `keras.Model(inputs, outputs)` makes)."""
-    if not _FUNCTIONAL_CALL:
-        inputs = keras.Input((1,))
-        _FUNCTIONAL_CALL.append(type(keras.Model(inputs, inputs)).call)
-    return _FUNCTIONAL_CALL[0]
+    inputs = keras.Input((1,))
+    return type(keras.Model(inputs, inputs)).call
 
 
 def op_determinism_enabled():
