@@ -59,7 +59,7 @@ from keras_vit.weights import (
     load_pretrained,
     register_checkpoint,
 )
-from keras_vit.weights.keras_hub import save_keras_hub_preset
+from keras_vit.weights.writers import save_keras_hub_preset
 
 # Public names of the modules that load on first use -> that module.
 _LAZY = {

@@ -8,6 +8,15 @@ S/32, B/8, R26+B/32, R26+S/32 and R+Ti/16, derived from the same formula (they a
 import dataclasses
 import re
 
+# The arguments of `keras_vit.ViT`, in its order: the keys a configuration document's `model`
+# may hold (`weights.config_json`). tests/test_model.py checks them against the signature.
+VIT_ARGUMENTS = ("image_size", "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim",
+                 "num_classes", "classifier", "representation_size", "dropout_rate",
+                 "attention_dropout_rate", "include_top", "gelu_approximate", "resnet",
+                 "layer_norm_epsilon", "dynamic_image_size", "qkv_bias", "class_token", "fc_norm",
+                 "remat", "position_embedding", "scan", "data_config", "position_resize",
+                 "dtype", "name")
+
 # Transformer sizes keyed by the paper's names (as in big_vision's table).
 MODEL_SIZES = {
     "Ti": dict(hidden_size=192, mlp_dim=768, num_heads=3, num_layers=12),

@@ -27,7 +27,6 @@ serving signatures apply it by default. The TensorFlow ops that apply a data con
 
 import os
 
-from keras_vit.model_parts import model_image_size
 from keras_vit.preprocessing import (  # noqa: F401 - the data config's definition, importable here
     ANTIALIAS,
     ATTRIBUTE,
@@ -39,8 +38,11 @@ from keras_vit.preprocessing import (  # noqa: F401 - the data config's definiti
     PAPER_MEAN,
     PAPER_STD,
     TIMM_DEFAULTS,
+    as_data_config,
     check_data_config,
     config_image_size,
+    is_model,
+    model_data_config,
     paper_data_config,
     timm_data_config,
     timm_pretrained_cfg,
@@ -57,22 +59,6 @@ from keras_vit.weights.sources import (  # noqa: F401 - what a checkpoint states
 )
 
 CONFIG_FILE = "config.json"
-
-
-def _is_model(source):
-    return hasattr(source, "inputs") and hasattr(source, "get_config")
-
-
-def model_data_config(model, image_size=None):
-    """The data config a model carries (`model.data_config`), else the paper's at its input
-    size; at `image_size` where given."""
-    config = getattr(model, ATTRIBUTE, None)
-    if config is None and image_size is not None:
-        return paper_data_config(image_size)
-    if config is None:
-        config = paper_data_config(model_image_size(model))
-    config = check_data_config(dict(config), f"the data_config of model {model.name!r}")
-    return with_image_size(config, image_size) if image_size is not None else config
 
 
 def resolve_data_config(source=None, image_size=None):
@@ -106,18 +92,13 @@ def resolve_data_config(source=None, image_size=None):
     >>> resolve_data_config("digits")["mean"]
     [0.5, 0.5, 0.5]
     """
-    if _is_model(source):
-        return model_data_config(source, image_size)
-    if source is None:
-        config = paper_data_config(image_size or DEFAULT_IMAGE_SIZE)
-    elif isinstance(source, dict):
-        config = check_data_config(source)
-    elif isinstance(source, (str, os.PathLike)) and not isinstance(source, bytes):
-        config = _source_data_config(source)
-    else:
+    if source is None or isinstance(source, dict) or is_model(source):
+        return as_data_config(source, image_size)
+    if not isinstance(source, (str, os.PathLike)) or isinstance(source, bytes):
         raise ValueError(f"resolve_data_config takes a model, a data config (dict), a registry "
                          f"name, a config.json or its folder, or a checkpoint file. Received: "
                          f"{source!r:.100}")
+    config = _source_data_config(source)
     return with_image_size(config, image_size) if image_size is not None else config
 
 

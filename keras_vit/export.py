@@ -63,7 +63,7 @@ from keras_vit.layer_config import sublayers
 from keras_vit.layers import TokenPooling
 from keras_vit.intermediates import options as intermediates_options
 from keras_vit.model import ViT
-from keras_vit.model_parts import model_image_size, patch_grid
+from keras_vit.positions import model_image_size, patch_grid
 from keras_vit.preprocessing import IMAGE_CHANNELS
 from keras_vit.weights.keymap import check_finite_weights
 

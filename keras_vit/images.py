@@ -32,7 +32,6 @@ import warnings
 import keras
 import tensorflow as tf
 
-from keras_vit import data_config as data_configs
 from keras_vit.labels import LABEL_SETS, decode_predictions
 from keras_vit.weights.keymap import check_finite_outputs
 from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is importable from here
@@ -40,7 +39,10 @@ from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is impor
     INPUT_OFFSET,
     INPUT_SCALE,
     KERAS_CROP_MODES,
+    as_data_config,
+    config_image_size,
     normalization,
+    paper_data_config,
     preprocess_inputs,
 )
 
@@ -95,7 +97,7 @@ RESIZE_METHODS = {"bilinear": "bilinear", "bicubic": "bicubic", "nearest": "near
 def _resized_size(height, width, config):
     """(height, width) int32 scalars that `resize_crop` resizes an image of height x width
     (int32 scalars) to, as timm's eval transform computes them."""
-    target = data_configs.config_image_size(config)
+    target = config_image_size(config)
     # timm: scale_size = floor(input_size / crop_pct).
     scaled = [math.floor(side / config["crop_pct"]) for side in target]
     if config["crop_mode"] == "squash":
@@ -122,7 +124,7 @@ def resize_crop(image, config):
     `input_size`, as timm's eval transform (`transforms_imagenet_eval`) does with PIL; the
     result is clipped to [0, 255], as PIL's 8-bit images are. Keras' crop modes resize as
     keras-hub's image converters do, with `keras.ops.image.resize` (not clipped)."""
-    height, width = data_configs.config_image_size(config)
+    height, width = config_image_size(config)
     if config["crop_mode"] in KERAS_CROP_MODES:  # keras-hub's converters: Keras' own resize
         image = keras.ops.image.resize(
             tf.cast(image, tf.float32), (height, width), interpolation=config["interpolation"],
@@ -375,8 +377,9 @@ def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None)
         size: int or (height, width), or None. The size to resize to (with `data_config`: its
             `input_size` by default).
         max_pixels: int or None. Refuse images whose header declares more pixels.
-        data_config: None, a model or a data config (anything `keras_vit.resolve_data_config`
-            takes): pass the model to apply its own preprocessing. Defaults to None.
+        data_config: None, a model or a data config (a dict; a registry entry's or a
+            checkpoint's: `keras_vit.resolve_data_config`): pass the model to apply its own
+            preprocessing. Defaults to None.
 
     Returns:
         float32 array `[H, W, 3]` with values in [0, 255]; apply `preprocess_inputs` (with the
@@ -390,9 +393,9 @@ def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None)
     if data_config is None:
         if size is None:
             raise ValueError("load_image needs a `size` or a `data_config` (e.g. the model).")
-        config = data_configs.paper_data_config(size)
+        config = paper_data_config(size)
     else:
-        config = data_configs.resolve_data_config(data_config, size)
+        config = as_data_config(data_config, size)
     path = os.path.expanduser(os.fspath(path))
     reason = not_regular_file(path)
     if reason:
@@ -474,7 +477,7 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
     >>> keras_vit.classify_images(model, "seven.png", top=1)  # doctest: +SKIP
     [[('7', '7', 0.98)]]
     """
-    config = data_configs.resolve_data_config(model if data_config is None else data_config)
+    config = as_data_config(model if data_config is None else data_config)
     if isinstance(images, (str, os.PathLike)) or (hasattr(images, "ndim") and images.ndim == 3):
         images = [images]
     if not isinstance(images, (list, tuple)) and not hasattr(images, "ndim"):

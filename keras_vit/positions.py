@@ -1,7 +1,8 @@
 """Where each patch is: the position embeddings of the paper's appendix D.4 (Table 8) and
 big_vision's fixed sine-cosine embedding as Keras layers, the resizes that move a learned table
 to another grid (the official linear one, and timm's bicubic one), and the relative
-attention's bias.
+attention's bias; and a built model's patch grid, position resize and image size, read off
+its layers (`patch_grid`, `position_resize`, `model_image_size`).
 """
 
 import math
@@ -359,3 +360,45 @@ def relative_attention_bias(query, table, prefix_table=None, num_prefix=0):
     column = ops.where(both_patches, q_index - k_index + patches - 1, width - 1)  # [N, N]
     flat = ops.reshape(logits, (batch, heads, length * width))
     return ops.take(flat, q_index * width + column, axis=-1)  # [B, h, N, N]
+
+
+# ---------------------------------------------------------------------------------------------
+# A built model's grid, read off its layers by name (any version's).
+
+
+def patch_grid(model):
+    """The `(rows, cols)` patch grid of a keras_vit model: the one its position embedding is
+    learned for (for a model built with `dynamic_image_size=True`, the base grid), else its
+    patch embedding's; None for a model of any input size with no position-embedding grid.
+    The one place that reads it (weights loading, image size, export and inspection ask here).
+    """
+    names = {layer.name for layer in model.layers}
+    if "posembed_input" in names and model.get_layer("posembed_input").grid_size is not None:
+        return tuple(model.get_layer("posembed_input").grid_size)
+    grid = model.get_layer("embedding").grid_size
+    return None if grid is None or None in tuple(grid) else tuple(grid)
+
+
+def position_resize(model):
+    """How the model's learned position embedding moves to another patch grid, at load time
+    and in the graph: its `posembed_input` layer's `resize` ("linear", the official code's, or
+    "bicubic", timm's: `keras_vit.positions.POSITION_RESIZES`); "linear" for other models."""
+    names = {layer.name for layer in model.layers}
+    layer = model.get_layer("posembed_input") if "posembed_input" in names else None
+    return getattr(layer, "resize", "linear")
+
+
+def model_image_size(model):
+    """The `(height, width)` a keras_vit model is built for: its input size, or for a model
+    built with `dynamic_image_size=True` the size its position embedding is learned at."""
+    size = tuple(model.inputs[0].shape[1:3])
+    if None not in size:
+        return size
+    names = {layer.name for layer in model.layers}
+    grid = patch_grid(model)
+    if grid is None:
+        raise ValueError(f"Model {model.name!r} has no fixed input size and no position "
+                         "embedding grid ('posembed_input' with a grid_size) to read one from.")
+    patch = model.get_layer("embedding").patch_size
+    stride = model.get_layer("resnet").stride if "resnet" in names else 1
+    return (grid[0] * patch[0] * stride, grid[1] * patch[1] * stride)

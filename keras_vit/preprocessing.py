@@ -7,8 +7,9 @@
 - `IMAGE_CHANNELS`, `INPUT_SCALE`, `INPUT_OFFSET`: the constants of the paper's input.
 - data configs (timm's field names: `input_size`, `interpolation`, `crop_pct`, `crop_mode`,
   `mean`, `std`): `check_data_config`, `paper_data_config`, timm's `pretrained_cfg` both ways,
-  and `normalization`, the per-channel (scale, offset) of one. Resolving a model's or a
-  checkpoint's is `keras_vit.data_config`'s.
+  `normalization`, the per-channel (scale, offset) of one, and `as_data_config`, the one a
+  model carries or a dict states. Reading a registry entry's or a checkpoint's is
+  `keras_vit.data_config`'s (`keras_vit.resolve_data_config`).
 
 The TensorFlow image ops (decoding, resizing, cropping, the same normalisation inside `tf.data`
 and exported graphs) are in `keras_vit.images`.
@@ -16,10 +17,13 @@ and exported graphs) are in `keras_vit.images`.
 
 import math
 import numbers
+import os
 
 import numpy as np
 
 from keras import ops
+
+from keras_vit.positions import model_image_size
 
 # The official models see RGB scaled to [-1, 1] (vit_jax input_pipeline: `x / 127.5 - 1`).
 INPUT_SCALE = 127.5
@@ -253,6 +257,47 @@ def with_image_size(config, size):
     height, width = _pair("image_size", size)
     resized = dict(config, input_size=[IMAGE_CHANNELS, height, width])
     return DataConfig(resized) if isinstance(config, DataConfig) else resized
+
+
+def model_data_config(model, image_size=None):
+    """The data config a model carries (`model.data_config`), else the paper's at its input
+    size; at `image_size` where given."""
+    config = getattr(model, ATTRIBUTE, None)
+    if config is None and image_size is not None:
+        return paper_data_config(image_size)
+    if config is None:
+        config = paper_data_config(model_image_size(model))
+    config = check_data_config(dict(config), f"the data_config of model {model.name!r}")
+    return with_image_size(config, image_size) if image_size is not None else config
+
+
+def is_model(source):
+    """Whether `source` is a Keras model (what carries a data config), by its interface."""
+    return hasattr(source, "inputs") and hasattr(source, "get_config")
+
+
+def as_data_config(source=None, image_size=None):
+    """The data config that `source`, a `data_config` argument, gives: None, the paper's (at
+    `image_size`, else 224); a data config (dict), checked; a model, the one it carries
+    (`model_data_config`). At `image_size` where given. A registry name or a checkpoint's path
+    is refused, naming `keras_vit.resolve_data_config`, which reads them.
+
+    Raises:
+        ValueError: for a malformed data config or another kind of `source`, naming it.
+    """
+    if is_model(source):
+        return model_data_config(source, image_size)
+    if source is None:
+        return paper_data_config(image_size or DEFAULT_IMAGE_SIZE)
+    if isinstance(source, dict):
+        config = check_data_config(source)
+        return with_image_size(config, image_size) if image_size is not None else config
+    hint = ""
+    if isinstance(source, (str, os.PathLike)):
+        hint = (f" For a registry name or a checkpoint, pass keras_vit.resolve_data_config("
+                f"{os.fspath(source)!r:.80}) or the model built from it.")
+    raise ValueError(f"data_config must be None, a data config (dict) or a model. Received: "
+                     f"{source!r:.100}.{hint}")
 
 
 def timm_data_config(pretrained_cfg, where="pretrained_cfg"):

@@ -62,7 +62,7 @@ def model_stage(args, default_weights=False):
 def input_size(model, args):
     """The image size a command feeds `model`: its own, or `--image-size` for a model of any
     size (`dynamic_image_size`)."""
-    from keras_vit.model_parts import model_image_size
+    from keras_vit.positions import model_image_size
 
     dynamic = model.inputs[0].shape[1] is None
     return tuple(args.image_size) if dynamic and args.image_size else model_image_size(model)

@@ -1,6 +1,6 @@
 """`keras-vit convert SOURCE OUT`: a checkpoint as a `.keras` model, `.weights.h5`, an `.npz` in
 the official layout, or a `.safetensors` file in timm's layout with the `config.json` timm
-writes beside it (`keras_vit.weights.hub.save_safetensors`: `keras_vit.from_pretrained(OUT)`
+writes beside it (`keras_vit.weights.writers.save_safetensors`: `keras_vit.from_pretrained(OUT)`
 rebuilds the model, and `timm.create_model(name, pretrained=True,
 pretrained_cfg_overlay=dict(file=OUT), **model_args)` loads it); with `--format keras-hub`, a
 keras-hub preset folder (`keras_vit.save_keras_hub_preset`: `keras_hub.models.ImageClassifier.
@@ -80,14 +80,14 @@ def run(args):
     if args.format == "keras-hub":
         return _write_keras_hub(args)
     from keras_vit.fileio import atomic_file, check_destination, check_room
-    from keras_vit.weights import hub, save_npz
+    from keras_vit.weights import save_npz, writers
     from keras_vit.weights.keymap import check_finite_weights
 
     model, class_names = _source_model(args)
     if args.out.endswith(".npz"):
         save_npz(model, args.out, overwrite=args.overwrite)
     elif args.out.endswith(".safetensors"):
-        hub.save_safetensors(model, args.out, class_names, overwrite=args.overwrite)
+        writers.save_safetensors(model, args.out, class_names, overwrite=args.overwrite)
     else:
         check_destination(args.out, args.overwrite)  # still free (or replaceable) now
         check_finite_weights(model, f"Writing {args.out}")
@@ -108,14 +108,14 @@ def _write_keras_hub(args):
     (the model's data config) as its image converter."""
     import warnings
 
-    from keras_vit.weights import keras_hub
+    from keras_vit.weights import keras_hub, writers
 
-    keras_hub.check_preset_destination(args.out, args.overwrite)  # before the model is loaded
+    writers.check_preset_destination(args.out, args.overwrite)  # before the model is loaded
     keras_hub.import_keras_hub()  # before the model is loaded, too
     model, _ = _source_model(args)  # keras-hub presets hold no class names
     with warnings.catch_warnings(record=True) as notices:
         warnings.simplefilter("always", UserWarning)
-        keras_hub.save_keras_hub_preset(model, args.out, overwrite=args.overwrite,
+        writers.save_keras_hub_preset(model, args.out, overwrite=args.overwrite,
                                         approximate=args.approximate_preprocessing)
     for notice in notices:
         print(f"note: {notice.message}")

@@ -24,7 +24,7 @@ import keras_vit
 import keras_vit_cli as cli
 from keras_vit import data_config as dc
 from keras_vit import evaluation, images, weights
-from keras_vit.weights import config_json, hub
+from keras_vit.weights import config_json, writers
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TIMM_PYTHON = os.environ.get("KERAS_VIT_TIMM_PYTHON")
@@ -178,6 +178,23 @@ def test_load_image_and_preprocess_inputs_apply_a_data_config(tmp_path):
 # Sources.
 
 
+def test_images_and_pipelines_take_a_model_or_a_data_config_and_refuse_a_name(tmp_path):
+    npz = checkpoint_with_config(tmp_path / "mine", IMAGENET)
+    path = write_png(tmp_path / "a.png", smooth_image(37, 23))
+    stated = keras_vit.resolve_data_config(npz)
+    model = keras_vit.from_pretrained(npz)
+    from_config = images.load_image(path, data_config=stated)
+    np.testing.assert_array_equal(images.load_image(path, data_config=model), from_config)
+    arrays = np.stack([smooth_image(37, 23)] * 2).astype(np.uint8)
+    for source in (npz, str(npz), "digits"):
+        with pytest.raises(ValueError, match=r"resolve_data_config\(") as error:
+            images.load_image(path, data_config=source)
+        assert len(str(error.value).splitlines()) == 1
+        with pytest.raises(ValueError, match=r"resolve_data_config\("):
+            keras_vit.data.from_arrays(arrays, np.array([0, 1]), num_classes=3, image_size=16,
+                                       batch_size=2, training=False, data_config=source)
+
+
 def test_resolve_data_config_reads_every_source(tmp_path):
     npz = checkpoint_with_config(tmp_path / "mine", IMAGENET)
     want = dc.check_data_config(IMAGENET)
@@ -214,14 +231,14 @@ def test_from_pretrained_keeps_the_checkpoints_data_config_at_the_models_size(tm
 
 def test_safetensors_carry_the_data_config_to_keras_vit_and_to_timms_config(tmp_path):
     model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "npz", IMAGENET))
-    hub.save_safetensors(model, tmp_path / "st" / "model.safetensors")
+    writers.save_safetensors(model, tmp_path / "st" / "model.safetensors")
     timm_config = json.loads((tmp_path / "st" / "config.json").read_text())
     assert {k: timm_config["pretrained_cfg"][k] for k in dc.FIELDS} == \
         {k: v for k, v in dc.check_data_config(IMAGENET).items() if k in dc.FIELDS}
     again = keras_vit.from_pretrained(tmp_path / "st" / "model.safetensors")
     assert again.data_config == dc.check_data_config(IMAGENET)
     # A model that states none is written with the paper's, a plain resize ("squash").
-    hub.save_safetensors(tiny_model(), tmp_path / "paper" / "model.safetensors")
+    writers.save_safetensors(tiny_model(), tmp_path / "paper" / "model.safetensors")
     paper = json.loads((tmp_path / "paper" / "config.json").read_text())["pretrained_cfg"]
     assert (paper["crop_mode"], paper["crop_pct"], paper["mean"]) == ("squash", 1.0,
                                                                      [0.5, 0.5, 0.5])
@@ -440,7 +457,7 @@ def test_timms_create_transform_gives_the_same_input(tmp_path):
         cases.append(dict(pretrained_cfg=config, image=str(path)))
     # And the pretrained_cfg of the config.json keras_vit writes for timm.
     model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "mine", IMAGENET))
-    hub.save_safetensors(model, tmp_path / "st" / "model.safetensors")
+    writers.save_safetensors(model, tmp_path / "st" / "model.safetensors")
     written = json.loads((tmp_path / "st" / "config.json").read_text())["pretrained_cfg"]
     cases.append(dict(pretrained_cfg=written, image=cases[0]["image"]))
     (tmp_path / "cases.json").write_text(json.dumps(cases))
@@ -552,11 +569,11 @@ def test_inspect_shows_the_images_as_they_were_before_normalisation():
 
 def test_a_keras_hub_preset_keeps_its_image_converters_data_config(tmp_path):
     pytest.importorskip("keras_hub")
-    from keras_vit.weights import keras_hub
+    from keras_vit.weights import keras_hub, writers
 
     stated = dict(IMAGENET, crop_pct=1.0, interpolation="bicubic",  # keras-hub's own crop
                   crop_mode="crop_to_aspect_ratio")
-    keras_hub.save_keras_hub_preset(tiny_model(gelu_approximate=False), tmp_path / "preset",
+    writers.save_keras_hub_preset(tiny_model(gelu_approximate=False), tmp_path / "preset",
                                     stated)
     want = dc.check_data_config(keras_hub.preset_preprocessing(tmp_path / "preset"))
     assert (want["interpolation"], want["crop_mode"]) == ("bicubic", "crop_to_aspect_ratio")

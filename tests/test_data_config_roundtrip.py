@@ -10,7 +10,7 @@ import pytest
 import keras_vit
 from keras_vit import data_config as dc
 from keras_vit import weights
-from keras_vit.weights import config_json, hub
+from keras_vit.weights import config_json, writers
 
 from test_data_config import IMAGENET, TINY, tiny_model  # the same tiny models and config
 
@@ -129,7 +129,7 @@ def test_load_pretrained_gives_the_model_the_checkpoints_data_config(tmp_path):
 
 def test_load_pretrained_reads_the_data_config_a_safetensors_file_records(tmp_path):
     model = keras_vit.from_pretrained(checkpoint_with_config(tmp_path / "npz", IMAGENET))
-    hub.save_safetensors(model, tmp_path / "st" / "model.safetensors")
+    writers.save_safetensors(model, tmp_path / "st" / "model.safetensors")
     (tmp_path / "st" / "config.json").unlink()  # the file's own metadata says it
     fresh = keras_vit.ViT(**TINY)
     keras_vit.load_pretrained(fresh, tmp_path / "st" / "model.safetensors")

@@ -109,7 +109,7 @@ def test_config_keras_file_and_checkpoint_round_trip(tmp_path):
     dyn = dynamic_model()
     config = keras_vit.vit_config(dyn)
     assert config["dynamic_image_size"] is True and config["image_size"] == [32, 32]
-    assert keras_vit.model_parts.model_image_size(dyn) == (32, 32)
+    assert keras_vit.positions.model_image_size(dyn) == (32, 32)
     x = images((40, 16))
     want = dyn(x)
     dyn.save(tmp_path / "m.keras")

@@ -223,7 +223,7 @@ WRITES = textwrap.dedent("""
     import numpy as np
     import keras, keras_vit, keras_vit_cli
     from keras_vit import evaluation, export, fileio, tflite, training, weights
-    from keras_vit.weights import download, hub
+    from keras_vit.weights import download, hub, writers
 
     out, limit = sys.argv[1], int(sys.argv[2])
     model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=64, num_layers=2,
@@ -239,7 +239,7 @@ WRITES = textwrap.dedent("""
 
     WRITES = {
         "model.npz": lambda p: weights.save_npz(model, p, overwrite=True),
-        "model.safetensors": lambda p: hub.save_safetensors(model, p, overwrite=True),
+        "model.safetensors": lambda p: writers.save_safetensors(model, p, overwrite=True),
         "model.keras": convert,
         "model.weights.h5": convert,
         "export": lambda p: export.export_saved_model(model, p, warmup=False),

@@ -24,7 +24,7 @@ from safetensors.numpy import load_file
 import keras_vit
 from keras_vit import export, training, weights
 from keras_vit.training import callbacks, loop
-from keras_vit.weights import hub, torch_layouts
+from keras_vit.weights import torch_layouts, writers
 
 from test_errors import TINY, fit_tiny
 
@@ -145,7 +145,7 @@ def files(tmp_path_factory):
     model = keras_vit.ViT(**TINY)
     weights.save_npz(model, root / "model.npz")
     (root / "st").mkdir()
-    hub.save_safetensors(model, root / "st" / "model.safetensors", class_names=["a", "b", "c"])
+    writers.save_safetensors(model, root / "st" / "model.safetensors", class_names=["a", "b", "c"])
     fit_tiny(None, root / "run", epochs=1)
     run = root / "run"
     shutil.copy(run / "final.npz", run / "best.npz")

@@ -19,7 +19,7 @@ from safetensors.numpy import save_file
 
 import keras_vit
 from keras_vit import tflite, training, weights
-from keras_vit.weights import CheckpointError, hub
+from keras_vit.weights import CheckpointError, hub, writers
 
 from test_errors import TINY, fit_tiny
 
@@ -114,7 +114,7 @@ def test_a_member_declaring_more_than_deflate_can_hold_is_refused(model, tmp_pat
 
 def save_tiny_safetensors(model, folder):
     path = folder / "model.safetensors"
-    hub.save_safetensors(model, path)
+    writers.save_safetensors(model, path)
     return path
 
 

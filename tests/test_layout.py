@@ -15,7 +15,7 @@ MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
 # The longest chain of modules each importing the next at its top (a module stands one level
 # above all it imports). Lowered as the layout flattens; never raised.
-MAX_IMPORT_DEPTH = 14
+MAX_IMPORT_DEPTH = 10
 
 
 def documented_tiers(text=None):

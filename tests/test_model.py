@@ -116,6 +116,15 @@ def vit_count(hidden, mlp, blocks, patch, resnet=None, image_size=224, num_class
     return count + d * num_classes + num_classes  # the head
 
 
+def test_the_argument_list_configuration_files_are_read_with_is_the_models():
+    parameters = inspect.signature(keras_vit.ViT).parameters.values()
+    assert keras_vit.configs.VIT_ARGUMENTS == tuple(
+        p.name for p in parameters if p.kind is not p.VAR_KEYWORD)
+    document = dict(format="keras_vit", model=keras_vit.ViT(
+        image_size=32, patch_size=8, num_classes=3, **TINY).vit_arguments())
+    assert weights.config_json.check_keras_vit(document, "x")["model"] == document["model"]
+
+
 def test_the_paper_variants_are_the_variants():
     assert sorted(PAPER_VARIANTS) == sorted(keras_vit.VARIANTS)
 

@@ -267,7 +267,7 @@ def test_python_writers_do_not_replace_a_file_without_overwrite(tmp_path):
     out = tmp_path / "m.safetensors"
     out.write_bytes(b"mine")
     with pytest.raises(fileio.DestinationExists, match="overwrite=True"):
-        weights.hub.save_safetensors(model, out)
+        weights.writers.save_safetensors(model, out)
     assert out.read_bytes() == b"mine" and not (tmp_path / "config.json").exists()
 
 

@@ -23,7 +23,7 @@ import keras_vit
 import keras_vit_cli as cli
 from keras_vit import data_config as dc
 from keras_vit import weights
-from keras_vit.weights import config_json, hub
+from keras_vit.weights import config_json, writers
 
 from test_checkpoint_registry import offline_hub  # noqa: F401 - a fixture
 from test_data_config import TINY, pil_eval_transform, smooth_image, write_png
@@ -67,7 +67,7 @@ def world(tmp_path_factory):
     (root / "npz" / "config.json").write_text(json.dumps(config_json.keras_vit_document(
         keras_vit.vit_config(model), None, DEIT)))
     loaded = keras_vit.from_pretrained(root / "npz" / "model.npz")
-    hub.save_safetensors(loaded, root / "st" / "model.safetensors")
+    writers.save_safetensors(loaded, root / "st" / "model.safetensors")
     loaded.save(root / "model.keras")
     photos = [write_png(root / f"{i}.png", smooth_image(h, w, seed=i))
               for i, (h, w) in enumerate(PHOTO_SIZES)]

@@ -19,7 +19,7 @@ from safetensors.numpy import load_file, save_file
 import keras_vit
 from keras_vit import data_config as dc
 from keras_vit import fileio, weights
-from keras_vit.weights import config_json, hub, keras_hub
+from keras_vit.weights import config_json, hub, keras_hub, writers
 
 TINY = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
             num_classes=3)
@@ -156,7 +156,7 @@ def test_a_config_json_of_any_bytes_gives_a_data_config_or_one_line(folder, data
 def tensors(tmp_path_factory):
     """The arrays of a tiny `.safetensors` file keras_vit wrote."""
     path = tmp_path_factory.mktemp("safetensors") / "model.safetensors"
-    hub.save_safetensors(keras_vit.ViT(**TINY), path)
+    writers.save_safetensors(keras_vit.ViT(**TINY), path)
     return load_file(path)
 
 
@@ -180,7 +180,7 @@ def preset(tmp_path_factory):
     are replaced per example)."""
     pytest.importorskip("keras_hub")
     folder = tmp_path_factory.mktemp("preset") / "preset"
-    keras_hub.save_keras_hub_preset(keras_vit.ViT(**dict(TINY, gelu_approximate=False)), folder)
+    writers.save_keras_hub_preset(keras_vit.ViT(**dict(TINY, gelu_approximate=False)), folder)
     (folder / keras_hub.MARK_FILE).unlink()
     return folder
 
@@ -396,7 +396,7 @@ def preset_with_mark(tmp_path_factory):
     pytest.importorskip("keras_hub")
     model = keras_vit.ViT(**dict(TINY, gelu_approximate=False))
     folder = tmp_path_factory.mktemp("marked") / "preset"
-    keras_hub.save_keras_hub_preset(model, folder)
+    writers.save_keras_hub_preset(model, folder)
     return folder, outputs(model)
 
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import export, images, tflite, weights
-from keras_vit.weights import hub
+from keras_vit.weights import writers
 
 import tiny_models
 from tiny_models import KINDS, TINY
@@ -71,7 +71,7 @@ def via_npz(model, kind, folder):
 
 
 def via_safetensors(model, kind, folder):
-    path = hub.save_safetensors(model, folder / "model.safetensors", ["a", "b", "c"])
+    path = writers.save_safetensors(model, folder / "model.safetensors", ["a", "b", "c"])
     back, info = keras_vit.builders.build_from_checkpoint(path)
     assert info["class_names"] == ["a", "b", "c"]
     timm = json.loads((folder / "config.json").read_text())

@@ -216,12 +216,12 @@ def broken(tiny):
                                     "export_saved_model", "export_tflite", "export_onnx",
                                     "classify_images", "evaluate"])
 def test_nan_weights_are_refused_by_every_writer_and_answer(broken, tmp_path, action):
-    from keras_vit.weights import hub
+    from keras_vit.weights import writers
 
     out = tmp_path / "out"
     calls = {
         "save_npz": lambda: save_npz(broken, f"{out}.npz"),
-        "save_safetensors": lambda: hub.save_safetensors(broken, f"{out}.safetensors"),
+        "save_safetensors": lambda: writers.save_safetensors(broken, f"{out}.safetensors"),
         "save_keras_hub_preset": lambda: keras_vit.save_keras_hub_preset(broken, out),
         "export_saved_model": lambda: keras_vit.export_saved_model(broken, out),
         "export_tflite": lambda: keras_vit.export_tflite(broken, f"{out}.tflite"),

@@ -1,5 +1,5 @@
 """timm reads the `.safetensors` files keras_vit writes: `timm.create_model("local-dir:DIR",
-pretrained=True)` on the folder `keras_vit.weights.hub.save_safetensors` wrote gives keras_vit's
+pretrained=True)` on the folder `keras_vit.weights.writers.save_safetensors` wrote gives keras_vit's
 logits.
 
 timm and torch are not dependencies of the package or of its tests: this runs where
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.weights import hub
+from keras_vit.weights import writers
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Reads the folder with timm and prints its logits of the images as JSON.
@@ -45,7 +45,7 @@ def test_timm_reads_the_safetensors_keras_vit_writes(tmp_path, config, timm_pyth
     model = keras_vit.ViT(image_size=32, patch_size=8, num_layers=2, num_classes=3, **config)
     rng = np.random.default_rng(0)
     model.set_weights([rng.normal(0, 0.2, w.shape).astype(w.dtype) for w in model.get_weights()])
-    hub.save_safetensors(model, tmp_path / "model.safetensors", ["a", "b", "c"])
+    writers.save_safetensors(model, tmp_path / "model.safetensors", ["a", "b", "c"])
     images = rng.uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
     np.save(tmp_path / "images.npy", images)
     code = READ_WITH_TIMM.format(root=str(ROOT), folder=str(tmp_path),

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_vit import images as image_ops
 from keras_vit.checks import check_int, check_labels, check_replica_batch, to_pair
-from keras_vit.data_config import resolve_data_config
+from keras_vit.preprocessing import as_data_config
 
 # Inception crop of the official training pipeline (vit_jax input_pipeline.py):
 # `tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0), min_object_covered=0)`,
@@ -146,7 +146,7 @@ def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, f
     if flip:
         image = tf.image.stateless_random_flip_left_right(image, flip_seed)
     # None: the paper's, `x / 127.5 - 1` bit for bit.
-    return image_ops.normalize(image, resolve_data_config(data_config, image_size))
+    return image_ops.normalize(image, as_data_config(data_config, image_size))
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,8 +258,8 @@ def _finish(dataset):
 def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augment, strategy,
               data_config=None):
     image_size = to_pair("image_size", image_size)
-    # The paper's where none is given (a model gives its own: `resolve_data_config`).
-    config = resolve_data_config(data_config, image_size)
+    # The paper's where none is given (a model gives its own: `as_data_config`).
+    config = as_data_config(data_config, image_size)
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     _check_batch_size(batch_size, num_replicas, source.num_examples, training)
     start_epoch = check_int("start_epoch", start_epoch, 0)
@@ -367,8 +367,8 @@ def from_arrays(
         value_range: (0, 255) or (0, 1): the range of the image values. Required for float
             images (a float array does not say whether 1.0 is white or nearly black);
             integer images are (0, 255). Values outside the range are refused.
-        data_config: None, a model or a data config (anything
-            `keras_vit.resolve_data_config` takes): pass the model. An evaluation pipeline
+        data_config: None, a model or a data config (a dict; a registry entry's or a
+            checkpoint's: `keras_vit.resolve_data_config`): pass the model. An evaluation pipeline
             resizes, crops and normalises as it says at `image_size`; a training pipeline
             augments as the paper does, then normalises with its mean and std (as timm
             fine-tunes a checkpoint with its own). None: the paper's (bilinear resize,

@@ -10,7 +10,8 @@ import numpy as np
 from keras_vit.checks import check_index, check_positive_int
 from keras_vit.introspection import attention_model
 from keras_vit.model_parts import vit_config
-from keras_vit.model_parts import encoder_blocks, model_image_size, patch_grid
+from keras_vit.model_parts import encoder_blocks
+from keras_vit.positions import model_image_size, patch_grid
 
 NUM_COMPONENTS = 28  # Figure 7 left: "first 28 principal components"
 

@@ -62,7 +62,7 @@ from keras_vit.fileio import (
     refuse_link,
     remove_temporaries,
 )
-from keras_vit.model_parts import model_image_size
+from keras_vit.positions import model_image_size
 from keras_vit.training.callbacks import read_json_state
 from keras_vit.checks import check_choice, check_int
 from keras_vit.vtab.tasks import (  # noqa: F401  (the public names of the tasks, here too)

@@ -16,7 +16,6 @@ Checks name fields as the file does (`model_args.depth`, `num_hidden_layers`).
 - transformers' (`ViTConfig`): `model_type`, `hidden_size`, `num_hidden_layers`, ...
 """
 
-import inspect
 import json
 import re
 
@@ -31,7 +30,6 @@ from keras_vit.checks import (
     check_positive_number,
     to_pair,
 )
-from keras_vit.model import ViT
 from keras_vit.preprocessing import (
     check_data_config,
     paper_data_config,
@@ -42,8 +40,6 @@ from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.layouts import POSEMB_2D_KEYS, POSEMB_KEY, canonicalize, config_from_params
 
 KERAS_VIT_FORMAT = "keras_vit"
-VIT_ARGUMENTS = tuple(name for name, parameter in inspect.signature(ViT).parameters.items()
-                      if parameter.kind is not parameter.VAR_KEYWORD)
 # Keys that configurations written by earlier versions hold and that are no arguments now: the
 # execution routes (`kernels`, 0.3). They are dropped on reading.
 LEGACY_ARGUMENTS = ("kernels",)
@@ -192,10 +188,10 @@ def check_keras_vit(document, where):
     """
     model = {key: value for key, value in _object(where, "model", document.get("model")).items()
              if key not in LEGACY_ARGUMENTS}
-    unknown = sorted(set(model) - set(VIT_ARGUMENTS))
+    unknown = sorted(set(model) - set(configs.VIT_ARGUMENTS))
     if unknown:
         raise CheckpointError(f"{where}: `model` has keys that are not keras_vit.ViT arguments: "
-                              f"{unknown}. Expected some of {', '.join(VIT_ARGUMENTS)}.")
+                              f"{unknown}. Expected some of {', '.join(configs.VIT_ARGUMENTS)}.")
     for name in BOOL_ARGUMENTS:
         if name in model:
             _checked(where, f"model.{name}", check_bool, model[name])

@@ -11,12 +11,9 @@ from the keras_vit configuration in the file's metadata (the files `save_safeten
 else from `config.json` (checked against the arrays: `keras_vit.weights.config_json`), else
 from the array shapes.
 
-`save_safetensors` writes a model in timm's layout, with its keras_vit configuration in the
-file's metadata and the `config.json` timm writes beside it: `from_pretrained` rebuilds the
-same model from it, and timm loads it.
+`keras_vit.weights.writers.save_safetensors` writes such files.
 """
 
-import json
 import os
 import re
 
@@ -25,16 +22,13 @@ import ml_dtypes
 import numpy as np
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
-from keras_vit.fileio import DestinationExists, atomic_file, atomic_write_text, check_destination
-from keras_vit.model_parts import vit_config
 from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError, DownloadError
-from keras_vit.weights.keymap import check_finite_weights, model_params
 from keras_vit.weights.layouts import config_from_params
 from keras_vit.weights.npz import placeholder
-from keras_vit.weights.torch_layouts import detect_layout, layout_width, to_official, to_timm
+from keras_vit.weights.torch_layouts import detect_layout, layout_width, to_official
 
 HF_SCHEME = "hf://"
 WEIGHTS_FILE = "model.safetensors"
@@ -306,47 +300,3 @@ def _interpret(params, config, own, weights_path, config_path, num_heads):
         else config_path
     return official, architecture, config_json.check_class_names(names, architecture,
                                                                  names_from)
-
-
-def save_safetensors(model, path, class_names=None, overwrite=False):
-    """Writes a `keras_vit.ViT` model as a `.safetensors` file in timm's layout, atomically,
-    with its keras_vit configuration (and `class_names`) in the file's metadata, and beside it
-    the `config.json` timm writes for such a file (`config_json.timm_config`), so that
-    `keras_vit.from_pretrained(path)` rebuilds the same model and
-    `timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(file=path),
-    **model_args)` loads it.
-
-    A file already at `path`, or a `config.json` beside it, is replaced only with
-    `overwrite=True`, and a `config.json` that keras_vit did not write for such a file never.
-
-    Raises:
-        CheckpointError: before anything is written, for a model timm's layout cannot hold
-            (a hybrid, a position embedding other than the learned 1-D table, `pre_logits`).
-        ValueError: for a model `keras_vit.ViT` did not build, or a `config.json` beside `path`
-            that keras_vit did not write for such a file (it would be replaced).
-        keras_vit.fileio.DestinationExists: if `path` or the `config.json` beside it exists
-            (without `overwrite`); nothing is written.
-        keras_vit.fileio.WriteError: naming the file, if it cannot be written (a full disk).
-    """
-    config = vit_config(model)
-    check_finite_weights(model, f"Writing {path}")
-    params = to_timm(model_params(model))
-    preprocessing = getattr(model, "data_config", None)  # None: the paper's
-    timm = config_json.timm_config(config, class_names, preprocessing)
-    config_path = os.path.join(os.path.dirname(os.path.abspath(os.fspath(path))), CONFIG_FILE)
-    check_destination(path, overwrite)
-    existing = read_config(config_path) if os.path.exists(config_path) else None
-    if existing is not None and existing.get("written_by") != config_json.WRITTEN_BY:
-        raise ValueError(f"{config_path} exists and was not written by keras_vit for a "
-                         f".safetensors file: writing {path} would replace it. Expected a "
-                         "folder without another model's config.json.")
-    if existing is not None and not overwrite:
-        raise DestinationExists(
-            f"{config_path} already exists (it describes another .safetensors file there). "
-            "Nothing was written; pass overwrite=True (--overwrite) to replace it, or choose "
-            "another folder.")
-    document = config_json.keras_vit_document(config, class_names, preprocessing)
-    with atomic_file(path) as tmp:
-        save_file(params, tmp, metadata={"format": "pt", METADATA_KEY: json.dumps(document)})
-    atomic_write_text(config_path, json.dumps(timm, indent=2))
-    return os.fspath(path)

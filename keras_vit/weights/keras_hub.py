@@ -1,6 +1,6 @@
-"""keras-hub's ViT presets, both ways: a preset folder read into a `keras_vit.ViT`, and a
-`keras_vit.ViT` written as a preset that `keras_hub.models.ImageClassifier.from_preset` loads
-with its preprocessor.
+"""keras-hub's ViT presets: a preset folder read into a `keras_vit.ViT`, and what a preset
+keras_vit writes holds (`keras_vit.weights.writers.save_keras_hub_preset` writes one that
+`keras_hub.models.ImageClassifier.from_preset` loads with its preprocessor).
 
 A preset is the folder keras-hub's `save_to_preset` writes: `config.json` (the `ViTBackbone`),
 `model.weights.h5`, `metadata.json`, and for a classifier `task.json` (the
@@ -28,29 +28,18 @@ read or written.
 """
 
 import hashlib
-import json
 import os
 import re
-import warnings
 
 import keras
 import numpy as np
 
 from keras_vit.checks import check_bool, check_choice, check_positive_int, to_pair
-from keras_vit.fileio import (
-    DestinationExists,
-    atomic_write_text,
-    check_destination,
-    check_room,
-    staging_dir,
-)
-from keras_vit.model_parts import vit_config
 from keras_vit.preprocessing import (IMAGE_CHANNELS, INPUT_OFFSET, INPUT_SCALE, MAX_MEAN,
                                      MAX_STD, MIN_STD)
 from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError
-from keras_vit.weights.keras_hub_handles import BACKBONE_CLASS, INSTALL, import_keras_hub
-from keras_vit.weights.keymap import check_finite_weights, model_params
+from keras_vit.weights.keras_hub_handles import BACKBONE_CLASS, import_keras_hub
 from keras_vit.weights.layouts import POSEMB_KEY
 
 # The files of a preset folder (keras-hub's `preset_utils` names).
@@ -370,7 +359,7 @@ def read_preset(path):
 # Writing.
 
 
-def _refusal(config):
+def refusal(config):
     """Why keras-hub's ViT cannot hold a `keras_vit.ViT` configuration, or None."""
     if config.get("resnet") is not None:
         return ("it is a hybrid (a ResNet stem before the patches); keras-hub's ViTBackbone "
@@ -449,12 +438,12 @@ def approximation_notice(stated, converter):
             "each image than the checkpoint was evaluated on.")
 
 
-def _is_ours(folder):
+def is_ours(folder):
     """Whether `folder` holds the mark of a preset keras_vit wrote."""
-    return _mark(folder) is not None
+    return preset_mark(folder) is not None
 
 
-def _mark(folder):
+def preset_mark(folder):
     """The mark of a preset keras_vit wrote in `folder` (a dict), or None."""
     mark = os.path.join(folder, MARK_FILE)
     if not os.path.isfile(mark) or os.path.islink(mark):
@@ -467,7 +456,7 @@ def _mark(folder):
     return document if ours else None
 
 
-def _written_files(mark):
+def written_files(mark):
     """The names of the files keras_vit wrote into a preset, by its mark: the `files` it
     lists (with their SHA-256), else (marks of earlier versions) the files keras-hub writes
     for a ViT."""
@@ -478,7 +467,7 @@ def _written_files(mark):
     return dict.fromkeys(KERAS_HUB_FILES)
 
 
-def _sha256(path):
+def sha256(path):
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -489,162 +478,17 @@ def _sha256(path):
 def _check_digests(path, folder):
     """The files of a preset keras_vit wrote are the bytes it wrote (its mark holds their
     SHA-256): HDF5 has no checksum, so a damaged weights file would load as other numbers."""
-    mark = _mark(folder)
+    mark = preset_mark(folder)
     if mark is None:
         return
-    for name, digest in _written_files(mark).items():
+    for name, digest in written_files(mark).items():
         if digest is None:
             continue
         file = os.path.join(folder, name)
         if not os.path.isfile(file):
             raise CheckpointError(f"{path}: the preset keras_vit wrote has lost its {name}. "
                                   "Expected the folder as keras_vit wrote it, whole.")
-        if _sha256(file) != digest:
+        if sha256(file) != digest:
             raise CheckpointError(f"{path}: {name} is not the file keras_vit wrote there (its "
                                   f"SHA-256 differs from the one in {MARK_FILE}): damaged or "
                                   "changed. Expected the folder as keras_vit wrote it.")
-
-
-def check_preset_destination(path, overwrite):
-    """Refuses to write a preset at `path` over anything but nothing, an empty folder, or (with
-    `overwrite`) a preset keras_vit wrote: `DestinationExists` for a file there or an earlier
-    preset without `overwrite`, ValueError for a folder holding anything else (never
-    replaced), `WriteError` for a link, `FolderInUse` inside a running job's folder."""
-    check_destination(path, True, kind="folder")
-    folder = os.fspath(path)
-    if not os.path.isdir(folder) or not os.listdir(folder):
-        return
-    if not _is_ours(folder):
-        raise ValueError(f"{path} is a folder holding files keras_vit did not write; it is "
-                         "never replaced. Nothing was written; expected a new or empty folder.")
-    others = sorted(set(os.listdir(folder)) - set(_written_files(_mark(folder))) - {MARK_FILE})
-    if others:
-        listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5
-                                          else "")
-        raise ValueError(f"{path} holds a preset keras_vit wrote and files it did not write "
-                         f"({listed}); it is never replaced. Nothing was written; expected "
-                         "the preset alone, a new or an empty folder.")
-    if not overwrite:
-        raise DestinationExists(f"{path} already holds a preset. Nothing was written; pass "
-                                "overwrite=True (--overwrite) to replace it, or choose another "
-                                "folder.")
-
-
-def _keras_hub_models(hub, config, converter):
-    """(the keras-hub model whose weights are the network's, the preprocessor): a
-    `ViTImageClassifier` holding its preprocessor, or a `ViTBackbone` and the preprocessor
-    beside it for a model without a head."""
-    backbone = hub.models.ViTBackbone(
-        image_shape=(*config["image_size"], IMAGE_CHANNELS), patch_size=tuple(config["patch_size"]),
-        num_layers=config["num_layers"], num_heads=config["num_heads"],
-        hidden_dim=config["hidden_size"], mlp_dim=config["mlp_dim"],
-        dropout_rate=config["dropout_rate"], attention_dropout=config["attention_dropout_rate"],
-        layer_norm_epsilon=config["layer_norm_epsilon"], use_class_token=config["class_token"],
-        dtype="float32")
-    preprocessor = hub.models.ViTImageClassifierPreprocessor(
-        image_converter=hub.layers.ViTImageConverter(**converter))
-    if not config["include_top"]:
-        return backbone, preprocessor
-    return hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=config["num_classes"], preprocessor=preprocessor,
-        pooling=config["classifier"], intermediate_dim=config["representation_size"],
-        head_dtype="float32"), None
-
-
-def _assign(hub_model, params):
-    """Sets every keras-hub variable from the official-layout `params` (zeros for the query,
-    key and value biases of a model without them)."""
-    used = set()
-    for variable in hub_model.weights:
-        key = official_key(variable.path)
-        if key in params:
-            value = params[key]
-            used.add(key)
-        elif key.endswith(QKV_BIASES):
-            value = np.zeros(variable.shape, np.float32)
-        else:
-            raise RuntimeError(f"keras-hub's variable {variable.path} has no counterpart ({key}) "
-                               "in keras_vit's model.")
-        variable.assign(np.reshape(np.asarray(value, np.float32), variable.shape))
-    left = sorted(set(params) - used)
-    if left:
-        raise RuntimeError(f"keras-hub's ViT has no variable for {left}.")
-
-
-def save_keras_hub_preset(model, path, preprocessing=None, overwrite=False, approximate=False):
-    """Writes a `keras_vit.ViT` as a keras-hub preset folder, so that
-    `keras_hub.models.ImageClassifier.from_preset(path)` loads it with its preprocessor
-    (and `keras_vit.from_pretrained(path)` reads it back): keras-hub's `predict` on RGB images
-    in [0, 255] then gives the model's logits.
-
-    The preset is keras-hub's own (`ViTImageClassifier.save_to_preset`, or the backbone and
-    preprocessor for a model without a head), written in a staging folder and renamed into
-    place, with `keras_vit.json`, keras_vit's mark, beside keras-hub's files. A model without
-    query/key/value biases (`qkv_bias=False`) gets zero biases there. keras-hub's models take
-    one input size: a `dynamic_image_size` model is written at its `image_size`. keras-hub
-    stores no class names.
-
-    Args:
-        model: a `keras_vit.ViT`.
-        path: str or path. The preset folder: new, empty, or (with `overwrite`) a preset
-            keras_vit wrote; a folder holding anything else is never replaced.
-        preprocessing: dict or None. A data config, with timm's field names (`interpolation`,
-            `crop_pct` (1.0 only), `crop_mode` ("squash", "crop_to_aspect_ratio",
-            "pad_to_aspect_ratio"), `mean`, `std`, `antialias`). Defaults to None: the data
-            config the model carries (`model.data_config`: its checkpoint's).
-        overwrite: bool. Replace a preset keras_vit wrote at `path`. Defaults to False.
-        approximate: bool. Write a checkpoint evaluated with timm's centre crop (crop_mode
-            "center" or "border", any crop_pct) with the closest converter keras-hub has (crop
-            to the model's aspect ratio, then resize), warning what differs, instead of
-            refusing it. Defaults to False.
-
-    Returns:
-        str: `path`.
-
-    Raises:
-        keras_vit.CheckpointError: naming the reason, before anything is written, for a model
-            keras-hub's ViT cannot hold (a hybrid, another position embedding, the tanh GELU,
-            `fc_norm`, "gap" beside a class token, `pre_logits` without a head).
-        ValueError: for preprocessing keras-hub's converter cannot do, or a folder at `path`
-            that keras_vit did not write.
-        keras_vit.fileio.DestinationExists: for a preset already at `path` (without
-            `overwrite`) or a file there.
-        ImportError: naming `pip install keras-hub`, if keras-hub is not installed.
-
-    Examples:
-    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2,
-    ...                       num_heads=4, mlp_dim=64, num_classes=10, gelu_approximate=False)
-    >>> save_keras_hub_preset(model, "/tmp/vit_preset")  # doctest: +SKIP
-    '/tmp/vit_preset'
-    """
-    config = vit_config(model)
-    reason = _refusal(config)
-    if reason:
-        raise CheckpointError(f"keras-hub's ViT cannot hold this model: {reason}. Nothing was "
-                              "written.")
-    if preprocessing is None:  # the data config the model carries (from its checkpoint)
-        preprocessing = getattr(model, "data_config", None)
-    converter = converter_arguments(preprocessing, config["image_size"], approximate)
-    stated = dict(KERAS_VIT_PREPROCESSING, **(preprocessing or {}))
-    if approximate and (stated["crop_mode"], stated["crop_pct"]) != (
-            CROP_MODES[converter["crop_to_aspect_ratio"], converter["pad_to_aspect_ratio"]], 1.0):
-        warnings.warn(approximation_notice(stated, converter), stacklevel=2)
-    check_preset_destination(path, overwrite)
-    check_finite_weights(model, f"Writing {path}")
-    # HDF5 does not survive a disk that fills up (h5py ends the process): room first.
-    check_room(os.path.join(os.fspath(path), "model.weights.h5"),
-               H5_BYTES_PER_PARAMETER * model.count_params() + H5_OVERHEAD)
-    hub = import_keras_hub()
-    hub_model, preprocessor = _keras_hub_models(hub, config, converter)
-    _assign(hub_model, model_params(model))
-    mark = dict(written_by=config_json.WRITTEN_BY, format="keras-hub preset", model=config,
-                preprocessing=preprocessing or KERAS_VIT_PREPROCESSING)
-    with staging_dir(path) as staging:
-        hub_model.save_to_preset(staging)
-        if preprocessor is not None:
-            preprocessor.save_to_preset(staging)
-        mark["files"] = {name: _sha256(os.path.join(staging, name))
-                         for name in sorted(os.listdir(staging))}
-        atomic_write_text(os.path.join(staging, MARK_FILE), json.dumps(mark, indent=2))
-        check_preset_destination(path, overwrite)  # still free (or ours) now
-    return os.fspath(path)

@@ -9,7 +9,7 @@ assigned, and one `CheckpointError` lists every problem; on any error the model 
 import keras
 import numpy as np
 
-from keras_vit.model_parts import patch_grid, position_resize
+from keras_vit.positions import patch_grid, position_resize
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import checkpoint_variables, is_quantized
 from keras_vit.weights.npz import placeholder

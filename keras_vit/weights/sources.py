@@ -25,7 +25,7 @@ import huggingface_hub
 
 from keras_vit import configs
 from keras_vit.checks import to_pair
-from keras_vit.model_parts import model_image_size
+from keras_vit.positions import model_image_size
 from keras_vit.preprocessing import (DEFAULT_IMAGE_SIZE, check_data_config,
                                      paper_data_config, timm_data_config, with_image_size)
 from keras_vit.weights import download, hub, keras_hub, keras_hub_handles, registry
