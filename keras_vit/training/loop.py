@@ -200,8 +200,13 @@ def recorded_layout(output_dir):
     run_path = os.path.join(output_dir, RUN_FILE)
     if not os.path.exists(run_path):
         return {}
-    settings = dict(SETTING_DEFAULTS, **_read_run(run_path)["settings"])
+    settings = _recorded_settings(_read_run(run_path))
     return {name: bool(settings[name]) for name in SETTING_DEFAULTS}
+
+
+def _recorded_settings(run):
+    """The settings a run's `run.json` (read) records, with the defaults of those it predates."""
+    return dict(SETTING_DEFAULTS, **run["settings"])
 
 
 def _check_resume(output_dir, settings, overwrite):
@@ -222,7 +227,7 @@ def _check_resume(output_dir, settings, overwrite):
             f"weights are in {os.path.join(output_dir, FINAL_FILE)}. To train further, start a "
             f"new run from them (--weights {os.path.join(output_dir, FINAL_FILE)} --output "
             "NEW_FOLDER); to start this one over, pass overwrite=True (--overwrite).")
-    recorded = dict(SETTING_DEFAULTS, **previous["settings"])
+    recorded = _recorded_settings(previous)
     changed = {k: (recorded.get(k), v) for k, v in settings.items() if recorded.get(k) != v}
     if changed and os.path.exists(backup_dir(output_dir)):
         details = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
