@@ -18,6 +18,10 @@ import pytest  # noqa: E402
 # The objects of the libraries imported so far (Keras, TensorFlow) live as long as the session:
 # they are moved out of the garbage collector's sight, so that the full collections Keras runs
 # (`clear_session` after every test, `quantize` once per layer) scan only what tests create.
+# After each test, what survived its `clear_session` (a full collection, so all of it was
+# reachable) is moved out of sight too: Keras' collections no longer rescan every earlier
+# test's leftovers. Those objects are still freed by reference counting; only a reference
+# cycle among them that a later fixture teardown drops stays until the worker ends.
 gc.freeze()
 
 
@@ -31,7 +35,8 @@ def _clean_keras_state():
     routes = sys.modules.get("keras_vit.routes")  # once a test has imported keras_vit
     if routes is not None:
         routes.set_routes(**{name: routes.AUTO for name in routes.CHOICES})
-    keras.backend.clear_session()
+    keras.backend.clear_session()  # a full collection: what is left is alive
+    gc.freeze()
 
 
 @pytest.fixture
