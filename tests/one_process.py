@@ -9,12 +9,14 @@ import subprocess
 import sys
 
 # Runs the scripts of the JSON on stdin in turn, each as `__main__` with its own argv and
-# globals, its printed lines captured, its exception kept as a traceback; then prints the
-# results as one JSON line after a marker.
+# globals, its printed lines captured, its exception kept as a traceback (what survives the
+# collection after each is frozen, as tests/conftest.py does after each test); then prints
+# the results as one JSON line after a marker.
 DRIVER = """
-import contextlib, io, json, sys, traceback
+import contextlib, gc, io, json, sys, traceback
 import keras
 
+gc.freeze()  # as tests/conftest.py: Keras' full collections scan only what scripts create
 results = {}
 for name, (code, argv) in json.loads(sys.stdin.read()).items():
     printed = io.StringIO()
@@ -28,6 +30,7 @@ for name, (code, argv) in json.loads(sys.stdin.read()).items():
     finally:
         keras.backend.clear_session()
         keras.config.set_dtype_policy("float32")
+        gc.freeze()
     results[name] = dict(stdout=printed.getvalue(), error=error)
 print("\\n" + MARKER + json.dumps(results))
 """
