@@ -77,8 +77,8 @@ def build(text, args):
 
     overrides, optimizer, chosen = parse_variant(text)
     start = time.perf_counter()
-    model, _, images, labels = common.seeded_model_and_batch(args.model, args.batch,
-                                                             args.image_size, **overrides)
+    model, images, labels = common.seeded_model_and_batch(args.model, args.batch,
+                                                          args.image_size, **overrides)
     if args.mode == "infer":
         model.compile(jit_compile=args.xla)
         call = lambda: model.predict_on_batch(images)  # noqa: E731

@@ -158,7 +158,7 @@ def time_steps(build, args):
 
 def seeded_model_and_batch(variant, batch=8, image_size=224, **overrides):
     """For the in-process A/B probes: a keras_vit model built under seed 0 (`overrides` go to
-    `create_model`), its initial weights, and `random_batch`'s images and labels."""
+    `create_model`), and `random_batch`'s images and labels."""
     import keras
 
     import keras_vit
@@ -167,7 +167,7 @@ def seeded_model_and_batch(variant, batch=8, image_size=224, **overrides):
     model = keras_vit.create_model(variant, num_classes=NUM_CLASSES, image_size=image_size,
                                    **overrides)
     images, labels = random_batch(argparse.Namespace(seed=0, batch=batch, image_size=image_size))
-    return model, model.get_weights(), images, labels
+    return model, images, labels
 
 
 def machine_info(device="cpu"):
