@@ -42,7 +42,6 @@ from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is impor
     as_data_config,
     config_image_size,
     normalization,
-    paper_data_config,
     preprocess_inputs,
 )
 
@@ -390,12 +389,9 @@ def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None)
         ValueError: naming the file, if it is not a regular file (a FIFO, a device), not a
             supported image or too large; for neither `size` nor `data_config`.
     """
-    if data_config is None:
-        if size is None:
-            raise ValueError("load_image needs a `size` or a `data_config` (e.g. the model).")
-        config = paper_data_config(size)
-    else:
-        config = as_data_config(data_config, size)
+    if data_config is None and size is None:
+        raise ValueError("load_image needs a `size` or a `data_config` (e.g. the model).")
+    config = as_data_config(data_config, size)  # None: the paper's at `size`
     path = os.path.expanduser(os.fspath(path))
     reason = not_regular_file(path)
     if reason:

@@ -400,7 +400,7 @@ def preprocess_inputs(images, data_config=None, value_range=(0, 255)):
     _check_pixel_values(images, tuple(value_range) if floating else (0, 255), floating)
     if floating and tuple(value_range) == (0, 1):
         images = ops.cast(images, "float32") * 255.0
-    if hasattr(data_config, "inputs"):  # a model: the data config it carries, if any
+    if is_model(data_config):  # the data config it carries, if any
         data_config = getattr(data_config, ATTRIBUTE, None)
     if data_config is None:
         return ops.cast(images, "float32") / INPUT_SCALE + INPUT_OFFSET
