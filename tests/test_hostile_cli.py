@@ -452,11 +452,39 @@ def test_a_hang_up_ends_a_command_as_a_termination_does(capsys):
         raise AssertionError("the hang-up did not stop the command")
 
     args = argparse.Namespace(command="export", debug=False, run=run, check=None)
-    with Interrupts().installed() as interrupts:
-        status = cli._run(args, interrupts)
-    assert status == 129
-    assert capsys.readouterr().err.splitlines() == ["keras-vit export: hung up"]
-    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+    # A terminal's hang-up as a shell leaves it (this test may itself run under nohup, which
+    # ignores it: see the next test).
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        with Interrupts().installed() as interrupts:
+            status = cli._run(args, interrupts)
+        assert status == 129
+        assert capsys.readouterr().err.splitlines() == ["keras-vit export: hung up"]
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_command_under_nohup_goes_on_after_a_hang_up(capsys):
+    """A hang-up that the caller ignores (nohup) stays ignored: the command goes on."""
+    import argparse
+
+    from keras_vit_cli.interrupts import Interrupts
+
+    def run(args):
+        signal.raise_signal(signal.SIGHUP)
+        len([])
+        return 0
+
+    args = argparse.Namespace(command="export", debug=False, run=run, check=None)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with Interrupts().installed() as interrupts:
+            status = cli._run(args, interrupts)
+        assert status == 0 and capsys.readouterr().err == ""
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_an_error_quoting_a_huge_argument_is_one_bounded_line(capsys):
