@@ -439,34 +439,10 @@ def test_a_keras_file_that_is_no_image_classifier_or_nested_too_deeply_is_named(
     assert f"{tmp_path / 'deep.keras'} is not a readable .keras model" in line
 
 
-def test_a_hang_up_ends_a_command_as_a_termination_does(capsys):
-    """SIGHUP (a closed terminal or session) ends a command with one line and status 129,
-    through the same handler as SIGTERM (what it was writing removed by its own code)."""
-    import argparse
-
-    from keras_vit_cli.interrupts import Interrupts
-
-    def run(args):
-        signal.raise_signal(signal.SIGHUP)
-        len([])
-        raise AssertionError("the hang-up did not stop the command")
-
-    args = argparse.Namespace(command="export", debug=False, run=run, check=None)
-    # A terminal's hang-up as a shell leaves it (this test may itself run under nohup, which
-    # ignores it: see the next test).
-    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    try:
-        with Interrupts().installed() as interrupts:
-            status = cli._run(args, interrupts)
-        assert status == 129
-        assert capsys.readouterr().err.splitlines() == ["keras-vit export: hung up"]
-        assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
-    finally:
-        signal.signal(signal.SIGHUP, previous)
-
-
-def test_a_command_under_nohup_goes_on_after_a_hang_up(capsys):
-    """A hang-up that the caller ignores (nohup) stays ignored: the command goes on."""
+def hang_up_during_a_command(sighup_action):
+    """An export command that receives SIGHUP, run with SIGHUP's action set to
+    `sighup_action` as the caller would leave it (the default, or ignored under nohup); its
+    exit status, and SIGHUP's action after it (the previous one restored afterwards)."""
     import argparse
 
     from keras_vit_cli.interrupts import Interrupts
@@ -477,14 +453,26 @@ def test_a_command_under_nohup_goes_on_after_a_hang_up(capsys):
         return 0
 
     args = argparse.Namespace(command="export", debug=False, run=run, check=None)
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    previous = signal.signal(signal.SIGHUP, sighup_action)
     try:
         with Interrupts().installed() as interrupts:
             status = cli._run(args, interrupts)
-        assert status == 0 and capsys.readouterr().err == ""
-        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        return status, signal.getsignal(signal.SIGHUP)
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_hang_up_ends_a_command_as_a_termination_does(capsys):
+    """SIGHUP (a closed terminal or session) ends a command with one line and status 129,
+    through the same handler as SIGTERM (what it was writing removed by its own code)."""
+    assert hang_up_during_a_command(signal.SIG_DFL) == (129, signal.SIG_DFL)
+    assert capsys.readouterr().err.splitlines() == ["keras-vit export: hung up"]
+
+
+def test_a_command_under_nohup_goes_on_after_a_hang_up(capsys):
+    """A hang-up that the caller ignores (nohup) stays ignored: the command goes on."""
+    assert hang_up_during_a_command(signal.SIG_IGN) == (0, signal.SIG_IGN)
+    assert capsys.readouterr().err == ""
 
 
 def test_an_error_quoting_a_huge_argument_is_one_bounded_line(capsys):
