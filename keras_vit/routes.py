@@ -68,13 +68,8 @@ _BLOCK = contextvars.ContextVar("keras_vit_routes", default={})
 
 
 def check_routes(routes):
-    """Returns `routes` (None or a dict of `CHOICES` names to one of their implementations or
-    "auto") as a plain dict, or raises naming the bad entry."""
-    if routes is None:
-        return {}
-    if not isinstance(routes, dict):
-        raise ValueError("Routes must be a dict such as {'attention': 'fused'}. "
-                         f"Received: {routes!r}")
+    """Returns `routes` (a dict of `CHOICES` names to one of their implementations or "auto")
+    as a plain dict, or raises naming the bad entry."""
     for name, implementation in routes.items():
         if name not in CHOICES:
             raise ValueError(f"Unknown route choice {name!r}. Expected some of "

@@ -220,6 +220,26 @@ def test_resolve_data_config_reads_every_source(tmp_path):
     assert keras_vit.resolve_data_config(bare) == dc.paper_data_config(24)
 
 
+@pytest.mark.parametrize("source, error, message", [
+    (b"digits", ValueError, r"resolve_data_config takes a model, a data config \(dict\), a "
+                            r"registry name, .* Received: b'digits'"),
+    (42, ValueError, "Received: 42"),
+    ("empty", FileNotFoundError, "empty holds no config.json. Expected a folder with the "
+                                 "config.json of a model"),
+    ("gone.json", FileNotFoundError, "gone.json: no such file"),
+    ("imagenet21k/ViT-B_61", ValueError, "Unknown checkpoint 'imagenet21k/ViT-B_61'. Did you "
+                                         "mean 'imagenet21k/ViT-B_16'"),
+])
+def test_resolve_data_config_refuses_what_it_cannot_read_in_one_line(tmp_path, monkeypatch,
+                                                                      source, error, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(error, match=message) as raised:
+        keras_vit.resolve_data_config(source)
+    assert len(str(raised.value).splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
 def test_from_pretrained_keeps_the_checkpoints_data_config_at_the_models_size(tmp_path):
     npz = checkpoint_with_config(tmp_path / "mine", IMAGENET)
     model = keras_vit.from_pretrained(npz)

@@ -555,6 +555,25 @@ def test_bad_models_and_arguments_are_refused(tmp_path, monkeypatch):
         export.export_saved_model(any_size, tmp_path)
     with pytest.raises(TypeError, match="Expected a keras.Model.*str"):
         export.export_saved_model("vit.keras", tmp_path)
+    gray = keras.Input((8, 8, 1))
+    two = keras.Input((8, 8, 3))
+    pooled = keras.layers.GlobalAveragePooling2D()(two)
+    for bad, message in (
+            (keras.Model([two, gray], keras.layers.Dense(3)(pooled)),
+             "one image input and one logits output. Received 2 inputs and 1 outputs"),
+            (keras.Model(gray, keras.layers.Dense(3)(keras.layers.Flatten()(gray))),
+             r"input \[batch, height, width, 3\]. Received input shape \(None, 8, 8, 1\)"),
+            (keras.Model(two, keras.layers.Dense(3)(two)),
+             r"output of logits \[batch, num_classes\] \(include_top=True\). Received output "
+             r"shape \(None, 8, 8, 3\)")):
+        with pytest.raises(ValueError, match=message):
+            export.export_saved_model(bad, tmp_path)
+    not_a_vit = keras.Model(two, keras.layers.Dense(3)(pooled))
+    with pytest.raises(ValueError, match="`features` exports the blocks of a keras_vit model: "):
+        export.export_saved_model(not_a_vit, tmp_path, features=dict(indices=[0]))
+    with pytest.raises(ValueError, match=r"keras_vit.json does not exist. Expected the version "
+                                         "folder of a keras_vit SavedModel export"):
+        export.read_metadata(tmp_path)
     for kwargs, last in (({}, "pool"), ({"representation_size": 8}, "pre_logits")):
         headless = keras_vit.ViT(include_top=False, **TINY, **kwargs)
         with pytest.raises(ValueError, match=f"ends with its '{last}' layer.*include_top=False"):

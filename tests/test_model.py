@@ -435,6 +435,10 @@ BAD_INPUTS = {
     "float patch": (dict(patch_size=16.0), "patch_size=16.0"),
     "representation": (dict(representation_size=-1), "representation_size=-1"),
     "image size triple": (dict(image_size=(1, 2, 3)), "(height, width) pair"),
+    "resize of a fixed embedding": (
+        dict(position_embedding="sincos_2d", position_resize="bicubic"),
+        "position_resize='bicubic' resizes a learned position embedding of one vector per "
+        "patch. Expected position_embedding=\"learned\" with it"),
 }
 
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import inspection, weights
-from keras_vit.positions import AddPositionEmbs, AddPositionEmbs2D, AddSinCosPositionEmbs2D
+from keras_vit.positions import AddPositionEmbs, AddSinCosPositionEmbs2D
 
 VARIANTS = ("learned", "learned_2d", "sincos_2d", "none", "relative")
 HIDDEN, HEADS, MLP, PATCH, CLASSES = 16, 2, 24, 8, 3
@@ -172,6 +172,19 @@ def test_widths_and_names_are_checked(variant, width, message):
     with pytest.raises(ValueError, match=message):
         keras_vit.ViT(image_size=16, patch_size=8, hidden_size=width, num_heads=1, mlp_dim=8,
                       num_layers=1, position_embedding=variant)
+
+
+def test_a_learned_table_needs_a_length_or_a_grid():
+    """The layer on its own, in a functional graph of unknown length: one line saying what
+    it needs; with a grid to resize from, it builds."""
+    tokens = keras.Input((None, 8))
+    with pytest.raises(ValueError, match=r"AddPositionEmbs needs a known sequence length, or a "
+                                         r"`grid_size` to resize from.*Received shape "
+                                         r"\(None, None, 8\)") as raised:
+        keras_vit.AddPositionEmbs()(tokens)
+    assert "\n" not in str(raised.value)
+    assert keras_vit.AddPositionEmbs(grid_size=2, num_prefix_tokens=1)(tokens).shape == \
+        (None, None, 8)
 
 
 def test_learned_stays_what_it_was():

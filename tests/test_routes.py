@@ -196,6 +196,27 @@ def test_the_memory_efficient_route_says_why_it_cannot_apply(monkeypatch):
                       mlp_dim=8, num_classes=3, position_embedding="relative")(x)
 
 
+def test_the_memory_efficient_route_needs_the_sequence_length_when_traced(monkeypatch):
+    """Traced for any number of tokens, the memory-efficient route cannot cut the sequence
+    into blocks: the products run, with the same answer, and the warning says why."""
+    monkeypatch.setattr(routes, "_FELL_BACK", set())
+    layer = keras_vit.MultiHeadDotProductAttention(2)
+    x = np.random.default_rng(1).normal(size=(2, 7, 8)).astype("float32")
+    want = keras.ops.convert_to_numpy(layer(x))
+    traced = tf.function(layer, input_signature=[tf.TensorSpec((None, None, 8), tf.float32)])
+    with routes.use_routes(attention="memory_efficient"):
+        with pytest.warns(UserWarning, match="cannot take a sequence length unknown when "
+                                             "traced: the products"):
+            got = traced(x).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_an_unknown_choice_has_no_default():
+    with pytest.raises(ValueError, match="Unknown route choice 'attn'. Expected one of "
+                                         "attention, block_input"):
+        routes.default_route("attn", training=False)
+
+
 # Attention on its own: 13 queries, cut into blocks of 4 (4 blocks, the last padded with 3
 # rows), 5 (3 blocks, 2 padded) and 13 (one), against the float64 NumPy reference.
 SHAPE = (2, 13, 3, 4)  # [B, N, h, k]
