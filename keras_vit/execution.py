@@ -21,7 +21,6 @@ each says which runtime was faster there for a precision and a mode, ViT-B/16, b
 import dataclasses
 
 import keras
-import tensorflow as tf
 
 from keras_vit import framework
 from keras_vit.checks import check_choice
@@ -103,6 +102,8 @@ def choose(policy=None, strategy=None):
         return True, "the JAX backend compiles every step with XLA"
     if framework.op_determinism_enabled():
         return False, "TensorFlow's op determinism is on (Keras does not combine it with XLA)"
+    import tensorflow as tf  # the TensorFlow backend's strategies, on that backend only
+
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return True, "a TPU runs XLA"
     if strategy is not None and strategy.num_replicas_in_sync > 1:

@@ -28,7 +28,6 @@ import types
 import warnings
 
 import keras
-import tensorflow as tf
 
 # Every private member used below: (owner, attribute). An owner is a class, a module path, or
 # one of the instances `_instances()` builds (attributes Keras sets on a built object).
@@ -181,6 +180,8 @@ def reduce_gradients_before_clipping(optimizer):
     keras_all_reduce = inner._all_reduce_sum_gradients
     reduced = []  # non-empty while `apply` runs on already-reduced gradients
 
+    import tensorflow as tf  # the patch is for Keras' TensorFlow trainer, on that backend only
+
     def apply(grads, trainable_variables=None):
         context = tf.distribute.get_replica_context()
         if context is None or context.num_replicas_in_sync == 1:
@@ -210,7 +211,7 @@ def _logs_as_vectors(step):
     def wrapped(data):
         # Each scalar log becomes [1]: the multi-worker reduction over axis 0 then averages
         # the replicas' values instead of failing on a scalar.
-        return {k: tf.reshape(v, [1]) for k, v in step(data).items()}
+        return {k: keras.ops.reshape(v, [1]) for k, v in step(data).items()}
 
     return wrapped
 
@@ -260,6 +261,8 @@ def build_from_one_replica(model):
     if not _needs_patch(model, "_keras_vit_one_replica_build",
                         ("_maybe_symbolic_build", "_symbolic_build"), "build_from_one_replica"):
         return model
+    import tensorflow as tf  # the patch is for Keras' TensorFlow trainer, on that backend only
+
     strategy = model.distribute_strategy
 
     def maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -317,6 +320,8 @@ def _takes_fused_update(optimizer):
 def optimizer_strategy(optimizer):
     """The `tf.distribute` strategy `optimizer`'s variables were created under (Keras' private
     `_distribution_strategy`); the current strategy where Keras does not say."""
+    import tensorflow as tf  # the strategies are TensorFlow's, on that backend only
+
     return getattr(optimizer, "_distribution_strategy", tf.distribute.get_strategy())
 
 

@@ -133,6 +133,52 @@ def test_the_compilation_cache_needs_jax(tmp_path):
         training.enable_compilation_cache(tmp_path / "cache")
 
 
+# A JAX process where TensorFlow cannot be imported (as on a GPU machine with JAX only): a
+# recipe (`compile_model` with AdamW) compiles a model that Keras' own `fit` trains from
+# arrays; `fit`, which takes tf.data pipelines, says what it lacks.
+TRAIN_WITHOUT_TENSORFLOW = textwrap.dedent("""
+    import json, sys
+
+    class NoTensorFlow:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "tensorflow":
+                raise ImportError("No module named 'tensorflow'")
+
+    sys.meta_path.insert(0, NoTensorFlow())
+    import keras, numpy as np
+    import keras_vit
+    from keras_vit import training
+
+    tiny = json.loads(sys.argv[1])
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+    y = np.arange(8) % 3
+    model = keras_vit.ViT(**tiny)
+    training.compile_pretrain(model, 3e-3, total_steps=8, warmup_steps=1)  # AdamW's recipe
+    assert isinstance(model.optimizer, training.AdamW)
+    losses = model.fit(x, y, batch_size=4, epochs=4, shuffle=False, verbose=0).history["loss"]
+    try:
+        training.fit
+        fit = "importable"
+    except ImportError as e:
+        fit = str(e)
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow")
+    print(json.dumps([losses, fit, loaded]))
+""")
+
+
+def test_the_recipes_train_on_jax_without_tensorflow():
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", TRAIN_WITHOUT_TENSORFLOW, json.dumps(
+        dict(TINY, dropout_rate=0.0))], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses, fit, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+    assert fit == "No module named 'tensorflow'"
+    assert loaded == []
+
+
 @pytest.mark.parametrize("backend", ["jax"])
 def test_backend_flag_is_refused_once_keras_runs_on_another(backend):
     from keras_vit_cli import arguments

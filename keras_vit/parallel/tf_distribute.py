@@ -14,7 +14,7 @@ import json
 import os
 import warnings
 
-import tensorflow as tf
+import keras
 
 from keras_vit.devices import data_parallel_size
 from keras_vit.checks import check_choice, check_positive_int, check_replica_batch
@@ -50,6 +50,8 @@ def _tpu_requested(tpu):
 
 
 def _tpu_strategy(tpu):
+    import tensorflow as tf  # the strategies are TensorFlow's (see the module docstring)
+
     # An empty name lets the resolver read TPU_NAME / COLAB_TPU_ADDR; "local" is a TPU VM.
     name = tpu or os.environ.get("TPU_NAME") or ("local" if _on_tpu_vm() else "")
     try:
@@ -90,6 +92,8 @@ def get_strategy(name="auto", tpu=None):
             TF_CONFIG.
     """
     check_choice("strategy", name, STRATEGIES)
+    import tensorflow as tf  # the strategies are TensorFlow's (see the module docstring)
+
     if name == "tpu" or (name == "auto" and _tpu_requested(tpu)):
         return _tpu_strategy(tpu)
     if name == "multiworker" or (name == "auto" and tf_config_workers() > 1):
@@ -128,6 +132,8 @@ def split_cpu(count):
             started with another number of CPU devices.
     """
     count = check_positive_int("cpu_replicas", count)
+    import tensorflow as tf  # its devices are TensorFlow's (see the module docstring)
+
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(
@@ -147,7 +153,8 @@ def global_batch_size(batch_size, strategy=None, per_replica=False):
 
     Args:
         batch_size: int. Per replica if `per_replica`, else global.
-        strategy: `tf.distribute.Strategy` or None (the current one).
+        strategy: `tf.distribute.Strategy` or None: the current one; on another backend,
+            the ways the current `keras.distribution` splits a batch (1 without one).
         per_replica: bool. Scale a per-replica (per-core, per-GPU) batch up by the replica
             count, as TPU recipes are usually written. Defaults to False.
 
@@ -157,15 +164,29 @@ def global_batch_size(batch_size, strategy=None, per_replica=False):
     Raises:
         ValueError: if a global batch size is not divisible by the number of replicas.
     """
-    strategy = strategy or tf.distribute.get_strategy()
-    replicas = strategy.num_replicas_in_sync
+    strategy = strategy or current_strategy()
+    replicas = data_parallel_size() if strategy is None else strategy.num_replicas_in_sync
     if per_replica:
         return check_positive_int("batch_size", batch_size) * replicas
     return check_replica_batch(batch_size, replicas)
 
 
+def current_strategy():
+    """The `tf.distribute` strategy in scope (the default one outside any scope); None on
+    another backend (JAX distributes with `keras.distribution` instead)."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf  # the strategies are TensorFlow's (see the module docstring)
+
+    return tf.distribute.get_strategy()
+
+
 def is_multiworker(strategy):
     """Whether `strategy` runs collectives across more than one worker process."""
+    if strategy is None:
+        return False
+    import tensorflow as tf  # a strategy here is TensorFlow's, and it is loaded
+
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return False
     spec = strategy.cluster_resolver.cluster_spec()

@@ -15,7 +15,13 @@ and schedules) -> `compilation` (`compile_model`: XLA or not, Keras' fixes) -> `
 - Callbacks (`keras_vit.training.callbacks`): `BackupAndRestore`, `BestCheckpoint`,
   `training_callbacks`, for your own `model.fit`; `best_record` (best.json, checked against
   best.npz) and `StateFileError` (a run's state file that is unreadable or not its own).
+
+`fit` and the names of its module load on first use: they take `keras_vit.data` pipelines
+(`tf.data`), and the rest trains on the JAX backend in a process without TensorFlow
+(`compile_model` or a recipe, `AdamW`, then Keras' own `model.fit`).
 """
+
+import importlib as _importlib
 
 from keras_vit.execution import PRECISIONS
 from keras_vit.training.callbacks import (
@@ -34,7 +40,6 @@ from keras_vit.training.compilation import (
     enable_compilation_cache,
 )
 from keras_vit.training.losses import SparseCategoricalCrossentropy
-from keras_vit.training.loop import RunFinished, TrainingDiverged, check_output_dir, fit, plan
 from keras_vit.training.optimizers import AdamW
 from keras_vit.training.recipes import (
     DECAYS,
@@ -67,3 +72,19 @@ from keras_vit.training.recipes import (
     set_precision,
 )
 from keras_vit.training.state import build_training_state
+
+# The names of `keras_vit.training.loop`, which loads TensorFlow (`tf.data`) on first use.
+_LOOP_NAMES = ("RunFinished", "TrainingDiverged", "check_output_dir", "fit", "plan")
+__all__ = sorted({name for name in globals() if not name.startswith("_")} | set(_LOOP_NAMES))
+
+
+def __getattr__(name):
+    if name in _LOOP_NAMES:
+        value = getattr(_importlib.import_module(f"{__name__}.loop"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LOOP_NAMES))

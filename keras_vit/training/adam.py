@@ -12,7 +12,6 @@ without the private members `keras_vit.framework` reads for it) it is Keras' own
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_vit import framework
@@ -26,6 +25,8 @@ class FusedAdamUpdate(framework.UpdateStepOverride):
         """Whether this optimizer can take the fused update now."""
         if keras.backend.backend() != "tensorflow" or self.amsgrad:
             return False
+        import tensorflow as tf  # the fused kernel is TensorFlow's, on that backend only
+
         # Variables created under a strategy (even when applied outside it) are distributed:
         # Keras' path updates every copy, the fused kernel would update one.
         return not tf.distribute.has_strategy() and \
@@ -40,6 +41,8 @@ class FusedAdamUpdate(framework.UpdateStepOverride):
         kernel computes `1 - b2` in float32 (0.00099998713 against Keras' 0.001), so steps
         differ from Keras' in the sixth significant digit.
         """
+        import tensorflow as tf  # the fused kernel is TensorFlow's, on that backend only
+
         scalars = {}
         for grad, variable in zip(grads, trainable_variables):
             dtype = variable.dtype

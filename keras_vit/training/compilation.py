@@ -19,7 +19,6 @@ it then fails to read back (BENCHMARKS.md), so it is not offered.
 """
 
 import keras
-import tensorflow as tf
 
 from keras_vit import execution, framework
 from keras_vit.fileio import check_writable_dir
@@ -31,7 +30,7 @@ from keras_vit.training.state import build_training_state
 def default_jit_compile(strategy=None, policy=None):
     """Whether a training step compiles with XLA by default under `strategy` for a model of
     dtype `policy` (`keras_vit.execution.choose`, see the module docstring)."""
-    return execution.choose(policy, strategy or tf.distribute.get_strategy())[0]
+    return execution.choose(policy, strategy or tf_distribute.current_strategy())[0]
 
 
 def jit_choice(model, jit_compile=None):
@@ -39,7 +38,7 @@ def jit_choice(model, jit_compile=None):
     else (None) the measured default for the model's device, precision and strategy."""
     if jit_compile is not None:
         return jit_compile, f"asked for (jit_compile={jit_compile})"
-    strategy = tf_distribute.model_strategy(model) or tf.distribute.get_strategy()
+    strategy = tf_distribute.model_strategy(model) or tf_distribute.current_strategy()
     return execution.choose(model.dtype_policy, strategy)
 
 
