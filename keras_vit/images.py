@@ -328,7 +328,7 @@ def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
                              f"above the limit of {max_pixels:,} pixels (max_pixels).")
 
 
-def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
+def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image", window=None):
     """Decodes one encoded image (scalar string tensor) to uint8 RGB `[H, W, 3]`.
 
     The format must be one of `FORMATS`, the file none of those `_unsupported` names (a
@@ -336,6 +336,12 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     `max_pixels` (None: no limit); all are checked before decoding, so that the decoders never
     see such files. A failed check raises
     `tf.errors.InvalidArgumentError` with a readable message (no raw bytes).
+
+    `window` (None, or a function from the image's shape `[H, W, 3]` to the `(begin, size)`
+    of a box, as `tf.slice` takes them) decodes that box only: a JPEG only the blocks under it
+    (`tf.image.decode_and_crop_jpeg`, as big_vision's inception crop decodes), where the
+    box's outermost pixels can differ from a slice of the whole image (their chroma is
+    upsampled without the neighbours outside the box); another format whole, then sliced.
     """
     fmt = image_format(data)
     checks = [tf.debugging.Assert(
@@ -360,10 +366,30 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     with tf.control_dependencies(checks):
         image = tf.cond(
             fmt == 0,
-            lambda: tf.io.decode_jpeg(data, channels=IMAGE_CHANNELS, dct_method=JPEG_DCT_METHOD),
-            lambda: tf.io.decode_image(data, channels=IMAGE_CHANNELS, expand_animations=False),
+            lambda: _decode_jpeg(data, window),
+            lambda: _slice(tf.io.decode_image(data, channels=IMAGE_CHANNELS,
+                                              expand_animations=False), window),
         )
     return tf.ensure_shape(image, [None, None, IMAGE_CHANNELS])
+
+
+def _decode_jpeg(data, window):
+    """A JPEG decoded as PIL decodes it (libjpeg's exact DCT), whole or in `window`'s box."""
+    if window is None:
+        return tf.io.decode_jpeg(data, channels=IMAGE_CHANNELS, dct_method=JPEG_DCT_METHOD)
+    height_width = tf.image.extract_jpeg_shape(data)[:2]
+    begin, size = window(tf.concat([height_width, [IMAGE_CHANNELS]], 0))
+    box = tf.concat([begin[:2], size[:2]], 0)  # [y, x, height, width]
+    return tf.image.decode_and_crop_jpeg(data, box, channels=IMAGE_CHANNELS,
+                                         dct_method=JPEG_DCT_METHOD)
+
+
+def _slice(image, window):
+    """`image`, or the box `window` gives for its shape."""
+    if window is None:
+        return image
+    begin, size = window(tf.shape(image))
+    return tf.slice(image, begin, size)
 
 
 def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None):

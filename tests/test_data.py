@@ -194,6 +194,63 @@ def test_image_folder(tmp_path):
     assert next(iter(train.dataset))[0].shape == (2, 4, 4, 3)
 
 
+def photo(rng, height, width):
+    """A smooth uint8 RGB image with colour at several scales, as JPEG's chroma subsampling
+    meets it in photographs."""
+    coarse = rng.integers(0, 256, (height // 8, width // 8, 3)).astype(np.float32)
+    image = tf.image.resize(coarse, (height, width), "bicubic") + rng.normal(0, 6, (height, width, 3))
+    return np.clip(image.numpy(), 0, 255).astype(np.uint8)
+
+
+def test_a_box_of_a_jpeg_decodes_alone_as_pil_decodes_it(tmp_path):
+    """`decode_image(window=...)` decodes only the box's blocks of a JPEG: PIL's pixels inside
+    the box; its outermost rows and columns differ where the colour changes across the box's
+    edge (their chroma is upsampled without the neighbours outside); a PNG is the slice of the
+    whole image. The checks before decoding still hold."""
+    from PIL import Image
+
+    image = photo(np.random.default_rng(4), 96, 120)
+    Image.fromarray(image).save(tmp_path / "a.jpg", quality=90)  # 4:2:0 chroma
+    Image.fromarray(image).save(tmp_path / "a.png")
+    for name in ("a.jpg", "a.png"):
+        whole = np.asarray(Image.open(tmp_path / name).convert("RGB")).astype(int)
+        encoded = tf.constant((tmp_path / name).read_bytes())
+        for top, left in ((0, 0), (13, 7), (40, 61)):
+            def window(shape):  # the box's size from the image's shape [H, W, 3]
+                return (tf.constant([top, left, 0]),
+                        tf.stack([shape[0] // 2, shape[1] // 2 - 3, -1]))
+
+            got = keras_vit.images.decode_image(encoded, window=window).numpy().astype(int)
+            want = whole[top:top + 48, left:left + 57]
+            assert got.shape == want.shape == (48, 57, 3)
+            np.testing.assert_array_equal(got[1:-1, 1:-1], want[1:-1, 1:-1])
+            border = np.abs(got - want).max(-1)
+            assert border.max() <= (48 if name == "a.jpg" else 0) and border.mean() < 2
+        with pytest.raises(tf.errors.InvalidArgumentError, match="above the limit of 100 "):
+            keras_vit.images.decode_image(encoded, max_pixels=100, window=window)
+
+
+def test_a_jpeg_folder_trains_on_the_boxes_of_its_png_twin(tmp_path):
+    """Training from JPEGs decodes each inception crop's box alone; the same images as PNGs
+    (PIL's decode of those JPEGs) are cropped after decoding. The boxes are the same: the
+    batches differ only where the boxes' outermost pixels went."""
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    for i in range(8):
+        folder = tmp_path / "jpeg" / "ab"[i % 2]
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(photo(rng, 64 + 8 * i, 96)).save(folder / f"{i}.jpg", quality=90)
+        twin = tmp_path / "png" / "ab"[i % 2] / f"{i}.png"
+        twin.parent.mkdir(parents=True, exist_ok=True)
+        Image.open(folder / f"{i}.jpg").convert("RGB").save(twin)
+    batches = [unbatch(data.from_folder(tmp_path / kind, image_size=32, batch_size=4,
+                                        training=True, seed=1).dataset, 4)[0]
+               for kind in ("jpeg", "png")]
+    difference = np.abs(batches[0] - batches[1])
+    assert difference.max() < 0.1 and np.mean(difference > 1e-6) < 0.2, difference.max()
+
+
 def test_image_folder_validation_split(tmp_path):
     rng = np.random.default_rng(3)
     for i in range(10):

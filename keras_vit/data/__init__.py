@@ -4,7 +4,9 @@ Every pipeline yields `(images, labels)` batches: images float32 `[B, H, W, 3]`,
 `[B]`. The preprocessing is the official one (vit_jax `input_pipeline.py`):
 
 - train: inception crop (a random box covering 5% to 100% of the image, aspect ratio 3/4 to
-  4/3), resize to the model resolution, random horizontal flip, `x / 127.5 - 1`;
+  4/3), resize to the model resolution, random horizontal flip, `x / 127.5 - 1`; a JPEG's
+  box is decoded alone, as big_vision's `decode_jpeg_and_inception_crop` does
+  (`keras_vit.images.decode_image(window=...)`);
 - eval: plain resize to the model resolution (no centre crop), `x / 127.5 - 1`.
 
 With `data_config=model` (see `keras_vit.resolve_data_config`) a pipeline normalises with that

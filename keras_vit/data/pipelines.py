@@ -130,18 +130,34 @@ def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, f
         float32 `[height, width, 3]`: `(x / 255 - mean) / std`.
     """
     image = image_ops.to_rgb(image)
-    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    crop_seed, flip_seed = _train_seeds(seed)
     if crop:
-        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-            tf.shape(image),
-            bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
-            seed=crop_seed,
-            min_object_covered=0.0,
-            aspect_ratio_range=INCEPTION_ASPECT_RATIO_RANGE,
-            area_range=area_range,
-            use_image_if_no_bounding_boxes=True,
-        )
+        begin, size = _inception_box(tf.shape(image), crop_seed, area_range)
         image = tf.slice(image, begin, size)  # image = [h, w, 3], a random box
+    return _resize_flip_normalize(image, image_size, flip_seed, flip, data_config)
+
+
+def _train_seeds(seed):
+    """The crop's and the flip's seeds of one example's `seed`."""
+    return tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+
+
+def _inception_box(shape, seed, area_range):
+    """`(begin, size)` of the inception crop's random box in an image of `shape`."""
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape,
+        bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
+        seed=seed,
+        min_object_covered=0.0,
+        aspect_ratio_range=INCEPTION_ASPECT_RATIO_RANGE,
+        area_range=area_range,
+        use_image_if_no_bounding_boxes=True,
+    )
+    return begin, size
+
+
+def _resize_flip_normalize(image, image_size, flip_seed, flip, data_config):
+    """The training preprocessing after the crop."""
     image = image_ops.resize(image, image_size)  # image = [height, width, 3]
     if flip:
         image = tf.image.stateless_random_flip_left_right(image, flip_seed)
@@ -163,6 +179,8 @@ class _Source:
     stream: object = None  # unbatched tf.data.Dataset of (raw image, label)
     decode: object = None  # raw image -> uint8 [H, W, C]; None if already decoded
     class_names: tuple = ()
+    # (raw image, window) -> uint8 [h, w, 3], the box `window` gives (`decode_image`), or None
+    decode_window: object = None
 
     def load(self, raw):
         return raw if self.decode is None else self.decode(raw)
@@ -196,13 +214,19 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
     steps = source.num_examples // global_batch
 
     def prepare(epoch, index, raw, label):
-        image = source.load(raw)
         example_seed = tf.stack([epoch * source.num_examples + index, tf.constant(seed, tf.int64)])
-        if augment:
-            image = preprocess_train(image, image_size, example_seed, **augment,
+        if augment and augment["crop"] and source.decode_window is not None:
+            # The same box as `preprocess_train`'s, decoded alone (a JPEG's blocks under it).
+            crop_seed, flip_seed = _train_seeds(example_seed)
+            image = source.decode_window(raw, lambda shape: _inception_box(
+                shape, crop_seed, augment["area_range"]))
+            image = _resize_flip_normalize(image, image_size, flip_seed, augment["flip"],
+                                           config)
+        elif augment:
+            image = preprocess_train(source.load(raw), image_size, example_seed, **augment,
                                      data_config=config)
         else:
-            image = image_ops.eval_transform(image, config)
+            image = image_ops.eval_transform(source.load(raw), config)
         return image, _int32(label)
 
     if source.fetch is not None:
@@ -321,6 +345,10 @@ def _augment_args(augment):
 
 def _decode(encoded):
     return image_ops.decode_image(encoded)
+
+
+def _decode_window(encoded, window):
+    return image_ops.decode_image(encoded, window=window)
 
 
 # --------------------------------------------------------------------------------------------
@@ -477,7 +505,8 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     if num_examples < 0:  # unknown cardinality: count once
         num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
     source = _Source(num_examples=num_examples, num_classes=num_classes, decode=decode,
-                     class_names=tuple(class_names))
+                     class_names=tuple(class_names),
+                     decode_window=_decode_window if decode is _decode else None)
     batchable = image_spec.dtype == tf.string or image_spec.shape.is_fully_defined()
     if training and batchable and num_examples <= RANDOM_ACCESS_LIMIT:
         # Hold the encoded images in memory: random access gives resumable epoch orders.
