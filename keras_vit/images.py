@@ -341,7 +341,8 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image", window=None)
     of a box, as `tf.slice` takes them) decodes that box only: a JPEG only the blocks under it
     (`tf.image.decode_and_crop_jpeg`, as big_vision's inception crop decodes), where the
     box's outermost pixels can differ from a slice of the whole image (their chroma is
-    upsampled without the neighbours outside the box); another format whole, then sliced.
+    upsampled without the neighbours outside the box), and damage to the file's data outside
+    the box goes unseen; another format whole, then sliced.
     """
     fmt = image_format(data)
     checks = [tf.debugging.Assert(

@@ -141,7 +141,10 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
     JPEG, PNG, GIF, BMP and WebP files are read (`keras_vit.images.decode_image`); grey images
     become RGB. A file that cannot be decoded stops the pipeline; `find_corrupt_images` names
     such files, and `skip_corrupt=True` leaves them out (one decoding pass over the folder
-    first; their number and names are printed and kept in `InputData.skipped`).
+    first; their number and names are printed and kept in `InputData.skipped`). In training a
+    JPEG is decoded only under its random crop's box: a file that is complete but damaged
+    elsewhere stops the pipeline only when a box reaches the damage (evaluation decodes
+    whole files); `skip_corrupt=True` finds it before training.
 
     The arguments it shares with `from_arrays` mean the same as there.
 

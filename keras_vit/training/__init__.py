@@ -79,12 +79,17 @@ __all__ = sorted({name for name in globals() if not name.startswith("_")} | set(
 
 
 def __getattr__(name):
-    if name in _LOOP_NAMES:
-        value = getattr(_importlib.import_module(f"{__name__}.loop"), name)
+    if name == "loop" or name in _LOOP_NAMES:
+        try:
+            loop = _importlib.import_module(f"{__name__}.loop")
+        except ImportError as e:  # an attribute that cannot load is missing (hasattr, help)
+            raise AttributeError(f"keras_vit.training.{name} needs TensorFlow (its input "
+                                 f"pipelines are tf.data's): {e}") from e
+        value = loop if name == "loop" else getattr(loop, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LOOP_NAMES))
+    return sorted(set(globals()) | {"loop", *_LOOP_NAMES})
