@@ -221,6 +221,21 @@ def test_get_distribution_builds_the_meshes(eight_devices):
     assert sharding.data_parallel_size() == 1  # no distribution set
 
 
+def test_a_global_batch_without_a_strategy_splits_over_the_distributions_replicas(
+        eight_devices, monkeypatch):
+    """On JAX, where no tf.distribute strategy runs, `global_batch_size` counts the replicas
+    of the current `keras.distribution` (its batch axis), as `fit` splits batches."""
+    from keras_vit.parallel import tf_distribute
+
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    assert tf_distribute.global_batch_size(4, per_replica=True) == 4  # no distribution
+    with keras_vit.get_distribution("B/16", model_parallel=4, devices=FAKE_DEVICES).scope():
+        assert tf_distribute.global_batch_size(4, per_replica=True) == 8  # 2 replicas
+        assert tf_distribute.global_batch_size(6) == 6
+        with pytest.raises(ValueError, match="batch_size 3 is not divisible across 2 replicas"):
+            tf_distribute.global_batch_size(3)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda: keras_vit.get_distribution(TINY, model_parallel=3, devices=FAKE_DEVICES),
      "model_parallel 3 does not divide the 8 devices. Expected one of 1, 2, 4, 8."),
