@@ -368,8 +368,8 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image", window=None)
         image = tf.cond(
             fmt == 0,
             lambda: _decode_jpeg(data, window),
-            lambda: _slice(tf.io.decode_image(data, channels=IMAGE_CHANNELS,
-                                              expand_animations=False), window),
+            lambda: cut_window(tf.io.decode_image(data, channels=IMAGE_CHANNELS,
+                                                  expand_animations=False), window),
         )
     return tf.ensure_shape(image, [None, None, IMAGE_CHANNELS])
 
@@ -385,8 +385,9 @@ def _decode_jpeg(data, window):
                                          dct_method=JPEG_DCT_METHOD)
 
 
-def _slice(image, window):
-    """`image`, or the box `window` gives for its shape."""
+def cut_window(image, window):
+    """`image` `[H, W, C]`, or the box that `window` (as `decode_image` takes it) gives for its
+    shape."""
     if window is None:
         return image
     begin, size = window(tf.shape(image))

@@ -205,9 +205,9 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
         num_examples=len(paths),
         num_classes=1 if unlabelled else len(class_names),
         fetch=lambda i: (tf.io.read_file(tf.gather(paths_t, i)), tf.gather(labels_t, i)),
-        decode=lambda encoded: image_ops.decode_image(encoded, max_pixels),
-        decode_window=lambda encoded, window: image_ops.decode_image(encoded, max_pixels,
-                                                                     window=window),
+        decode=lambda encoded, window=None: image_ops.decode_image(encoded, max_pixels,
+                                                                   window=window),
+        decodes_windows=True,
         class_names=class_names,
     )
     data = _pipeline(source, image_size, batch_size, training, seed, start_epoch,

@@ -130,16 +130,20 @@ def preprocess_train(image, image_size, seed, area_range=INCEPTION_AREA_RANGE, f
         float32 `[height, width, 3]`: `(x / 255 - mean) / std`.
     """
     image = image_ops.to_rgb(image)
-    crop_seed, flip_seed = _train_seeds(seed)
-    if crop:
-        begin, size = _inception_box(tf.shape(image), crop_seed, area_range)
-        image = tf.slice(image, begin, size)  # image = [h, w, 3], a random box
-    return _resize_flip_normalize(image, image_size, flip_seed, flip, data_config)
+    return _augmented(lambda window: image_ops.cut_window(image, window), image_size, seed,
+                      area_range, flip, crop, data_config)
 
 
-def _train_seeds(seed):
-    """The crop's and the flip's seeds of one example's `seed`."""
-    return tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+def _augmented(load, image_size, seed, area_range, flip, crop, data_config):
+    """`preprocess_train` of the RGB image `load(window)` gives: the box that `window` (None:
+    the whole image) gives for the image's shape, cut out or decoded alone."""
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    image = load((lambda shape: _inception_box(shape, crop_seed, area_range)) if crop else None)
+    image = image_ops.resize(image, image_size)  # image = [height, width, 3]
+    if flip:
+        image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+    # None: the paper's, `x / 127.5 - 1` bit for bit.
+    return image_ops.normalize(image, as_data_config(data_config, image_size))
 
 
 def _inception_box(shape, seed, area_range):
@@ -156,15 +160,6 @@ def _inception_box(shape, seed, area_range):
     return begin, size
 
 
-def _resize_flip_normalize(image, image_size, flip_seed, flip, data_config):
-    """The training preprocessing after the crop."""
-    image = image_ops.resize(image, image_size)  # image = [height, width, 3]
-    if flip:
-        image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    # None: the paper's, `x / 127.5 - 1` bit for bit.
-    return image_ops.normalize(image, as_data_config(data_config, image_size))
-
-
 # --------------------------------------------------------------------------------------------
 # The one pipeline every source goes through.
 
@@ -179,11 +174,15 @@ class _Source:
     stream: object = None  # unbatched tf.data.Dataset of (raw image, label)
     decode: object = None  # raw image -> uint8 [H, W, C]; None if already decoded
     class_names: tuple = ()
-    # (raw image, window) -> uint8 [h, w, 3], the box `window` gives (`decode_image`), or None
-    decode_window: object = None
+    # Whether `decode(raw, window=...)` decodes a box alone (`keras_vit.images.decode_image`).
+    decodes_windows: bool = False
 
-    def load(self, raw):
-        return raw if self.decode is None else self.decode(raw)
+    def load(self, raw, window=None):
+        """The RGB image of `raw`, or the box `window` (`decode_image`'s) gives for it."""
+        if self.decodes_windows:
+            return self.decode(raw, window=window)
+        image = raw if self.decode is None else self.decode(raw)
+        return image_ops.cut_window(image_ops.to_rgb(image), window)
 
 
 def _check_batch_size(batch_size, num_replicas, num_examples, training):
@@ -215,16 +214,9 @@ def _train_dataset(source, image_size, global_batch, batch_size, seed, start_epo
 
     def prepare(epoch, index, raw, label):
         example_seed = tf.stack([epoch * source.num_examples + index, tf.constant(seed, tf.int64)])
-        if augment and augment["crop"] and source.decode_window is not None:
-            # The same box as `preprocess_train`'s, decoded alone (a JPEG's blocks under it).
-            crop_seed, flip_seed = _train_seeds(example_seed)
-            image = source.decode_window(raw, lambda shape: _inception_box(
-                shape, crop_seed, augment["area_range"]))
-            image = _resize_flip_normalize(image, image_size, flip_seed, augment["flip"],
-                                           config)
-        elif augment:
-            image = preprocess_train(source.load(raw), image_size, example_seed, **augment,
-                                     data_config=config)
+        if augment:  # `preprocess_train`, the crop's box decoded alone where it can be
+            image = _augmented(lambda window: source.load(raw, window), image_size,
+                               example_seed, **augment, data_config=config)
         else:
             image = image_ops.eval_transform(source.load(raw), config)
         return image, _int32(label)
@@ -343,11 +335,7 @@ def _augment_args(augment):
     )
 
 
-def _decode(encoded):
-    return image_ops.decode_image(encoded)
-
-
-def _decode_window(encoded, window):
+def _decode(encoded, window=None):
     return image_ops.decode_image(encoded, window=window)
 
 
@@ -505,8 +493,7 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     if num_examples < 0:  # unknown cardinality: count once
         num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
     source = _Source(num_examples=num_examples, num_classes=num_classes, decode=decode,
-                     class_names=tuple(class_names),
-                     decode_window=_decode_window if decode is _decode else None)
+                     class_names=tuple(class_names), decodes_windows=decode is _decode)
     batchable = image_spec.dtype == tf.string or image_spec.shape.is_fully_defined()
     if training and batchable and num_examples <= RANDOM_ACCESS_LIMIT:
         # Hold the encoded images in memory: random access gives resumable epoch orders.
