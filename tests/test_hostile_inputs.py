@@ -374,9 +374,18 @@ def mutated_images(draw):
 
 
 # The folder pipeline's decoding (`data.from_folder` maps `images.decode_image` in a graph),
-# traced once.
+# traced once: whole (evaluation), and the middle of the image alone (a training crop's box).
 graph_decode = tf.function(images.decode_image,
                            input_signature=[tf.TensorSpec([], tf.string)])
+
+
+def middle(shape):
+    return tf.stack([shape[0] // 4, shape[1] // 4, 0]), tf.stack([shape[0] // 2,
+                                                                  shape[1] // 2, -1])
+
+
+graph_decode_middle = tf.function(lambda data: images.decode_image(data, window=middle),
+                                  input_signature=[tf.TensorSpec([], tf.string)])
 
 
 @settings(max_examples=40, deadline=None, derandomize=True,
@@ -401,6 +410,16 @@ def test_mutated_images_decode_or_fail_with_one_line_naming_the_file(tmp_path, c
     else:
         assert decoded.dtype == tf.uint8 and decoded.shape[-1] == 3
     assert (image is None) == (decoded is None)  # both readers agree
+    try:  # a box alone: what decodes whole decodes there too (damage elsewhere goes unseen)
+        box = graph_decode_middle(tf.io.read_file(str(path)))
+    except tf.errors.InvalidArgumentError as e:
+        assert images.first_line(e.message), e.message
+        assert decoded is None
+    else:
+        assert box.dtype == tf.uint8 and box.shape[-1] == 3
+        if decoded is not None:
+            h, w = decoded.shape[0], decoded.shape[1]
+            assert box.shape[:2] == (h // 2, w // 2)
     assert path.read_bytes() == content
 
 
