@@ -23,6 +23,7 @@
 """
 
 import contextlib
+import functools
 import math
 import os
 import stat
@@ -184,10 +185,10 @@ def _uint(head, start, length, little_endian):
     return tf.reduce_sum(raw * tf.constant([256**i for i in range(length)], tf.int64))
 
 
-def image_format(data):
+def image_format(data, head=None):
     """The format of an encoded image (scalar string tensor) as an int32 index into
-    `FORMATS`, or -1 for anything else. Reads the first bytes only."""
-    head = _header(data)
+    `FORMATS`, or -1 for anything else. Reads the first bytes only (`head`: `_header(data)`)."""
+    head = _header(data) if head is None else head
     checks = [
         tf.io.is_jpeg(data),
         tf.strings.substr(head, 0, 8) == b"\x89PNG\r\n\x1a\n",
@@ -235,13 +236,10 @@ def _bmp_size(head):
 _WEBP_ANIMATION_FLAG = 0x02
 
 
-def is_animated(data):
-    """Whether an encoded image (scalar string tensor) is an animated WebP (its VP8X header's
-    animation flag). Reads the first bytes only."""
-    head = _header(data)
+def _webp_animated(head):
+    """Whether a WebP file's header (`_header`) has the VP8X chunk's animation flag."""
     return tf.logical_and(
-        tf.logical_and(tf.strings.substr(head, 8, 4) == b"WEBP",
-                       tf.strings.substr(head, 12, 4) == b"VP8X"),
+        tf.strings.substr(head, 12, 4) == b"VP8X",
         tf.bitwise.bitwise_and(_uint(head, 20, 1, True), _WEBP_ANIMATION_FLAG) > 0)
 
 
@@ -260,47 +258,52 @@ def jpeg_is_complete(data):
     return last(0xD9) > last(0xDA)
 
 
+def _jpeg_size(data):
+    shape = tf.cast(tf.io.extract_jpeg_shape(data), tf.int64)
+    return shape[0], shape[1]
+
+
+# Per format (in `FORMATS`' order): the (height, width) its header declares, as int64 scalars,
+# from the file and its `_header`.
+_DECLARED_SIZE = (
+    lambda data, head: _jpeg_size(data),
+    lambda data, head: (_uint(head, 20, 4, False), _uint(head, 16, 4, False)),  # PNG IHDR
+    lambda data, head: (_uint(head, 8, 2, True), _uint(head, 6, 2, True)),  # GIF screen
+    lambda data, head: _bmp_size(head),
+    lambda data, head: _webp_size(head),
+)
+
+
 def declared_size(data, fmt):
     """(height, width) int64 scalars that an encoded image's header declares, read without
     decoding the pixels. `fmt` is `image_format(data)`; (0, 0) for an unknown format."""
     head = _header(data)
-
-    def jpeg():
-        shape = tf.cast(tf.io.extract_jpeg_shape(data), tf.int64)
-        return shape[0], shape[1]
-
-    branches = [
-        jpeg,
-        lambda: (_uint(head, 20, 4, False), _uint(head, 16, 4, False)),  # PNG IHDR
-        lambda: (_uint(head, 8, 2, True), _uint(head, 6, 2, True)),  # GIF screen
-        lambda: _bmp_size(head),
-        lambda: _webp_size(head),
-    ]
     zero = tf.constant(0, tf.int64)
-    return tf.switch_case(fmt, branches, default=lambda: (zero, zero))
+    return tf.switch_case(fmt, [functools.partial(size, data, head) for size in _DECLARED_SIZE],
+                          default=lambda: (zero, zero))
 
 
-def is_os2_bmp(data):
-    """Whether an encoded image (scalar string tensor) is an OS/2 BMP (BITMAPCOREHEADER),
-    which TensorFlow's BMP decoder misreads. Reads the first bytes only."""
-    head = _header(data)
-    return tf.logical_and(tf.strings.substr(head, 0, 2) == b"BM",
-                          _uint(head, 14, 4, True) == _BMP_CORE_HEADER_SIZE)
+def _bmp_is_os2(head):
+    """Whether a BMP file's header (`_header`) is an OS/2 BITMAPCOREHEADER, which TensorFlow's
+    BMP decoder misreads."""
+    return _uint(head, 14, 4, True) == _BMP_CORE_HEADER_SIZE
 
 
-def _unsupported(data, fmt):
-    """(refused, message) pairs, boolean scalar tensors, of the files in a supported format that
-    the decoders cannot read right: checked before decoding."""
-    return [
-        (tf.cond(fmt == 0, lambda: tf.logical_not(jpeg_is_complete(data)),
-                 lambda: tf.constant(False)),
-         "is not a readable JPEG image (truncated: no end-of-image marker after its last "
-         "scan)"),
-        (is_animated(data), "is an animated WebP image; animated images are not supported. "
-                            "Expected a still image"),
-        (is_os2_bmp(data), "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which cannot be "
-                           "decoded. Expected a Windows BMP (e.g. re-saved with Pillow)"),
-    ]
+def _refusals(data, head, fmt):
+    """(refused, message) pairs, boolean scalar tensors, of the files in format `FORMATS[fmt]`
+    (a Python int) that its decoder cannot read right: checked before decoding."""
+    if FORMATS[fmt] == "JPEG":
+        return [(tf.logical_not(jpeg_is_complete(data)),
+                 "is not a readable JPEG image (truncated: no end-of-image marker after its "
+                 "last scan)")]
+    if FORMATS[fmt] == "WebP":
+        return [(_webp_animated(head), "is an animated WebP image; animated images are not "
+                                       "supported. Expected a still image")]
+    if FORMATS[fmt] == "BMP":
+        return [(_bmp_is_os2(head), "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which "
+                                    "cannot be decoded. Expected a Windows BMP (e.g. re-saved "
+                                    "with Pillow)")]
+    return []
 
 
 def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
@@ -308,18 +311,19 @@ def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     unsupported format, a truncated JPEG, an animated WebP, an OS/2 BMP or an image above
     `max_pixels`."""
     data = tf.constant(data) if isinstance(data, bytes) else data
-    fmt = int(image_format(data))
+    head = _header(data)
+    fmt = int(image_format(data, head))
     if fmt < 0:
-        head = bytes(tf.strings.substr(_header(data), 0, 8).numpy()).rstrip(b"\0")
+        start = bytes(tf.strings.substr(head, 0, 8).numpy()).rstrip(b"\0")
         raise ValueError(f"{name} is not an image in a supported format ({len(data.numpy())} "
-                         f"bytes starting with {head!r}). Expected one of "
+                         f"bytes starting with {start!r}). Expected one of "
                          f"{', '.join(FORMATS)}.")
-    for refused, message in _unsupported(data, fmt):
+    for refused, message in _refusals(data, head, fmt):
         if bool(refused):
             raise ValueError(f"{name} {message}.")
     if max_pixels is not None:
         try:
-            height, width = (int(v) for v in declared_size(data, tf.constant(fmt)))
+            height, width = (int(v) for v in _DECLARED_SIZE[fmt](data, head))
         except tf.errors.OpError as e:  # a header too short or broken to read the size from
             raise ValueError(f"{name} is not a readable {FORMATS[fmt]} image "
                              f"({first_line(e.message)}).") from None
@@ -331,10 +335,10 @@ def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
 def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image", window=None):
     """Decodes one encoded image (scalar string tensor) to uint8 RGB `[H, W, 3]`.
 
-    The format must be one of `FORMATS`, the file none of those `_unsupported` names (a
-    truncated JPEG, an animated WebP, an OS/2 BMP) and the size its header declares at most
+    The format must be one of `FORMATS`, the file none of those its decoder cannot read right
+    (a truncated JPEG, an animated WebP, an OS/2 BMP) and the size its header declares at most
     `max_pixels` (None: no limit); all are checked before decoding, so that the decoders never
-    see such files. A failed check raises
+    see such files. Only the checks of the file's own format run. A failed check raises
     `tf.errors.InvalidArgumentError` with a readable message (no raw bytes).
 
     `window` (None, or a function from the image's shape `[H, W, 3]` to the `(begin, size)`
@@ -344,20 +348,38 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image", window=None)
     upsampled without the neighbours outside the box), and damage to the file's data outside
     the box goes unseen; another format whole, then sliced.
     """
-    fmt = image_format(data)
-    checks = [tf.debugging.Assert(
-        fmt >= 0,
-        [f"{name} is not an image in a supported format. Expected one of "
-         f"{', '.join(FORMATS)}; received", tf.strings.length(data), "bytes starting with",
-         tf.io.decode_raw(tf.strings.substr(_header(data), 0, 8), tf.uint8)],
-        summarize=8,
-    )]
-    with tf.control_dependencies(checks):
-        checks += [tf.debugging.Assert(tf.logical_not(refused), [f"{name} {message}"])
-                   for refused, message in _unsupported(data, fmt)]
-    if max_pixels is not None:
+    head = _header(data)
+    fmt = image_format(data, head)
+
+    def unknown():
+        check = tf.debugging.Assert(
+            False,
+            [f"{name} is not an image in a supported format. Expected one of "
+             f"{', '.join(FORMATS)}; received", tf.strings.length(data), "bytes starting with",
+             tf.io.decode_raw(tf.strings.substr(head, 0, 8), tf.uint8)],
+            summarize=8,
+        )
+        with tf.control_dependencies([check]):
+            return tf.zeros([0, 0, IMAGE_CHANNELS], tf.uint8)
+
+    branches = [functools.partial(_checked_decode, data, head, i, max_pixels, name, window)
+                for i in range(len(FORMATS))]
+    image = tf.switch_case(fmt, branches, default=unknown)
+    return tf.ensure_shape(image, [None, None, IMAGE_CHANNELS])
+
+
+def _checked_decode(data, head, fmt, max_pixels, name, window):
+    """`decode_image` of a file in format `FORMATS[fmt]` (a Python int): its checks, then its
+    decoder."""
+    checks = []
+    for refused, message in _refusals(data, head, fmt):
         with tf.control_dependencies(checks):
-            height, width = declared_size(data, fmt)
+            checks.append(tf.debugging.Assert(tf.logical_not(refused), [f"{name} {message}"]))
+    jpeg_window = FORMATS[fmt] == "JPEG" and window is not None
+    if max_pixels is not None or jpeg_window:
+        with tf.control_dependencies(checks):
+            height, width = _DECLARED_SIZE[fmt](data, head)
+    if max_pixels is not None:
         pixels = tf.cast(height, tf.float64) * tf.cast(width, tf.float64)  # no int64 overflow
         checks.append(tf.debugging.Assert(
             pixels <= float(max_pixels),
@@ -365,24 +387,15 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image", window=None)
              "pixels (max_pixels)"],
         ))
     with tf.control_dependencies(checks):
-        image = tf.cond(
-            fmt == 0,
-            lambda: _decode_jpeg(data, window),
-            lambda: cut_window(tf.io.decode_image(data, channels=IMAGE_CHANNELS,
-                                                  expand_animations=False), window),
-        )
-    return tf.ensure_shape(image, [None, None, IMAGE_CHANNELS])
-
-
-def _decode_jpeg(data, window):
-    """A JPEG decoded as PIL decodes it (libjpeg's exact DCT), whole or in `window`'s box."""
-    if window is None:
-        return tf.io.decode_jpeg(data, channels=IMAGE_CHANNELS, dct_method=JPEG_DCT_METHOD)
-    height_width = tf.image.extract_jpeg_shape(data)[:2]
-    begin, size = window(tf.concat([height_width, [IMAGE_CHANNELS]], 0))
-    box = tf.concat([begin[:2], size[:2]], 0)  # [y, x, height, width]
-    return tf.image.decode_and_crop_jpeg(data, box, channels=IMAGE_CHANNELS,
-                                         dct_method=JPEG_DCT_METHOD)
+        if jpeg_window:  # only the blocks under the box
+            begin, size = window(tf.cast(tf.stack([height, width, IMAGE_CHANNELS]), tf.int32))
+            box = tf.concat([begin[:2], size[:2]], 0)  # [y, x, height, width]
+            return tf.image.decode_and_crop_jpeg(data, box, channels=IMAGE_CHANNELS,
+                                                 dct_method=JPEG_DCT_METHOD)
+        if FORMATS[fmt] == "JPEG":
+            return tf.io.decode_jpeg(data, channels=IMAGE_CHANNELS, dct_method=JPEG_DCT_METHOD)
+        return cut_window(tf.io.decode_image(data, channels=IMAGE_CHANNELS,
+                                             expand_animations=False), window)
 
 
 def cut_window(image, window):
