@@ -3,36 +3,21 @@ run, and the peak within each stage.
 
     python -m benchmarks.memory keras_vit [--variant B/16] [--image-size 224] [--batch 8] \\
         [--xla|--no-xla] [--bf16] [--remat] [--route attention=memory_efficient] [--tensors]
-    .venv-bench/bin/python -m benchmarks.memory timm [--variant B/16] [--image-size 224] \\
-        [--batch 8] [--bf16]   # peers' venv (setup_peers.sh)
+    .venv-bench/bin/python -m benchmarks.memory timm [--variant B/16] [--bf16]
 
-keras_vit trains on the recipes' path (`keras_vit.training.compile_model` with
-`keras_vit.training.AdamW`; `--xla`/`--no-xla` force the runtime, default: the library's
-choice); `--remat` builds the model with `remat=True` (the saved layout whose blocks are
-recomputed in the backward pass; `--route remat=blocks` recomputes them on the plain model);
-`--route CHOICE=IMPLEMENTATION` (repeatable) chooses a route of
-`keras_vit.routes` for the steps, the others keep their defaults; `--bf16` trains in
-`mixed_bfloat16` (timm: `torch.autocast`). timm's model is its `VisionTransformer` with the
-variant's sizes, as `benchmarks.contenders.timm_vit` builds it (PyTorch's fused attention).
-Each step's wall time is printed after the table.
-
-`--tensors` (keras_vit only) runs TensorFlow with its BFC allocator on the CPU
-(`TF_CPU_ALLOCATOR_USE_BFC=true`), whose statistics `tf.config.experimental.get_memory_info`
-reads: two more columns, the bytes of live tensors after each stage and their peak within it.
-What RSS holds beyond that peak is the import, the graph runtime's own buffers and the
-allocator's free pages. RSS then measures the BFC allocator, not TensorFlow's default one
-(the C library's malloc), so compare it only with runs that have `--tensors` too.
-
-Linux only: reads VmRSS / VmHWM from /proc/self/status and resets the peak between stages by
-writing 5 to /proc/self/clear_refs, so each stage's peak is its own.
+Each model and step is the side-by-side runner's contender (`benchmarks.contenders`); `--remat`
+builds with `remat=True`. `--tensors` also reads the live tensors' bytes from TensorFlow's BFC
+allocator (`TF_CPU_ALLOCATOR_USE_BFC=true`): compare its RSS only with other `--tensors` runs.
+Linux only: reads VmRSS / VmHWM from /proc/self/status, and resets the peak between stages by
+writing 5 to /proc/self/clear_refs.
 """
 
 import argparse
+import functools
 import os
 import sys
-import time
 
-CLASSES = 1000
+from benchmarks.contenders import common, keras_common, keras_vit_model
 
 
 def _stage(name, tensors=None):
@@ -50,99 +35,61 @@ def _stage(name, tensors=None):
         clear.write("5")  # resets VmHWM to the current RSS
 
 
+def _train(step, steps, stage, first_name):
+    """Runs `steps` steps, each followed by a stage; prints each step's seconds."""
+    times = []
+    for index in range(steps):
+        times += common.step_seconds(step, 1)
+        stage(first_name if index == 0 else f"step {index + 1}")
+    print("\nstep seconds: " + ", ".join(f"{t:.2f}" for t in times))
+
+
 def keras_vit_stages(args):
     if args.tensors:
         os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # before TensorFlow starts
-    import numpy as np
-    import keras
+    keras_common.configure(precision="bf16" if args.bf16 else "fp32")
     import tensorflow as tf
 
-    tensors = None
-    if args.tensors:
-        def tensors():
-            info = tf.config.experimental.get_memory_info("CPU:0")
-            tf.config.experimental.reset_memory_stats("CPU:0")
-            return info["current"], info["peak"]
+    def tensors():
+        info = tf.config.experimental.get_memory_info("CPU:0")
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        return info["current"], info["peak"]
 
-    stage = lambda name: _stage(name, tensors)  # noqa: E731
+    stage = functools.partial(_stage, tensors=tensors if args.tensors else None)
     stage("import tensorflow, keras")
-    import keras_vit
-    from keras_vit import routes, training
-
-    if args.bf16:
-        keras.config.set_dtype_policy("mixed_bfloat16")
-    model = keras_vit.create_model(args.variant, image_size=args.image_size, dropout_rate=0.0,
-                                   remat=args.remat)
+    model = keras_vit_model.build_model(args.variant, args.image_size, remat=args.remat)
     stage("model built (parameters)")
-    training.compile_model(model, training.AdamW(1e-4), jit_compile=args.xla, metrics=())
+    keras_vit_model.compile_training(model, args.xla)
     stage(f"compiled (XLA {model.jit_compile}), optimizer state built")
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, (args.batch, args.image_size, args.image_size, 3)).astype("float32")
-    y = np.arange(args.batch) % CLASSES
-    times = []
+    images, labels = common.random_batch(args.batch, args.image_size)
+    from keras_vit import routes
+
     with routes.use_routes(**dict(args.route)):  # the first step traces: it keeps the routes
-        for step in range(args.steps):
-            start = time.perf_counter()
-            model.train_on_batch(x, y)
-            times.append(time.perf_counter() - start)
-            stage("step 1 (trace, compile, run)" if step == 0 else f"step {step + 1}")
-    print("\nstep seconds: " + ", ".join(f"{t:.2f}" for t in times))
+        _train(lambda: model.train_on_batch(images, labels), args.steps, stage,
+               "step 1 (trace, compile, run)")
 
 
 def timm_stages(args):
-    import torch
+    from benchmarks.contenders import timm_vit
 
-    from benchmarks.contenders import common, timm_vit
-
-    timm_vit.import_timm()  # first: it makes torchvision importable
-    from timm.models.vision_transformer import VisionTransformer
-
+    timm_vit.import_timm()
     _stage("import torch, timm")
-    config = common.variant_config(args.variant)
-    model = VisionTransformer(
-        img_size=args.image_size, patch_size=config["patch_size"],
-        embed_dim=config["hidden_size"], depth=config["num_layers"],
-        num_heads=config["num_heads"], mlp_ratio=config["mlp_dim"] / config["hidden_size"],
-        num_classes=CLASSES)
+    precision = "bf16" if args.bf16 else "fp32"
+    options = common.parse_args(["--mode=train", f"--image-size={args.image_size}",
+                                 f"--batch={args.batch}", f"--precision={precision}"])
+    step = timm_vit.build_training(options, common.variant_config(args.variant))
     _stage("model built (parameters)")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.rand(args.batch, 3, args.image_size, args.image_size)
-    y = torch.arange(args.batch) % CLASSES
-    times = []
-    for step in range(args.steps):
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", torch.bfloat16, enabled=args.bf16):
-            loss = torch.nn.functional.cross_entropy(model(x).float(), y)
-        loss.backward()
-        optimizer.step()  # creates the AdamW state on the first step
-        times.append(time.perf_counter() - start)
-        _stage(f"step {step + 1}")
-    print("\nstep seconds: " + ", ".join(f"{t:.2f}" for t in times))
-
-
-def route_item(text):
-    name, _, implementation = text.partition("=")
-    if not implementation:
-        raise argparse.ArgumentTypeError(f"expected CHOICE=IMPLEMENTATION, got {text!r}")
-    return name, implementation
+    _train(step, args.steps, _stage, "step 1")
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.memory",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("library", choices=("keras_vit", "timm"))
-    parser.add_argument("--variant", default="B/16")
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--bf16", action="store_true")
+    common.add_training_probe_options(parser)
+    parser.add_argument("--steps", type=common.at_least(1), default=4)
     parser.add_argument("--remat", action="store_true")
-    xla = parser.add_mutually_exclusive_group()
-    xla.add_argument("--xla", dest="xla", action="store_true", default=None)
-    xla.add_argument("--no-xla", dest="xla", action="store_false")
-    parser.add_argument("--route", type=route_item, action="append", default=[],
-                        help="CHOICE=IMPLEMENTATION of keras_vit.routes (repeatable)")
+    common.add_xla_options(parser)
     parser.add_argument("--tensors", action="store_true",
                         help="also the live tensors' bytes (TensorFlow's BFC allocator)")
     args = parser.parse_args(argv)
@@ -153,9 +100,10 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    print(f"{' '.join(sys.argv[1:] if argv is None else argv)}: ViT-{args.variant}, "
-          f"{args.image_size} px, batch {args.batch}, AdamW\n")
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    print(f"{' '.join(argv)}: ViT-{args.variant}, {args.image_size} px, batch {args.batch}, "
+          "AdamW\n")
     header = "| stage | RSS after | peak during |" + (
         " tensors after | tensors peak |" if args.tensors else "")
     print(header + "\n|" + "---|" * (header.count("|") - 1))

@@ -1,13 +1,8 @@
-"""What every contender process shares: its arguments, the timing loop, peak memory, the result.
+"""What the contender processes and the probes share: options, batches, timing, the result line.
 
-A contender process (`python -m benchmarks.contenders.X --mode MODE ...`) does
-one mode of one round and exits, so that each measurement starts from a fresh process: `check`
-imports the framework and reports its versions; `infer` and `train` build the model (`train`
-compiles it with AdamW), then time `--steps` steps after `--warmup` untimed ones, and
-`first_step_s` runs from the start of model construction (graph build and compilation included)
-to the end of the first step; `agreement` is the top-1 agreement of int8 with fp32. It prints
-one line `BENCHMARK-RESULT {json}` on stdout; everything else is log. This module imports
-nothing heavy: each contender imports its framework in `setup`.
+A contender process (`python -m benchmarks.contenders.X --mode MODE ...`) measures one mode of one
+round and prints one line `BENCHMARK-RESULT {json}`; benchmarks/README.md says what each mode
+measures. Nothing heavy is imported here: each contender imports its framework in `setup`.
 """
 
 import argparse
@@ -24,18 +19,16 @@ from keras_vit_cli.catalog import library_module
 RESULT_PREFIX = "BENCHMARK-RESULT "
 DEVICES = ("cpu", "gpu")
 PRECISIONS = ("fp32", "bf16", "int8")
+MODES = ("check", "infer", "train", "agreement")
 NUM_CLASSES = 1000  # ImageNet's, as every contender's head
-
 # The training recipe every contender runs: AdamW on a cross-entropy loss over random labels.
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.05
-MODES = ("check", "infer", "train", "agreement")
 
 
 def variant_config(name):
-    """The architecture of a plain (non-hybrid) paper variant, e.g. "B/16", as a dict.
-
-    Keys: name, patch_size, hidden_size, num_layers, num_heads, mlp_dim.
+    """The sizes of a plain (non-hybrid) paper variant, e.g. "B/16": a dict of name, patch_size,
+    hidden_size, num_layers, num_heads, mlp_dim.
 
     Raises:
         ValueError: for an unknown name or a hybrid (ResNet + ViT) variant.
@@ -44,68 +37,95 @@ def variant_config(name):
     variant = configs.get_variant(name)
     if variant.resnet is not None:
         plain = [name for name, v in configs.VARIANTS.items() if v.resnet is None]
-        raise ValueError(
-            f"Hybrid variant {variant.name!r} has no counterpart in the peers. Expected a "
-            f"plain ViT, one of {', '.join(plain)}."
-        )
+        raise ValueError(f"Hybrid variant {variant.name!r} has no counterpart in the peers. "
+                         f"Expected a plain ViT, one of {', '.join(plain)}.")
     sizes = configs.MODEL_SIZES[variant.size]
     return dict(name=variant.name, patch_size=variant.patch_size, **sizes)
 
 
-def _at_least(minimum):
+def at_least(minimum):
     """An argparse type: an integer >= `minimum`."""
 
     def parse(text):
-        value = int(text)
-        if value < minimum:
+        if int(text) < minimum:
             raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, received {text!r}")
-        return value
+        return int(text)
 
     return parse
 
 
-def parse_args(argv=None, precisions=PRECISIONS):
-    """The process's arguments; `precisions`: the ones its contender measures."""
-    parser = argparse.ArgumentParser(description="One benchmark measurement of one contender.")
-    parser.add_argument("--mode", choices=MODES, required=True)
-    parser.add_argument("--model", default="B/16", help="paper variant, e.g. Ti/16, B/16, L/16")
-    parser.add_argument("--image-size", type=_at_least(1), default=224)
-    parser.add_argument("--batch", type=_at_least(1), default=8)
-    parser.add_argument("--device", choices=DEVICES, default="cpu")
-    parser.add_argument("--precision", choices=precisions, default="fp32")
+def route_item(text):
+    """An argparse type: CHOICE=IMPLEMENTATION of `keras_vit.routes`, as a pair."""
+    name, _, implementation = text.partition("=")
+    if not implementation:
+        raise argparse.ArgumentTypeError(f"expected CHOICE=IMPLEMENTATION, got {text!r}")
+    return name, implementation
+
+
+def add_model_options(parser, flag="--model"):
+    """The variant (option `flag`), --image-size and --batch."""
+    parser.add_argument(flag, default="B/16", help="paper variant, e.g. Ti/16, B/16, L/16")
+    parser.add_argument("--image-size", type=at_least(1), default=224)
+    parser.add_argument("--batch", type=at_least(1), default=8)
+
+
+def add_xla_options(parser):
+    """--xla and --no-xla, into `xla`: True, False, or None for the library's choice."""
     xla = parser.add_mutually_exclusive_group()
     xla.add_argument("--xla", dest="xla", action="store_true", default=None,
-                     help="compile with XLA (Keras contenders; default: the library's choice)")
+                     help="compile with XLA (Keras; default: the library's choice)")
     xla.add_argument("--no-xla", dest="xla", action="store_false", help="compile without XLA")
+
+
+def add_training_probe_options(parser):
+    """The options of the keras_vit training probes (`benchmarks.memory`, `.first_step`)."""
+    add_model_options(parser, "--variant")
+    parser.add_argument("--bf16", action="store_true", help="train in mixed_bfloat16")
+    parser.add_argument("--route", type=route_item, action="append", default=[],
+                        help="CHOICE=IMPLEMENTATION of keras_vit.routes (repeatable)")
+
+
+def parse_args(argv=None, precisions=PRECISIONS):
+    """A contender process's arguments; `precisions`: the ones its contender measures."""
+    parser = argparse.ArgumentParser(description="One benchmark measurement of one contender.")
+    parser.add_argument("--mode", choices=MODES, required=True)
+    add_model_options(parser)
+    parser.add_argument("--device", choices=DEVICES, default="cpu")
+    parser.add_argument("--precision", choices=precisions, default="fp32")
+    add_xla_options(parser)
     parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow",
                         help="Keras contenders: the Keras backend (jax always compiles with XLA)")
     parser.add_argument("--compile", action="store_true",
                         help="timm: torch.compile the model (PyTorch's graph compiler)")
     parser.add_argument("--savedmodel", action="store_true", help="keras_vit: time the "
                         "SavedModel's predict_images signature (keras_vit.export_saved_model)")
-    parser.add_argument("--steps", type=_at_least(1), default=3, help="timed steps")
-    parser.add_argument("--warmup", type=_at_least(0), default=1,
+    parser.add_argument("--steps", type=at_least(1), default=3, help="timed steps")
+    parser.add_argument("--warmup", type=at_least(0), default=1,
                         help="untimed steps after the first")
-    parser.add_argument("--agreement-images", type=_at_least(1), default=128)
+    parser.add_argument("--agreement-images", type=at_least(1), default=128)
     parser.add_argument("--checkpoint", help="mode agreement: a trained model (.npz, official "
                         "layout), not the random variant")
-    parser.add_argument("--seed", type=_at_least(0), default=0)
+    parser.add_argument("--seed", type=at_least(0), default=0)
     parser.add_argument("--spawned-at", type=float, help="time.time() when the driver started us")
     return parser.parse_args(argv)
 
 
-def random_batch(args, count=None, size=None, seed_offset=0, channels_first=False):
-    """`count` (default: the batch) images of `size` (default: the image size) uniform in
-    [-1, 1] (float32), and labels in [0, NUM_CLASSES), seeded."""
+def random_batch(count, size, seed=0, channels_first=False):
+    """`count` float32 images of `size` (pixels, or (height, width)) uniform in [-1, 1], and
+    int64 labels in [0, NUM_CLASSES), seeded."""
     import numpy as np
 
-    rng = np.random.default_rng(args.seed + seed_offset)
-    count = count or args.batch
-    size = size or (args.image_size, args.image_size)
-    images = rng.uniform(-1.0, 1.0, (count, *size, 3)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    height, width = (size, size) if isinstance(size, int) else size
+    images = rng.uniform(-1.0, 1.0, (count, height, width, 3)).astype(np.float32)
     if channels_first:
         images = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
     return images, rng.integers(0, NUM_CLASSES, (count,)).astype(np.int64)
+
+
+def batch_for(args, channels_first=False):
+    """`random_batch` of a contender process: its batch, image size and seed."""
+    return random_batch(args.batch, args.image_size, args.seed, channels_first)
 
 
 def top1_agreement(reference_logits, logits):
@@ -134,11 +154,6 @@ def step_seconds(fn, calls, warmup=0):
     return times
 
 
-def median_seconds(fn, calls, warmup=0):
-    """The median time of `calls` calls of `fn` (synchronous), after `warmup` untimed ones."""
-    return statistics.median(step_seconds(fn, calls, warmup))
-
-
 def time_steps(build, args):
     """Builds with `build()` (which returns a synchronous step function), then times steps.
 
@@ -154,20 +169,6 @@ def time_steps(build, args):
     times = step_seconds(step, args.steps, args.warmup)
     return dict(build_s=built - start, first_step_s=first - start, step_s=times,
                 images_per_s=args.batch / statistics.median(times))
-
-
-def seeded_model_and_batch(variant, batch=8, image_size=224, **overrides):
-    """For the in-process A/B probes: a keras_vit model built under seed 0 (`overrides` go to
-    `create_model`), and `random_batch`'s images and labels."""
-    import keras
-
-    import keras_vit
-
-    keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(variant, num_classes=NUM_CLASSES, image_size=image_size,
-                                   **overrides)
-    images, labels = random_batch(argparse.Namespace(seed=0, batch=batch, image_size=image_size))
-    return model, images, labels
 
 
 def machine_info(device="cpu"):
@@ -196,12 +197,19 @@ def machine_info(device="cpu"):
 
 
 def emit(result):
+    """Prints `result` as the process's result line."""
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
+def read_result(stdout):
+    """The dict of the last result line in a process's `stdout`, or None."""
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    return json.loads(lines[-1][len(RESULT_PREFIX):]) if lines else None
+
+
 def main(contender, argv=None):
-    """Runs one mode of `contender` (a module with setup, build_inference, build_training,
-    device_peak_bytes, and optionally PRECISIONS and agreement) and prints its result line."""
+    """Runs one mode of `contender` (a module with setup, build_inference, build_training, and
+    optionally PRECISIONS, agreement and device_peak_bytes) and prints its result line."""
     args = parse_args(argv, getattr(contender, "PRECISIONS", PRECISIONS))
     result = dict(mode=args.mode, versions=contender.setup(args))
     if args.spawned_at is not None:
@@ -215,6 +223,7 @@ def main(contender, argv=None):
             build = contender.build_training if args.mode == "train" else contender.build_inference
             result.update(time_steps(lambda: build(args, config), args))
         result["peak_rss_bytes"] = peak_rss_bytes()
-        result["device_peak_bytes"] = contender.device_peak_bytes(args)
+        peak = getattr(contender, "device_peak_bytes", None)
+        result["device_peak_bytes"] = peak(args) if peak else None
     emit(result)
     return 0

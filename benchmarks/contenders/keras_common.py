@@ -1,10 +1,8 @@
-"""The Keras side shared by the keras_vit and keras-hub contenders (TensorFlow or JAX backend).
+"""The Keras side of the keras_vit and keras-hub contenders and of the probes.
 
-Inference is `model.predict_on_batch`, training `model.train_on_batch`: the calls a Keras user
-makes, each returning NumPy (so each step has finished when it returns, on a GPU too). `--xla`
-is `model.compile(jit_compile=True)`, `--no-xla` `jit_compile=False`, neither Keras' "auto"
-(no XLA on a CPU). Lower precision is the global dtype policy ("mixed_bfloat16"), set before
-the model is built.
+A step is `predict_on_batch` or `train_on_batch`, which return NumPy, so that each step has
+finished when it returns. `--xla` is `jit_compile=True`, `--no-xla` False, neither Keras' "auto";
+bf16 is the global "mixed_bfloat16" policy, set before the model is built.
 """
 
 import importlib
@@ -15,17 +13,24 @@ from benchmarks.contenders import common
 PRECISIONS = ("fp32", "bf16")  # int8: keras_vit only
 
 
-def setup(args, library):
-    """Imports the backend, Keras and `library` for `args.device` and `args.precision`; returns
-    their versions."""
+def configure(backend=None, device=None, precision="fp32"):
+    """Imports Keras on `backend` (default: Keras' choice), with the GPUs hidden for `device`
+    "cpu", under the mixed_bfloat16 policy for `precision` "bf16"; returns the keras module."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ["KERAS_BACKEND"] = args.backend
-    if args.device == "cpu":
+    if backend:
+        os.environ["KERAS_BACKEND"] = backend
+    if device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # before the backend is imported
     import keras
 
-    if args.precision == "bf16":
+    if precision == "bf16":
         keras.config.set_dtype_policy("mixed_bfloat16")
+    return keras
+
+
+def setup(args, library):
+    """Keras as `args` asks, and `library` imported; returns their versions."""
+    keras = configure(args.backend, args.device, args.precision)
     versions = {library: importlib.import_module(library).__version__, "keras": keras.__version__}
     if args.backend == "jax":
         import jax
@@ -37,23 +42,18 @@ def setup(args, library):
     import tensorflow as tf
 
     if args.device == "gpu" and not tf.config.list_physical_devices("GPU"):
-        raise RuntimeError(
-            "--device gpu, but TensorFlow sees no GPU (a CUDA build is needed: "
-            "`pip install tensorflow[and-cuda]`)."
-        )
+        raise RuntimeError("--device gpu, but TensorFlow sees no GPU (a CUDA build is needed: "
+                           "`pip install tensorflow[and-cuda]`).")
     threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
     return dict(versions, tensorflow=tf.__version__, intra_op_threads=threads)
 
 
 def require_xla(model, args):
-    """Refuses a silent fall-back from XLA: Keras turns `jit_compile=True` off, with only a
-    warning, when a layer does not support XLA, and a measurement labelled XLA would be without
-    it."""
+    """Refuses Keras' silent fall-back from XLA (it turns `jit_compile=True` off, with a warning,
+    when a layer does not support XLA): a measurement labelled XLA would be without it."""
     if args.xla and not model.jit_compile:
-        raise RuntimeError(
-            f"--xla: Keras turned jit_compile off for {model.name} (a layer has "
-            "supports_jit=False), so this would not measure XLA."
-        )
+        raise RuntimeError(f"--xla: Keras turned jit_compile off for {model.name} (a layer has "
+                           "supports_jit=False), so this would not measure XLA.")
 
 
 def compile_model(model, args, **kwargs):
@@ -69,16 +69,15 @@ def inference_step(model, args):
     import keras
 
     compile_model(model, args)
-    images = keras.ops.convert_to_tensor(common.random_batch(args)[0])
+    images = keras.ops.convert_to_tensor(common.batch_for(args)[0])
     return lambda: model.predict_on_batch(images)
 
 
 def training_step(model, args):
-    """A synchronous training step of the compiled `model` on one batch of random images and
-    labels."""
+    """A synchronous training step of the compiled `model` on one random batch."""
     import keras
 
-    images, labels = (keras.ops.convert_to_tensor(a) for a in common.random_batch(args))
+    images, labels = (keras.ops.convert_to_tensor(a) for a in common.batch_for(args))
     return lambda: model.train_on_batch(images, labels)
 
 

@@ -1,17 +1,16 @@
 """Contender: keras-hub's ViT (`ViTBackbone` + `ViTImageClassifier`), random weights.
 
-    python -m benchmarks.contenders.keras_hub_vit --mode train --model B/16 [--xla] \
-        [--precision bf16]
-
-The backbone gets the variant's sizes (the same architecture as keras_vit's: class token,
-pre-LN blocks, LayerNorm epsilon 1e-6, dropout 0), no preprocessor, and a 1000-class head on
-the class token, as keras-hub's `vit_base_patch16_224_imagenet` preset has.
+The backbone gets the variant's sizes (keras_vit's architecture: class token, pre-LN blocks,
+LayerNorm epsilon 1e-6, dropout 0), no preprocessor, and a 1000-class head on the class token,
+as keras-hub's `vit_base_patch16_224_imagenet` preset has.
 """
 
 import sys
 
 from benchmarks.contenders import common, keras_common
-from benchmarks.contenders.keras_common import PRECISIONS, device_peak_bytes  # noqa: F401
+
+PRECISIONS = keras_common.PRECISIONS
+device_peak_bytes = keras_common.device_peak_bytes
 
 
 def setup(args):

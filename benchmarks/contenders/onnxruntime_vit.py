@@ -1,14 +1,6 @@
-"""Contender: keras_vit exported to ONNX (`keras_vit.export_onnx`), run by ONNX Runtime on the
-CPU. Inference only, fp32 only.
-
-    python -m benchmarks.contenders.onnxruntime_vit --mode infer --model B/16
-
-The model is the keras_vit contender's (`keras_vit_model.build_model`: the variant with random
-weights and a random head), exported through Keras' own ONNX export, then loaded as a user
-serves it: `onnxruntime.InferenceSession` with the CPU execution provider and ONNX Runtime's
-default options (all graph optimisations, its own thread count). A step is `session.run` on
-one batch of preprocessed images, which returns NumPy. The export is part of the build time,
-as the SavedModel's is for `keras_vit-savedmodel`.
+"""Contender: the keras_vit contender's model exported to ONNX (`keras_vit.export_onnx`) and run
+as a user serves it: an `onnxruntime.InferenceSession` on the CPU with ONNX Runtime's defaults.
+Inference only, fp32 only; the export counts in the build time.
 """
 
 import os
@@ -38,21 +30,17 @@ def build_inference(args, config):
     import keras_vit
     from keras_vit import onnx_export
 
-    model = keras_vit_model.build_model(args, config)
+    model = keras_vit_model.build_model(config["name"], args.image_size, args.seed)
     with tempfile.TemporaryDirectory() as folder:
         path = keras_vit.export_onnx(model, os.path.join(folder, "vit.onnx"))
         session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    images = common.random_batch(args)[0]  # [B, H, W, 3] in [-1, 1]
+    images = common.batch_for(args)[0]  # [B, H, W, 3] in [-1, 1]
     return lambda: session.run(None, {onnx_export.INPUT_NAME: images})[0]
 
 
 def build_training(args, config):
     raise ValueError("The onnxruntime contender measures inference only (an ONNX file holds "
                      "no training step).")
-
-
-def device_peak_bytes(args):
-    return None  # the CPU only
 
 
 if __name__ == "__main__":

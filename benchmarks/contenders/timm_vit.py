@@ -1,12 +1,9 @@
 """Contender: timm's `VisionTransformer` on PyTorch (CPU build on a CPU), random weights.
 
-    python -m benchmarks.contenders.timm_vit --mode train --model B/16 [--precision bf16]
-
 The model is `timm.models.vision_transformer.VisionTransformer` with the variant's sizes, i.e.
-`timm.create_model("vit_base_patch16_224", pretrained=False)` for B/16 (class token, qkv bias,
-LayerNorm epsilon 1e-6, exact GELU, dropout 0). Inference runs under `torch.inference_mode()`
-in eval mode; a training step is forward, cross-entropy, zero_grad, backward, AdamW step.
-bf16 is `torch.autocast`. On a GPU every step ends with `torch.cuda.synchronize()`.
+`timm.create_model("vit_base_patch16_224")` for B/16. Inference runs under
+`torch.inference_mode()` in eval mode; a training step is forward, cross-entropy, zero_grad,
+backward, AdamW step. bf16 is `torch.autocast`; on a GPU every step ends with a synchronize.
 """
 
 import functools
@@ -28,9 +25,9 @@ def import_timm():
     The index's torchvision wheels are CUDA builds: next to CPU torch their C++ ops cannot load,
     and `import torchvision` then dies with "operator torchvision::nms does not exist", because
     it registers fake kernels for nms and qnms whether or not the ops loaded. timm uses only
-    torchvision's Python parts (FrozenBatchNorm2d, transforms), none of them for a ViT. So where
-    that import fails, this declares the two operators' schemas, with no kernel (calling them
-    still fails, with "no kernel"), and imports again.
+    torchvision's Python parts, none of them for a ViT. So where that import fails, this
+    declares the two operators' schemas without kernels (calling them still fails) and imports
+    again.
     """
     import torch
 
@@ -71,7 +68,7 @@ def setup(args):
 
 def _step(args, config, training):
     """A synchronous step on one random batch: a forward pass in eval mode, or with `training`
-    an AdamW step (forward, cross-entropy, zero_grad, backward, step)."""
+    an AdamW step."""
     import torch
     import torch.nn.functional as F
     from timm.models.vision_transformer import VisionTransformer
@@ -91,8 +88,7 @@ def _step(args, config, training):
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
         )
-    images, labels = common.random_batch(args, channels_first=True)
-    images, labels = torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device)
+    images, labels = (torch.from_numpy(a).to(device) for a in common.batch_for(args, True))
     autocast = dict(device_type=device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
     def step():
