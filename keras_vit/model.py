@@ -25,7 +25,7 @@ import keras
 
 from keras_vit.checks import (check_bool, check_choice, check_fits_in_memory, check_heads,
                               check_positive_int, to_pair)
-from keras_vit import intermediates
+from keras_vit import intermediates, routes
 from keras_vit.encoder import Encoder
 from keras_vit.flops import sequence_length, vit_params
 from keras_vit.layer_config import sublayers
@@ -52,6 +52,8 @@ POSITION_EMBEDDINGS = {
 RELATIVE = "relative"
 # Where a ViT keeps its data config (outside Keras' attribute tracking: it is a value).
 _DATA_CONFIG_SLOT = "_keras_vit_data_config"
+# Where a ViT keeps the routes chosen where its last step function was made (a value).
+_STEP_ROUTES_SLOT = "_keras_vit_step_routes"
 # Where a ViT keeps the models `forward_intermediates` made (a cache, not tracked by Keras).
 _INTERMEDIATES_SLOT = "_keras_vit_intermediates"
 # Bytes a float32 weight or activation takes.
@@ -243,6 +245,37 @@ class ViT(keras.Model):
             dict(value) if isinstance(value, dict) else value,
             f"the data_config of model {self.name!r}").at_size(size)
         object.__setattr__(self, _DATA_CONFIG_SLOT, config)  # not tracked by Keras: a value
+
+    # A tf.distribute strategy runs each replica's step in a thread of its own, which does not
+    # see the `routes.use_routes` blocks of the thread that called `fit`, `evaluate` or
+    # `predict`: the routes chosen where a step function is made are chosen again around each
+    # step, on every backend (where steps run in the calling thread, the same routes).
+    def make_train_function(self, force=False):
+        self._note_routes()
+        return super().make_train_function(force)
+
+    def make_test_function(self, force=False):
+        self._note_routes()
+        return super().make_test_function(force)
+
+    def make_predict_function(self, force=False):
+        self._note_routes()
+        return super().make_predict_function(force)
+
+    def _note_routes(self):
+        object.__setattr__(self, _STEP_ROUTES_SLOT, routes.chosen_routes())  # not tracked
+
+    def train_step(self, *args, **kwargs):
+        with routes.use_routes(**self.__dict__.get(_STEP_ROUTES_SLOT, {})):
+            return super().train_step(*args, **kwargs)
+
+    def test_step(self, *args, **kwargs):
+        with routes.use_routes(**self.__dict__.get(_STEP_ROUTES_SLOT, {})):
+            return super().test_step(*args, **kwargs)
+
+    def predict_step(self, *args, **kwargs):
+        with routes.use_routes(**self.__dict__.get(_STEP_ROUTES_SLOT, {})):
+            return super().predict_step(*args, **kwargs)
 
     def vit_arguments(self):
         """The `keras_vit.ViT` arguments that rebuild this model (a JSON-serialisable dict)."""

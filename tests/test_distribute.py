@@ -74,6 +74,9 @@ def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
     assert result["default_jit"] is False
     assert "Trying to access resource" in result["xla_error"], result["xla_error"][-2000:]
     assert "batch_size 5 is not divisible across 2 replicas" in result["batch_error"]
+    # `use_routes(remat="blocks")` around fit: each replica's thread recomputes its block.
+    np.testing.assert_allclose(result["remat_loss"], result["mirrored_loss"], rtol=1e-5)
+    assert len(result["remat_threads"]) == 2 and "MainThread" not in result["remat_threads"]
 
 
 def test_multiworker_fit_on_two_localhost_workers(tmp_path):

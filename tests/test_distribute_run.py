@@ -8,9 +8,12 @@ strategy and under MirroredStrategy. `worker` is one of 2 MultiWorkerMirroredStr
 localhost (TF_CONFIG). Both write the losses and final weights to OUT_JSON.
 """
 
+import functools
 import json
 import os
 import sys
+import threading
+from unittest import mock
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -82,7 +85,7 @@ def mirrored(out):
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from keras_vit import data, training
+    from keras_vit import data, routes, training
     from keras_vit.parallel import tf_distribute as distribute
 
     strategy = distribute.get_strategy("mirrored")
@@ -95,6 +98,13 @@ def mirrored(out):
         batch_error = None
     except ValueError as e:
         batch_error = str(e)
+    # A `use_routes` block around fit reaches the steps MirroredStrategy runs in its replica
+    # threads: every replica's encoder block is recomputed, with the same losses.
+    remat_threads = []
+    with mock.patch.object(routes, "remat_call", functools.partial(_record_thread, remat_threads,
+                                                                    routes.remat_call)):
+        with routes.use_routes(remat="blocks"):
+            remat_loss, _ = train(strategy)
     try:
         train(strategy, jit_compile=True)
         xla_error = None
@@ -104,7 +114,12 @@ def mirrored(out):
          mirrored_loss=mirrored_loss, single_jit=single.jit_compile, mirrored_jit=model.jit_compile,
          single_weights=single.get_weights(), mirrored_weights=model.get_weights(),
          default_jit=training.default_jit_compile(strategy), batch_error=batch_error,
-         xla_error=xla_error)
+         xla_error=xla_error, remat_loss=remat_loss, remat_threads=remat_threads)
+
+
+def _record_thread(threads, function, *args, **kwargs):
+    threads.append(threading.current_thread().name)
+    return function(*args, **kwargs)
 
 
 def worker(out, index, ports):
