@@ -182,9 +182,8 @@ def current_strategy():
 
 
 def is_multiworker(strategy):
-    """Whether `strategy` runs collectives across more than one worker process."""
-    if strategy is None:
-        return False
+    """Whether `strategy` (a TensorFlow strategy) runs collectives across more than one worker
+    process."""
     import tensorflow as tf  # a strategy here is TensorFlow's, and it is loaded
 
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
