@@ -208,26 +208,32 @@ def test_bad_arguments_are_named_in_one_line(arguments, named):
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel: TensorFlow")
-def test_a_saved_model_serves_the_same_features(tmp_path):
+@pytest.mark.parametrize("features, blocks", [
+    (dict(indices=[0, -1], norm=True, return_prefix_tokens=True), [0, 2]),
+    (dict(indices=1), [2]),  # one block: the backbone's one output
+])
+def test_a_saved_model_serves_the_same_features(tmp_path, features, blocks):
     import tensorflow as tf
 
     model = tiny()
-    path = keras_vit.export_saved_model(
-        model, tmp_path / "export", warmup=False,
-        features=dict(indices=[0, -1], norm=True, return_prefix_tokens=True))
+    path = keras_vit.export_saved_model(model, tmp_path / "export", warmup=False,
+                                        features=features)
     pixels = np.random.default_rng(3).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
     served = tf.saved_model.load(path).signatures["features"](images=tf.constant(pixels))
-    want = model.forward_intermediates(keras_vit.preprocess_inputs(pixels), indices=[0, -1],
-                                       norm=True, return_prefix_tokens=True,
+    want = model.forward_intermediates(keras_vit.preprocess_inputs(pixels), **features,
                                        intermediates_only=True)
-    assert sorted(served) == ["block_0", "block_0_prefix", "block_2", "block_2_prefix"]
-    for index, (patches, prefix) in zip((0, 2), want):
+    prefix = features.get("return_prefix_tokens", False)
+    assert sorted(served) == sorted(f"block_{i}{end}" for i in blocks
+                                    for end in (["", "_prefix"] if prefix else [""]))
+    for index, maps in zip(blocks, want):
+        patches, tokens = maps if prefix else (maps, None)
         np.testing.assert_allclose(served[f"block_{index}"].numpy(),
                                    keras.ops.convert_to_numpy(patches), atol=1e-5)
-        np.testing.assert_allclose(served[f"block_{index}_prefix"].numpy(),
-                                   keras.ops.convert_to_numpy(prefix), atol=1e-5)
+        if prefix:
+            np.testing.assert_allclose(served[f"block_{index}_prefix"].numpy(),
+                                       keras.ops.convert_to_numpy(tokens), atol=1e-5)
     metadata = json.loads((pathlib.Path(path) / "assets.extra" / "keras_vit.json").read_text())
-    assert metadata["features"]["indices"] == [0, 2] and "features" in metadata["signatures"]
+    assert metadata["features"]["indices"] == blocks and "features" in metadata["signatures"]
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel: TensorFlow")
