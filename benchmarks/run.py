@@ -4,18 +4,10 @@
     .venv-bench/bin/python -m benchmarks.run --json cpu.json   # Ti, B, L /16; batch 8; 5 rounds
     .venv-bench/bin/python -m benchmarks.run --models Ti/16 --rounds 1         # smoke run
     .venv-bench/bin/python -m benchmarks.run --device gpu --batch 64,256 --precision bf16
-    .venv-bench/bin/python -m benchmarks.run --points B/16@224x8,B/16@384x4,L/16@224x4 \
+    .venv-bench/bin/python -m benchmarks.run --points B/16@224x8,B/16@384x4,L/16@224x4 \\
         --contenders timm,timm-bf16,keras_vit,keras_vit-bf16     # the operating points
 
-`--points MODEL@SIZExBATCH,...` measures the listed operating points (each its own model,
-resolution and batch) instead of every model at every batch of `--models` and `--batch` at one
-`--image-size`; with more than one point, a last table gives every keras_vit contender's ratios
-to timm at each point, and `python -m benchmarks.plot RESULTS.json OUT.png` draws speed and peak
-memory against the number of tokens.
-
-Each contender runs in a fresh process per model, batch size, round and mode, one at a time, in
-interleaved rounds; a Markdown table gives the medians over rounds with ratios to timm, and
-`--json PATH` keeps every round's raw numbers. benchmarks/README.md says what each measures.
+benchmarks/README.md says what each mode and contender measures.
 """
 
 import argparse
@@ -27,13 +19,13 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 
 from benchmarks.contenders import common
 from keras_vit_cli.catalog import library_module
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The FLOP count and atomic writes, loaded without Keras: the driver stays light beside the
-# measured processes.
+# Loaded without Keras: the driver stays light beside the measured processes.
 flops = library_module("flops")
 atomic_write_text = library_module("fileio").atomic_write_text
 FAMILIES = {  # name -> (worker module, label in the table)
@@ -42,12 +34,9 @@ FAMILIES = {  # name -> (worker module, label in the table)
     "keras_vit": ("benchmarks.contenders.keras_vit_model", "keras_vit"),
     "onnxruntime": ("benchmarks.contenders.onnxruntime_vit", "keras_vit ONNX in ONNX Runtime"),
 }
-# The families that measure inference only.
-INFERENCE_ONLY = ("onnxruntime",)
 TRAINING_MODES = ("infer", "train")
 # The contender tags that switch a flag on: tag (a `Contender` field) -> the families taking it.
 FLAG_TAGS = {"jax": ("keras_hub", "keras_vit"), "compile": ("timm",), "savedmodel": ("keras_vit",)}
-BASELINE_FAMILY = "timm"
 DEFAULT_CONTENDERS = {
     "cpu": "timm,keras_hub,keras_hub-xla,keras_vit,keras_vit-xla,keras_vit-bf16,"
     "keras_vit-xla-bf16,keras_vit-int8,keras_vit-xla-int8",
@@ -74,12 +63,11 @@ ERROR_TAIL_LINES = 12
 
 @dataclasses.dataclass(frozen=True)
 class Contender:
-    """One framework in one configuration, e.g. "keras_vit-xla-bf16" (benchmarks/README.md
-    lists the tags). Without `-xla` or `-noxla` a Keras family runs its library's default
-    (keras_vit: its measured choice; keras-hub: Keras' "auto")."""
+    """One framework in one configuration, e.g. "keras_vit-xla-bf16". `xla` None: the library's
+    default runtime."""
 
     family: str
-    xla: object  # True, False, or None: the library's default
+    xla: object  # True, False, or None
     precision: str
     jax: bool = False
     compile: bool = False
@@ -98,7 +86,7 @@ class Contender:
     @property
     def modes(self):
         inference_only = self.precision == "int8" or self.savedmodel
-        return ("infer",) if inference_only or self.family in INFERENCE_ONLY else TRAINING_MODES
+        return ("infer",) if inference_only or self.family == "onnxruntime" else TRAINING_MODES
 
     def label(self, versions=None):
         """The table's name for it, with the framework versions its process reported."""
@@ -117,6 +105,11 @@ class Contender:
         return f"{name}, {runtime}, {self.precision}" + (f" [{self.tree}]" if self.tree else "")
 
 
+def _require(condition, message):
+    if not condition:
+        raise ValueError(message)
+
+
 def parse_contender(text, default_precision):
     """Parses "keras_vit-xla-bf16", "timm", "keras-hub-xla"... into a `Contender`.
 
@@ -132,11 +125,10 @@ def parse_contender(text, default_precision):
         "keras_vit-xla-bf16 (jax for Keras families, compile for timm, savedmodel for "
         "keras_vit: its export's predict_images signature, inference only)."
     )
-    if family not in FAMILIES:
-        raise ValueError(f"Unknown contender {text!r}. {expected}")
-    if tree and not os.path.isdir(os.path.join(tree, "benchmarks", "contenders")):
-        raise ValueError(f"Contender {text!r}: {tree!r} is not a checkout of this repository "
-                         "(no benchmarks/contenders in it).")
+    _require(family in FAMILIES, f"Unknown contender {text!r}. {expected}")
+    _require(not tree or os.path.isdir(os.path.join(tree, "benchmarks", "contenders")),
+             f"Contender {text!r}: {tree!r} is not a checkout of this repository (no "
+             "benchmarks/contenders in it).")
     fields = dict(xla=None, precision=None)
     for tag in tags:
         if tag in ("xla", "noxla") and fields["xla"] is None:
@@ -148,12 +140,11 @@ def parse_contender(text, default_precision):
         else:
             raise ValueError(f"Unknown or repeated tag {tag!r} in contender {text!r}. {expected}")
     fields["precision"] = fields["precision"] or default_precision
-    if family == "timm" and fields["xla"] is not None:
-        raise ValueError(f"Contender {text!r}: timm runs on PyTorch and has no XLA variant. "
-                         "Expected 'timm' with an optional precision.")
-    if fields["precision"] == "int8" and family != "keras_vit":
-        raise ValueError(f"Contender {text!r}: int8 is measured for keras_vit only (Keras "
-                         "quantize). Expected keras_vit-int8 or keras_vit-xla-int8.")
+    _require(family != "timm" or fields["xla"] is None, f"Contender {text!r}: timm runs on "
+             "PyTorch and has no XLA variant. Expected 'timm' with an optional precision.")
+    _require(fields["precision"] != "int8" or family == "keras_vit", f"Contender {text!r}: int8 "
+             "is measured for keras_vit only (Keras quantize). Expected keras_vit-int8 or "
+             "keras_vit-xla-int8.")
     return Contender(family, tree=tree or None, **fields)
 
 
@@ -195,9 +186,9 @@ def _point(text):
     """(model, image size, batch) of an operating point written MODEL@SIZExBATCH."""
     model, _, rest = text.strip().partition("@")
     size, _, batch = rest.partition("x")
-    if not (model and size.isdigit() and batch.isdigit() and int(size) and int(batch)):
-        raise ValueError(f"--points: {text.strip()!r} is not MODEL@SIZExBATCH with positive "
-                         "integers, e.g. B/16@384x4.")
+    _require(model and size.isdigit() and batch.isdigit() and int(size) and int(batch),
+             f"--points: {text.strip()!r} is not MODEL@SIZExBATCH with positive integers, "
+             "e.g. B/16@384x4.")
     return model, int(size), int(batch)
 
 
@@ -207,37 +198,14 @@ def _integers(name, text, minimum=1, several=False):
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         values = []
-    if not values or min(values) < minimum or (len(values) > 1 and not several):
-        what = "a comma-separated list of integers" if several else "an integer"
-        raise ValueError(f"--{name} must be {what} >= {minimum}. Received: {text!r}")
+    what = "a comma-separated list of integers" if several else "an integer"
+    _require(values and min(values) >= minimum and (several or len(values) == 1),
+             f"--{name} must be {what} >= {minimum}. Received: {text!r}")
     return values if several else values[0]
 
 
-@dataclasses.dataclass
-class Plan:
-    """The validated options of one run."""
-
-    models: list
-    configs: dict
-    points: list  # (model, image size, batch), in the order measured
-    contenders: list
-    device: str
-    batches: list
-    rounds: int
-    steps: dict
-    warmup: int
-    modes: tuple
-    image_size: int
-    agreement_images: int
-    int8_checkpoint: str
-    peak_flops: float
-    python: str
-    timeout: int
-    seed: int
-
-
 def make_plan(args):
-    """Checks every option and returns a `Plan`.
+    """Checks every option and returns the run's plan: a namespace of the checked options.
 
     Raises:
         ValueError: naming the option, what was received and what is expected.
@@ -246,56 +214,48 @@ def make_plan(args):
     precision = args.precision or DEFAULT_PRECISION[device]
     names = (args.contenders or DEFAULT_CONTENDERS[device]).split(",")
     contenders = [parse_contender(name, precision) for name in names if name.strip()]
-    if not contenders:
-        raise ValueError(f"--contenders names no contender. Received: {args.contenders!r}")
+    _require(contenders, f"--contenders names no contender. Received: {args.contenders!r}")
     twice = sorted({c.name for c in contenders if contenders.count(c) > 1})
-    if twice:
-        raise ValueError(f"--contenders names {twice} twice.")
-    number = {}  # the integer options by their `Plan` field names
-    for name, (_, minimum, _) in INTEGER_OPTIONS.items():
-        field = name.replace("-", "_")
-        number[field] = _integers(name, getattr(args, field), minimum)
+    _require(not twice, f"--contenders names {twice} twice.")
+    number = {name.replace("-", "_"): _integers(name, getattr(args, name.replace("-", "_")),
+                                                minimum)
+              for name, (_, minimum, _) in INTEGER_OPTIONS.items()}
     batches = _integers("batch", args.batch or DEFAULT_BATCH[device], several=True)
-    configs, points = {}, []
     if args.points:
         wanted = [_point(text) for text in args.points.split(",") if text.strip()]
     else:
         wanted = [(model.strip(), number["image_size"], batch)
                   for model in args.models.split(",") if model.strip() for batch in batches]
+    configs, points = {}, []
     for model, size, batch in wanted:
         config = common.variant_config(model)
-        if size % config["patch_size"]:
-            where = f"--points {model}@{size}x{batch}" if args.points else f"--image-size {size}"
-            raise ValueError(f"{where} is not divisible by {config['name']}'s patch size "
-                             f"{config['patch_size']}.")
+        where = f"--points {model}@{size}x{batch}" if args.points else f"--image-size {size}"
+        _require(size % config["patch_size"] == 0, f"{where} is not divisible by "
+                 f"{config['name']}'s patch size {config['patch_size']}.")
         configs[config["name"]] = config
         if (config["name"], size, batch) not in points:
             points.append((config["name"], size, batch))
-    if not points:
-        raise ValueError(f"--models or --points names no model. Received: "
-                         f"{args.points or args.models!r}")
+    _require(points, f"--models or --points names no model. Received: "
+             f"{args.points or args.models!r}")
     modes = {m.strip() for m in args.modes.split(",") if m.strip()}
-    if not modes or modes - set(TRAINING_MODES):
-        raise ValueError(f"--modes must be infer, train or infer,train. Received: {args.modes!r}")
+    _require(modes and modes <= set(TRAINING_MODES),
+             f"--modes must be infer, train or infer,train. Received: {args.modes!r}")
     peak = args.peak_flops
     if peak is None and device == "gpu":
         peak = flops.H100_SXM_DENSE_BF16_FLOPS
-    if peak is not None and peak <= 0:
-        raise ValueError(f"--peak-flops must be positive. Received: {peak}")
-    if args.int8_checkpoint and not os.path.isfile(args.int8_checkpoint):
-        raise ValueError(f"--int8-checkpoint {args.int8_checkpoint!r} is not a file.")
-    if args.int8_checkpoint and not any(c.precision == "int8" for c in contenders):
-        raise ValueError(
-            "--int8-checkpoint needs an int8 contender (keras_vit-int8) in --contenders. "
-            f"Received: {','.join(c.name for c in contenders)}"
-        )
-    if args.int8_checkpoint and not number["agreement_images"]:
-        raise ValueError("--int8-checkpoint compares on --agreement-images images; expected "
-                         "at least 1. Received: 0")
-    return Plan(
+    _require(peak is None or peak > 0, f"--peak-flops must be positive. Received: {peak}")
+    if args.int8_checkpoint:
+        _require(os.path.isfile(args.int8_checkpoint),
+                 f"--int8-checkpoint {args.int8_checkpoint!r} is not a file.")
+        _require(any(c.precision == "int8" for c in contenders), "--int8-checkpoint needs an "
+                 "int8 contender (keras_vit-int8) in --contenders. Received: "
+                 f"{','.join(c.name for c in contenders)}")
+        _require(number["agreement_images"], "--int8-checkpoint compares on --agreement-images "
+                 "images; expected at least 1. Received: 0")
+    return types.SimpleNamespace(
         models=list(configs),
         configs=configs,
-        points=points,
+        points=points,  # (model, image size, batch), in the order measured
         contenders=contenders,
         device=device,
         batches=sorted({batch for _, _, batch in points}),
@@ -338,27 +298,12 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=(), image_size
         return dict(error=f"timed out after {plan.timeout} s", wall_s=time.time() - start)
     except OSError as e:
         return dict(error=f"could not start {plan.python!r}: {e}", wall_s=time.time() - start)
-    lines = [line for line in done.stdout.splitlines() if line.startswith(common.RESULT_PREFIX)]
-    if done.returncode == 0 and lines:
-        result = json.loads(lines[-1][len(common.RESULT_PREFIX) :])
-    else:
+    result = common.read_result(done.stdout)
+    if done.returncode or result is None:
         log = (done.stderr + done.stdout).strip().splitlines()
         result = dict(error=f"exit code {done.returncode}: " + "\n".join(log[-ERROR_TAIL_LINES:]))
     result["wall_s"] = time.time() - start
     return result
-
-
-def _describe_round(result):
-    if "error" in result:
-        return "FAILED: " + result["error"].splitlines()[-1][:200]
-    parts = [f"{result['images_per_s']:.2f} img/s"] if "images_per_s" in result else []
-    if result.get("mode") == "train":
-        parts.append(f"first step {result['first_step_s']:.1f} s")
-    if result.get("mode") in TRAINING_MODES:
-        parts.append(f"peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB")
-    if "top1_agreement" in result:
-        parts.append(f"top-1 agreement {result['top1_agreement']:.1%}")
-    return ", ".join(parts) + f" ({result['wall_s']:.0f} s)"
 
 
 def _measure(plan, contender, mode, where, round_index=0, **kwargs):
@@ -366,8 +311,18 @@ def _measure(plan, contender, mode, where, round_index=0, **kwargs):
     stderr after `where`, the measurement's place in the run."""
     result = run_process(plan, contender, mode, **kwargs)
     result.update(round=round_index + 1, mode=mode)
-    print(f"{where} {contender.name} {mode}: {_describe_round(result)}", file=sys.stderr,
-          flush=True)
+    if "error" in result:
+        told = "FAILED: " + result["error"].splitlines()[-1][:200]
+    else:
+        parts = [f"{result['images_per_s']:.2f} img/s"] if "images_per_s" in result else []
+        if mode == "train":
+            parts.append(f"first step {result['first_step_s']:.1f} s")
+        if mode in TRAINING_MODES:
+            parts.append(f"peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB")
+        if "top1_agreement" in result:
+            parts.append(f"top-1 agreement {result['top1_agreement']:.1%}")
+        told = ", ".join(parts) + f" ({result['wall_s']:.0f} s)"
+    print(f"{where} {contender.name} {mode}: {told}", file=sys.stderr, flush=True)
     return result
 
 
@@ -403,31 +358,30 @@ def run_all(plan):
 
 
 # ------------------------------------------------------------------------------------------
-# Summaries, ratios, the table.
+# Summaries, ratios, the tables.
 
 
 def summarize(entry, plan):
-    """Medians over the rounds of one entry (peak RSS: the maximum), and MFU where asked."""
+    """Medians over the rounds of one entry (peak memory: the maximum), and MFU where asked."""
     ok = {}
     for result in entry["rounds"]:
         if "error" not in result:
             ok.setdefault(result["mode"], []).append(result)
     errors = [r["error"] for r in entry["rounds"] if "error" in r]
     summary = dict(error=errors[0]) if errors else {}
-    if "infer" in ok:
-        summary["infer_images_per_s"] = statistics.median(r["images_per_s"] for r in ok["infer"])
-        if all("peak_rss_bytes" in r for r in ok["infer"]):
-            summary["peak_rss_infer_bytes"] = max(r["peak_rss_bytes"] for r in ok["infer"])
-    if "train" in ok:
-        train = ok["train"]
-        summary["train_images_per_s"] = statistics.median(r["images_per_s"] for r in train)
-        summary["first_step_s"] = statistics.median(r["first_step_s"] for r in train)
-        if all("import_s" in r for r in train):
-            summary["import_s"] = statistics.median(r["import_s"] for r in train)
-        summary["peak_rss_train_bytes"] = max(r["peak_rss_bytes"] for r in train)
-        device_peaks = [r.get("device_peak_bytes") for r in train]
-        if all(device_peaks):
-            summary["device_peak_train_bytes"] = max(device_peaks)
+
+    def put(name, mode, key, over=statistics.median):
+        values = [r.get(key) for r in ok.get(mode, [])]
+        if values and None not in values:
+            summary[name] = over(values)
+
+    for mode in TRAINING_MODES:
+        put(f"{mode}_images_per_s", mode, "images_per_s")
+        put(f"peak_rss_{mode}_bytes", mode, "peak_rss_bytes", max)
+    put("first_step_s", "train", "first_step_s")
+    put("import_s", "train", "import_s")
+    if all(r.get("device_peak_bytes") for r in ok.get("train", [])):
+        put("device_peak_train_bytes", "train", "device_peak_bytes", max)
     if "agreement" in ok:
         summary["agreement"] = {k: ok["agreement"][0][k] for k in AGREEMENT_KEYS}
     config = plan.configs.get(entry["model"])
@@ -447,15 +401,17 @@ def summarize(entry, plan):
 def baseline_for(contender, contenders):
     """The timm contender that `contender` is compared with: timm at the same precision where
     it was measured, else timm fp32 (int8 and CPU bf16 compare with what a timm user runs)."""
-    timms = {c.precision: c for c in contenders if c.family == BASELINE_FAMILY}
+    timms = {c.precision: c for c in contenders if c.family == "timm"}
     return timms.get(contender.precision) or timms.get("fp32")
 
 
-def with_ratio(value, reference, fmt):
-    """`value` formatted, followed by its ratio to `reference` when both exist."""
-    if value is None:
-        return "–"
-    return fmt(value) + (f" ({value / reference:.2f}x)" if reference else "")
+def _by_point(entries):
+    """{(model, image size, batch): {contender: entry}}, in the entries' order."""
+    points = {}
+    for entry in entries:
+        point = (entry["model"], entry["image_size"], entry["batch"])
+        points.setdefault(point, {})[entry["contender"]] = entry
+    return points
 
 
 def _gigabytes(value):
@@ -482,29 +438,24 @@ def markdown_table(entries, plan):
     columns = COLUMNS + (GPU_COLUMNS if plan.device == "gpu" else [])
     header = ["contender", *(column[0] for column in columns), "notes"]
     out = []
-    groups = {}
-    for entry in entries:
-        groups.setdefault((entry["model"], entry["image_size"], entry["batch"]), []).append(entry)
-    for (model, size, batch), group in groups.items():
-        by_contender = {e["contender"]: e for e in group}
+    for (model, size, batch), by_contender in _by_point(entries).items():
         if model in plan.configs:
             out.append(f"### {model}, {size} px, batch {batch}, {plan.device}\n")
         else:
             out.append(f"### {model} (--int8-checkpoint)\n")
-        if any(c.family == BASELINE_FAMILY for c in by_contender):
-            out.append(
-                "In parentheses: the ratio to timm at the same precision, or to timm fp32 where "
-                "timm did not run at that precision.\n"
-            )
-        out.append("| " + " | ".join(header) + " |")
-        out.append("|" + "---|" * len(header))
-        for entry in group:
+        if any(c.family == "timm" for c in by_contender):
+            out.append("In parentheses: the ratio to timm at the same precision, or to timm fp32 "
+                       "where timm did not run at that precision.\n")
+        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for contender, entry in by_contender.items():
             s = entry["summary"]
-            base_entry = by_contender.get(baseline_for(entry["contender"], list(by_contender)))
-            b = base_entry["summary"] if base_entry and base_entry is not entry else {}
-            cells = [entry["contender"].label(entry["versions"])]
+            base = by_contender.get(baseline_for(contender, list(by_contender)))
+            b = base["summary"] if base and base is not entry else {}
+            cells = [contender.label(entry["versions"])]
             for _, key, fmt, ratio in columns:
-                cells.append(with_ratio(s.get(key), b.get(key) if ratio else None, fmt))
+                value, reference = s.get(key), b.get(key) if ratio else None
+                cells.append("–" if value is None else fmt(value) + (
+                    f" ({value / reference:.2f}x)" if reference else ""))
             cells.append(_notes(s))
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
@@ -523,16 +474,9 @@ POINT_MEASURES = [
 
 def points_table(entries):
     """One row per operating point, one column per measure: each keras_vit contender's ratio to
-    timm at its precision (speed above 1 is faster, memory and time below 1 are smaller), and
-    the memory in GB beside it."""
-    keras_vits = []
-    for entry in entries:
-        if entry["contender"].family == "keras_vit" and entry["contender"] not in keras_vits:
-            keras_vits.append(entry["contender"])
-    points = {}
-    for entry in entries:
-        points.setdefault((entry["model"], entry["image_size"], entry["batch"]), {})[
-            entry["contender"]] = entry
+    timm at its precision, and for memory both GB."""
+    keras_vits = list(dict.fromkeys(e["contender"] for e in entries
+                                    if e["contender"].family == "keras_vit"))
     header = ["point"] + [f"{name}: {' / '.join(c.name for c in keras_vits)}"
                           for name, _ in POINT_MEASURES]
     out = ["### keras_vit / timm at each operating point\n",
@@ -540,7 +484,7 @@ def points_table(entries):
            "first step: keras_vit's over timm's (below 1: less), keras_vit's and timm's GB in "
            "parentheses.\n",
            "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (model, size, batch), by_contender in points.items():
+    for (model, size, batch), by_contender in _by_point(entries).items():
         cells = [f"{model}, {size} px, batch {batch}"]
         for _, key in POINT_MEASURES:
             parts = []
@@ -593,13 +537,11 @@ def check(plan):
     return status
 
 
-def _macs_at_one_size(plan, model):
-    """{"forward_macs": ...} of `model` where all its points share one image size, else {}
-    (each result then carries its own)."""
-    sizes = {size for name, size, _ in plan.points if name == model}
-    if len(sizes) != 1:
+def _macs(plan, model, sizes):
+    """{"forward_macs": ...} of `model` where it runs at one image size of `sizes`, else {}."""
+    if model not in plan.configs or len(set(sizes)) != 1:
         return {}
-    return {"forward_macs": flops.config_forward_macs(plan.configs[model], sizes.pop())}
+    return {"forward_macs": flops.config_forward_macs(plan.configs[model], sizes[0])}
 
 
 def main(argv=None):
@@ -625,18 +567,14 @@ def main(argv=None):
             started=started.isoformat(timespec="seconds"),
             wall_s=(datetime.datetime.now(datetime.UTC) - started).total_seconds(),
             machine=common.machine_info(plan.device),
-            plan=dict(dataclasses.asdict(plan), contenders=[c.name for c in plan.contenders]),
-            models={m: dict(c, **_macs_at_one_size(plan, m)) for m, c in plan.configs.items()},
-            results=[
-                dict(e, contender=e["contender"].name, label=e["contender"].label(e["versions"]),
-                     **({"forward_macs": flops.config_forward_macs(plan.configs[e["model"]],
-                                                                   e["image_size"])}
-                        if e["model"] in plan.configs else {}))
-                for e in entries
-            ],
+            plan=dict(vars(plan), contenders=[c.name for c in plan.contenders]),
+            models={m: dict(c, **_macs(plan, m, [s for n, s, _ in plan.points if n == m]))
+                    for m, c in plan.configs.items()},
+            results=[dict(e, contender=e["contender"].name,
+                          label=e["contender"].label(e["versions"]),
+                          **_macs(plan, e["model"], [e["image_size"]])) for e in entries],
             table=table,
         )
-        # keras_vit.fileio loads no TensorFlow: this driver stays light beside the measured ones.
         atomic_write_text(args.json, json.dumps(document, indent=1))
         print(f"Wrote {args.json}", file=sys.stderr)
     return 1 if any("error" in e["summary"] for e in entries) else 0
