@@ -5,17 +5,16 @@ fresh, alternately, with its wall time and peak resident memory.
     python -m benchmarks.cold_predict prepare DIR          # B/16 random weights + a JPEG
     .venv-bench/bin/python -m benchmarks.cold_predict compare DIR --runs 5
 
-`prepare` writes DIR/b16.npz (random ViT-B/16 weights, 1000 classes, in the official layout)
-and DIR/image.jpg (500x375 pixels). `compare` runs, in turn, `keras-vit predict DIR/image.jpg
---model B/16 --weights DIR/b16.npz` and `python -m benchmarks.cold_predict timm DIR` (timm's
-`vit_base_patch16_224`, `load_pretrained` of the same file, PIL resize to 224 and [-1, 1]
-scaling) after one warm-up run each (file cache), and prints each run and the medians. Both
-print the top-5 classes; `compare` checks that their top classes agree.
+`compare` runs `keras-vit predict` (beside this interpreter) and the timm job (`... timm DIR`)
+after one warm-up run each, prints each run and the medians, and checks that the two agree on
+the top class.
 """
 
 import argparse
 import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 
@@ -23,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def prepare(folder):
+    """DIR/b16.npz (random ViT-B/16 weights, 1000 classes, official layout) and DIR/image.jpg."""
     import numpy as np
     from PIL import Image
 
@@ -41,7 +41,8 @@ def prepare(folder):
 
 
 def timm_job(folder):
-    """The timm user's script: create, load, preprocess, predict, print the top 5."""
+    """The timm user's script: create, load, resize with PIL to 224 px, scale to [-1, 1],
+    predict, print the top 5 as "index probability" lines."""
     sys.path.insert(0, os.path.dirname(HERE))
     from benchmarks.contenders.timm_vit import import_timm
 
@@ -64,65 +65,43 @@ def timm_job(folder):
 
 
 def _measured(command):
-    """(wall seconds, peak RSS bytes, stdout) of `command` as a fresh child process, its
-    memory from the kernel's accounting of that child alone (os.wait4)."""
-    read, write = os.pipe()
+    """(wall seconds, peak RSS bytes, top classes) of `command` as a fresh process, its memory
+    that process's alone (os.wait4)."""
     start = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:  # the child: stdout to the pipe, stderr discarded, then the command
-        os.dup2(write, 1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-        try:
-            os.execvp(command[0], command)
-        finally:
-            os._exit(127)
-    os.close(write)
-    chunks = []
-    with os.fdopen(read, "rb") as pipe:
-        for chunk in iter(lambda: pipe.read(65536), b""):
-            chunks.append(chunk)
-    _, status, usage = os.wait4(pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status):
-        raise RuntimeError(f"{' '.join(command)} exited with {os.waitstatus_to_exitcode(status)}")
-    return wall, usage.ru_maxrss * 1024, b"".join(chunks).decode()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")) as child:
+        out = child.stdout.read().decode()
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    if child.returncode:
+        raise RuntimeError(f"{' '.join(command)} exited with {child.returncode}")
+    # `keras-vit predict` prints "name (index) probability"-style lines, the timm job "index
+    # probability".
+    top = re.findall(r"\((\d+)\)", out) or re.findall(r"^(\d+) ", out, re.M)
+    return time.perf_counter() - start, usage.ru_maxrss * 1024, [int(i) for i in top[:5]]
 
 
-def _top_classes(output):
-    """The class indices printed, in order: `keras-vit predict` prints "rank. name (index)
-    probability"-style lines, the timm job "index probability"."""
-    import re
-
-    found = re.findall(r"\((\d+)\)", output) or re.findall(r"^(\d+) ", output, re.M)
-    return [int(i) for i in found[:5]]
-
-
-def compare(folder, runs, keras_vit_command, python):
+def compare(folder, runs):
     contenders = {
-        "keras-vit predict": [*keras_vit_command, "predict", os.path.join(folder, "image.jpg"),
-                              "--model", "B/16", "--weights", os.path.join(folder, "b16.npz")],
-        "timm": [python, "-m", "benchmarks.cold_predict", "timm", folder],
+        "keras-vit predict": [os.path.join(os.path.dirname(sys.executable), "keras-vit"),
+                              "predict", os.path.join(folder, "image.jpg"), "--model", "B/16",
+                              "--weights", os.path.join(folder, "b16.npz")],
+        "timm": [sys.executable, "-m", "benchmarks.cold_predict", "timm", folder],
     }
     results = {name: [] for name in contenders}
     tops = {}
     for round_index in range(runs + 1):  # the first round warms the file cache, not counted
         for name, command in contenders.items():
-            wall, rss, out = _measured(command)
-            tops[name] = _top_classes(out)
+            wall, rss, tops[name] = _measured(command)
             if round_index:
                 results[name].append((wall, rss))
                 print(f"round {round_index}: {name}: {wall:.2f} s, peak RSS {rss / 1e9:.2f} GB",
                       file=sys.stderr, flush=True)
     print("| job | wall time (median) | peak RSS (median) |\n|---|---|---|")
-    medians = {}
-    for name, rows in results.items():
-        medians[name] = (statistics.median(w for w, _ in rows),
-                         statistics.median(r for _, r in rows))
-        wall, rss = medians[name]
+    medians = [[statistics.median(column) for column in zip(*rows)] for rows in results.values()]
+    for name, (wall, rss) in zip(results, medians):
         print(f"| {name} | {wall:.2f} s | {rss / 1e9:.2f} GB |")
-    (kv_wall, kv_rss), (timm_wall, timm_rss) = medians.values()
+    (kv_wall, kv_rss), (timm_wall, timm_rss) = medians
     print(f"\nkeras-vit / timm: wall {kv_wall / timm_wall:.2f}x, peak RSS "
           f"{kv_rss / timm_rss:.2f}x over {runs} alternating rounds")
     # Random weights give near-equal probabilities and the two resizes differ (TensorFlow's
@@ -139,17 +118,11 @@ def main(argv=None):
     parser.add_argument("action", choices=("prepare", "compare", "timm"))
     parser.add_argument("folder")
     parser.add_argument("--runs", type=int, default=5, help="counted rounds (compare)")
-    parser.add_argument("--keras-vit", default=os.path.join(os.path.dirname(sys.executable),
-                                                             "keras-vit"),
-                        help="the keras-vit command (default: beside this interpreter)")
     args = parser.parse_args(argv)
-    if args.action == "prepare":
-        prepare(args.folder)
-        return 0
-    if args.action == "timm":
-        timm_job(args.folder)
-        return 0
-    return compare(args.folder, args.runs, [args.keras_vit], sys.executable)
+    if args.action == "compare":
+        return compare(args.folder, args.runs)
+    (prepare if args.action == "prepare" else timm_job)(args.folder)
+    return 0
 
 
 if __name__ == "__main__":
