@@ -1,6 +1,5 @@
-"""The matrix products of ViT-B/16 (batch 8, 224 px) alone, in TensorFlow's graph runtime or in
-torch, float32 and bfloat16: the MLP's `[1576, 768] x [768, 3072]` and the attention's batched
-`[96, 197, 64] x [96, 64, 197]`, in GFLOP/s (the best of 3 runs of 20 calls).
+"""ViT-B/16's matrix products (batch 8, 224 px) alone in TensorFlow's graph runtime or torch,
+float32 and bfloat16, in GFLOP/s (the best of 3 runs of 20 calls).
 
     python -m benchmarks.matmul tensorflow
     .venv-timm/bin/python -m benchmarks.matmul torch

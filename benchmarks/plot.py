@@ -1,13 +1,11 @@
 """Speed and peak memory against the number of tokens, from a `benchmarks.run --json` file.
 
-    .venv-bench/bin/python -m benchmarks.run --points B/16@224x4,B/16@288x4,B/16@352x4,\\
-        B/16@416x4,B/16@480x4,B/16@512x4 --contenders timm,keras_vit --json sweep.json
-    python -m benchmarks.plot sweep.json docs/benchmarks/token_sweep.png   # needs matplotlib
+    .venv-bench/bin/python -m benchmarks.run --points B/16@224x4,B/16@288x4,B/16@352x4 \\
+        --contenders timm,keras_vit --json sweep.json
+    python -m benchmarks.plot sweep.json token_sweep.png   # needs matplotlib
 
-Draws one line per contender and model in each panel present in the results: training and
-inference images per second, and their peak resident memory, against the tokens the encoder
-sees (patches plus the class token). Points that failed (out of memory, for example) are left
-out of their line and listed under the figure's title.
+One line per contender and model in each panel present in the results; failed points (out of
+memory, for example) are listed under the figure's title.
 """
 
 import argparse
@@ -23,25 +21,19 @@ PANELS = [
 ]
 
 
-def tokens(config, image_size):
-    """Patches plus the class token (every contender classifies from one) of `config`
-    (benchmarks.run's model entry) at `image_size`."""
-    return (image_size // config["patch_size"]) ** 2 + 1
-
-
 def series(document):
     """{(label, model): {summary key: [(tokens, value), ...]}} and the failed points."""
     lines, failed = {}, []
     for result in document["results"]:
-        config = document["models"][result["model"]]
-        count = tokens(config, result["image_size"])
+        patch_size = document["models"][result["model"]]["patch_size"]
+        tokens = (result["image_size"] // patch_size) ** 2 + 1  # the patches and the class token
         line = lines.setdefault((result["label"], result["model"]), {})
         summary = result["summary"]
         if "error" in summary:
             failed.append(f"{result['contender']} {result['model']} {result['image_size']} px")
         for key, _, scale in PANELS:
             if summary.get(key) is not None:
-                line.setdefault(key, []).append((count, summary[key] * scale))
+                line.setdefault(key, []).append((tokens, summary[key] * scale))
     return lines, failed
 
 
@@ -82,8 +74,7 @@ def main(argv=None):
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     cpu = document.get("machine", {}).get("cpu", "")
-    title = f"{cpu}" + (f"\nfailed: {', '.join(failed)}" if failed else "")
-    figure.suptitle(title, fontsize=9)
+    figure.suptitle(cpu + (f"\nfailed: {', '.join(failed)}" if failed else ""), fontsize=9)
     figure.tight_layout()
     figure.savefig(args.out, dpi=100)
     print(f"Wrote {args.out}", file=sys.stderr)

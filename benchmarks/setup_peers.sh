@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv-bench in the repository root: this package (tensorflow 2.21, keras 3.15) next to
-# the peers it is benchmarked against (torch 2.13 CPU + timm 1.0.31, keras-hub 0.32).
-#
-#     bash benchmarks/setup_peers.sh          # then: .venv-bench/bin/python -m benchmarks.run
-#
-# Order matters: torch's CPU build first, then everything else under constraints.txt, which holds
-# torch where it is (see requirements.txt). Safe to rerun: pip skips what is installed.
+# Creates .venv-bench in the repository root: this package beside the peers it is benchmarked
+# against (benchmarks/README.md). Order matters: torch's CPU build first, then everything else
+# under constraints.txt, which holds torch where it is. Safe to rerun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
