@@ -4,9 +4,8 @@ optimizer state, tracing the step, the first call, against a steady step.
     python -m benchmarks.first_step [--variant B/16] [--image-size 224] [--batch 8] [--bf16] \\
         [--no-grappler] [--route attention=memory_efficient]
 
-The model and its compilation are the keras_vit contender's (the recipes' path); the step is
-Keras' `train_step` in one `tf.function`, traced (`get_concrete_function`) before its first call.
-`--no-grappler` turns TensorFlow's graph optimiser off (`disable_meta_optimizer`).
+The model and its compilation are the keras_vit contender's; the step is Keras' `train_step` in
+one `tf.function`, traced (`get_concrete_function`) before its first call.
 """
 
 import argparse

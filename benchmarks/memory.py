@@ -5,11 +5,9 @@ run, and the peak within each stage.
         [--xla|--no-xla] [--bf16] [--remat] [--route attention=memory_efficient] [--tensors]
     .venv-bench/bin/python -m benchmarks.memory timm [--variant B/16] [--bf16]
 
-Each model and step is the side-by-side runner's contender (`benchmarks.contenders`); `--remat`
-builds with `remat=True`. `--tensors` also reads the live tensors' bytes from TensorFlow's BFC
+Each model and step is the side-by-side runner's contender's. `--tensors` uses TensorFlow's BFC
 allocator (`TF_CPU_ALLOCATOR_USE_BFC=true`): compare its RSS only with other `--tensors` runs.
-Linux only: reads VmRSS / VmHWM from /proc/self/status, and resets the peak between stages by
-writing 5 to /proc/self/clear_refs.
+Linux only: reads VmRSS / VmHWM from /proc/self/status and resets the peak through clear_refs.
 """
 
 import argparse
@@ -88,7 +86,7 @@ def parse_args(argv):
     parser.add_argument("library", choices=("keras_vit", "timm"))
     common.add_training_probe_options(parser)
     parser.add_argument("--steps", type=common.at_least(1), default=4)
-    parser.add_argument("--remat", action="store_true")
+    parser.add_argument("--remat", action="store_true", help="build the model with remat=True")
     common.add_xla_options(parser)
     parser.add_argument("--tensors", action="store_true",
                         help="also the live tensors' bytes (TensorFlow's BFC allocator)")

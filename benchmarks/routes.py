@@ -2,17 +2,11 @@
 
     python -m benchmarks.routes --model B/16 --mode infer attention=products attention=fused
     python -m benchmarks.routes --model B/16 --mode train --xla --fresh remat=none remat=blocks
-    KERAS_BACKEND=jax python -m benchmarks.routes --model Ti/16 --mode train \\
-        block_input=plain block_input=barrier
 
 A variant is a choice of `keras_vit.routes` (`attention=memory_efficient`), `scan=true|false`,
-or in training `optimizer=keras_vit|keras` (`keras_vit.training.AdamW`, the default, or Keras'),
-several joined by commas; "default" is the model as built. Every variant gets the same weights
-and batch, and its outputs (inference) or first loss (training) must agree with the first
-variant's to 1e-4 (2e-2 in bfloat16). Each round times `--steps` calls of every variant, the
-order rotating; `--fresh` runs each variant in a fresh process per round, which also measures
-building to the end of the first call and the peak RSS. `--profile DIR` records the first
-variant's last round with the backend's profiler.
+or in training `optimizer=keras_vit|keras`, several joined by commas; "default" is the model as
+built. Every variant gets the same weights and batch, and its outputs (inference) or first loss
+(training) must agree with the first variant's. benchmarks/README.md says what each option adds.
 """
 
 import argparse

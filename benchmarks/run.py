@@ -2,8 +2,6 @@
 
     bash benchmarks/setup_peers.sh                              # once: .venv-bench with the peers
     .venv-bench/bin/python -m benchmarks.run --json cpu.json   # Ti, B, L /16; batch 8; 5 rounds
-    .venv-bench/bin/python -m benchmarks.run --models Ti/16 --rounds 1         # smoke run
-    .venv-bench/bin/python -m benchmarks.run --device gpu --batch 64,256 --precision bf16
     .venv-bench/bin/python -m benchmarks.run --points B/16@224x8,B/16@384x4,L/16@224x4 \\
         --contenders timm,timm-bf16,keras_vit,keras_vit-bf16     # the operating points
 
@@ -51,8 +49,7 @@ INTEGER_OPTIONS = {
     "train-steps": ("3", 1, "timed training steps per round"),
     "warmup": ("1", 0, "untimed steps after the first, per round"),
     "image-size": ("224", 1, "input resolution in pixels"),
-    "agreement-images": ("128", 0, "random images for the int8 top-1 agreement (first round); "
-                         "0 skips it"),
+    "agreement-images": ("128", 0, "random images for the int8 top-1 agreement; 0 skips it"),
     "timeout": ("3600", 1, "seconds allowed to one process"),
     "seed": ("0", 0, "seed of the weights and the random batches"),
 }
@@ -63,11 +60,10 @@ ERROR_TAIL_LINES = 12
 
 @dataclasses.dataclass(frozen=True)
 class Contender:
-    """One framework in one configuration, e.g. "keras_vit-xla-bf16". `xla` None: the library's
-    default runtime."""
+    """One framework in one configuration, e.g. "keras_vit-xla-bf16"."""
 
     family: str
-    xla: object  # True, False, or None
+    xla: object  # True, False, or None: the library's default runtime
     precision: str
     jax: bool = False
     compile: bool = False

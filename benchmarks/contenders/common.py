@@ -1,8 +1,7 @@
 """What the contender processes and the probes share: options, batches, timing, the result line.
 
 A contender process (`python -m benchmarks.contenders.X --mode MODE ...`) measures one mode of one
-round and prints one line `BENCHMARK-RESULT {json}`; benchmarks/README.md says what each mode
-measures. Nothing heavy is imported here: each contender imports its framework in `setup`.
+round and prints one line `BENCHMARK-RESULT {json}`. Nothing heavy is imported here.
 """
 
 import argparse
@@ -93,18 +92,14 @@ def parse_args(argv=None, precisions=PRECISIONS):
     parser.add_argument("--device", choices=DEVICES, default="cpu")
     parser.add_argument("--precision", choices=precisions, default="fp32")
     add_xla_options(parser)
-    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow",
-                        help="Keras contenders: the Keras backend (jax always compiles with XLA)")
-    parser.add_argument("--compile", action="store_true",
-                        help="timm: torch.compile the model (PyTorch's graph compiler)")
-    parser.add_argument("--savedmodel", action="store_true", help="keras_vit: time the "
-                        "SavedModel's predict_images signature (keras_vit.export_saved_model)")
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow")
+    parser.add_argument("--compile", action="store_true", help="timm: torch.compile the model")
+    parser.add_argument("--savedmodel", action="store_true", help="keras_vit: its SavedModel")
     parser.add_argument("--steps", type=at_least(1), default=3, help="timed steps")
     parser.add_argument("--warmup", type=at_least(0), default=1,
                         help="untimed steps after the first")
     parser.add_argument("--agreement-images", type=at_least(1), default=128)
-    parser.add_argument("--checkpoint", help="mode agreement: a trained model (.npz, official "
-                        "layout), not the random variant")
+    parser.add_argument("--checkpoint", help="mode agreement: a trained model (official .npz)")
     parser.add_argument("--seed", type=at_least(0), default=0)
     parser.add_argument("--spawned-at", type=float, help="time.time() when the driver started us")
     return parser.parse_args(argv)
@@ -155,12 +150,9 @@ def step_seconds(fn, calls, warmup=0):
 
 
 def time_steps(build, args):
-    """Builds with `build()` (which returns a synchronous step function), then times steps.
-
-    Returns a dict: build_s (model construction and compilation set-up), first_step_s (from the
-    start of `build` to the end of the first step), step_s (each timed step), images_per_s
-    (batch over the median step time).
-    """
+    """Builds with `build()` (which returns a synchronous step function), then times steps: a
+    dict of build_s, first_step_s (from the start of `build` to the end of the first step),
+    step_s (each timed step) and images_per_s (batch over the median step time)."""
     start = time.perf_counter()
     step = build()
     built = time.perf_counter()
