@@ -1028,7 +1028,7 @@ def test_predict_uses_the_class_names_training_wrote(ctx, tmp_path, capsys):
     assert all(name in out for name in ("cat", "dog", "bird"))
 
 
-SUBPROCESS_CASES = [
+COMMAND_LINE_CASES = [
     (["predict", "missing.jpg", "--model", "B/16"], 2, "missing.jpg does not exist"),
     (["export", "out", "--model-config", '{"hiden": 1}'], 2, "unknown keys ['hiden']"),
     (["convert", "nothing.npz", "out.keras"], 2, "No checkpoint file at nothing.npz"),
@@ -1037,8 +1037,19 @@ SUBPROCESS_CASES = [
 ]
 
 
-@pytest.mark.parametrize("argv, status, phrase", SUBPROCESS_CASES)
-def test_command_line_errors_in_a_real_process(argv, status, phrase, tmp_path):
+@pytest.mark.parametrize("argv, status, phrase", COMMAND_LINE_CASES)
+def test_command_line_errors_exit_with_one_line_and_write_nothing(argv, status, phrase,
+                                                                   tmp_path, capsys,
+                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == status
+    err = capsys.readouterr().err
+    assert phrase in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_command_line_error_in_a_real_process(tmp_path):
+    argv, status, phrase = COMMAND_LINE_CASES[0]
     result = subprocess.run([sys.executable, "-m", "keras_vit", *argv], capture_output=True,
                             text=True, cwd=tmp_path, timeout=300)
     assert result.returncode == status, result.stderr[-2000:]
