@@ -497,13 +497,19 @@ def test_timms_create_transform_gives_the_same_input(tmp_path):
         assert np.abs(got - want).max() <= PIL_LEVELS / 255 / min(config["std"]), case
 
 
-def test_a_hub_checkpoint_keeps_the_data_config_of_timms_config_json(tmp_path):
+def test_a_hub_checkpoint_keeps_the_data_config_of_timms_config_json(tmp_path, monkeypatch,
+                                                                      capsys):
     """`hf://` through the Hugging Face cache, offline: timm's `pretrained_cfg` (bicubic, crop
     0.9) is the model's data config, and `resolve_data_config` reads it from the cache. A timm
     registry name read from the same cache carries its entry's (and timm's) data config, on
-    every path: `from_pretrained`, `resolve_data_config` and the command line's `predict`."""
+    every path: `from_pretrained`, `resolve_data_config` and the command line's `predict`, all
+    in-process (huggingface_hub pointed at the cache and offline, as HF_HOME and
+    HF_HUB_OFFLINE=1 set it when it is imported)."""
     import shutil
-    import sys
+
+    from huggingface_hub import constants as hub_constants
+
+    from keras_vit.weights import registry
 
     fixture = ROOT / "tests" / "fixtures" / "hub" / "timm_vit"
     commit = "0123456789abcdef0123456789abcdef01234567"
@@ -520,27 +526,20 @@ def test_a_hub_checkpoint_keeps_the_data_config_of_timms_config_json(tmp_path):
         document["pretrained_cfg"].update(pretrained_cfg)  # as timm writes it for `repo`
         (folder / "snapshots" / commit / "config.json").write_text(json.dumps(document))
     photo = write_png(tmp_path / "photo.png", smooth_image(45, 60))
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
     # DINO's entry, rewritten to describe the small stand-in under its name (width 32, depth 2,
     # 32 px, 5 classes): the file must match its entry, as a real one must.
-    code = ("import json, keras_vit, keras_vit_cli\n"
-            "from keras_vit.weights import registry\n"
-            "registry._REGISTERED['DINO'] = dict(registry.get_checkpoint('DINO'), variant=None, "
-            "config=dict(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64, patch_size=8), "
-            "resolution=32, num_classes=5)\n"
-            "out = []\n"
-            "for name in ('hf://timm/vit-test', 'DINO'):\n"
-            "    model = keras_vit.from_pretrained(name, progress=False)\n"
-            "    out += [model.data_config, keras_vit.resolve_data_config(name)]\n"
-            "print(json.dumps(out))\n"
-            "keras_vit_cli.main(['predict', 'PHOTO', '--weights', 'DINO', '--top-k', '5'])\n").replace("DINO", dino).replace("PHOTO", str(photo))
-    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1",
-               TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
-    index = next(i for i, line in enumerate(lines) if line.startswith("[{"))
-    carried, resolved, dino_carried, dino_resolved = json.loads(lines[index])
+    monkeypatch.setitem(registry._REGISTERED, dino, dict(
+        registry.get_checkpoint(dino), variant=None, resolution=32, num_classes=5,
+        config=dict(hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64, patch_size=8)))
+    configs = []
+    for name in ("hf://timm/vit-test", dino):
+        model = keras_vit.from_pretrained(name, progress=False)
+        configs += [model.data_config, keras_vit.resolve_data_config(name)]
+    carried, resolved, dino_carried, dino_resolved = configs
+    assert cli.main(["predict", str(photo), "--weights", dino, "--top-k", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
     assert carried == resolved == dc.timm_data_config(stated)
     assert (carried["interpolation"], carried["crop_pct"]) == ("bicubic", 0.9)
     entry = dc.check_data_config(weights.get_checkpoint(dino)["preprocessing"])
@@ -548,7 +547,7 @@ def test_a_hub_checkpoint_keeps_the_data_config_of_timms_config_json(tmp_path):
     assert dino_carried == dict(entry, input_size=[3, 32, 32])  # at the model's size
     assert (entry["mean"], entry["crop_pct"]) == ([0.485, 0.456, 0.406], 0.9)
     # `predict` by name: the probabilities of the photo as DINO's config preprocesses it.
-    shown = [float(line.split("%")[0]) / 100 for line in lines[index + 1:] if "%" in line]
+    shown = [float(line.split("%")[0]) / 100 for line in lines if "%" in line]
     model = keras_vit.from_pretrained(tmp_path / "hf" / "hub" / f"models--timm--{dino}"
                                       / "snapshots" / commit / "model.safetensors")
     assert model.data_config == dino_carried  # timm's config.json beside the file says so
