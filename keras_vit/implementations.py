@@ -210,13 +210,33 @@ def attention_probabilities(query, key, bias=None):
     `[B, h, N, N]`.
 
     The softmax runs in float32 at least, so that mixed precision does not overflow; the
-    result has the query's dtype.
+    result has the query's dtype (`softmax_as`).
     """
     scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
     logits = ops.cast(ops.einsum("bqhk,bshk->bhqs", query * scale, key), "float32")
     if bias is not None:
         logits = logits + ops.cast(bias, "float32")  # logits = [B, h, N, N]
-    return ops.cast(ops.softmax(logits, axis=-1), query.dtype)
+    return softmax_as(logits, query.dtype)
+
+
+def softmax_as(logits, dtype):
+    """`softmax(logits, axis=-1)` of float32 logits, computed in float32 and returned in
+    `dtype`. For a narrower `dtype` (mixed precision), the backward pass keeps only that
+    result, which the next product keeps anyway, and computes softmax's gradient from it in
+    float32, `(g - sum(g p)) p`; autodiff would keep the float32 probabilities as well."""
+    if keras.backend.standardize_dtype(dtype) == logits.dtype:
+        return ops.softmax(logits, axis=-1)
+
+    def forward(logits):
+        probs = ops.cast(ops.softmax(logits, axis=-1), dtype)
+        return probs, probs
+
+    def backward(probs, g):
+        p = ops.cast(after(probs, g), "float32")  # in the backward pass, not before
+        g = ops.cast(g, "float32")
+        return (g - ops.sum(g * p, axis=-1, keepdims=True)) * p
+
+    return with_gradient(forward, backward)(logits)
 
 
 def fused_attention(query, key, value, bias=None):

@@ -296,6 +296,37 @@ def test_the_memory_efficient_attention_in_bfloat16_gives_the_products_values():
         np.testing.assert_allclose(g, ref, rtol=0.05, atol=0.05 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_in_16_bits_the_products_keep_only_the_16_bit_probabilities(dtype):
+    """Mixed precision: the softmax runs in float32 and its 16-bit result is all that the
+    backward pass reads (softmax's gradient computed from it in float32), so the float32
+    probabilities feed only their cast; the gradients are autodiff's within 16-bit
+    precision (float64 reference)."""
+    inputs = attention_inputs()
+    q, k, v, w = (tf.constant(x, dtype) for x in inputs)
+
+    def step(q, k, v):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            with routes.use_routes(attention="products"):
+                out = routes.dot_product_attention(q, k, v, training=True)
+            loss = tf.reduce_sum(tf.cast(out * w, tf.float32))
+        return tape.gradient(loss, [q, k, v])
+
+    traced = tf.function(step).get_concrete_function(q, k, v)
+    softmax = [op for op in traced.graph.get_operations() if op.type == "Softmax"]
+    assert len(softmax) == 1 and softmax[0].outputs[0].dtype == tf.float32
+    assert [op.type for op in softmax[0].outputs[0].consumers()] == ["Cast"]
+    got = [tf.cast(g, tf.float32).numpy() for g in traced(q, k, v)]
+    q64, k64, v64, w64 = (tf.constant(tf.cast(x, tf.float64)) for x in (q, k, v, w))
+    with tf.GradientTape() as tape:
+        tape.watch([q64, k64, v64])
+        loss = tf.reduce_sum(routes.dot_product_attention(q64, k64, v64) * w64)
+    for g, ref in zip(got, tape.gradient(loss, [q64, k64, v64])):
+        ref = ref.numpy()
+        np.testing.assert_allclose(g, ref, atol=0.05 * np.abs(ref).max())
+
+
 def test_the_memory_efficient_attention_holds_no_square_tensor_and_one_block_at_a_time():
     """The traced training step of the route has no `[B, h, N, N]` tensor, forward or
     backward; its loops run one block at a time (a TensorFlow while loop otherwise runs up to
