@@ -205,25 +205,27 @@ def scan_layers(layers, x, training):
 # Attention.
 
 
-def attention_probabilities(query, key, bias=None):
+def attention_probabilities(query, key, bias=None, narrow=False):
     """softmax(q k^T / sqrt(k) + bias) per head: `[B, N, h, k]` query and key ->
     `[B, h, N, N]`.
 
     The softmax runs in float32 at least, so that mixed precision does not overflow; the
-    result has the query's dtype (`softmax_as`).
+    result has the query's dtype, through `softmax_as` where `narrow`, else through autodiff.
     """
     scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
     logits = ops.cast(ops.einsum("bqhk,bshk->bhqs", query * scale, key), "float32")
     if bias is not None:
         logits = logits + ops.cast(bias, "float32")  # logits = [B, h, N, N]
-    return softmax_as(logits, query.dtype)
+    if narrow:
+        return softmax_as(logits, query.dtype)
+    return ops.cast(ops.softmax(logits, axis=-1), query.dtype)
 
 
 def softmax_as(logits, dtype):
     """`softmax(logits, axis=-1)` of float32 logits, computed in float32 and returned in
-    `dtype`. For a narrower `dtype` (mixed precision), the backward pass keeps only that
-    result, which the next product keeps anyway, and computes softmax's gradient from it in
-    float32, `(g - sum(g p)) p`; autodiff would keep the float32 probabilities as well."""
+    `dtype`. For another `dtype` (16-bit in mixed precision), the backward pass keeps only
+    that result, which the next product keeps anyway, and computes softmax's gradient from it
+    in float32, `(g - sum(g p)) p`; autodiff would keep the float32 probabilities as well."""
     if keras.backend.standardize_dtype(dtype) == logits.dtype:
         return ops.softmax(logits, axis=-1)
 

@@ -59,6 +59,13 @@ CHOICES = {
     # backward pass, or "blocks", only its input kept and the rest recomputed there with the
     # forward pass's dropout masks (`remat_call`, `keras.remat`): less memory, more compute.
     "remat": ("none", "blocks"),
+    # The attention's softmax in training (`attention_probabilities`), computed in float32:
+    # "autodiff", through the softmax and the cast to the computation's dtype (in mixed
+    # precision the backward pass keeps the float32 probabilities beside the 16-bit ones), or
+    # "narrow", a custom gradient that keeps only the probabilities in the computation's dtype
+    # and computes softmax's gradient from them in float32 (`softmax_as`). In float32 the two
+    # are the same computation.
+    "softmax": ("autodiff", "narrow"),
 }
 AUTO = "auto"
 
@@ -129,6 +136,9 @@ def default_route(name, training, dtype="float32"):
     Both are "autodiff" at inference, which has no backward pass.
     - remat: "none" (recomputing every block met timm's training memory at 1.22x the step
       time: chosen where memory decides, not a default).
+    - softmax: "autodiff" ("narrow" held less memory in bfloat16 training on a CPU, more at
+      577 tokens than at 197, and its steps were as fast or slower: chosen where memory
+      decides, not a default).
     """
     if name == "attention":
         return "products" if training or on_cpu() else "fused"
@@ -143,6 +153,8 @@ def default_route(name, training, dtype="float32"):
         return "recompute" if training else "autodiff"
     if name == "remat":
         return "none"
+    if name == "softmax":
+        return "autodiff"
     raise ValueError(f"Unknown route choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
@@ -191,7 +203,8 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         return fused_attention(query, key, value, bias)
     if chosen == "memory_efficient" and not return_probabilities:
         return memory_efficient_attention(query, key, value)
-    probs = attention_probabilities(query, key, bias)  # probs = [B, h, N, N]
+    narrow = route("softmax", training, query.dtype) == "narrow"
+    probs = attention_probabilities(query, key, bias, narrow)  # probs = [B, h, N, N]
     dropped = dropout(probs, training=training) if dropping else probs
     context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
     return (context, probs) if return_probabilities else context

@@ -297,34 +297,41 @@ def test_the_memory_efficient_attention_in_bfloat16_gives_the_products_values():
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_in_16_bits_the_products_keep_only_the_16_bit_probabilities(dtype):
-    """Mixed precision: the softmax runs in float32 and its 16-bit result is all that the
-    backward pass reads (softmax's gradient computed from it in float32), so the float32
-    probabilities feed only their cast; the gradients are autodiff's within 16-bit
-    precision (float64 reference)."""
-    inputs = attention_inputs()
-    q, k, v, w = (tf.constant(x, dtype) for x in inputs)
+def test_the_narrow_softmax_keeps_only_the_16_bit_probabilities(dtype):
+    """Mixed precision: the softmax runs in float32. Through autodiff the backward pass reads
+    its float32 result; with the route `softmax="narrow"` it reads only the 16-bit result
+    (softmax's gradient computed from it in float32), so the float32 probabilities feed only
+    their cast, and the gradients are autodiff's within 16-bit precision (float64
+    reference)."""
+    q, k, v, w = (tf.constant(x, dtype) for x in attention_inputs())
 
-    def step(q, k, v):
-        with tf.GradientTape() as tape:
-            tape.watch([q, k, v])
-            with routes.use_routes(attention="products"):
-                out = routes.dot_product_attention(q, k, v, training=True)
-            loss = tf.reduce_sum(tf.cast(out * w, tf.float32))
-        return tape.gradient(loss, [q, k, v])
+    def traced(softmax):
+        def step(q, k, v):
+            with tf.GradientTape() as tape:
+                tape.watch([q, k, v])
+                with routes.use_routes(attention="products", softmax=softmax):
+                    out = routes.dot_product_attention(q, k, v, training=True)
+                loss = tf.reduce_sum(tf.cast(out * w, tf.float32))
+            return tape.gradient(loss, [q, k, v])
 
-    traced = tf.function(step).get_concrete_function(q, k, v)
-    softmax = [op for op in traced.graph.get_operations() if op.type == "Softmax"]
-    assert len(softmax) == 1 and softmax[0].outputs[0].dtype == tf.float32
-    assert [op.type for op in softmax[0].outputs[0].consumers()] == ["Cast"]
-    got = [tf.cast(g, tf.float32).numpy() for g in traced(q, k, v)]
-    q64, k64, v64, w64 = (tf.constant(tf.cast(x, tf.float64)) for x in (q, k, v, w))
+        function = tf.function(step).get_concrete_function(q, k, v)
+        softmax_ops = [op for op in function.graph.get_operations() if op.type == "Softmax"]
+        assert len(softmax_ops) == 1 and softmax_ops[0].outputs[0].dtype == tf.float32
+        return function, sorted(op.type for op in softmax_ops[0].outputs[0].consumers())
+
+    autodiff, read_by = traced("autodiff")
+    assert len(read_by) > 1 and "Cast" in read_by  # the backward pass reads them too
+    narrow, read_by = traced("narrow")
+    assert read_by == ["Cast"]
+    q64, k64, v64, w64 = (tf.cast(x, tf.float64) for x in (q, k, v, w))
     with tf.GradientTape() as tape:
         tape.watch([q64, k64, v64])
         loss = tf.reduce_sum(routes.dot_product_attention(q64, k64, v64) * w64)
-    for g, ref in zip(got, tape.gradient(loss, [q64, k64, v64])):
-        ref = ref.numpy()
-        np.testing.assert_allclose(g, ref, atol=0.05 * np.abs(ref).max())
+    want = [g.numpy() for g in tape.gradient(loss, [q64, k64, v64])]
+    for function in (autodiff, narrow):
+        for g, ref in zip(function(q, k, v), want):
+            np.testing.assert_allclose(tf.cast(g, tf.float32).numpy(), ref,
+                                       atol=0.05 * np.abs(ref).max())
 
 
 def test_the_memory_efficient_attention_holds_no_square_tensor_and_one_block_at_a_time():
