@@ -421,9 +421,13 @@ def test_evaluate_and_inspect_replace_reports_only_with_overwrite(tmp_path, caps
 
 # A replacement by `fileio.staging_dir`, killed (SIGKILL) at one instant: EVENT is the audit
 # event ("os.rename" to a name, or "shutil.rmtree") before which the process dies.
+# The child loads keras_vit's fileio as the command line does before TensorFlow starts
+# (`keras_vit_cli.catalog.library_module`): the same module, without importing Keras.
 KILLED_REPLACEMENT = """
 import os, signal, sys
-from keras_vit import fileio
+from keras_vit_cli.catalog import library_module
+fileio = library_module("fileio")
+assert "tensorflow" not in sys.modules
 event, name, path = sys.argv[1:]
 def hook(seen, args):
     if seen == event and (event != "os.rename" or os.path.basename(os.fspath(args[1])) == name):
