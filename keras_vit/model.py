@@ -19,7 +19,9 @@ arguments and the model's data config (`model.data_config`, always set): how the
 (`keras_vit.routes`) is not saved with it.
 """
 
+import contextlib
 import json
+import threading
 
 import keras
 
@@ -52,7 +54,8 @@ POSITION_EMBEDDINGS = {
 RELATIVE = "relative"
 # Where a ViT keeps its data config (outside Keras' attribute tracking: it is a value).
 _DATA_CONFIG_SLOT = "_keras_vit_data_config"
-# Where a ViT keeps the routes chosen where its last step function was made (a value).
+# Where a model keeps, per step kind, the thread that made its step function and the routes
+# it saw then (`RoutedSteps`; outside Keras' attribute tracking: values).
 _STEP_ROUTES_SLOT = "_keras_vit_step_routes"
 # Where a ViT keeps the models `forward_intermediates` made (a cache, not tracked by Keras).
 _INTERMEDIATES_SLOT = "_keras_vit_intermediates"
@@ -60,8 +63,56 @@ _INTERMEDIATES_SLOT = "_keras_vit_intermediates"
 FLOAT32_BYTES = 4
 
 
+class RoutedSteps:
+    """A `keras.Model` mixin whose training, evaluation and prediction steps run with the
+    routes (`keras_vit.routes`) chosen where their step function was made.
+
+    A `tf.distribute` strategy runs each replica's step in a thread of its own, which does not
+    see the `routes.use_routes` blocks of the thread that called `fit`, `evaluate` or
+    `predict`: the routes that thread saw when it made the step function (every choice, "auto"
+    included) are chosen again around each step run in another thread. In the thread that
+    made it, its own blocks hold, as for any call.
+    """
+
+    def make_train_function(self, force=False):
+        self._note_routes("train")
+        return super().make_train_function(force)
+
+    def make_test_function(self, force=False):
+        self._note_routes("test")
+        return super().make_test_function(force)
+
+    def make_predict_function(self, force=False):
+        self._note_routes("predict")
+        return super().make_predict_function(force)
+
+    def train_step(self, *args, **kwargs):
+        with self._noted_routes("train"):
+            return super().train_step(*args, **kwargs)
+
+    def test_step(self, *args, **kwargs):
+        with self._noted_routes("test"):
+            return super().test_step(*args, **kwargs)
+
+    def predict_step(self, *args, **kwargs):
+        with self._noted_routes("predict"):
+            return super().predict_step(*args, **kwargs)
+
+    def _note_routes(self, step):
+        chosen = routes.chosen_routes()
+        noted = {name: chosen.get(name, routes.AUTO) for name in routes.CHOICES}
+        slots = self.__dict__.setdefault(_STEP_ROUTES_SLOT, {})  # not tracked by Keras
+        slots[step] = (threading.get_ident(), noted)
+
+    def _noted_routes(self, step):
+        thread, noted = self.__dict__.get(_STEP_ROUTES_SLOT, {}).get(step, (None, None))
+        if noted is None or thread == threading.get_ident():
+            return contextlib.nullcontext()
+        return routes.use_routes(**noted)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViT(keras.Model):
+class ViT(RoutedSteps, keras.Model):
     """A Vision Transformer: a functional `keras.Model` that keeps the arguments it was built
     from (`get_config()`, `keras_vit.vit_config(model)`) and is rebuilt from them on loading.
 
@@ -245,37 +296,6 @@ class ViT(keras.Model):
             dict(value) if isinstance(value, dict) else value,
             f"the data_config of model {self.name!r}").at_size(size)
         object.__setattr__(self, _DATA_CONFIG_SLOT, config)  # not tracked by Keras: a value
-
-    # A tf.distribute strategy runs each replica's step in a thread of its own, which does not
-    # see the `routes.use_routes` blocks of the thread that called `fit`, `evaluate` or
-    # `predict`: the routes chosen where a step function is made are chosen again around each
-    # step, on every backend (where steps run in the calling thread, the same routes).
-    def make_train_function(self, force=False):
-        self._note_routes()
-        return super().make_train_function(force)
-
-    def make_test_function(self, force=False):
-        self._note_routes()
-        return super().make_test_function(force)
-
-    def make_predict_function(self, force=False):
-        self._note_routes()
-        return super().make_predict_function(force)
-
-    def _note_routes(self):
-        object.__setattr__(self, _STEP_ROUTES_SLOT, routes.chosen_routes())  # not tracked
-
-    def train_step(self, *args, **kwargs):
-        with routes.use_routes(**self.__dict__.get(_STEP_ROUTES_SLOT, {})):
-            return super().train_step(*args, **kwargs)
-
-    def test_step(self, *args, **kwargs):
-        with routes.use_routes(**self.__dict__.get(_STEP_ROUTES_SLOT, {})):
-            return super().test_step(*args, **kwargs)
-
-    def predict_step(self, *args, **kwargs):
-        with routes.use_routes(**self.__dict__.get(_STEP_ROUTES_SLOT, {})):
-            return super().predict_step(*args, **kwargs)
 
     def vit_arguments(self):
         """The `keras_vit.ViT` arguments that rebuild this model (a JSON-serialisable dict)."""

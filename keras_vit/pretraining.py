@@ -55,7 +55,7 @@ import keras
 from keras import ops
 
 from keras_vit.model_parts import vit_config
-from keras_vit.model import ViT
+from keras_vit.model import RoutedSteps, ViT
 from keras_vit.model_parts import encoder_blocks, encoder_layer
 from keras_vit.preprocessing import IMAGE_CHANNELS
 from keras_vit.checks import (
@@ -215,7 +215,7 @@ def _layer(vit, name):
 
 
 @_register
-class MaskedPatchModel(keras.Model):
+class MaskedPatchModel(RoutedSteps, keras.Model):
     """A ViT's encoder with masked patch prediction on top: build it with `masked_patch_model`.
 
     Calling it on images `[B, H, W, 3]` in [-1, 1] returns a dict: `predictions` (float32

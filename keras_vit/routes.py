@@ -100,10 +100,10 @@ def set_routes(**routes):
 @contextlib.contextmanager
 def use_routes(**routes):
     """Chooses routes for the calls inside the block (this thread or task only), over the
-    process's choices. A model's function traced inside keeps them. A `keras_vit.ViT`'s
-    `fit`, `evaluate` and `predict` called inside also run their steps with them in a
-    `tf.distribute` strategy's replica threads; another model's steps there see only
-    `set_routes`."""
+    process's choices. A model's function traced inside keeps them. The `fit`, `evaluate` and
+    `predict` of a `keras_vit.ViT` or a masked-patch pre-training model called inside also
+    run their steps with them in a `tf.distribute` strategy's replica threads
+    (`keras_vit.model.RoutedSteps`); another model's steps there see only `set_routes`."""
     token = _BLOCK.set(dict(_BLOCK.get(), **check_routes(routes)))
     try:
         yield

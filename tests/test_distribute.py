@@ -77,6 +77,7 @@ def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
     # `use_routes(remat="blocks")` around fit: each replica's thread recomputes its block.
     np.testing.assert_allclose(result["remat_loss"], result["mirrored_loss"], rtol=1e-5)
     assert len(result["remat_threads"]) == 2 and "MainThread" not in result["remat_threads"]
+    assert result["auto_threads"] == []
 
 
 def test_multiworker_fit_on_two_localhost_workers(tmp_path):

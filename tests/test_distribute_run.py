@@ -81,6 +81,7 @@ def dump(path, **values):
 
 
 def mirrored(out):
+    import keras
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -99,12 +100,19 @@ def mirrored(out):
     except ValueError as e:
         batch_error = str(e)
     # A `use_routes` block around fit reaches the steps MirroredStrategy runs in its replica
-    # threads: every replica's encoder block is recomputed, with the same losses.
-    remat_threads = []
-    with mock.patch.object(routes, "remat_call", functools.partial(_record_thread, remat_threads,
-                                                                    routes.remat_call)):
+    # threads: every replica's encoder block is recomputed (Keras' `remat` applied to it), with
+    # the same losses; "auto" in a block over the process's "blocks" gives the default there.
+    remat_threads, auto_threads = [], []
+    with mock.patch.object(keras, "remat", functools.partial(_record_thread, remat_threads,
+                                                             keras.remat)):
         with routes.use_routes(remat="blocks"):
             remat_loss, _ = train(strategy)
+    routes.set_routes(remat="blocks")
+    with mock.patch.object(keras, "remat", functools.partial(_record_thread, auto_threads,
+                                                             keras.remat)):
+        with routes.use_routes(remat="auto"):
+            train(strategy)
+    routes.set_routes(remat="auto")
     try:
         train(strategy, jit_compile=True)
         xla_error = None
@@ -114,7 +122,8 @@ def mirrored(out):
          mirrored_loss=mirrored_loss, single_jit=single.jit_compile, mirrored_jit=model.jit_compile,
          single_weights=single.get_weights(), mirrored_weights=model.get_weights(),
          default_jit=training.default_jit_compile(strategy), batch_error=batch_error,
-         xla_error=xla_error, remat_loss=remat_loss, remat_threads=remat_threads)
+         xla_error=xla_error, remat_loss=remat_loss, remat_threads=remat_threads,
+         auto_threads=auto_threads)
 
 
 def _record_thread(threads, function, *args, **kwargs):
