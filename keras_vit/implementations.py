@@ -224,8 +224,9 @@ def attention_probabilities(query, key, bias=None, narrow=False):
 def softmax_as(logits, dtype):
     """`softmax(logits, axis=-1)` of float32 logits, computed in float32 and returned in
     `dtype`. For another `dtype` (16-bit in mixed precision), the backward pass keeps only
-    that result, which the next product keeps anyway, and computes softmax's gradient from it
-    in float32, `(g - sum(g p)) p`; autodiff would keep the float32 probabilities as well."""
+    that result (which the product with the values keeps too, without attention dropout) and
+    computes softmax's gradient from it in float32, `(g - sum(g p)) p`; autodiff would keep
+    the float32 probabilities as well."""
     if keras.backend.standardize_dtype(dtype) == logits.dtype:
         return ops.softmax(logits, axis=-1)
 

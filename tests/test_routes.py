@@ -334,6 +334,37 @@ def test_the_narrow_softmax_keeps_only_the_16_bit_probabilities(dtype):
                                        atol=0.05 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("dtype, tolerance", [("bfloat16", 1e-2), ("float16", 1e-3)])
+def test_the_narrow_softmax_gradient_is_softmaxs_within_16_bit_precision(dtype, tolerance):
+    """`softmax_as`: the 16-bit probabilities, and the logits' gradient within one 16-bit
+    step of float64's (relative to the largest), its backward pass reading the kept
+    probabilities only once the upstream gradient exists (not during the forward pass)."""
+    rng = np.random.default_rng(4)
+    logits = rng.normal(0, 3, (2, 3, 5, 7))
+    upstream = rng.normal(0, 1, logits.shape)
+    probs64 = np.exp(logits - logits.max(-1, keepdims=True))
+    probs64 /= probs64.sum(-1, keepdims=True)
+    want = probs64 * (upstream - (upstream * probs64).sum(-1, keepdims=True))
+
+    def step(x, g):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            probs = implementations.softmax_as(x, dtype)
+            loss = tf.reduce_sum(tf.cast(probs, tf.float32) * g)
+        return probs, tape.gradient(loss, x)
+
+    traced = tf.function(step).get_concrete_function(tf.constant(logits, tf.float32),
+                                                     tf.constant(upstream, tf.float32))
+    probs, grad = traced(tf.constant(logits, tf.float32), tf.constant(upstream, tf.float32))
+    assert probs.dtype == dtype and grad.dtype == tf.float32
+    np.testing.assert_allclose(tf.cast(probs, tf.float32).numpy(), probs64, atol=tolerance)
+    np.testing.assert_allclose(grad.numpy(), want, atol=tolerance * np.abs(want).max())
+    widened = [op for op in traced.graph.get_operations() if op.type == "Cast"
+               and op.inputs[0].dtype == dtype and op.outputs[0].dtype == tf.float32
+               and op.inputs[0].op.type == "Identity"]
+    assert widened and all(op.inputs[0].op.control_inputs for op in widened)
+
+
 def test_the_memory_efficient_attention_holds_no_square_tensor_and_one_block_at_a_time():
     """The traced training step of the route has no `[B, h, N, N]` tensor, forward or
     backward; its loops run one block at a time (a TensorFlow while loop otherwise runs up to
