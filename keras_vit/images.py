@@ -227,9 +227,8 @@ _BMP_CORE_HEADER_SIZE = 12
 
 
 def _bmp_size(head):
-    core = _uint(head, 14, 4, True) == _BMP_CORE_HEADER_SIZE
-    return (tf.where(core, _uint(head, 20, 2, True), _bmp_side(head, 22)),
-            tf.where(core, _uint(head, 18, 2, True), _bmp_side(head, 18)))
+    """A Windows BMP's (height, width); an OS/2 BMP is refused before its size is read."""
+    return _bmp_side(head, 22), _bmp_side(head, 18)
 
 
 # WebP's extended header (VP8X) flags: bit 1 marks an animation (WebP container spec).
@@ -272,15 +271,6 @@ _DECLARED_SIZE = (
     lambda data, head: _bmp_size(head),
     lambda data, head: _webp_size(head),
 )
-
-
-def declared_size(data, fmt):
-    """(height, width) int64 scalars that an encoded image's header declares, read without
-    decoding the pixels. `fmt` is `image_format(data)`; (0, 0) for an unknown format."""
-    head = _header(data)
-    zero = tf.constant(0, tf.int64)
-    return tf.switch_case(fmt, [functools.partial(size, data, head) for size in _DECLARED_SIZE],
-                          default=lambda: (zero, zero))
 
 
 def _bmp_is_os2(head):

@@ -1044,7 +1044,7 @@ def test_command_line_errors_exit_with_one_line_and_write_nothing(argv, status, 
     monkeypatch.chdir(tmp_path)
     assert cli.main(argv) == status
     err = capsys.readouterr().err
-    assert phrase in err and "Traceback" not in err
+    assert phrase in err and "Traceback" not in err and err.strip().count("\n") == 0
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
