@@ -591,6 +591,8 @@ def test_the_rows_route_feeds_each_matmul_to_its_bias_add():
                          "'block_input'"),
     (dict(attention="flash"), "Route 'attention' must be one of 'auto', 'products', 'fused', "
                               "'memory_efficient'. Received: 'flash'"),
+    (dict(softmax=16), "Route 'softmax' must be one of 'auto', 'autodiff', 'narrow'. "
+                       "Received: 16"),
 ])
 def test_bad_route_choices_name_the_problem(value, message):
     with pytest.raises(ValueError, match=message):
