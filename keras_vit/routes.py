@@ -203,7 +203,7 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         return fused_attention(query, key, value, bias)
     if chosen == "memory_efficient" and not return_probabilities:
         return memory_efficient_attention(query, key, value)
-    narrow = route("softmax", training, query.dtype) == "narrow"
+    narrow = training and route("softmax", training, query.dtype) == "narrow"
     probs = attention_probabilities(query, key, bias, narrow)  # probs = [B, h, N, N]
     dropped = dropout(probs, training=training) if dropping else probs
     context = ops.einsum("bhqs,bshk->bqhk", dropped, value)  # context = [B, N, h, k]
