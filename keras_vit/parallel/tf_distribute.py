@@ -164,8 +164,7 @@ def global_batch_size(batch_size, strategy=None, per_replica=False):
     Raises:
         ValueError: if a global batch size is not divisible by the number of replicas.
     """
-    strategy = strategy or current_strategy()
-    replicas = data_parallel_size() if strategy is None else strategy.num_replicas_in_sync
+    replicas = _replicas(strategy or current_strategy())
     if per_replica:
         return check_positive_int("batch_size", batch_size) * replicas
     return check_replica_batch(batch_size, replicas)
@@ -223,7 +222,10 @@ def strategy_scope(model):
 def num_replicas(model):
     """How many replicas `model`'s strategy splits a global batch over; on other backends, the
     current `keras.distribution`'s (1 without one)."""
-    strategy = model_strategy(model)
-    if strategy is None:
-        return data_parallel_size()
-    return strategy.num_replicas_in_sync
+    return _replicas(model_strategy(model))
+
+
+def _replicas(strategy):
+    """`strategy`'s replicas; without one (other backends), the current `keras.distribution`'s
+    (1 without one)."""
+    return data_parallel_size() if strategy is None else strategy.num_replicas_in_sync
