@@ -279,21 +279,20 @@ def _bmp_is_os2(head):
     return _uint(head, 14, 4, True) == _BMP_CORE_HEADER_SIZE
 
 
-def _refusals(data, head, fmt):
-    """(refused, message) pairs, boolean scalar tensors, of the files in format `FORMATS[fmt]`
-    (a Python int) that its decoder cannot read right: checked before decoding."""
-    if FORMATS[fmt] == "JPEG":
-        return [(tf.logical_not(jpeg_is_complete(data)),
-                 "is not a readable JPEG image (truncated: no end-of-image marker after its "
-                 "last scan)")]
-    if FORMATS[fmt] == "WebP":
-        return [(_webp_animated(head), "is an animated WebP image; animated images are not "
-                                       "supported. Expected a still image")]
-    if FORMATS[fmt] == "BMP":
-        return [(_bmp_is_os2(head), "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which "
-                                    "cannot be decoded. Expected a Windows BMP (e.g. re-saved "
-                                    "with Pillow)")]
-    return []
+# Per format (in `FORMATS`' order): the files its decoder cannot read right, refused before
+# decoding, as (a test of the file and its `_header`, giving a boolean scalar; the reason), or
+# None.
+_REFUSAL = (
+    (lambda data, head: tf.logical_not(jpeg_is_complete(data)),
+     "is not a readable JPEG image (truncated: no end-of-image marker after its last scan)"),
+    None,
+    None,
+    (lambda data, head: _bmp_is_os2(head),
+     "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which cannot be decoded. Expected a "
+     "Windows BMP (e.g. re-saved with Pillow)"),
+    (lambda data, head: _webp_animated(head),
+     "is an animated WebP image; animated images are not supported. Expected a still image"),
+)
 
 
 def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
@@ -308,8 +307,9 @@ def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
         raise ValueError(f"{name} is not an image in a supported format ({len(data.numpy())} "
                          f"bytes starting with {start!r}). Expected one of "
                          f"{', '.join(FORMATS)}.")
-    for refused, message in _refusals(data, head, fmt):
-        if bool(refused):
+    if _REFUSAL[fmt] is not None:
+        refused, message = _REFUSAL[fmt]
+        if bool(refused(data, head)):
             raise ValueError(f"{name} {message}.")
     if max_pixels is not None:
         try:
@@ -362,9 +362,10 @@ def _checked_decode(data, head, fmt, max_pixels, name, window):
     """`decode_image` of a file in format `FORMATS[fmt]` (a Python int): its checks, then its
     decoder."""
     checks = []
-    for refused, message in _refusals(data, head, fmt):
-        with tf.control_dependencies(checks):
-            checks.append(tf.debugging.Assert(tf.logical_not(refused), [f"{name} {message}"]))
+    if _REFUSAL[fmt] is not None:
+        refused, message = _REFUSAL[fmt]
+        checks.append(tf.debugging.Assert(tf.logical_not(refused(data, head)),
+                                          [f"{name} {message}"]))
     jpeg_window = FORMATS[fmt] == "JPEG" and window is not None
     if max_pixels is not None or jpeg_window:
         with tf.control_dependencies(checks):
