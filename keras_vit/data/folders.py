@@ -1,6 +1,7 @@
 """Image folders: scanning `directory/<class name>/**/<image>` (or unlabelled images), finding
 the files that cannot be decoded, and the pipeline over a folder (`from_folder`)."""
 
+import functools
 import os
 import sys
 import unicodedata
@@ -205,9 +206,7 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
         num_examples=len(paths),
         num_classes=1 if unlabelled else len(class_names),
         fetch=lambda i: (tf.io.read_file(tf.gather(paths_t, i)), tf.gather(labels_t, i)),
-        decode=lambda encoded, window=None: image_ops.decode_image(encoded, max_pixels,
-                                                                   window=window),
-        decodes_windows=True,
+        decode=functools.partial(image_ops.decode_image, max_pixels=max_pixels),
         class_names=class_names,
     )
     data = _pipeline(source, image_size, batch_size, training, seed, start_epoch,

@@ -5,6 +5,7 @@ datasets (`from_tf_dataset`). See the package docstring (`keras_vit.data`) for w
 """
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -172,17 +173,16 @@ class _Source:
     num_classes: int
     fetch: object = None  # index -> (raw image, label)
     stream: object = None  # unbatched tf.data.Dataset of (raw image, label)
-    decode: object = None  # raw image -> uint8 [H, W, C]; None if already decoded
+    # (raw image, window=None) -> uint8 RGB [H, W, 3], or the box `window` (`decode_image`'s)
+    # gives for it; None if already decoded.
+    decode: object = None
     class_names: tuple = ()
-    # Whether `decode(raw, window=...)` decodes a box alone (`keras_vit.images.decode_image`).
-    decodes_windows: bool = False
 
     def load(self, raw, window=None):
         """The RGB image of `raw`, or the box `window` (`decode_image`'s) gives for it."""
-        if self.decodes_windows:
-            return self.decode(raw, window=window)
-        image = raw if self.decode is None else self.decode(raw)
-        return image_ops.cut_window(image_ops.to_rgb(image), window)
+        if self.decode is None:
+            return image_ops.cut_window(image_ops.to_rgb(raw), window)
+        return self.decode(raw, window=window)
 
 
 def _check_batch_size(batch_size, num_replicas, num_examples, training):
@@ -335,10 +335,6 @@ def _augment_args(augment):
     )
 
 
-def _decode(encoded, window=None):
-    return image_ops.decode_image(encoded, window=window)
-
-
 # --------------------------------------------------------------------------------------------
 # Sources.
 
@@ -464,6 +460,11 @@ def to_0_255(images, value_range):
     return images
 
 
+def _decoded_window(decode, raw, window=None):
+    """`decode(raw)` as RGB, or the box `window` gives for it."""
+    return image_ops.cut_window(image_ops.to_rgb(decode(raw)), window)
+
+
 def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, decode=None,
                     class_names=(), seed=0, start_epoch=0, augment=True, strategy=None,
                     data_config=None):
@@ -488,12 +489,14 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     """
     image_spec = dataset.element_spec[0]
     if decode is None and image_spec.dtype == tf.string:
-        decode = _decode
+        decode = image_ops.decode_image
+    elif decode is not None:  # the caller's decoder, to any channels, then the box
+        decode = functools.partial(_decoded_window, decode)
     num_examples = int(dataset.cardinality())
     if num_examples < 0:  # unknown cardinality: count once
         num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
     source = _Source(num_examples=num_examples, num_classes=num_classes, decode=decode,
-                     class_names=tuple(class_names), decodes_windows=decode is _decode)
+                     class_names=tuple(class_names))
     batchable = image_spec.dtype == tf.string or image_spec.shape.is_fully_defined()
     if training and batchable and num_examples <= RANDOM_ACCESS_LIMIT:
         # Hold the encoded images in memory: random access gives resumable epoch orders.
