@@ -10,8 +10,7 @@ line is the separate package `keras_vit_cli`, which answers `--help` without imp
 
 __version__ = "0.4.0"
 
-import importlib as _importlib
-
+from keras_vit.lazy import lazy_attributes as _lazy_attributes
 from keras_vit import configs, layers, model, model_parts, positions, routes
 from keras_vit.builders import (
     ViT_B8,
@@ -86,15 +85,4 @@ _LAZY_MODULES = ("data", "data_config", "evaluation", "export", "fileio", "flops
 __all__ = sorted({name for name in globals() if not name.startswith("_")} | set(_LAZY))
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(_importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    if name in _LAZY_MODULES:
-        return _importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))
+__getattr__, __dir__ = _lazy_attributes(globals(), _LAZY, _LAZY_MODULES)

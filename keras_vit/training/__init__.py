@@ -21,9 +21,8 @@ and schedules) -> `compilation` (`compile_model`: XLA or not, Keras' fixes) -> `
 (`compile_model` or a recipe, `AdamW`, then Keras' own `model.fit`).
 """
 
-import importlib as _importlib
-
 from keras_vit.execution import PRECISIONS
+from keras_vit.lazy import lazy_attributes as _lazy_attributes
 from keras_vit.training.callbacks import (
     BackupAndRestore,
     BackupError,
@@ -78,18 +77,5 @@ _LOOP_NAMES = ("RunFinished", "TrainingDiverged", "check_output_dir", "fit", "pl
 __all__ = sorted({name for name in globals() if not name.startswith("_")} | set(_LOOP_NAMES))
 
 
-def __getattr__(name):
-    if name == "loop" or name in _LOOP_NAMES:
-        try:
-            loop = _importlib.import_module(f"{__name__}.loop")
-        except ImportError as e:  # an attribute that cannot load is missing (hasattr, help)
-            raise AttributeError(f"keras_vit.training.{name} needs TensorFlow (its input "
-                                 f"pipelines are tf.data's): {e}") from e
-        value = loop if name == "loop" else getattr(loop, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | {"loop", *_LOOP_NAMES})
+__getattr__, __dir__ = _lazy_attributes(
+    globals(), dict.fromkeys(_LOOP_NAMES, f"{__name__}.loop"), ("loop",))
