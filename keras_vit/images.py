@@ -246,15 +246,22 @@ def jpeg_is_complete(data):
     """Whether a JPEG (scalar string tensor) has an end-of-image marker (FF D9) after the
     start of its last scan (FF DA): false for a truncated file. Entropy-coded data stuffs each
     FF byte as FF 00, so neither marker appears inside it; an embedded thumbnail's markers come
-    before the main image's scans."""
-    raw = tf.io.decode_raw(data, tf.uint8)
-    marker = raw[:-1] == 0xFF
+    before the main image's scans. A file that ends with FF D9 has its last FF D9 after any
+    FF DA, so only the others are scanned."""
 
-    def last(code):  # the position of the last FF `code`, or -1
-        found = tf.where(tf.logical_and(marker, raw[1:] == code))[:, 0]
-        return tf.reduce_max(tf.concat([tf.constant([-1], tf.int64), found], 0))
+    def scan():
+        raw = tf.io.decode_raw(data, tf.uint8)
+        marker = raw[:-1] == 0xFF
 
-    return last(0xD9) > last(0xDA)
+        def last(code):  # the position of the last FF `code`, or -1
+            found = tf.where(tf.logical_and(marker, raw[1:] == code))[:, 0]
+            return tf.reduce_max(tf.concat([tf.constant([-1], tf.int64), found], 0))
+
+        return last(0xD9) > last(0xDA)
+
+    length = tf.strings.length(data)
+    ends = tf.strings.substr(data, tf.maximum(length - 2, 0), 2) == b"\xff\xd9"
+    return tf.cond(ends, lambda: tf.constant(True), scan)
 
 
 def _jpeg_size(data):

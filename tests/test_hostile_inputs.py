@@ -159,6 +159,21 @@ def test_a_jpeg_with_bytes_after_its_end_marker_and_a_progressive_one_still_read
         keras_vit.load_image(cut, 4)
 
 
+def test_a_jpeg_is_complete_where_its_last_end_marker_follows_its_last_scan_start():
+    # Every cut of a progressive JPEG (several scans) and the whole file with bytes after its
+    # end, against the definition read off the bytes in Python.
+    progressive = encoded("JPEG", size=(32, 32), progressive=True)
+    files = [progressive[:n] for n in range(0, len(progressive) + 1, 5)]
+    files += [progressive, progressive + b"\xff\xd9", progressive + b"\xff\xda\x00"]
+    files += [progressive[:len(progressive) - 2], progressive + b"\x00\xff"]
+    check = tf.function(images.jpeg_is_complete)
+    for content in files:
+        expected = content.rfind(b"\xff\xd9") > content.rfind(b"\xff\xda")
+        assert bool(check(tf.constant(content))) == expected, len(content)
+    assert sum(content.rfind(b"\xff\xd9") > content.rfind(b"\xff\xda")
+               for content in files) >= 3
+
+
 # --------------------------------------------------------------------------------------------
 # Items 4, 22, 23: what a class folder may hold.
 
