@@ -2,6 +2,7 @@
 a terminal (and the stage lines with --progress elsewhere), nothing under --quiet, standard output
 the result alone; and an interrupt taken at once, saying what was kept and how to resume."""
 
+import functools
 import json
 import os
 import pathlib
@@ -11,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+import tqdm
 from PIL import Image
 
 import keras_vit_cli
@@ -36,8 +38,10 @@ def write_images(folder, classes=2, per_class=2):
 
 @pytest.fixture
 def terminal(monkeypatch):
-    """Standard error reads as a terminal."""
+    """Standard error reads as a terminal, and tqdm's bars draw every count (by default they
+    redraw at most every 0.1 s, so a fast run would show none of its counts)."""
     monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(tqdm, "tqdm", functools.partial(tqdm.tqdm, mininterval=0, miniters=1))
 
 
 def stage_lines(err, command):
