@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import re
 import threading
 
 import keras
@@ -372,6 +373,38 @@ def test_registry_download_cache_reuse_and_corruption(tmp_path, cache, images, m
         np.testing.assert_allclose(logits(model, images), expected, atol=1e-5)
     assert len(calls) == 3
     assert not [p for p in cached.parent.iterdir() if p.name.endswith(".part")]
+
+
+def resident_bytes(field):
+    """This process's VmRSS (resident now) or VmHWM (its peak) from /proc/self/status."""
+    with open("/proc/self/status") as f:
+        return int(re.search(rf"{field}:\s+(\d+) kB", f.read())[1]) * 1024
+
+
+def test_an_npz_loads_one_array_at_a_time_all_or_nothing(tmp_path):
+    # An 85 MB file of 12 blocks: loading it holds its arrays one at a time beside the model,
+    # as timm's `load_pretrained` reads an .npz, not all of them; the weights are the file's.
+    config = dict(image_size=32, patch_size=8, hidden_size=384, num_layers=12, num_heads=6,
+                  mlp_dim=1536, num_classes=10)
+    source = keras_vit.ViT(**config)
+    path = weights.save_npz(source, tmp_path / "twelve.npz")
+    model = keras_vit.ViT(**config)
+    before = resident_bytes("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak (VmHWM) starts again from the resident size
+    keras_vit.load_pretrained(model, path, progress=False)
+    assert resident_bytes("VmHWM") - before < os.path.getsize(path) / 4
+    for got, want in zip(weights_of(model), weights_of(source)):
+        np.testing.assert_array_equal(got, want)
+    # A non-finite value in the last block is found before any variable changes.
+    params = weights.read_npz(path)
+    params["Transformer/encoderblock_11/MlpBlock_3/Dense_1/kernel"][0, :2] = np.nan, np.inf
+    np.savez(tmp_path / "nan.npz", **params)
+    before = weights_of(fresh := keras_vit.ViT(**config))
+    with pytest.raises(weights.CheckpointError, match="2 non-finite values"):
+        keras_vit.load_pretrained(fresh, tmp_path / "nan.npz", progress=False)
+    for got, want in zip(weights_of(fresh), before):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_sha256_is_checked_on_download_and_on_cache_hits(tmp_path, cache):

@@ -68,7 +68,7 @@ def canonicalize(params):
                 parts[2] = _BIG_VISION_BLOCK[parts[2]]
                 big_vision = True
             if parts[1] == "encoderblock":  # scanned: one array with a leading layer axis
-                for i, layer_value in enumerate(value):
+                for i, layer_value in enumerate(np.asarray(value)):
                     out["/".join(["Transformer", f"encoderblock_{i}", *parts[2:]])] = layer_value
                 continue
         out["/".join(parts)] = value

@@ -6,13 +6,15 @@ array is checked (shape, a real floating-point dtype, finite values) before any 
 assigned, and one `CheckpointError` lists every problem; on any error the model is untouched.
 """
 
+import functools
+
 import keras
 import numpy as np
 
 from keras_vit.positions import patch_grid, position_resize
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import checkpoint_variables, is_quantized
-from keras_vit.weights.npz import placeholder
+from keras_vit.weights.npz import NpzArray, placeholder
 from keras_vit.weights.layouts import (
     POSEMB_2D_KEYS,
     POSEMB_KEY,
@@ -105,12 +107,20 @@ def _dtype_problem(key, value):
 
 
 def _array_problem(key, value):
+    """The problem of a file array (an array, or an `NpzArray` whose values were counted as it
+    was verified, read here only by the dtype), or None."""
     if problem := _dtype_problem(key, value):
         return problem
-    bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+    bad = value.nonfinite if isinstance(value, NpzArray) else int(
+        np.size(value) - np.count_nonzero(np.isfinite(value)))
     if bad:
         return f"{key}: {bad} non-finite values (NaN or infinity)"
     return None
+
+
+def _value(key, value, shape, model, has_cls):
+    """The file array `value` as the model's variable of `shape` takes it."""
+    return _adapt(key, as_numpy_float(np.asarray(value)), shape, model, has_cls)
 
 
 def _listed(keys):
@@ -123,11 +133,14 @@ def match_params(model, params, source=None, check_values=True):
 
     Keys and shapes are checked first, from the arrays' shapes alone: with
     `check_values=False` (arrays that are `keras_vit.weights.npz.placeholder`s, read from a
-    file's headers) nothing else is, and no data is read.
+    file's headers) nothing else is, and no data is read. The values are checked one array at
+    a time, none kept: `keras_vit.weights.npz.NpzArray`s by the counts their verification
+    made, without reading them again.
 
     Returns:
-        (assignments, skipped, fresh): a list of (variable, array), the file keys skipped on
-        purpose, and the names of the model layers left at their initial values.
+        (assignments, skipped, fresh): a list of (variable, a function of no arguments giving
+        its array), the file keys skipped on purpose, and the names of the model layers left
+        at their initial values.
 
     Raises:
         CheckpointError: listing every missing key, unexpected key, shape mismatch, and array
@@ -167,12 +180,11 @@ def match_params(model, params, source=None, check_values=True):
                 if problem := _dtype_problem(key, value):
                     problems.append(problem)
                 continue
-            value = _adapt(key, as_numpy_float(np.asarray(value)), tuple(variable.shape),
-                           model, has_cls)
-            if problem := _array_problem(key, value):
+            read = functools.partial(_value, key, value, tuple(variable.shape), model, has_cls)
+            if problem := _array_problem(key, value if isinstance(value, NpzArray) else read()):
                 problems.append(problem)
             else:
-                assignments.append((variable, value))
+                assignments.append((variable, read))
     if missing or unexpected or problems:
         model_shapes = {k: np.empty(v.shape, np.uint8)
                         for k, v in checkpoint_variables(model).items()}
@@ -219,8 +231,9 @@ def load_params(model, params, source=None):
         initial values).
     """
     assignments, skipped, fresh = match_params(model, params, source)
-    for variable, value in assignments:
-        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype), copy=False))
+    for variable, read in assignments:  # one array in memory at a time
+        variable.assign(read().astype(keras.backend.standardize_dtype(variable.dtype),
+                                      copy=False))
     for name in fresh:
         layer = model.get_layer(name)
         layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))

@@ -7,14 +7,18 @@ than numpy's (stored, deflated), object arrays (pickles) and sizes that the memb
 are refused with a `CheckpointError` naming the member. Its `placeholders()` are arrays of the
 declared shapes and dtypes that hold no memory, so that keys and shapes can be checked against
 a model before `read()` inflates anything. Reading a member to its end checks its zip CRC.
+`verified()` instead checks every member's data in one pass that holds a chunk at a time and
+gives arrays read on use (`NpzArray`), so that a loader holds one array at a time.
 """
 
 import collections
+import contextlib
 import io
 import math
 import os
 import struct
 import tokenize
+import weakref
 import zipfile
 import zlib
 
@@ -57,6 +61,7 @@ class NpzCheckpoint:
         self.path = path
         self._members = members  # key -> ZipInfo
         self.headers = headers
+        self._file = None  # the open file `verified()` reads from
 
     def placeholders(self):
         """The declared arrays as `placeholder`s: a dict like `read()`'s, read from nothing."""
@@ -68,32 +73,99 @@ class NpzCheckpoint:
         Raises:
             CheckpointError: naming the file and the member, if it changed or is corrupted.
         """
+        with self._archive() as archive:
+            return {key: self._read_member(archive, key) for key in self.headers}
+
+    def verified(self):
+        """The arrays as `NpzArray`s, read on use, after one pass over the whole file that
+        checks every member against its header and its zip CRC and counts its non-finite
+        values, holding no more than a chunk of it: a loader that takes one array at a time
+        then holds one array at a time.
+
+        Raises:
+            CheckpointError: naming the file and the member, if it changed or is corrupted.
+        """
+        # The file stays open for the arrays' reads: they read what was verified even where
+        # the path is replaced meanwhile (a new download, an atomic write).
+        if self._file is None:
+            self._file = open(self.path, "rb")
+            weakref.finalize(self, self._file.close)
+        largest = max(math.prod(shape) * dtype.itemsize
+                      for shape, dtype, _ in self.headers.values())
+        buffer = np.empty(min(_CHUNK, max(largest, 1)), np.uint8)  # whole values per chunk
+        with self._archive() as archive:
+            return {key: NpzArray(self, key, self._read_member(archive, key, buffer))
+                    for key in self.headers}
+
+    @contextlib.contextmanager
+    def _archive(self):
         try:
-            with zipfile.ZipFile(self.path) as archive:
-                return {key: self._read_member(archive, key) for key in self.headers}
+            with zipfile.ZipFile(self._file or self.path) as archive:
+                yield archive
         except CheckpointError:
             raise
         except (*_READ_ERRORS, ValueError) as e:
             raise CheckpointError(f"{self.path} is corrupted or truncated: {e}") from None
 
-    def _read_member(self, archive, key):
+    def _read_member(self, archive, key, buffer=None):
+        """The member's array; with `buffer` (uint8), the member is read through it in turn and
+        the count of its non-finite values is returned instead."""
         shape, dtype, fortran_order = self.headers[key]
         with archive.open(self._members[key]) as f:
             if _read_header(f, self.path, key) != self.headers[key]:
                 raise CheckpointError(f"{self.path}: member {key!r} changed while it was read.")
-            flat = np.empty(math.prod(shape), dtype)
-            view = flat.view(np.uint8) if flat.nbytes else np.empty(0, np.uint8)
-            done = 0
-            while done < view.size:
-                count = f.readinto(view[done:done + _CHUNK])
-                if not count:
-                    raise CheckpointError(f"{self.path}: member {key!r} ends after {done:,} of "
-                                          f"its {view.size:,} bytes: the file is truncated.")
+            size = math.prod(shape) * dtype.itemsize
+            if buffer is None:
+                flat = np.empty(math.prod(shape), dtype)
+                view = flat.view(np.uint8) if flat.nbytes else np.empty(0, np.uint8)
+            done = nonfinite = 0
+            while done < size:
+                if buffer is None:
+                    want = count = f.readinto(view[done:done + _CHUNK])
+                else:
+                    want = min(buffer.size, size - done)
+                    count = _read_exactly(f, buffer[:want])
+                if not count or count < want:
+                    raise CheckpointError(f"{self.path}: member {key!r} ends after "
+                                          f"{done + count:,} of its {size:,} bytes: the file is "
+                                          "truncated.")
+                if buffer is not None and dtype.kind == "f":
+                    values = buffer[:count].view(dtype)
+                    nonfinite += values.size - int(np.count_nonzero(np.isfinite(values)))
                 done += count
             if f.read(1):
                 raise CheckpointError(f"{self.path}: member {key!r} holds more bytes than its "
                                       f"shape {shape} of {dtype}: the file is corrupted.")
+        if buffer is not None:
+            return nonfinite
         return flat.reshape(shape, order="F" if fortran_order else "C")
+
+
+def _read_exactly(f, into):
+    """Reads `len(into)` bytes of `f` into `into`, fewer only at its end; returns the count."""
+    done = 0
+    while done < len(into):
+        count = f.readinto(into[done:])
+        if not count:
+            break
+        done += count
+    return done
+
+
+class NpzArray:
+    """A member of a verified checkpoint (`NpzCheckpoint.verified`), read from the file each
+    time it is converted (`numpy.asarray`): its `shape`, `dtype` and `nonfinite` (the count of
+    its NaN and infinite values) are known without reading it."""
+
+    def __init__(self, checkpoint, key, nonfinite):
+        self._checkpoint, self._key, self.nonfinite = checkpoint, key, nonfinite
+        self.shape, self.dtype, _ = checkpoint.headers[key]
+        self.ndim = len(self.shape)
+
+    def __array__(self, dtype=None, copy=None):
+        with self._checkpoint._archive() as archive:
+            value = self._checkpoint._read_member(archive, self._key)
+        return value if dtype is None else value.astype(dtype)
 
 
 def _read_header(f, path, key):

@@ -32,7 +32,7 @@ from keras_vit.weights import download, hub, keras_hub, keras_hub_handles, regis
 from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.loading import load_params, match_params
-from keras_vit.weights.npz import open_npz, read_npz
+from keras_vit.weights.npz import open_npz
 
 
 def is_url(source):
@@ -78,10 +78,11 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
     (e.g. `keras_vit.weights.loading.match_params` with `check_values=False`).
 
     Returns:
-        (params, entry): the arrays by key, and the registry entry (None for `.npz` paths and
-        URLs; for safetensors, an entry with the `config` and `class_names` the file's
-        `config.json` gives; for a keras-hub preset folder, one with its `config` and
-        `preprocessing`, see `keras_vit.weights.keras_hub.read_preset`).
+        (params, entry): the arrays by key (for an `.npz` with `check`: its members verified,
+        as `keras_vit.weights.npz.NpzArray`s read on use), and the registry entry (None for
+        `.npz` paths and URLs; for safetensors, an entry with the `config` and `class_names`
+        the file's `config.json` gives; for a keras-hub preset folder, one with its `config`
+        and `preprocessing`, see `keras_vit.weights.keras_hub.read_preset`).
 
     Raises:
         ValueError: for a source that is none of these (naming close registry names).
@@ -115,7 +116,7 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
     if check is None:
         return checkpoint.read(), entry
     check(checkpoint.placeholders(), entry)
-    return opened(read_npz), entry
+    return opened(lambda path: open_npz(path).verified()), entry
 
 
 def _keras_hub_preset(source):
