@@ -9,9 +9,11 @@ def lazy_attributes(namespace, names, modules=()):
     `namespace`: each key of `names` loads from the module its value names on first use, and
     each of `modules` is a submodule that loads on first use.
 
-    A name whose module cannot be imported here (a missing dependency: TensorFlow on a machine
-    with JAX only) is missing, an AttributeError that gives the reason, as Python's protocol
-    for attributes asks: `hasattr` answers False and `help` and `dir`-based tools skip it.
+    A name whose module needs a module that is not installed here (TensorFlow on a machine with
+    JAX only) is missing, an AttributeError that gives the reason, as Python's protocol for
+    attributes asks: `hasattr` answers False and `help` and `dir`-based tools skip it (and
+    `from package import name` raises Python's own ImportError, without the reason). Any other
+    error of the import is raised as it is.
     """
     package = namespace["__name__"]
 
@@ -21,7 +23,7 @@ def lazy_attributes(namespace, names, modules=()):
         source = names.get(name, f"{package}.{name}")
         try:
             module = importlib.import_module(source)
-        except ImportError as e:
+        except ModuleNotFoundError as e:
             raise AttributeError(f"{package}.{name} cannot be loaded here: importing {source} "
                                  f"failed ({e})") from e
         value = getattr(module, name) if name in names else module

@@ -142,7 +142,7 @@ TRAIN_WITHOUT_TENSORFLOW = textwrap.dedent("""
     class NoTensorFlow:
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] == "tensorflow":
-                raise ImportError("No module named 'tensorflow'")
+                raise ModuleNotFoundError("No module named 'tensorflow'", name=name)
 
     sys.meta_path.insert(0, NoTensorFlow())
     import keras, numpy as np

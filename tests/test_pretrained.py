@@ -381,6 +381,8 @@ def resident_bytes(field):
         return int(re.search(rf"{field}:\s+(\d+) kB", f.read())[1]) * 1024
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"),
+                    reason="needs Linux's /proc/self/clear_refs to reset the peak memory")
 def test_an_npz_loads_one_array_at_a_time_all_or_nothing(tmp_path):
     # An 85 MB file of 12 blocks: loading it holds its arrays one at a time beside the model,
     # as timm's `load_pretrained` reads an .npz, not all of them; the weights are the file's.
@@ -404,6 +406,20 @@ def test_an_npz_loads_one_array_at_a_time_all_or_nothing(tmp_path):
     with pytest.raises(weights.CheckpointError, match="2 non-finite values"):
         keras_vit.load_pretrained(fresh, tmp_path / "nan.npz", progress=False)
     for got, want in zip(weights_of(fresh), before):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_position_embedding_that_cannot_be_resized_leaves_the_model_untouched(tmp_path):
+    # Six patch positions make no square grid: the resize fails before any variable changes.
+    params = weights.model_params(build())
+    key = "Transformer/posembed_input/pos_embedding"
+    params[key] = params[key][:, :7]
+    np.savez(tmp_path / "six.npz", **params)
+    model = build()
+    before = weights_of(model)
+    with pytest.raises(weights.CheckpointError, match="6 patch positions"):
+        keras_vit.load_pretrained(model, tmp_path / "six.npz", progress=False)
+    for got, want in zip(weights_of(model), before):
         np.testing.assert_array_equal(got, want)
 
 

@@ -107,8 +107,8 @@ def _dtype_problem(key, value):
 
 
 def _array_problem(key, value):
-    """The problem of a file array (an array, or an `NpzArray` whose values were counted as it
-    was verified, read here only by the dtype), or None."""
+    """The problem of a file array (an array, or an `NpzArray`, whose values were counted as
+    it was verified), or None."""
     if problem := _dtype_problem(key, value):
         return problem
     bad = value.nonfinite if isinstance(value, NpzArray) else int(
@@ -133,9 +133,10 @@ def match_params(model, params, source=None, check_values=True):
 
     Keys and shapes are checked first, from the arrays' shapes alone: with
     `check_values=False` (arrays that are `keras_vit.weights.npz.placeholder`s, read from a
-    file's headers) nothing else is, and no data is read. The values are checked one array at
-    a time, none kept: `keras_vit.weights.npz.NpzArray`s by the counts their verification
-    made, without reading them again.
+    file's headers) nothing else is, and no data is read. An `keras_vit.weights.npz.NpzArray`
+    that reaches the model as it is (or only reshaped) is checked by the counts its
+    verification made and read again only as it is assigned; every other array is checked as
+    the model will take it (resized, converted) and kept.
 
     Returns:
         (assignments, skipped, fresh): a list of (variable, a function of no arguments giving
@@ -180,8 +181,17 @@ def match_params(model, params, source=None, check_values=True):
                 if problem := _dtype_problem(key, value):
                     problems.append(problem)
                 continue
-            read = functools.partial(_value, key, value, tuple(variable.shape), model, has_cls)
-            if problem := _array_problem(key, value if isinstance(value, NpzArray) else read()):
+            shape = tuple(variable.shape)
+            if isinstance(value, NpzArray) and \
+                    _adaptation(key, value.shape, shape) in (None, "group_norm"):
+                # Read again as it is assigned: its values reach the model as they are.
+                problem = _array_problem(key, value)
+                read = functools.partial(_value, key, value, shape, model, has_cls)
+            else:  # computed once, here, where a resize can still fail or overflow
+                adapted = _value(key, value, shape, model, has_cls)
+                problem = _array_problem(key, adapted)
+                read = functools.partial(np.asarray, adapted)
+            if problem:
                 problems.append(problem)
             else:
                 assignments.append((variable, read))

@@ -61,7 +61,7 @@ class NpzCheckpoint:
         self.path = path
         self._members = members  # key -> ZipInfo
         self.headers = headers
-        self._file = None  # the open file `verified()` reads from
+        self._kept_archive = None  # the archive `verified()` opened, and reads from after
 
     def placeholders(self):
         """The declared arrays as `placeholder`s: a dict like `read()`'s, read from nothing."""
@@ -87,9 +87,18 @@ class NpzCheckpoint:
         """
         # The file stays open for the arrays' reads: they read what was verified even where
         # the path is replaced meanwhile (a new download, an atomic write).
-        if self._file is None:
-            self._file = open(self.path, "rb")
-            weakref.finalize(self, self._file.close)
+        if self._kept_archive is None:
+            file = None
+            try:
+                file = open(self.path, "rb")
+                self._kept_archive = zipfile.ZipFile(file)
+            except BaseException as e:
+                if file is not None:
+                    file.close()
+                if isinstance(e, (*_READ_ERRORS, ValueError)):
+                    raise CheckpointError(f"{self.path} is corrupted or truncated: {e}") from None
+                raise
+            weakref.finalize(self, _close, self._kept_archive, file)
         largest = max(math.prod(shape) * dtype.itemsize
                       for shape, dtype, _ in self.headers.values())
         buffer = np.empty(min(_CHUNK, max(largest, 1)), np.uint8)  # whole values per chunk
@@ -100,7 +109,10 @@ class NpzCheckpoint:
     @contextlib.contextmanager
     def _archive(self):
         try:
-            with zipfile.ZipFile(self._file or self.path) as archive:
+            if self._kept_archive is not None:
+                yield self._kept_archive
+                return
+            with zipfile.ZipFile(self.path) as archive:
                 yield archive
         except CheckpointError:
             raise
@@ -139,6 +151,11 @@ class NpzCheckpoint:
         if buffer is not None:
             return nonfinite
         return flat.reshape(shape, order="F" if fortran_order else "C")
+
+
+def _close(archive, file):
+    archive.close()
+    file.close()
 
 
 def _read_exactly(f, into):
