@@ -4,6 +4,9 @@ Every model variable must come from the file and every file array must be used, 
 and `pre_logits`, which load only where model and file agree (fine-tuning replaces them). Every
 array is checked (shape, a real floating-point dtype, finite values) before any variable is
 assigned, and one `CheckpointError` lists every problem; on any error the model is untouched.
+An `.npz`'s arrays are read a second time as they are assigned, from the archive they were
+verified in (`keras_vit.weights.npz.NpzCheckpoint.verified`): only a read that fails there,
+such as a failing disk, can leave a model part-loaded.
 """
 
 import functools
@@ -133,7 +136,7 @@ def match_params(model, params, source=None, check_values=True):
 
     Keys and shapes are checked first, from the arrays' shapes alone: with
     `check_values=False` (arrays that are `keras_vit.weights.npz.placeholder`s, read from a
-    file's headers) nothing else is, and no data is read. An `keras_vit.weights.npz.NpzArray`
+    file's headers) nothing else is, and no data is read. A `keras_vit.weights.npz.NpzArray`
     that reaches the model as it is (or only reshaped) is checked by the counts its
     verification made and read again only as it is assigned; every other array is checked as
     the model will take it (resized, converted) and kept.
