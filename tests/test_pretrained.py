@@ -423,6 +423,14 @@ def test_a_position_embedding_that_cannot_be_resized_leaves_the_model_untouched(
         np.testing.assert_array_equal(got, want)
 
 
+def test_a_file_cut_short_after_its_verification_says_the_model_is_part_loaded(tmp_path):
+    path = weights.save_npz(build(), tmp_path / "cut.npz")
+    params, _ = weights.fetch_params(path, progress=False, check=lambda *args: None)
+    os.truncate(path, os.path.getsize(path) // 2)  # in place, under the verified archive
+    with pytest.raises(weights.CheckpointError, match=r"The model is part-loaded \(\d+ of "):
+        weights.load_params(build(), params)
+
+
 def test_sha256_is_checked_on_download_and_on_cache_hits(tmp_path, cache):
     rng = np.random.default_rng(11)
     source = tmp_path / "tiny.npz"

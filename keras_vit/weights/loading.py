@@ -5,8 +5,8 @@ and `pre_logits`, which load only where model and file agree (fine-tuning replac
 array is checked (shape, a real floating-point dtype, finite values) before any variable is
 assigned, and one `CheckpointError` lists every problem; on any error the model is untouched.
 An `.npz`'s arrays are read a second time as they are assigned, from the archive they were
-verified in (`keras_vit.weights.npz.NpzCheckpoint.verified`): only a read that fails there,
-such as a failing disk, can leave a model part-loaded.
+verified in (`keras_vit.weights.npz.NpzCheckpoint.verified`): only a read that fails there
+(a failing disk, a file cut short in place) leaves a model part-loaded, and its error says so.
 """
 
 import functools
@@ -244,9 +244,14 @@ def load_params(model, params, source=None):
         initial values).
     """
     assignments, skipped, fresh = match_params(model, params, source)
-    for variable, read in assignments:  # one array in memory at a time
-        variable.assign(read().astype(keras.backend.standardize_dtype(variable.dtype),
-                                      copy=False))
+    for done, (variable, read) in enumerate(assignments):  # one array in memory at a time
+        try:
+            value = read()
+        except CheckpointError as e:
+            raise CheckpointError(f"{e} The model is part-loaded ({done} of {len(assignments)} "
+                                  "weights assigned): load it again.") from None
+        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype),
+                                     copy=False))
     for name in fresh:
         layer = model.get_layer(name)
         layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))

@@ -96,7 +96,8 @@ class NpzCheckpoint:
                 if file is not None:
                     file.close()
                 if isinstance(e, (*_READ_ERRORS, ValueError)):
-                    raise CheckpointError(f"{self.path} is corrupted or truncated: {e}") from None
+                    raise CheckpointError(f"{self.path} is corrupted or truncated "
+                                          f"({str(e) or type(e).__name__}).") from None
                 raise
             weakref.finalize(self, _close, self._kept_archive, file)
         largest = max(math.prod(shape) * dtype.itemsize
@@ -117,7 +118,8 @@ class NpzCheckpoint:
         except CheckpointError:
             raise
         except (*_READ_ERRORS, ValueError) as e:
-            raise CheckpointError(f"{self.path} is corrupted or truncated: {e}") from None
+            raise CheckpointError(f"{self.path} is corrupted or truncated "
+                                  f"({str(e) or type(e).__name__}).") from None
 
     def _read_member(self, archive, key, buffer=None):
         """The member's array; with `buffer` (uint8), the member is read through it in turn and
@@ -279,7 +281,8 @@ def open_npz(path):
     except CheckpointError:
         raise
     except (*_READ_ERRORS, ValueError, RuntimeError, NotImplementedError) as e:
-        raise CheckpointError(f"{path} is corrupted or truncated: {e}") from None
+        raise CheckpointError(f"{path} is corrupted or truncated "
+                              f"({str(e) or type(e).__name__}).") from None
     if not headers:
         raise CheckpointError(f"{path} holds no arrays. Expected a ViT checkpoint.")
     return NpzCheckpoint(path, dict(zip(keys, infos)), headers)
