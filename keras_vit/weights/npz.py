@@ -85,31 +85,27 @@ class NpzCheckpoint:
         Raises:
             CheckpointError: naming the file and the member, if it changed or is corrupted.
         """
-        # The file stays open for the arrays' reads: they read what was verified even where
-        # the path is replaced meanwhile (a new download, an atomic write).
-        if self._kept_archive is None:
-            file = None
-            try:
-                file = open(self.path, "rb")
-                self._kept_archive = zipfile.ZipFile(file)
-            except BaseException as e:
-                if file is not None:
-                    file.close()
-                if isinstance(e, (*_READ_ERRORS, ValueError)):
-                    raise CheckpointError(f"{self.path} is corrupted or truncated "
-                                          f"({str(e) or type(e).__name__}).") from None
-                raise
-            weakref.finalize(self, _close, self._kept_archive, file)
         largest = max(math.prod(shape) * dtype.itemsize
                       for shape, dtype, _ in self.headers.values())
         buffer = np.empty(min(_CHUNK, max(largest, 1)), np.uint8)  # whole values per chunk
-        with self._archive() as archive:
-            return {key: NpzArray(self, key, self._read_member(archive, key, buffer))
+        with self._archive(keep=True) as archive:
+            return {key: NpzArray(self, key, self._count_nonfinite(archive, key, buffer))
                     for key in self.headers}
 
     @contextlib.contextmanager
-    def _archive(self):
+    def _archive(self, keep=False):
+        """The open archive, its errors raised as `CheckpointError`s. With `keep`, it stays
+        open for later reads (the one `verified()` opened): they read what was verified even
+        where the path is replaced meanwhile (a new download, an atomic write)."""
         try:
+            if keep and self._kept_archive is None:
+                file = open(self.path, "rb")
+                try:
+                    self._kept_archive = zipfile.ZipFile(file)
+                except BaseException:
+                    file.close()
+                    raise
+                weakref.finalize(self, _close, self._kept_archive, file)
             if self._kept_archive is not None:
                 yield self._kept_archive
                 return
@@ -121,38 +117,46 @@ class NpzCheckpoint:
             raise CheckpointError(f"{self.path} is corrupted or truncated "
                                   f"({str(e) or type(e).__name__}).") from None
 
-    def _read_member(self, archive, key, buffer=None):
-        """The member's array; with `buffer` (uint8), the member is read through it in turn and
-        the count of its non-finite values is returned instead."""
+    def _read_member(self, archive, key):
+        """The member's array."""
         shape, dtype, fortran_order = self.headers[key]
+        flat = np.empty(math.prod(shape), dtype)
+        view = flat.view(np.uint8) if flat.nbytes else np.empty(0, np.uint8)
+        for _ in self._chunks(archive, key, lambda done, size: view[done:done + size]):
+            pass
+        return flat.reshape(shape, order="F" if fortran_order else "C")
+
+    def _count_nonfinite(self, archive, key, buffer):
+        """The count of the member's NaN and infinite values, read through `buffer` (uint8)
+        in turn."""
+        dtype = self.headers[key][1]
+        nonfinite = 0
+        for chunk in self._chunks(archive, key, lambda done, size: buffer[:size]):
+            if dtype.kind == "f":
+                values = chunk.view(dtype)
+                nonfinite += values.size - int(np.count_nonzero(np.isfinite(values)))
+        return nonfinite
+
+    def _chunks(self, archive, key, into):
+        """Reads the member's data to its end (which checks its zip CRC), each chunk into
+        `into(bytes done, chunk size)` (a uint8 array), yielding it filled."""
+        shape, dtype, _ = self.headers[key]
         with archive.open(self._members[key]) as f:
             if _read_header(f, self.path, key) != self.headers[key]:
                 raise CheckpointError(f"{self.path}: member {key!r} changed while it was read.")
-            size = math.prod(shape) * dtype.itemsize
-            if buffer is None:
-                flat = np.empty(math.prod(shape), dtype)
-                view = flat.view(np.uint8) if flat.nbytes else np.empty(0, np.uint8)
-            done = nonfinite = 0
+            size, done = math.prod(shape) * dtype.itemsize, 0
             while done < size:
-                if buffer is None:
-                    want = count = f.readinto(view[done:done + _CHUNK])
-                else:
-                    want = min(buffer.size, size - done)
-                    count = _read_exactly(f, buffer[:want])
-                if not count or count < want:
+                target = into(done, min(_CHUNK, size - done))
+                count = _read_exactly(f, target)
+                if count < target.size:
                     raise CheckpointError(f"{self.path}: member {key!r} ends after "
                                           f"{done + count:,} of its {size:,} bytes: the file is "
                                           "truncated.")
-                if buffer is not None and dtype.kind == "f":
-                    values = buffer[:count].view(dtype)
-                    nonfinite += values.size - int(np.count_nonzero(np.isfinite(values)))
+                yield target
                 done += count
             if f.read(1):
                 raise CheckpointError(f"{self.path}: member {key!r} holds more bytes than its "
                                       f"shape {shape} of {dtype}: the file is corrupted.")
-        if buffer is not None:
-            return nonfinite
-        return flat.reshape(shape, order="F" if fortran_order else "C")
 
 
 def _close(archive, file):
