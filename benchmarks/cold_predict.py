@@ -1,9 +1,12 @@
 """A cold prediction as a whole process: `keras-vit predict` against the same job written with
-timm (create the model, load the same official-layout `.npz`, classify one JPEG), each started
-fresh, alternately, with its wall time and peak resident memory.
+timm (create the model, load the same weights file, classify one JPEG), each started fresh,
+alternately, with its wall time and peak resident memory.
 
     python -m benchmarks.cold_predict prepare DIR          # B/16 random weights + a JPEG
-    .venv-bench/bin/python -m benchmarks.cold_predict compare DIR --runs 5
+    .venv-bench/bin/python -m benchmarks.cold_predict compare DIR --runs 5 [--format safetensors]
+
+The weights file is the official-layout `.npz` (timm: `load_pretrained`) or, with
+`--format safetensors`, timm's `.safetensors` with its `config.json` (timm: `load_checkpoint`).
 
 `compare` runs `keras-vit predict` (beside this interpreter) and the timm job (`... timm DIR`)
 after one warm-up run each, prints each run and the medians, and checks that the two agree on
@@ -22,12 +25,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def prepare(folder):
-    """DIR/b16.npz (random ViT-B/16 weights, 1000 classes, official layout) and DIR/image.jpg."""
+    """DIR/b16.npz (random ViT-B/16 weights, 1000 classes, official layout), the same weights
+    as DIR/b16.safetensors (timm's layout, with DIR/config.json) and DIR/image.jpg."""
     import numpy as np
     from PIL import Image
 
     import keras_vit
-    from keras_vit.weights import npz
+    from keras_vit.weights import npz, writers
 
     os.makedirs(folder, exist_ok=True)
     model = keras_vit.create_model("B/16", num_classes=1000)
@@ -35,12 +39,13 @@ def prepare(folder):
     model.set_weights([rng.normal(0, 0.02, w.shape).astype("float32")
                        for w in model.get_weights()])
     npz.save_npz(model, os.path.join(folder, "b16.npz"), overwrite=True)
+    writers.save_safetensors(model, os.path.join(folder, "b16.safetensors"), overwrite=True)
     pixels = rng.integers(0, 256, (375, 500, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(os.path.join(folder, "image.jpg"), quality=90)
-    print(f"Wrote {folder}/b16.npz and {folder}/image.jpg", file=sys.stderr)
+    print(f"Wrote {folder}/b16.npz, b16.safetensors, config.json and image.jpg", file=sys.stderr)
 
 
-def timm_job(folder):
+def timm_job(folder, weights):
     """The timm user's script: create, load, resize with PIL to 224 px, scale to [-1, 1],
     predict, print the top 5 as "index probability" lines."""
     sys.path.insert(0, os.path.dirname(HERE))
@@ -52,7 +57,11 @@ def timm_job(folder):
     from PIL import Image
 
     model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=1000)
-    model.load_pretrained(os.path.join(folder, "b16.npz"))
+    path = os.path.join(folder, weights)
+    if path.endswith(".npz"):
+        model.load_pretrained(path)
+    else:
+        timm.models.load_checkpoint(model, path)
     model.eval()
     image = Image.open(os.path.join(folder, "image.jpg")).convert("RGB").resize(
         (224, 224), Image.BILINEAR)
@@ -81,12 +90,13 @@ def _measured(command):
     return time.perf_counter() - start, usage.ru_maxrss * 1024, [int(i) for i in top[:5]]
 
 
-def compare(folder, runs):
+def compare(folder, runs, weights):
     contenders = {
         "keras-vit predict": [os.path.join(os.path.dirname(sys.executable), "keras-vit"),
                               "predict", os.path.join(folder, "image.jpg"), "--model", "B/16",
-                              "--weights", os.path.join(folder, "b16.npz")],
-        "timm": [sys.executable, "-m", "benchmarks.cold_predict", "timm", folder],
+                              "--weights", os.path.join(folder, weights)],
+        "timm": [sys.executable, "-m", "benchmarks.cold_predict", "timm", folder, "--format",
+                 weights.split(".")[-1]],
     }
     results = {name: [] for name in contenders}
     tops = {}
@@ -118,10 +128,16 @@ def main(argv=None):
     parser.add_argument("action", choices=("prepare", "compare", "timm"))
     parser.add_argument("folder")
     parser.add_argument("--runs", type=int, default=5, help="counted rounds (compare)")
+    parser.add_argument("--format", choices=("npz", "safetensors"), default="npz",
+                        help="the weights file both load (compare, timm)")
     args = parser.parse_args(argv)
+    weights = f"b16.{args.format}"
     if args.action == "compare":
-        return compare(args.folder, args.runs)
-    (prepare if args.action == "prepare" else timm_job)(args.folder)
+        return compare(args.folder, args.runs, weights)
+    if args.action == "timm":
+        timm_job(args.folder, weights)
+    else:
+        prepare(args.folder)
     return 0
 
 

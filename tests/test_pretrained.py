@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import reference
 import scipy.ndimage
+from safetensors.numpy import load_file, save_file
 
 import keras_vit
 import keras_vit_cli as cli
 from keras_vit import weights
+from keras_vit.weights import writers
 
 TINY = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48)
 
@@ -381,15 +383,35 @@ def resident_bytes(field):
         return int(re.search(rf"{field}:\s+(\d+) kB", f.read())[1]) * 1024
 
 
+# The two file formats a model loads from its file one array at a time: the official layout's
+# .npz, and timm's .safetensors (its arrays rewritten to the official layout as they are read).
+SAVERS = {"npz": weights.save_npz, "safetensors": writers.save_safetensors}
+
+
+def with_nonfinite_values(path, target):
+    """A copy of the checkpoint `path` at `target` with NaN and infinity in its last block's
+    last kernel."""
+    if path.endswith(".npz"):
+        params = weights.read_npz(path)
+        params["Transformer/encoderblock_11/MlpBlock_3/Dense_1/kernel"][0, :2] = np.nan, np.inf
+        np.savez(target, **params)
+    else:
+        params = load_file(path)
+        params["blocks.11.mlp.fc2.weight"][:2, 0] = np.nan, np.inf
+        save_file(params, target)
+    return target
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"),
                     reason="needs Linux's /proc/self/clear_refs to reset the peak memory")
-def test_an_npz_loads_one_array_at_a_time_all_or_nothing(tmp_path):
+@pytest.mark.parametrize("form", SAVERS)
+def test_a_checkpoint_loads_one_array_at_a_time_all_or_nothing(tmp_path, form):
     # An 85 MB file of 12 blocks: loading it holds its arrays one at a time beside the model,
     # as timm's `load_pretrained` reads an .npz, not all of them; the weights are the file's.
     config = dict(image_size=32, patch_size=8, hidden_size=384, num_layers=12, num_heads=6,
                   mlp_dim=1536, num_classes=10)
     source = keras_vit.ViT(**config)
-    path = weights.save_npz(source, tmp_path / "twelve.npz")
+    path = SAVERS[form](source, tmp_path / f"twelve.{form}")
     model = keras_vit.ViT(**config)
     before = resident_bytes("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
@@ -399,12 +421,10 @@ def test_an_npz_loads_one_array_at_a_time_all_or_nothing(tmp_path):
     for got, want in zip(weights_of(model), weights_of(source)):
         np.testing.assert_array_equal(got, want)
     # A non-finite value in the last block is found before any variable changes.
-    params = weights.read_npz(path)
-    params["Transformer/encoderblock_11/MlpBlock_3/Dense_1/kernel"][0, :2] = np.nan, np.inf
-    np.savez(tmp_path / "nan.npz", **params)
+    nan = with_nonfinite_values(path, tmp_path / f"nan.{form}")
     before = weights_of(fresh := keras_vit.ViT(**config))
     with pytest.raises(weights.CheckpointError, match="2 non-finite values"):
-        keras_vit.load_pretrained(fresh, tmp_path / "nan.npz", progress=False)
+        keras_vit.load_pretrained(fresh, nan, progress=False)
     for got, want in zip(weights_of(fresh), before):
         np.testing.assert_array_equal(got, want)
 
@@ -423,8 +443,9 @@ def test_a_position_embedding_that_cannot_be_resized_leaves_the_model_untouched(
         np.testing.assert_array_equal(got, want)
 
 
-def test_a_file_cut_short_after_its_verification_says_the_model_is_part_loaded(tmp_path):
-    path = weights.save_npz(build(), tmp_path / "cut.npz")
+@pytest.mark.parametrize("form", SAVERS)
+def test_a_file_cut_short_after_its_verification_says_the_model_is_part_loaded(tmp_path, form):
+    path = SAVERS[form](build(), tmp_path / f"cut.{form}")
     params, _ = weights.fetch_params(path, progress=False, check=lambda *args: None)
     os.truncate(path, os.path.getsize(path) // 2)  # in place, under the verified archive
     with pytest.raises(weights.CheckpointError, match=r"The model is part-loaded \(\d+ of "):

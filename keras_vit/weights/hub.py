@@ -14,6 +14,7 @@ from the array shapes.
 `keras_vit.weights.writers.save_safetensors` writes such files.
 """
 
+import functools
 import os
 import re
 
@@ -22,12 +23,11 @@ import ml_dtypes
 import numpy as np
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import load_file
 
 from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError, DownloadError
 from keras_vit.weights.layouts import config_from_params
-from keras_vit.weights.npz import placeholder
+from keras_vit.weights.npz import Deferred, placeholder
 from keras_vit.weights.torch_layouts import detect_layout, layout_width, to_official
 
 HF_SCHEME = "hf://"
@@ -108,17 +108,51 @@ def read_safetensors_headers(path):
     return arrays, metadata
 
 
-def read_safetensors(path):
-    """The arrays of a `.safetensors` file, as NumPy (bfloat16 and float8 as `ml_dtypes`)."""
+def read_safetensors(path, expected):
+    """The arrays of a `.safetensors` file as `keras_vit.weights.npz.Deferred`s, read on use
+    from the file as it is opened now, after one pass that reads each array in turn, checks
+    it against `expected` (its placeholders from `read_safetensors_headers`) and counts its
+    non-finite values: a loader that takes one array at a time then holds one array at a time,
+    and reads what was checked even where the path is replaced meanwhile.
+
+    Raises:
+        CheckpointError: naming the file, if it cannot be read or changed since `expected`.
+    """
     path = _existing(path)
     try:
-        return load_file(path)
+        opened = safe_open(path, framework="np", backend="pread")  # no mmap: no SIGBUS
+        declared = {key: (tuple(opened.get_slice(key).get_shape()),
+                          _dtype(opened.get_slice(key).get_dtype())) for key in opened.keys()}
+    except (SafetensorError, ValueError, OSError, RecursionError) as e:
+        raise _unreadable(path, e) from None
+    if declared != {key: (value.shape, value.dtype) for key, value in expected.items()}:
+        raise CheckpointError(f"{path} changed while it was read.")
+    read = functools.partial(_read_tensor, opened, path)
+    return {key: Deferred(shape, dtype, functools.partial(read, key), _nonfinite(read(key)))
+            for key, (shape, dtype) in declared.items()}
+
+
+def _dtype(name):
+    return np.dtype(SAFETENSORS_DTYPES[name]) if name in SAFETENSORS_DTYPES else name
+
+
+def _read_tensor(opened, path, key):
+    try:
+        return opened.get_tensor(key)
     except TypeError as e:  # a dtype safetensors' NumPy API does not represent
         raise CheckpointError(f"{path} holds arrays NumPy cannot represent ({e}); keras_vit "
                               "reads float16/float32/float64 safetensors. Expected a float32 "
                               "file (e.g. save it again in float32).") from None
     except (SafetensorError, ValueError, OSError) as e:
         raise _unreadable(path, e) from None
+
+
+def _nonfinite(value):
+    """The count of NaN and infinite values of an array (0 for integers)."""
+    if value.dtype.kind in "iub":
+        return 0
+    values = value if value.dtype.kind == "f" else value.astype(np.float32)  # ml_dtypes
+    return int(values.size - np.count_nonzero(np.isfinite(values)))
 
 
 def read_own_config(path, metadata=None):
@@ -252,6 +286,8 @@ def load_safetensors(weights_path, config_path=None, num_heads=None, check=None)
     All of it is worked out from the file's header first: `check(placeholders, arguments,
     class_names)`, where given, is called with the official-layout placeholders
     (`keras_vit.weights.npz.placeholder`) before any tensor is read, and raises to refuse it.
+    The arrays are then verified and read on use (`read_safetensors`), each rewritten to the
+    official layout as it is read.
 
     Raises:
         CheckpointError: naming the file and the field, for a config that is malformed or
@@ -264,10 +300,7 @@ def load_safetensors(weights_path, config_path=None, num_heads=None, check=None)
                                                num_heads)
     if check is not None:
         check(official, architecture, names)
-    params = read_safetensors(weights_path)
-    if {k: (v.shape, v.dtype) for k, v in params.items()} != \
-            {k: (v.shape, v.dtype) for k, v in headers.items()}:
-        raise CheckpointError(f"{weights_path} changed while it was read.")
+    params = read_safetensors(weights_path, headers)
     return _interpret(params, config, own, weights_path, config_path, num_heads)
 
 

@@ -4,9 +4,10 @@ Every model variable must come from the file and every file array must be used, 
 and `pre_logits`, which load only where model and file agree (fine-tuning replaces them). Every
 array is checked (shape, a real floating-point dtype, finite values) before any variable is
 assigned, and one `CheckpointError` lists every problem; on any error the model is untouched.
-An `.npz`'s arrays are read a second time as they are assigned, from the archive they were
-verified in (`keras_vit.weights.npz.NpzCheckpoint.verified`): only a read that fails there
-(a failing disk, a file cut short in place) leaves a model part-loaded, and its error says so.
+A file's arrays may come as `keras_vit.weights.npz.Deferred`s, read (again) from the file
+they were verified in as they are assigned (`NpzCheckpoint.verified`, the safetensors reader):
+only a read that fails there (a failing disk, a file cut short in place) leaves a model
+part-loaded, and its error says so.
 """
 
 import functools
@@ -17,7 +18,7 @@ import numpy as np
 from keras_vit.positions import patch_grid, position_resize
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import checkpoint_variables, is_quantized
-from keras_vit.weights.npz import NpzArray, placeholder
+from keras_vit.weights.npz import Deferred, placeholder
 from keras_vit.weights.layouts import (
     POSEMB_2D_KEYS,
     POSEMB_KEY,
@@ -110,12 +111,14 @@ def _dtype_problem(key, value):
 
 
 def _array_problem(key, value):
-    """The problem of a file array (an array, or an `NpzArray`, whose values were counted as
-    it was verified), or None."""
+    """The problem of a file array (an array, or a `Deferred`, whose values are read to count
+    them unless they were counted as its file was verified), or None."""
     if problem := _dtype_problem(key, value):
         return problem
-    bad = value.nonfinite if isinstance(value, NpzArray) else int(
-        np.size(value) - np.count_nonzero(np.isfinite(value)))
+    bad = getattr(value, "nonfinite", None)
+    if bad is None:
+        values = as_numpy_float(np.asarray(value))
+        bad = int(values.size - np.count_nonzero(np.isfinite(values)))
     if bad:
         return f"{key}: {bad} non-finite values (NaN or infinity)"
     return None
@@ -136,10 +139,10 @@ def match_params(model, params, source=None, check_values=True):
 
     Keys and shapes are checked first, from the arrays' shapes alone: with
     `check_values=False` (arrays that are `keras_vit.weights.npz.placeholder`s, read from a
-    file's headers) nothing else is, and no data is read. A `keras_vit.weights.npz.NpzArray`
-    that reaches the model as it is (or only reshaped) is checked by the counts its
-    verification made and read again only as it is assigned; every other array is checked as
-    the model will take it (resized, converted) and kept.
+    file's headers) nothing else is, and no data is read. A `keras_vit.weights.npz.Deferred`
+    that reaches the model as it is (or only reshaped) is checked by the counts its file's
+    verification made (else read once to count them) and read again only as it is assigned;
+    every other array is checked as the model will take it (resized, converted) and kept.
 
     Returns:
         (assignments, skipped, fresh): a list of (variable, a function of no arguments giving
@@ -163,8 +166,10 @@ def match_params(model, params, source=None, check_values=True):
         # position makes our (cls + pos[0]) equal to its plain cls.
         posemb = params[POSEMB_KEY]
         shape = np.shape(posemb)
-        params[POSEMB_KEY] = _Padded(posemb, (*shape[:1], shape[1] + 1, *shape[2:])) \
-            if len(shape) == 3 else posemb
+        if len(shape) == 3:
+            params[POSEMB_KEY] = Deferred(
+                (*shape[:1], shape[1] + 1, *shape[2:]), posemb.dtype,
+                functools.partial(_padded, posemb), getattr(posemb, "nonfinite", None))
     description = describe(params)
     variables, params, skipped, fresh = _split_optional(variables, params)
 
@@ -185,7 +190,7 @@ def match_params(model, params, source=None, check_values=True):
                     problems.append(problem)
                 continue
             shape = tuple(variable.shape)
-            if isinstance(value, NpzArray) and \
+            if isinstance(value, Deferred) and \
                     _adaptation(key, value.shape, shape) in (None, "group_norm"):
                 # Read again as it is assigned: its values reach the model as they are.
                 problem = _array_problem(key, value)
@@ -215,17 +220,10 @@ def match_params(model, params, source=None, check_values=True):
     return assignments, skipped, fresh
 
 
-class _Padded:
-    """big_vision's position embedding with a zero class-token position in front, made when
-    it is read (`np.asarray`): its shape is known before."""
-
-    def __init__(self, posemb, shape):
-        self.posemb, self.shape, self.ndim, self.dtype = posemb, shape, len(shape), posemb.dtype
-
-    def __array__(self, dtype=None, copy=None):
-        posemb = np.asarray(self.posemb)
-        padded = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
-        return padded if dtype is None else padded.astype(dtype)
+def _padded(posemb):
+    """big_vision's position embedding with a zero class-token position in front."""
+    posemb = np.asarray(posemb)
+    return np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
 
 
 def load_params(model, params, source=None):

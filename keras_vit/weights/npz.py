@@ -8,11 +8,12 @@ are refused with a `CheckpointError` naming the member. Its `placeholders()` are
 declared shapes and dtypes that hold no memory, so that keys and shapes can be checked against
 a model before `read()` inflates anything. Reading a member to its end checks its zip CRC.
 `verified()` instead checks every member's data in one pass that holds a chunk at a time and
-gives arrays read on use (`NpzArray`), so that a loader holds one array at a time.
+gives arrays read on use (`Deferred`), so that a loader holds one array at a time.
 """
 
 import collections
 import contextlib
+import functools
 import io
 import math
 import os
@@ -49,6 +50,43 @@ def placeholder(shape, dtype):
     return np.broadcast_to(np.zeros((), dtype), shape)
 
 
+def holds_data(value):
+    """Whether `value` is an array that holds its values: not a `placeholder` (nor a
+    `Deferred`)."""
+    return isinstance(value, np.ndarray) and (value.size <= 1 or any(value.strides))
+
+
+class Deferred:
+    """An array made when it is read (`numpy.asarray`), whose `shape` and `dtype` are known
+    before: a checkpoint's array read from its file on use, or one rewritten from such arrays.
+
+    Attributes:
+        nonfinite: int or None. The count of its NaN and infinite values where it is known
+            without reading it (counted as the file was verified), else None.
+    """
+
+    def __init__(self, shape, dtype, read, nonfinite=None):
+        self.shape, self.dtype, self.nonfinite = tuple(shape), np.dtype(dtype), nonfinite
+        self.ndim, self.size = len(self.shape), math.prod(self.shape)
+        self._read = read
+
+    def __array__(self, dtype=None, copy=None):
+        value = self._read()
+        return value if dtype is None else value.astype(dtype)
+
+
+def derived(value, shape, make):
+    """`make(value)`, an array of `shape` and `value`'s dtype: computed now where `value` holds
+    its values, else a `Deferred` computed as it is read (nothing is read for a `placeholder`;
+    its count of non-finite values is known where `value`'s is zero)."""
+    if not isinstance(value, Deferred):
+        value = np.asarray(value)
+        if holds_data(value):
+            return make(value)
+    nonfinite = 0 if getattr(value, "nonfinite", None) == 0 else None
+    return Deferred(shape, value.dtype, lambda: make(np.asarray(value)), nonfinite)
+
+
 class NpzCheckpoint:
     """An `.npz` whose zip directory and `.npy` headers were read and checked (`open_npz`).
 
@@ -77,7 +115,7 @@ class NpzCheckpoint:
             return {key: self._read_member(archive, key) for key in self.headers}
 
     def verified(self):
-        """The arrays as `NpzArray`s, read on use, after one pass over the whole file that
+        """The arrays as `Deferred`s, read on use, after one pass over the whole file that
         checks every member against its header and its zip CRC and counts its non-finite
         values, holding no more than a chunk of it: a loader that takes one array at a time
         then holds one array at a time.
@@ -89,8 +127,13 @@ class NpzCheckpoint:
                       for shape, dtype, _ in self.headers.values())
         buffer = np.empty(min(_CHUNK, max(largest, 1)), np.uint8)  # whole values per chunk
         with self._archive(keep=True) as archive:
-            return {key: NpzArray(self, key, self._count_nonfinite(archive, key, buffer))
-                    for key in self.headers}
+            return {key: Deferred(shape, dtype, functools.partial(self._read_kept, key),
+                                  self._count_nonfinite(archive, key, buffer))
+                    for key, (shape, dtype, _) in self.headers.items()}
+
+    def _read_kept(self, key):
+        with self._archive() as archive:
+            return self._read_member(archive, key)
 
     @contextlib.contextmanager
     def _archive(self, keep=False):
@@ -173,22 +216,6 @@ def _read_exactly(f, into):
             break
         done += count
     return done
-
-
-class NpzArray:
-    """A member of a verified checkpoint (`NpzCheckpoint.verified`), read from the file each
-    time it is converted (`numpy.asarray`): its `shape`, `dtype` and `nonfinite` (the count of
-    its NaN and infinite values) are known without reading it."""
-
-    def __init__(self, checkpoint, key, nonfinite):
-        self._checkpoint, self._key, self.nonfinite = checkpoint, key, nonfinite
-        self.shape, self.dtype, _ = checkpoint.headers[key]
-        self.ndim = len(self.shape)
-
-    def __array__(self, dtype=None, copy=None):
-        with self._checkpoint._archive() as archive:
-            value = self._checkpoint._read_member(archive, self._key)
-        return value if dtype is None else value.astype(dtype)
 
 
 def _read_header(f, path, key):

@@ -22,6 +22,7 @@ import os
 import re
 
 import huggingface_hub
+import numpy as np
 
 from keras_vit import configs
 from keras_vit.checks import to_pair
@@ -78,8 +79,9 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
     (e.g. `keras_vit.weights.loading.match_params` with `check_values=False`).
 
     Returns:
-        (params, entry): the arrays by key (for an `.npz` with `check`: its members verified,
-        as `keras_vit.weights.npz.NpzArray`s read on use), and the registry entry (None for
+        (params, entry): the arrays by key (with `check`, those of an `.npz` or `.safetensors`
+        file verified, as `keras_vit.weights.npz.Deferred`s read on use), and the registry
+        entry (None for
         `.npz` paths and URLs; for safetensors, an entry with the `config` and `class_names`
         the file's `config.json` gives; for a keras-hub preset folder, one with its `config`
         and `preprocessing`, see `keras_vit.weights.keras_hub.read_preset`).
@@ -177,6 +179,8 @@ def _torch_layout(weights_path, config_path, source, num_heads, check, registere
 
     params, config, class_names = hub.load_safetensors(weights_path, config_path, num_heads,
                                                        check_headers)
+    if check is None:  # arrays, as an .npz's without a check
+        params = {key: np.asarray(value) for key, value in params.items()}
     return params, entry_of(config, class_names)
 
 

@@ -5,7 +5,9 @@ array maps: a torch `Linear` stores its weight as (out, in) where the official l
 (in, out); a `Conv2d` as (out, in, kh, kw) where it stores (kh, kw, in, out); timm fuses query,
 key and value into one (3 D, D) `qkv` weight (heads major, as its `reshape(B, N, 3, H, d)`
 reads it); transformers keeps them apart. Numbers of heads are not in the arrays: they come
-from the file's `config.json`, else from the width of a paper variant.
+from the file's `config.json`, else from the width of a paper variant. An array read from its
+file on use (`keras_vit.weights.npz.Deferred`) is rewritten as it is read, so that a loader
+holds one array at a time.
 
 timm (`vit_base_patch16_224.augreg2_in21k_ft_in1k` and the other `VisionTransformer` files):
 
@@ -30,6 +32,7 @@ import numpy as np
 from keras_vit import configs
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.layouts import BLOCK_KEY, POSEMB_KEY, RELATIVE_SUFFIX
+from keras_vit.weights.npz import derived
 
 LAYOUTS = ("official", "timm", "transformers")
 BLOCK = "Transformer/encoderblock_{}/"
@@ -129,7 +132,7 @@ class _Source(dict):
             raise CheckpointError(f"The {self.layout} checkpoint has no {key!r}. Expected a "
                                   "complete ViT.")
         self.read.add(key)
-        return np.asarray(super().__getitem__(key))
+        return super().__getitem__(key)
 
     def get(self, key, default=None):
         return self[key] if key in self else default
@@ -173,12 +176,27 @@ def layout_width(params, layout):
     return int(shape[-1] if layout == "official" else shape[0])
 
 
-def _linear(weight):
-    return np.ascontiguousarray(np.asarray(weight).T)
+def _linear(weight, shape=None):
+    """A torch `Linear` weight (out, in) as an official kernel (in, out), reshaped to `shape`."""
+    shape = shape or tuple(reversed(np.shape(weight)))
+    return derived(weight, shape, lambda w: np.ascontiguousarray(w.T).reshape(shape))
 
 
 def _conv(weight):
-    return np.ascontiguousarray(np.asarray(weight).transpose(2, 3, 1, 0))
+    out, channels, height, width = np.shape(weight)
+    return derived(weight, (height, width, channels, out),
+                   lambda w: np.ascontiguousarray(w.transpose(2, 3, 1, 0)))
+
+
+def _reshaped(value, shape):
+    return derived(value, shape, lambda v: v.reshape(shape))
+
+
+def _thirds(value):
+    """timm's fused query, key and value array split along its first axis."""
+    size = np.shape(value)[0] // 3
+    return [derived(value, (size, *np.shape(value)[1:]), lambda v, i=i: v[i * size:(i + 1) * size])
+            for i in range(3)]
 
 
 def _heads_for_width(width, num_heads):
@@ -202,15 +220,15 @@ def _check_supported(params):
 
 def _attention(prefix, q, k, v, out_w, out_b, heads):
     """Official attention arrays from torch-style (out, in) projections (biases None: none)."""
-    width = q[0].shape[1]
+    width = np.shape(q[0])[1]
     head_dim = width // heads
     params = {}
     for name, (weight, bias) in zip(("query", "key", "value"), (q, k, v)):
-        params[f"{prefix}{name}/kernel"] = _linear(weight).reshape(width, heads, head_dim)
+        params[f"{prefix}{name}/kernel"] = _linear(weight, (width, heads, head_dim))
         if bias is not None:
-            params[f"{prefix}{name}/bias"] = np.asarray(bias).reshape(heads, head_dim)
-    params[f"{prefix}out/kernel"] = _linear(out_w).reshape(heads, head_dim, width)
-    params[f"{prefix}out/bias"] = np.asarray(out_b)
+            params[f"{prefix}{name}/bias"] = _reshaped(bias, (heads, head_dim))
+    params[f"{prefix}out/kernel"] = _linear(out_w, (heads, head_dim, width))
+    params[f"{prefix}out/bias"] = out_b
     return params
 
 
@@ -227,21 +245,21 @@ def from_timm(params, num_heads=None):
     _check_supported(params)
     check_shapes(params, TIMM_SHAPES, "timm")
     params = _Source(params, "timm")
-    width = params["patch_embed.proj.weight"].shape[0]
+    width = np.shape(params["patch_embed.proj.weight"])[0]
     heads = _heads_for_width(width, num_heads)
     out = {"embedding/kernel": _conv(params["patch_embed.proj.weight"]),
            "embedding/bias": params["patch_embed.proj.bias"],
            POSEMB_KEY: params["pos_embed"]}
     if "cls_token" in params:
-        out["cls"] = np.asarray(params["cls_token"])
+        out["cls"] = params["cls_token"]
     blocks = sorted({int(m[1]) for k in params if (m := _TIMM_BLOCK.match(k))})
     for i in blocks:
         b, o = f"blocks.{i}.", BLOCK.format(i)
         qkv_w = params[b + "attn.qkv.weight"]
         qkv_b = params.get(b + "attn.qkv.bias")
-        split_b = np.split(qkv_b, 3) if qkv_b is not None else [None] * 3
+        split_b = _thirds(qkv_b) if qkv_b is not None else [None] * 3
         out.update(_attention(o + "MultiHeadDotProductAttention_1/",
-                              *zip(np.split(qkv_w, 3), split_b),
+                              *zip(_thirds(qkv_w), split_b),
                               params[b + "attn.proj.weight"], params[b + "attn.proj.bias"],
                               heads))
         out.update(_norm(params, o + "LayerNorm_0", b + "norm1.weight", b + "norm1.bias"))
@@ -252,7 +270,7 @@ def from_timm(params, num_heads=None):
         out.update(_norm(params, "fc_norm", "fc_norm.weight", "fc_norm.bias"))
     else:
         out.update(_norm(params, "Transformer/encoder_norm", "norm.weight", "norm.bias"))
-    if "head.weight" in params and params["head.weight"].size:
+    if "head.weight" in params and np.size(params["head.weight"]):
         out.update(_dense(params, "head", "head.weight", "head.bias"))
     params.check_all_read()
     return out
@@ -263,7 +281,7 @@ def to_timm(official):
     `from_timm`), for `timm.create_model(..., pretrained_cfg_overlay=dict(file=...))`.
     A model timm's `VisionTransformer` cannot hold (a hybrid's ResNet, `pre_logits`) is
     refused, naming the arrays."""
-    official = _Source(official, "official")
+    official = _Source({k: np.asarray(v) for k, v in official.items()}, "official")
     if POSEMB_KEY not in official:
         if any(k.endswith("pos_embedding_row") for k in official):
             kind = "the learned 2-D position embedding (position_embedding='learned_2d')"
@@ -320,7 +338,7 @@ def from_transformers(params, num_heads=None):
     params = _Source({k.removeprefix("vit."): v for k, v in params.items()
                       if k.removeprefix("vit.") != "embeddings.mask_token"}, "transformers")
     e = "embeddings."
-    width = params[e + "patch_embeddings.projection.weight"].shape[0]
+    width = np.shape(params[e + "patch_embeddings.projection.weight"])[0]
     heads = _heads_for_width(width, num_heads)
     out = {"embedding/kernel": _conv(params[e + "patch_embeddings.projection.weight"]),
            "embedding/bias": params[e + "patch_embeddings.projection.bias"],
