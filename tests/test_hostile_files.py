@@ -314,6 +314,32 @@ def test_a_bfloat16_tensor_with_a_doubled_axis_is_named(model, tmp_path):
         keras_vit.from_pretrained(str(path))
 
 
+def test_a_float8_safetensors_file_is_named_in_one_line(model, tmp_path):
+    # Its header is read; safetensors' NumPy API has no float8 arrays to give.
+    path = save_tiny_safetensors(model, tmp_path)
+    rewrite_safetensors(path, lambda params: params.update(
+        {k: v.astype(ml_dtypes.float8_e4m3fn) for k, v in params.items()}))
+    before = weights.model_params(model)
+    with pytest.raises(CheckpointError, match="holds arrays NumPy cannot represent"):
+        keras_vit.load_pretrained(model, str(path))
+    assert all(np.array_equal(v, before[k]) for k, v in weights.model_params(model).items())
+
+
+def test_float64_values_beyond_the_models_float32_are_named(model, tmp_path):
+    # They would be infinite in the model's float32 variables.
+    path = save_tiny_safetensors(model, tmp_path)
+
+    def widen(params):
+        params.update({k: v.astype(np.float64) for k, v in params.items()})
+        params["blocks.0.mlp.fc1.weight"][0, :3] = 1e300
+
+    rewrite_safetensors(path, widen)
+    with pytest.raises(CheckpointError, match=r"blocks\.0\.mlp\.fc1\.weight|MlpBlock_3/Dense_0"
+                                              r"/kernel: 3 values beyond the range of the "
+                                              r"model's float32"):
+        keras_vit.load_pretrained(model, str(path))
+
+
 def test_an_npz_with_a_permuted_kernel_is_named(model, tmp_path):
     params = weights.model_params(model)
     params["embedding/kernel"] = np.ascontiguousarray(params["embedding/kernel"].transpose(

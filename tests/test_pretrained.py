@@ -444,12 +444,25 @@ def test_a_position_embedding_that_cannot_be_resized_leaves_the_model_untouched(
 
 
 @pytest.mark.parametrize("form", SAVERS)
-def test_a_file_cut_short_after_its_verification_says_the_model_is_part_loaded(tmp_path, form):
+@pytest.mark.parametrize("change", ["cut short", "rewritten"])
+def test_a_file_changed_in_place_after_its_verification_says_the_model_is_part_loaded(
+        tmp_path, form, change):
     path = SAVERS[form](build(), tmp_path / f"cut.{form}")
+    os.utime(path, (0, 0))  # written long before it is read, as a download in a cache is
     params, _ = weights.fetch_params(path, progress=False, check=lambda *args: None)
-    os.truncate(path, os.path.getsize(path) // 2)  # in place, under the verified archive
+    if change == "cut short":
+        os.truncate(path, os.path.getsize(path) // 2)  # in place, under the verified file
+    else:  # the same size, other weights
+        other = build()
+        other.set_weights([w + 1 for w in other.get_weights()])
+        (tmp_path / "other").mkdir()
+        data = open(SAVERS[form](other, tmp_path / "other" / f"cut.{form}"), "rb").read()
+        assert len(data) == os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.write(data)
+    model = build()
     with pytest.raises(weights.CheckpointError, match=r"The model is part-loaded \(\d+ of "):
-        weights.load_params(build(), params)
+        weights.load_params(model, params)
 
 
 def test_sha256_is_checked_on_download_and_on_cache_hits(tmp_path, cache):

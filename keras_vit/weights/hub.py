@@ -17,6 +17,7 @@ from the array shapes.
 import functools
 import os
 import re
+import weakref
 
 import huggingface_hub
 import ml_dtypes
@@ -118,33 +119,61 @@ def read_safetensors(path, expected):
     Raises:
         CheckpointError: naming the file, if it cannot be read or changed since `expected`.
     """
-    path = _existing(path)
-    try:
-        opened = safe_open(path, framework="np", backend="pread")  # no mmap: no SIGBUS
-        declared = {key: (tuple(opened.get_slice(key).get_shape()),
-                          _dtype(opened.get_slice(key).get_dtype())) for key in opened.keys()}
-    except (SafetensorError, ValueError, OSError, RecursionError) as e:
-        raise _unreadable(path, e) from None
-    if declared != {key: (value.shape, value.dtype) for key, value in expected.items()}:
-        raise CheckpointError(f"{path} changed while it was read.")
-    read = functools.partial(_read_tensor, opened, path)
-    return {key: Deferred(shape, dtype, functools.partial(read, key), _nonfinite(read(key)))
-            for key, (shape, dtype) in declared.items()}
+    opened = _Opened(_existing(path))
+    if opened.declared != {key: (value.shape, value.dtype) for key, value in expected.items()}:
+        raise CheckpointError(f"{opened.path} changed while it was read.")
+    return {key: Deferred(shape, dtype, functools.partial(opened.read, key),
+                          _nonfinite(opened.read(key)))
+            for key, (shape, dtype) in opened.declared.items()}
+
+
+class _Opened:
+    """A `.safetensors` file open for reading tensors (with `pread(2)`: no memory map, so no
+    bus error where it is cut short), which refuses to read one once the file has changed in
+    place: its size, modification or status change time (which no one can set back) moved.
+
+    Attributes:
+        declared: dict of key -> (shape, dtype) from its header.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        fd = os.open(path, os.O_RDONLY)  # the file safe_open reads, to see it change
+        weakref.finalize(self, os.close, fd)
+        try:
+            self._tensors = safe_open(path, framework="np", backend="pread")
+            self.declared = {key: (tuple(self._tensors.get_slice(key).get_shape()),
+                                   _dtype(self._tensors.get_slice(key).get_dtype()))
+                             for key in self._tensors.keys()}
+            if not os.path.samestat(os.fstat(fd), os.stat(path)):
+                raise CheckpointError(f"{path} changed while it was read.")
+        except (SafetensorError, ValueError, OSError, RecursionError) as e:
+            raise _unreadable(path, e) from None
+        self._fd = fd
+        self._changes = self._status()
+
+    def _status(self):
+        status = os.fstat(self._fd)
+        return status.st_size, status.st_mtime_ns, status.st_ctime_ns
+
+    def read(self, key):
+        """The tensor `key`, as the file was when opened."""
+        try:
+            value = self._tensors.get_tensor(key)
+            if self._status() != self._changes:
+                raise CheckpointError(f"{self.path} changed in place after it was verified.")
+            return value
+        except (TypeError, AttributeError) as e:  # a dtype safetensors' NumPy API lacks
+            raise CheckpointError(
+                f"{self.path} holds arrays NumPy cannot represent ({e}); keras_vit reads "
+                "float16, bfloat16, float32 and float64 safetensors. Expected a float32 file "
+                "(e.g. save it again in float32).") from None
+        except (SafetensorError, ValueError, OSError) as e:
+            raise _unreadable(self.path, e) from None
 
 
 def _dtype(name):
     return np.dtype(SAFETENSORS_DTYPES[name]) if name in SAFETENSORS_DTYPES else name
-
-
-def _read_tensor(opened, path, key):
-    try:
-        return opened.get_tensor(key)
-    except TypeError as e:  # a dtype safetensors' NumPy API does not represent
-        raise CheckpointError(f"{path} holds arrays NumPy cannot represent ({e}); keras_vit "
-                              "reads float16/float32/float64 safetensors. Expected a float32 "
-                              "file (e.g. save it again in float32).") from None
-    except (SafetensorError, ValueError, OSError) as e:
-        raise _unreadable(path, e) from None
 
 
 def _nonfinite(value):

@@ -13,6 +13,7 @@ part-loaded, and its error says so.
 import functools
 
 import keras
+import ml_dtypes
 import numpy as np
 
 from keras_vit.positions import patch_grid, position_resize
@@ -110,18 +111,29 @@ def _dtype_problem(key, value):
     return None
 
 
-def _array_problem(key, value):
+def _array_problem(key, value, dtype):
     """The problem of a file array (an array, or a `Deferred`, whose values are read to count
-    them unless they were counted as its file was verified), or None."""
+    them unless they were counted as its file was verified) for a variable of `dtype`, or
+    None: a dtype that is not floating point, non-finite values, or values beyond the range of
+    a narrower `dtype` (which would become infinite there)."""
     if problem := _dtype_problem(key, value):
         return problem
-    bad = getattr(value, "nonfinite", None)
-    if bad is None:
+    file_dtype = as_numpy_float(placeholder((), value.dtype)).dtype
+    narrows = ml_dtypes.finfo(file_dtype).max > ml_dtypes.finfo(dtype).max
+    bad, values = getattr(value, "nonfinite", None), None
+    if bad is None or narrows:
         values = as_numpy_float(np.asarray(value))
         bad = int(values.size - np.count_nonzero(np.isfinite(values)))
     if bad:
         return f"{key}: {bad} non-finite values (NaN or infinity)"
+    if narrows and (over := int(np.count_nonzero(np.abs(values) > ml_dtypes.finfo(dtype).max))):
+        return f"{key}: {over} values beyond the range of the model's {dtype}"
     return None
+
+
+def variable_dtype(variable):
+    """The NumPy dtype of a Keras variable."""
+    return np.dtype(keras.backend.standardize_dtype(variable.dtype))
 
 
 def _value(key, value, shape, model, has_cls):
@@ -193,11 +205,11 @@ def match_params(model, params, source=None, check_values=True):
             if isinstance(value, Deferred) and \
                     _adaptation(key, value.shape, shape) in (None, "group_norm"):
                 # Read again as it is assigned: its values reach the model as they are.
-                problem = _array_problem(key, value)
+                problem = _array_problem(key, value, variable_dtype(variable))
                 read = functools.partial(_value, key, value, shape, model, has_cls)
             else:  # computed once, here, where a resize can still fail or overflow
                 adapted = _value(key, value, shape, model, has_cls)
-                problem = _array_problem(key, adapted)
+                problem = _array_problem(key, adapted, variable_dtype(variable))
                 read = functools.partial(np.asarray, adapted)
             if problem:
                 problems.append(problem)
@@ -248,8 +260,7 @@ def load_params(model, params, source=None):
         except CheckpointError as e:
             raise CheckpointError(f"{e} The model is part-loaded ({done} of {len(assignments)} "
                                   "weights assigned): load it again.") from None
-        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype),
-                                     copy=False))
+        variable.assign(value.astype(variable_dtype(variable), copy=False))
     for name in fresh:
         layer = model.get_layer(name)
         layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))
