@@ -3,8 +3,8 @@
     python -m benchmarks.routes --model B/16 --mode infer attention=products attention=fused
     python -m benchmarks.routes --model B/16 --mode train --xla --fresh remat=none remat=blocks
 
-A variant is a choice of `keras_vit.routes` (`attention=memory_efficient`), `scan=true|false`,
-or in training `optimizer=keras_vit|keras`, several joined by commas; "default" is the model as
+A variant is a choice of `keras_vit.routes` (`attention=memory_efficient`, `scan=blocks`), or in
+training `optimizer=keras_vit|keras`, several joined by commas; "default" is the model as
 built. Every variant gets the same weights and batch, and its outputs (inference) or first loss
 (training) must agree with the first variant's. benchmarks/README.md says what each option adds.
 """
@@ -20,29 +20,24 @@ import time
 
 from benchmarks.contenders import common, keras_common, keras_vit_model
 
-STRUCTURE_OPTIONS = ("scan",)
 OPTIMIZERS = ("keras_vit", "keras")
 
 
 def parse_variant(text):
-    """"attention=fused,scan=true" -> (ViT keyword arguments, optimizer, routes); "default"
-    -> ({}, "keras_vit", {})."""
+    """"attention=fused,optimizer=keras" -> (optimizer, routes); "default" -> ("keras_vit", {})."""
     from keras_vit import routes
 
-    overrides, choices, optimizer = {}, {}, "keras_vit"
+    choices, optimizer = {}, "keras_vit"
     for item in ([] if text == "default" else text.split(",")):
         key, _, value = item.partition("=")
         if key in routes.CHOICES and value:
             choices[key] = value
-        elif key in STRUCTURE_OPTIONS and value in ("true", "false"):
-            overrides[key] = value == "true"
         elif key == "optimizer" and value in OPTIMIZERS:
             optimizer = value
         else:
             raise ValueError(f"Variant item {item!r}: expected CHOICE=IMPLEMENTATION with CHOICE "
-                             f"in {sorted(routes.CHOICES)}, scan=true|false "
-                             f"or optimizer={'|'.join(OPTIMIZERS)}.")
-    return overrides, optimizer, routes.check_routes(choices)
+                             f"in {sorted(routes.CHOICES)} or optimizer={'|'.join(OPTIMIZERS)}.")
+    return optimizer, routes.check_routes(choices)
 
 
 def build(text, args):
@@ -53,10 +48,10 @@ def build(text, args):
     import keras_vit
     from keras_vit.routes import use_routes
 
-    overrides, optimizer, chosen = parse_variant(text)
+    optimizer, chosen = parse_variant(text)
     start = time.perf_counter()
     keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(args.model, image_size=args.image_size, **overrides)
+    model = keras_vit.create_model(args.model, image_size=args.image_size)
     images, labels = common.random_batch(args.batch, args.image_size)
     if args.mode == "infer":
         model.compile(jit_compile=args.xla)

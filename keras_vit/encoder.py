@@ -7,15 +7,12 @@ official code's encoder module), so that its variables' paths are still the chec
 `Transformer/encoderblock_{i}/...` and loading, saving and conversion are unchanged.
 """
 
-import contextlib
-
 import keras
 
 from keras_vit.checks import check_bool, check_positive_int
-from keras_vit.implementations import can_scan, scan_layers
 from keras_vit.layer_config import ConfigArgs
 from keras_vit.layers import GELU_APPROXIMATE, LAYER_NORM_EPSILON, TransformerBlock, block_args
-from keras_vit.routes import use_routes
+from keras_vit.routes import encoder, use_routes
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
@@ -72,14 +69,9 @@ class Encoder(ConfigArgs, keras.layers.Layer):
             block.build(input_shape)
 
     def call(self, inputs, training=None):
-        # inputs = [B, N, D]; `remat=True` chooses the route that recomputes every block.
-        with use_routes(remat="blocks") if self.remat else contextlib.nullcontext():
-            if self.scan and can_scan(self.blocks):
-                return scan_layers(self.blocks, inputs, training)
-            x = inputs
-            for block in self.blocks:
-                x = block(x, training=training)
-            return x  # x = [B, N, D]
+        # inputs = [B, N, D]; `scan=True` and `remat=True` choose their routes for the blocks.
+        with use_routes(**{name: "blocks" for name in ("scan", "remat") if getattr(self, name)}):
+            return encoder(self.blocks, inputs, training)  # [B, N, D]
 
     def compute_output_shape(self, input_shape):
         return input_shape

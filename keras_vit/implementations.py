@@ -167,20 +167,11 @@ def remat_call(layer, forward, x):
     return outputs
 
 
-def can_scan(layers):
-    """Whether `scan_layers` can run `layers`: on JAX, more than one layer, and weights of the
-    same shapes and dtypes in each (LoRA or quantization of some layers only breaks that).
-    TensorFlow cannot differentiate `keras.ops.scan` under XLA, and its while loop over the
-    stacked weights was measured slower than the layers in turn."""
-    layouts = {tuple((tuple(v.shape), v.dtype) for v in layer.weights) for layer in layers}
-    return keras.backend.backend() == "jax" and len(layers) > 1 and len(layouts) == 1
-
-
 def scan_layers(layers, x, training):
     """Applies `layers` in turn to `x` as one traced layer scanned over their stacked weights
     (big_vision's scanned layout): `layers[0]`'s computation with each layer's weights. Dropout
-    masks come from `layers[0]`'s seed generators, advanced from layer to layer. Check
-    `can_scan(layers)` first.
+    masks come from `layers[0]`'s seed generators, advanced from layer to layer. For layers
+    whose weights have the same shapes and dtypes, on JAX (`keras_vit.routes.encoder` checks).
     """
     template = layers[0]
     # Each weight stacked over the layers: [len(layers), *shape].

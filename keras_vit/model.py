@@ -171,12 +171,13 @@ class ViT(RoutedSteps, keras.Model):
             relative offset between two patches, per head, and adds the query's product with
             it to their logit, as Shaw et al., 2018) or "none" (no position information:
             `NoPositionEmbs`). Defaults to "learned".
-        scan: bool. If True, the blocks live in one `keras_vit.Encoder` layer named
-            `Transformer`, which runs one traced block over their stacked weights on JAX
-            (big_vision's scanned layout: one block to trace and compile instead of
-            `num_layers`). The blocks keep their names and weights, so loading, saving,
-            conversion and export are unchanged; the attention probabilities are not in the
-            graph. Defaults to False (one `TransformerBlock` layer per block).
+        scan: bool. The layout 0.4 saved scanning in: the blocks live in one
+            `keras_vit.Encoder` layer named `Transformer`, which runs one traced block over
+            their stacked weights on JAX (the route `scan="blocks"`: one block to trace and
+            compile instead of `num_layers`). The blocks keep their names and weights, so
+            loading, saving, conversion and export are unchanged. To scan the blocks of any
+            model without saving it, choose the route instead
+            (`keras_vit.routes.use_routes(scan="blocks")`). Defaults to False.
         position_resize: "linear" or "bicubic". How the learned position embedding moves to
             another patch grid, when a checkpoint is loaded at another `image_size` and, with
             `dynamic_image_size=True`, in the graph: "linear", the official code's
@@ -257,6 +258,20 @@ class ViT(RoutedSteps, keras.Model):
         if isinstance(policy, keras.dtype_policies.DTypePolicyMap):  # a quantized model's
             policy = policy.default_policy
         self._base_policy = policy
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        """The model's graph. Where the `scan` route "blocks" is chosen
+        (`keras_vit.routes.use_routes(scan="blocks")`), the same layers with the encoder blocks
+        run by `keras_vit.routes.encoder`: scanned over their stacked weights where it can."""
+        if ENCODER in self._layer_names() or routes.route("scan", training) == "none":
+            return super().call(inputs, training=training, mask=mask, **kwargs)
+        blocks = self._blocks()
+        outputs, _ = _forward(self._parts(), inputs, json.loads(self._arguments),
+                              encoder=lambda x: routes.encoder(blocks, x, training))
+        return outputs
+
+    def _layer_names(self):
+        return [layer.name for layer in self.layers]
 
     def get_config(self):
         """The constructor's arguments (and the dtype policy: a `DTypePolicyMap` of the
@@ -407,8 +422,7 @@ class ViT(RoutedSteps, keras.Model):
 
     def _blocks(self):
         """The encoder blocks, in order (those of the `Encoder` of a scanned model too)."""
-        names = [layer.name for layer in self.layers]
-        if ENCODER in names:
+        if ENCODER in self._layer_names():
             return list(self.get_layer(ENCODER).blocks)
         return [self.get_layer(f"encoderblock_{i}")
                 for i in range(self.vit_arguments()["num_layers"])]
@@ -548,14 +562,17 @@ def _make_layers(args, policy):
     return parts
 
 
-def _forward(parts, images, args, attention=False):
+def _forward(parts, images, args, attention=False, encoder=None):
     """Wires the layers `parts` on `images` as equations 1-4: `(outputs, probabilities)`, the
-    attention probabilities of every block when `attention` (else an empty list)."""
+    attention probabilities of every block when `attention` (else an empty list). `encoder`,
+    where given, runs the blocks instead (a function of the tokens)."""
     x, _ = _embed(parts, images, args)
     probabilities = []
     if ENCODER in parts and not attention:
         x = parts[ENCODER](x)  # (2), (3) for every block
-    for i in range(args["num_layers"] if attention or ENCODER not in parts else 0):
+    elif encoder is not None:
+        x = encoder(x)  # (2), (3) for every block
+    for i in range(args["num_layers"] if attention or not (ENCODER in parts or encoder) else 0):
         block = parts[f"encoderblock_{i}"]  # (2), (3): x = [B, N(+1), D]
         if attention:
             x, probs = block(x)  # probs = [B, h, N, N]

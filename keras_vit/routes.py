@@ -27,7 +27,8 @@ from keras import ops
 from keras_vit.devices import on_cpu
 from keras_vit.implementations import (attention_probabilities, fused_attention,
                                        gradient_barrier, memory_efficient_attention,
-                                       recomputed_gelu, recomputed_layer_norm, remat_call)
+                                       recomputed_gelu, recomputed_layer_norm, remat_call,
+                                       scan_layers)
 
 # Every choice and its implementations; "auto" (or leaving it out) is the measured default.
 CHOICES = {
@@ -59,6 +60,10 @@ CHOICES = {
     # backward pass, or "blocks", only its input kept and the rest recomputed there with the
     # forward pass's dropout masks (`remat_call`, `keras.remat`): less memory, more compute.
     "remat": ("none", "blocks"),
+    # The encoder's blocks (`encoder`): "none", each block's layer in turn, or "blocks", one
+    # traced block run over their stacked weights (`scan_layers`, big_vision's scanned
+    # layout: one block to trace and compile instead of `num_layers`), on JAX.
+    "scan": ("none", "blocks"),
     # The attention's softmax in training (`attention_probabilities`), computed in float32:
     # "autodiff", through the softmax and the cast to the computation's dtype (in mixed
     # precision the backward pass keeps the float32 probabilities beside the 16-bit ones), or
@@ -136,6 +141,7 @@ def default_route(name, training, dtype="float32"):
     Both are "autodiff" at inference, which has no backward pass.
     - remat: "none" (recomputing every block met timm's training memory at 1.22x the step
       time: chosen where memory decides, not a default).
+    - scan: "none" (a choice for the time XLA takes to compile `num_layers` blocks on JAX).
     - softmax: "autodiff" ("narrow" held less memory in bfloat16 training on a CPU, more at
       577 tokens than at 197, and its steps were as fast or slower: chosen where memory
       decides, not a default).
@@ -153,8 +159,8 @@ def default_route(name, training, dtype="float32"):
         return "recompute" if training else "autodiff"
     if name == "remat":
         return "none"
-    if name == "softmax":
-        return "autodiff"
+    if name in ("softmax", "scan"):
+        return "autodiff" if name == "softmax" else "none"
     raise ValueError(f"Unknown route choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
@@ -197,7 +203,8 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
     chosen = route("attention", training)
     reason = _why_not(chosen, dropping, bias, query.shape[1])
     if reason:
-        _fell_back(chosen, reason)
+        _fell_back(f"The {chosen!r} attention route cannot take {reason}: the products "
+                   "(softmax(q k^T) v, every probability kept) run instead for these layers.")
         chosen = "products"
     if chosen == "fused" and not return_probabilities:
         return fused_attention(query, key, value, bias)
@@ -223,19 +230,17 @@ def _why_not(chosen, dropping, bias, length):
     return None
 
 
-# The (route, reason) pairs already reported in this process: each is said once.
+# The messages of routes that could not apply, already given in this process: each is said
+# once.
 _FELL_BACK = set()
 
 
-def _fell_back(chosen, reason):
-    """Says once per process that the chosen attention route cannot apply and the products
-    run instead, and why."""
-    if (chosen, reason) in _FELL_BACK:
+def _fell_back(message):
+    """Says once per process that a chosen route cannot apply, why, and what runs instead."""
+    if message in _FELL_BACK:
         return
-    _FELL_BACK.add((chosen, reason))
-    warnings.warn(f"The {chosen!r} attention route cannot take {reason}: the products "
-                  "(softmax(q k^T) v, every probability kept) run instead for these layers.",
-                  stacklevel=3)
+    _FELL_BACK.add(message)
+    warnings.warn(message, stacklevel=3)
 
 
 def per_token(fn, x, training=False):
@@ -271,6 +276,35 @@ def encoder_block(layer, forward, x, training=False):
     if training and route("remat", training) == "blocks":
         return remat_call(layer, forward, x)
     return forward(x)
+
+
+def encoder(blocks, x, training=False):
+    """The encoder blocks `blocks` applied in turn to `x = [B, N, D]`: each layer in turn, or
+    one traced block scanned over their stacked weights where "blocks" is the chosen `scan`
+    route and it can apply (on JAX, more than one block, all with weights of the same shapes
+    and dtypes); where it cannot, it says why once per process."""
+    if route("scan", training) == "blocks":
+        reason = _why_not_scan(blocks)
+        if reason is None:
+            return scan_layers(blocks, x, training)
+        _fell_back(f"The 'blocks' scan route does not apply here: {reason}. The blocks run "
+                   "in turn.")
+    for block in blocks:
+        x = block(x, training=training)
+    return x
+
+
+def _why_not_scan(blocks):
+    """Why the blocks cannot run scanned (`scan_layers`), or None."""
+    if keras.backend.backend() != "jax":
+        return (f"it scans on JAX only, not on the {keras.backend.backend()} backend "
+                "(TensorFlow cannot differentiate a scan under XLA, and its loop ran slower)")
+    if len(blocks) < 2:
+        return "the encoder has a single block"
+    if len({tuple((tuple(v.shape), v.dtype) for v in block.weights) for block in blocks}) > 1:
+        return ("the blocks' weights differ in shape or dtype (LoRA or quantization of some "
+                "blocks)")
+    return None
 
 
 def block_input(x, training=False):

@@ -200,8 +200,9 @@ def add_run_arguments(parser, *, outputs, steps, learning_rate, validation_split
                      help="Keras backend (default: KERAS_BACKEND, else tensorflow); the data "
                           "pipelines are tf.data either way")
     run.add_argument("--scan", action="store_true",
-                     help="build the encoder as one scanned layer (keras_vit.ViT scan=True: "
-                          "one block traced and compiled, on the JAX backend)")
+                     help="on the JAX backend, run one traced block over the blocks' stacked "
+                          "weights (the route scan=blocks, not saved with the model): one "
+                          "block compiled instead of all")
     run.add_argument("--remat", action="store_true",
                      help="recompute each encoder block in the backward pass (the route "
                           "remat=blocks, not saved with the model): less training memory, "

@@ -180,10 +180,11 @@ def start_run(args):
     if args.compile_cache:
         training.enable_compilation_cache(args.compile_cache)
     training.set_precision(args.precision)
-    if args.remat:
+    chosen = {name: "blocks" for name in ("scan", "remat") if getattr(args, name)}
+    if chosen:
         from keras_vit import routes
 
-        routes.set_routes(remat="blocks")  # each encoder block recomputed in training
+        routes.set_routes(**chosen)  # blocks scanned (JAX), recomputed in training
     if getattr(args, "cpu_replicas", None):
         tf_distribute.split_cpu(args.cpu_replicas)  # before anything starts TensorFlow's runtime
     keras.utils.set_random_seed(args.seed)
@@ -193,16 +194,15 @@ def start_run(args):
 
 
 def run_architecture(args):
-    """The `keras_vit.ViT` arguments the run flags add to the model flags': `scan=True` for
-    `--scan`. `--remat` is the route `remat="blocks"` (`start_run`), saved nowhere, except for
-    a run that was started with `remat=True` in its model (keras_vit 0.4's `--remat`): it
-    resumes in that layout, which its backup holds."""
+    """The `keras_vit.ViT` arguments the run flags add to the model flags'. `--scan` and
+    `--remat` are the routes `scan="blocks"` and `remat="blocks"` (`start_run`), saved nowhere,
+    except for a run that was started with `scan=True` or `remat=True` in its model (keras_vit
+    0.4's flags): it resumes in that layout, which its backup holds."""
     from keras_vit.training import loop
 
-    architecture = {"scan": True} if args.scan else {}
-    if args.remat and not args.overwrite and loop.recorded_layout(args.output).get("remat"):
-        architecture["remat"] = True
-    return architecture or None
+    flags = [name for name in ("scan", "remat") if getattr(args, name)]
+    recorded = loop.recorded_layout(args.output) if flags and not args.overwrite else {}
+    return {name: True for name in flags if recorded.get(name)} or None
 
 
 def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, **kwargs):

@@ -434,15 +434,17 @@ def test_run_measures_keras_vit_and_reports_a_failing_contender(tmp_path):
 def test_route_variants_parse():
     from benchmarks import routes
 
-    assert routes.parse_variant("default") == ({}, "keras_vit", {})
-    assert routes.parse_variant("attention=products,scan=true,optimizer=keras") == (
-        dict(scan=True), "keras", {"attention": "products"})
-    assert routes.parse_variant("remat=blocks") == ({}, "keras_vit", {"remat": "blocks"})
-    for bad in ("attention", "scan=yes", "flash=on", "optimizer=sgd"):
+    assert routes.parse_variant("default") == ("keras_vit", {})
+    assert routes.parse_variant("attention=products,scan=blocks,optimizer=keras") == (
+        "keras", {"attention": "products", "scan": "blocks"})
+    assert routes.parse_variant("remat=blocks") == ("keras_vit", {"remat": "blocks"})
+    for bad in ("attention", "flash=on", "optimizer=sgd"):
         with pytest.raises(ValueError, match="expected CHOICE=IMPLEMENTATION"):
             routes.parse_variant(bad)
     with pytest.raises(ValueError, match="must be one of 'auto', 'products', 'fused'"):
         routes.parse_variant("attention=flash")
+    with pytest.raises(ValueError, match="must be one of 'auto', 'none', 'blocks'"):
+        routes.parse_variant("scan=true")
 
 
 def test_points_are_measured_each_at_its_size_and_batch(monkeypatch):

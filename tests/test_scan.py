@@ -139,13 +139,14 @@ def test_scan_and_remat_flags_reach_the_run_config(tmp_path, image_folder):
                    "--batch-size", "4", "--epochs", "1", "--validation-split", "none",
                    "--verbose", "0", "--output", str(tmp_path / "run")])
     assert status == 0
-    # --scan is the saved layout; --remat the route, chosen for the run and saved nowhere.
+    # --scan and --remat are routes, chosen for the run and saved nowhere.
     written = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert written["model"]["scan"] is True and written["model"]["remat"] is False
-    assert routes.chosen_routes()["remat"] == "blocks"
-    # The run's sidecar rebuilds the scanned model; its weights load into either layout.
-    scanned = keras_vit.from_pretrained(tmp_path / "run" / "final.npz")
-    plain = keras_vit.from_pretrained(tmp_path / "run" / "final.npz", scan=False)
+    assert written["model"]["scan"] is False and written["model"]["remat"] is False
+    assert {k: routes.chosen_routes()[k] for k in ("scan", "remat")} == dict(scan="blocks",
+                                                                             remat="blocks")
+    # The run's sidecar rebuilds the per-block model; its weights load into either layout.
+    plain = keras_vit.from_pretrained(tmp_path / "run" / "final.npz")
+    scanned = keras_vit.from_pretrained(tmp_path / "run" / "final.npz", scan=True)
     assert [keras_vit.vit_config(m)["scan"] for m in (scanned, plain)] == [True, False]
     np.testing.assert_allclose(scanned.predict(images(), verbose=0),
                                plain.predict(images(), verbose=0), atol=1e-5)
@@ -177,15 +178,18 @@ def test_a_run_resumes_only_in_the_layout_it_was_started_in(tmp_path):
     summary = training.fit(keras_vit.ViT(**CONFIG), train, output_dir=tmp_path, epochs=2,
                            verbose=0)
     assert summary["resumed_at_epoch"] == 1
-    # A run started with remat=True in its model (0.4's --remat) resumes from the command
-    # line in that layout; any other run's --remat is the route alone.
-    flags = dict(scan=False, remat=True, overwrite=False)
+    # A run started with scan=True or remat=True in its model (0.4's --scan and --remat)
+    # resumes from the command line in that layout; any other run's flags are the routes alone.
+    flags = dict(scan=True, remat=True, overwrite=False)
     assert run_architecture(argparse.Namespace(output=str(tmp_path), **flags)) is None
-    with pytest.raises(KeyboardInterrupt):
-        training.fit(keras_vit.ViT(remat=True, **CONFIG), train, output_dir=tmp_path / "old",
-                     epochs=2, verbose=0, callbacks=[Crash()])
-    assert run_architecture(argparse.Namespace(output=str(tmp_path / "old"), **flags)) == {
-        "remat": True}
+    for layout in ("scan", "remat"):
+        with pytest.raises(KeyboardInterrupt):
+            training.fit(keras_vit.ViT(**{layout: True}, **CONFIG), train, epochs=2, verbose=0,
+                         output_dir=tmp_path / layout, callbacks=[Crash()])
+        assert run_architecture(argparse.Namespace(output=str(tmp_path / layout), **flags)) \
+            == {layout: True}
+        assert run_architecture(argparse.Namespace(
+            output=str(tmp_path / layout), **dict(flags, overwrite=True))) is None
 
 
 def test_per_block_keeps_the_models_precision_policy():
