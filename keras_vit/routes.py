@@ -141,7 +141,8 @@ def default_route(name, training, dtype="float32"):
     Both are "autodiff" at inference, which has no backward pass.
     - remat: "none" (recomputing every block met timm's training memory at 1.22x the step
       time: chosen where memory decides, not a default).
-    - scan: "none" (a choice for the time XLA takes to compile `num_layers` blocks on JAX).
+    - scan: "none" (scanning stacks the blocks' weights in every step: slower and larger on
+      a CPU, with no shorter first step; chosen where XLA's compile time decides).
     - softmax: "autodiff" ("narrow" held less memory in bfloat16 training on a CPU, more at
       577 tokens than at 197, and its steps were as fast or slower: chosen where memory
       decides, not a default).
