@@ -121,7 +121,7 @@ def symbolic_build(model, data_batch):
             model.optimizer.build(model.trainable_variables)
         return
     inputs, labels = data_batch[0], data_batch[1]
-    as_keras = type(model).call is _functional_call() and all(
+    as_keras = _computes_its_graph(type(model)) and all(
         getattr(type(model), name) is getattr(keras.Model, name)
         for name in ("compute_loss", "compute_metrics"))
     if as_keras and labels is not None:
@@ -135,6 +135,12 @@ def symbolic_build(model, data_batch):
             if compiled is not None and not compiled.built:
                 compiled.build(labels, predictions)
     model._symbolic_build(data_batch=data_batch)
+
+
+def _computes_its_graph(cls):
+    """Whether a model class's `call` gives its functional graph's outputs: Keras' own, or one
+    that computes them by another route and says so (`COMPUTES_ITS_GRAPH = True`)."""
+    return cls.call is _functional_call() or getattr(cls, "COMPUTES_ITS_GRAPH", False)
 
 
 @functools.cache

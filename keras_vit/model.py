@@ -59,6 +59,9 @@ _DATA_CONFIG_SLOT = "_keras_vit_data_config"
 _STEP_ROUTES_SLOT = "_keras_vit_step_routes"
 # Where a ViT keeps the models `forward_intermediates` made (a cache, not tracked by Keras).
 _INTERMEDIATES_SLOT = "_keras_vit_intermediates"
+# The arguments of the layouts keras_vit 0.4 saved execution choices in (the blocks in one
+# `Encoder` layer): a model holds them only where they are True.
+LAYOUT_ARGUMENTS = ("scan", "remat")
 # Bytes a float32 weight or activation takes.
 FLOAT32_BYTES = 4
 
@@ -259,14 +262,21 @@ class ViT(RoutedSteps, keras.Model):
             policy = policy.default_policy
         self._base_policy = policy
 
+    # `call` gives the graph's outputs, the blocks run by their route: what Keras would learn
+    # by tracing it, the graph states (`framework.symbolic_build`).
+    COMPUTES_ITS_GRAPH = True
+
     def call(self, inputs, training=None, mask=None, **kwargs):
         """The model's graph. Where the `scan` route "blocks" is chosen
         (`keras_vit.routes.use_routes(scan="blocks")`), the same layers with the encoder blocks
         run by `keras_vit.routes.encoder`: scanned over their stacked weights where it can."""
-        if ENCODER in self._layer_names() or routes.route("scan", training) == "none":
+        if ENCODER in self._layer_names() or mask is not None or kwargs or \
+                routes.route("scan", training) == "none":
             return super().call(inputs, training=training, mask=mask, **kwargs)
+        (images,) = keras.tree.flatten(inputs)  # a dict or list of the one input too
+        images = keras.ops.cast(images, self.inputs[0].dtype)  # as the graph's `Input` takes it
         blocks = self._blocks()
-        outputs, _ = _forward(self._parts(), inputs, json.loads(self._arguments),
+        outputs, _ = _forward(self._parts(), images, json.loads(self._arguments),
                               encoder=lambda x: routes.encoder(blocks, x, training))
         return outputs
 
@@ -313,8 +323,14 @@ class ViT(RoutedSteps, keras.Model):
         object.__setattr__(self, _DATA_CONFIG_SLOT, config)  # not tracked by Keras: a value
 
     def vit_arguments(self):
-        """The `keras_vit.ViT` arguments that rebuild this model (a JSON-serialisable dict)."""
-        return dict(json.loads(self._arguments), name=self.name)
+        """The `keras_vit.ViT` arguments that rebuild this model (a JSON-serialisable dict):
+        its architecture; `scan` and `remat` only where they are True (the layouts 0.4 saved
+        these execution choices in, whose weights live in one `Encoder` layer)."""
+        arguments = json.loads(self._arguments)
+        for name in LAYOUT_ARGUMENTS:
+            if not arguments[name]:
+                del arguments[name]
+        return dict(arguments, name=self.name)
 
     @property
     def base_policy(self):

@@ -14,7 +14,7 @@ through each layer's `LEGACY_KEYS`.
 import keras
 
 from keras_vit.encoder import Encoder
-from keras_vit.model import ENCODER, POSITION_EMBEDDINGS, RELATIVE, ViT
+from keras_vit.model import ENCODER, LAYOUT_ARGUMENTS, POSITION_EMBEDDINGS, RELATIVE, ViT
 from keras_vit.positions import model_image_size, position_resize
 from keras_vit.resnet import ResNet
 
@@ -109,12 +109,11 @@ def legacy_vit_config(model):
         qkv_bias=block.qkv_bias,
         class_token="cls" in names,
         fc_norm="fc_norm" in names,
-        remat=bool(encoder and encoder.remat),
         position_embedding=_position_embedding(model.get_layer("posembed_input"), block),
-        scan=bool(encoder and encoder.scan),
         position_resize=position_resize(model),
         name=model.name,
     )
+    config.update({name: True for name in LAYOUT_ARGUMENTS if encoder and getattr(encoder, name)})
     if "resnet" in names:
         stem = model.get_layer("resnet")
         config["resnet"] = dict(num_layers=list(stem.num_layers),

@@ -54,6 +54,8 @@ that encoder (`include_top=False`).
 import keras
 from keras import ops
 
+from keras_vit import routes
+from keras_vit.encoder import Encoder
 from keras_vit.model_parts import vit_config
 from keras_vit.model import RoutedSteps, ViT
 from keras_vit.model_parts import encoder_blocks, encoder_layer
@@ -318,8 +320,10 @@ class MaskedPatchModel(RoutedSteps, keras.Model):
         # images = [B, H, W, 3] in [-1, 1]
         x, selected = self.embed(images, training)
         x = self.dropout(x, training=training)
-        for block in self.blocks:
-            x = block(x, training=training)  # x = [B, prefix + N, D]
+        if isinstance(self.blocks[0], Encoder):  # the 0.4 layouts' one layer
+            x = self.blocks[0](x, training=training)  # x = [B, prefix + N, D]
+        else:  # in turn, or scanned where that route is chosen
+            x = routes.encoder(self.blocks, x, training)  # x = [B, prefix + N, D]
         x = self.norm(x)[:, self.num_prefix:]  # x = [B, N, D], the patch tokens
         predictions = self.head(x)  # [B, N, units], float32
         if self.objective == "downsized_color":

@@ -57,7 +57,7 @@ def test_a_keras_file_of_0_3_loads_with_the_same_logits_and_without_its_routes(n
     config = keras_vit.vit_config(model)  # read off the layers: 0.3 did not save it
     assert "kernels" not in config
     # The arguments read back rebuild the same model: a keras_vit.ViT with the same logits.
-    twin = keras_vit.per_block(model) if config["scan"] or config["remat"] else \
+    twin = keras_vit.per_block(model) if config.get("scan") or config.get("remat") else \
         keras_vit.introspection.rebuilt(model)
     assert isinstance(twin, keras_vit.ViT)
     np.testing.assert_allclose(twin.predict(expected["images"], verbose=0), expected["logits"],

@@ -121,7 +121,7 @@ def test_train_command_on_jax(tmp_path, image_folder):
     assert '"epochs": 2' in result.stdout and "2 replica(s)" in result.stdout
     assert weights.read_npz(tmp_path / "run" / "final.npz")["head/kernel"].shape == (16, 2)
     written = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert written["model"]["scan"] is False  # --scan is the route, saved nowhere
+    assert "scan" not in written["model"]  # --scan is the route, saved nowhere
     # JAX's persistent cache holds the compiled steps for the next run.
     assert any(path.is_file() for path in (tmp_path / "xla_cache").rglob("*"))
 
@@ -320,7 +320,22 @@ SCAN_ON_JAX = textwrap.dedent("""
             model.fit(x, y, epochs=3, batch_size=2, shuffle=False, verbose=0)
     assert np.abs(plain.get_layer("head").get_weights()[0]).max() > 1e-3  # trained
     assert difference(plain, twin) < 2e-4, difference(plain, twin)
-    assert keras_vit.vit_config(twin)["scan"] is False  # saved nowhere
+    assert "scan" not in keras_vit.vit_config(twin)  # saved nowhere
+    # The masked-patch pre-training model runs its encoder by the route too.
+    from keras_vit import pretraining
+
+    encoder_only = keras_vit.ViT(**dict(config, include_top=False, num_classes=None))
+    masked = pretraining.masked_patch_model(encoder_only)
+    masked(x)
+
+    def pretraining_step():
+        return str(jax.make_jaxpr(lambda t, n: masked.stateless_call(t, n, x, training=True)[0])(
+            [v.value for v in masked.trainable_variables],
+            [v.value for v in masked.non_trainable_variables]))
+
+    assert "scan[" not in pretraining_step()
+    with routes.use_routes(scan="blocks"):
+        assert pretraining_step().count("scan[") == 1
     print("ok")
 """)
 

@@ -95,7 +95,7 @@ def test_the_remat_route_recomputes_every_block_and_is_not_saved(tmp_path):
         assert softmaxes_in_a_training_step(model, x) == 4  # and again in the backward pass
     model.save(tmp_path / "m.keras")
     again = keras.saving.load_model(tmp_path / "m.keras")
-    assert keras_vit.vit_config(again)["remat"] is False
+    assert "remat" not in keras_vit.vit_config(again)
     assert softmaxes_in_a_training_step(again, x) == 2
 
 

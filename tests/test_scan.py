@@ -4,6 +4,7 @@ masked-patch pre-training work on it unchanged. On TensorFlow it applies its blo
 the other; the scan itself runs on JAX (`tests/test_jax.py`)."""
 
 import json
+import warnings
 
 import keras
 import numpy as np
@@ -52,8 +53,22 @@ def test_the_scanned_model_has_the_per_block_weights_under_the_checkpoint_names(
                                plain.predict(images(), verbose=0), atol=1e-5)
     config = keras_vit.vit_config(scanned)
     assert config["scan"] is True and config["num_layers"] == 3
-    assert keras_vit.vit_config(plain)["scan"] is False
-    assert dict(config, scan=False, name=None) == dict(keras_vit.vit_config(plain), name=None)
+    assert "scan" not in keras_vit.vit_config(plain)  # the 0.4 layout's flag, where it is set
+    config.pop("scan")
+    assert dict(config, name=None) == dict(keras_vit.vit_config(plain), name=None)
+
+
+def test_the_scan_route_takes_the_inputs_the_graph_takes(pair):
+    # On TensorFlow the route runs the blocks in turn, through the same path as on JAX.
+    plain, _ = pair
+    x = images()
+    pixels = np.random.default_rng(3).integers(0, 256, (2, 16, 16, 3)).astype("uint8")
+    want = [np.asarray(plain(x)), np.asarray(plain(pixels))]
+    with routes.use_routes(scan="blocks"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # that it cannot scan here, said once
+        got = [plain({"image": x}), plain([x]), plain(pixels)]
+    for value, expected in zip(got, want[:1] * 2 + want[1:]):
+        np.testing.assert_allclose(np.asarray(value), expected, atol=1e-6)
 
 
 def test_per_block_gives_the_per_block_model_with_the_same_outputs(pair):
@@ -61,7 +76,7 @@ def test_per_block_gives_the_per_block_model_with_the_same_outputs(pair):
     twin = keras_vit.per_block(scanned)
     assert [f"encoderblock_{i}" in [layer.name for layer in twin.layers] for i in range(3)] \
         == [True] * 3
-    assert keras_vit.vit_config(twin)["scan"] is False
+    assert "scan" not in keras_vit.vit_config(twin)
     np.testing.assert_allclose(twin.predict(images(), verbose=0),
                                scanned.predict(images(), verbose=0), atol=1e-6)
     assert keras_vit.per_block(plain) is plain
@@ -141,13 +156,13 @@ def test_scan_and_remat_flags_reach_the_run_config(tmp_path, image_folder):
     assert status == 0
     # --scan and --remat are routes, chosen for the run and saved nowhere.
     written = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert written["model"]["scan"] is False and written["model"]["remat"] is False
+    assert "scan" not in written["model"] and "remat" not in written["model"]
     assert {k: routes.chosen_routes()[k] for k in ("scan", "remat")} == dict(scan="blocks",
                                                                              remat="blocks")
     # The run's sidecar rebuilds the per-block model; its weights load into either layout.
     plain = keras_vit.from_pretrained(tmp_path / "run" / "final.npz")
     scanned = keras_vit.from_pretrained(tmp_path / "run" / "final.npz", scan=True)
-    assert [keras_vit.vit_config(m)["scan"] for m in (scanned, plain)] == [True, False]
+    assert [keras_vit.vit_config(m).get("scan") for m in (scanned, plain)] == [True, None]
     np.testing.assert_allclose(scanned.predict(images(), verbose=0),
                                plain.predict(images(), verbose=0), atol=1e-5)
     assert np.abs(plain.get_layer("head").get_weights()[0]).max() > 0  # trained
