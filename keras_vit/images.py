@@ -482,6 +482,10 @@ def _decoder_messages():
         os.close(saved)
 
 
+# The most images `classify_images` gives a model's first prediction by Keras' own call.
+EAGER_IMAGES = 4
+
+
 def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_MAX_PIXELS,
                     batch_size=32, data_config=None):
     """From pixels to classes in one call, with the preprocessing the model's weights expect
@@ -519,9 +523,15 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
         raise ValueError(f"classify_images takes a path, an image [height, width, 3], a batch "
                          f"or a list of them. Received: {type(images).__name__}")
     logits = []
+    # A model's first prediction of a few images: Keras' own call, as `Model.predict`'s
+    # documentation advises for inputs that fit in one batch, skips making and tracing the
+    # prediction function, which costs more there than it saves (BENCHMARKS.md).
+    few = len(images) <= EAGER_IMAGES and getattr(model, "predict_function", None) is None
     for start in range(0, len(images), batch_size):
         batch = [_pixels(image, config, max_pixels) for image in images[start:start + batch_size]]
-        logits.append(model.predict_on_batch(preprocess_inputs(tf.stack(batch), config)))
+        inputs = preprocess_inputs(tf.stack(batch), config)
+        logits.append(keras.ops.convert_to_numpy(model(inputs, training=False)) if few
+                      else model.predict_on_batch(inputs))
     if not logits:
         raise ValueError("classify_images got no images. Expected a path, an image or a list.")
     check_finite_outputs(model, tf.concat(logits, 0).numpy(), "classify_images")

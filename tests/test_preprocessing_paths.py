@@ -173,6 +173,21 @@ def test_onnx_normalises_in_its_graph_and_states_its_data_config(world):
                   world["want"])
 
 
+def test_a_first_prediction_of_a_few_images_is_not_traced_and_gives_the_same_answer(world):
+    # Keras' own call (no prediction function made) where it is cheaper: the model's first
+    # prediction of at most EAGER_IMAGES; predict_on_batch otherwise, with the same answer.
+    few, many = (keras_vit.from_pretrained(world["sources"]["npz"]) for _ in range(2))
+    photos = world["photos"]
+    assert len(photos) <= keras_vit.images.EAGER_IMAGES < 2 * len(photos)
+    called = keras_vit.classify_images(few, photos, top=5)
+    assert few.predict_function is None
+    traced = keras_vit.classify_images(many, photos * 2, top=5)[:len(photos)]
+    assert many.predict_function is not None
+    for got, want in zip(called, traced):
+        assert [c for c, _, _ in got] == [c for c, _, _ in want]
+        np.testing.assert_allclose([p for _, _, p in got], [p for _, _, p in want], atol=1e-5)
+
+
 def test_classify_images_refuses_what_it_cannot_read_in_one_line(world, tmp_path):
     model = world["model"]
     (tmp_path / "bad.png").write_bytes(b"not an image")
