@@ -32,7 +32,7 @@ import numpy as np
 from keras_vit import configs
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.layouts import BLOCK_KEY, POSEMB_KEY, RELATIVE_SUFFIX
-from keras_vit.weights.npz import derived
+from keras_vit.weights.npz import Deferred, derived
 
 LAYOUTS = ("official", "timm", "transformers")
 BLOCK = "Transformer/encoderblock_{}/"
@@ -132,7 +132,8 @@ class _Source(dict):
             raise CheckpointError(f"The {self.layout} checkpoint has no {key!r}. Expected a "
                                   "complete ViT.")
         self.read.add(key)
-        return super().__getitem__(key)
+        value = super().__getitem__(key)
+        return value if isinstance(value, Deferred) else np.asarray(value)
 
     def get(self, key, default=None):
         return self[key] if key in self else default
