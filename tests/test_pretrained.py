@@ -377,6 +377,22 @@ def test_registry_download_cache_reuse_and_corruption(tmp_path, cache, images, m
     assert not [p for p in cached.parent.iterdir() if p.name.endswith(".part")]
 
 
+def test_a_registered_checkpoint_that_does_not_fit_is_refused_without_fetching_it_again(
+        tmp_path, cache, capsys):
+    source = tmp_path / "tiny.npz"
+    write_checkpoint(source, np.random.default_rng(12))
+    keras_vit.register_checkpoint("test/unfit", source.as_uri(), "B/16",
+                                  sha256=hashlib.sha256(source.read_bytes()).hexdigest())
+    keras_vit.load_pretrained(build(), "test/unfit", progress=False)  # fetched, cached
+    cached = cache / "test" / "unfit.npz"
+    before = os.stat(cached)
+    with pytest.raises(weights.CheckpointError, match="does not fit"):
+        keras_vit.load_pretrained(build(mlp_dim=64), "test/unfit", progress=False)
+    after = os.stat(cached)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert "damaged" not in capsys.readouterr().err  # a sound file, kept
+
+
 def resident_bytes(field):
     """This process's VmRSS (resident now) or VmHWM (its peak) from /proc/self/status."""
     with open("/proc/self/status") as f:

@@ -17,6 +17,7 @@ Each source may state the preprocessing its weights expect, its data config
 converter, a `.safetensors` file's metadata, or the `config.json` beside a file.
 """
 
+import functools
 import importlib.resources
 import os
 import re
@@ -114,11 +115,27 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
             "keras_vit.load_model(path) (--model on the command line). Expected an .npz or "
             ".safetensors file, a keras-hub preset folder, a registry name or a URL here.")
     opened, entry = _npz_reader(source, progress)
-    checkpoint = opened(open_npz)
     if check is None:
-        return checkpoint.read(), entry
-    check(checkpoint.placeholders(), entry)
-    return opened(lambda path: open_npz(path).verified()), entry
+        return opened(lambda path: open_npz(path).read()), entry
+    # One fetch and one digest: the headers checked, then the data verified. A refusal is
+    # returned, not raised, through `download.fetch_cached`, which fetches a cached file again
+    # where reading it raises a CheckpointError (a damaged file).
+    params = opened(functools.partial(_verified_if_it_fits, check, entry))
+    if isinstance(params, CheckpointError):
+        raise params
+    return params, entry
+
+
+def _verified_if_it_fits(check, entry, path):
+    """The `.npz` at `path` verified (`NpzCheckpoint.verified`) once `check(placeholders,
+    entry)` has passed on its headers, before any data is read; else the CheckpointError it
+    raised."""
+    checkpoint = open_npz(path)
+    try:
+        check(checkpoint.placeholders(), entry)
+    except CheckpointError as e:
+        return e
+    return checkpoint.verified()
 
 
 def _keras_hub_preset(source):
