@@ -340,6 +340,25 @@ def test_float64_values_beyond_the_models_float32_are_named(model, tmp_path):
         keras_vit.load_pretrained(model, str(path))
 
 
+def test_a_zip_directory_entry_that_runs_over_the_next_is_named(model, tmp_path):
+    # One damaged length (a comment's, 0 -> 256) makes the next-to-last entry swallow the last,
+    # which Python's zipfile then drops without a word: the head's bias would go missing.
+    path = tmp_path / "swallowed.npz"
+    weights.save_npz(model, path)
+    data = bytearray(path.read_bytes())
+    entry, entries = struct.unpack("<I", data[-6:-2])[0], []  # the directory's offset
+    while data[entry:entry + 4] == b"PK\x01\x02":
+        entries.append(entry)
+        names, extra, comment = struct.unpack("<HHH", data[entry + 28:entry + 34])
+        entry += 46 + names + extra + comment
+    data[entries[-2] + 33] ^= 1  # the high byte of its comment's length
+    path.write_bytes(bytes(data))
+    before = weights.model_params(model)
+    with pytest.raises(CheckpointError, match="runs over the entries after it"):
+        keras_vit.load_pretrained(model, str(path))
+    assert all(np.array_equal(v, before[k]) for k, v in weights.model_params(model).items())
+
+
 def test_an_npz_with_a_permuted_kernel_is_named(model, tmp_path):
     params = weights.model_params(model)
     params["embedding/kernel"] = np.ascontiguousarray(params["embedding/kernel"].transpose(

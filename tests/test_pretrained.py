@@ -460,25 +460,35 @@ def test_a_position_embedding_that_cannot_be_resized_leaves_the_model_untouched(
 
 
 @pytest.mark.parametrize("form", SAVERS)
-@pytest.mark.parametrize("change", ["cut short", "rewritten"])
+@pytest.mark.parametrize("change", ["cut short", "rewritten", "replaced"])
 def test_a_file_changed_in_place_after_its_verification_says_the_model_is_part_loaded(
         tmp_path, form, change):
-    path = SAVERS[form](build(), tmp_path / f"cut.{form}")
+    source = build()
+    path = SAVERS[form](source, tmp_path / f"cut.{form}")
     os.utime(path, (0, 0))  # written long before it is read, as a download in a cache is
     params, _ = weights.fetch_params(path, progress=False, check=lambda *args: None)
+    other = build()
+    other.set_weights([w + 1 for w in other.get_weights()])
     if change == "cut short":
         os.truncate(path, os.path.getsize(path) // 2)  # in place, under the verified file
-    else:  # the same size, other weights
-        other = build()
-        other.set_weights([w + 1 for w in other.get_weights()])
+    elif change == "rewritten":  # in place: the same size, other weights
         (tmp_path / "other").mkdir()
         data = open(SAVERS[form](other, tmp_path / "other" / f"cut.{form}"), "rb").read()
         assert len(data) == os.path.getsize(path)
         with open(path, "r+b") as f:
             f.write(data)
-    model = build()
-    with pytest.raises(weights.CheckpointError, match=r"The model is part-loaded \(\d+ of "):
+    else:  # another file renamed over the path: the verified one is still read, as it was
+        SAVERS[form](other, path, overwrite=True)
+        model = build()
         weights.load_params(model, params)
+        for got, want in zip(weights_of(model), weights_of(source)):
+            np.testing.assert_array_equal(got, want)
+        return
+    model = build()
+    with pytest.raises(weights.CheckpointError, match=r"The model is part-loaded \(\d+ of ") \
+            as raised:
+        weights.load_params(model, params)
+    assert str(raised.value).count(str(path)) == 1  # said once, not wrapped again
 
 
 def test_sha256_is_checked_on_download_and_on_cache_hits(tmp_path, cache):

@@ -129,8 +129,8 @@ def read_safetensors(path, expected):
 
 class _Opened:
     """A `.safetensors` file open for reading tensors (with `pread(2)`: no memory map, so no
-    bus error where it is cut short), which refuses to read one once the file has changed in
-    place: its size, modification or status change time (which no one can set back) moved.
+    bus error where it is cut short), which refuses to read one once the file has been written
+    in place (`_written_since`); a file renamed over its path is read as it was.
 
     Attributes:
         declared: dict of key -> (shape, dtype) from its header.
@@ -147,22 +147,30 @@ class _Opened:
                              for key in self._tensors.keys()}
             if not os.path.samestat(os.fstat(fd), os.stat(path)):
                 raise CheckpointError(f"{path} changed while it was read.")
+        except CheckpointError:
+            raise
         except (SafetensorError, ValueError, OSError, RecursionError) as e:
             raise _unreadable(path, e) from None
         self._fd = fd
-        self._changes = self._status()
+        self._opened_as = os.fstat(fd)
 
-    def _status(self):
-        status = os.fstat(self._fd)
-        return status.st_size, status.st_mtime_ns, status.st_ctime_ns
+    def _written_since(self):
+        """Whether the file was written in place since it was opened: its size or modification
+        time moved, or its status change time while it still has a name (a rename over the
+        path, which leaves the open file as it was, changes that of the old file too)."""
+        now, then = os.fstat(self._fd), self._opened_as
+        return (now.st_size, now.st_mtime_ns) != (then.st_size, then.st_mtime_ns) or (
+            now.st_nlink > 0 and now.st_ctime_ns != then.st_ctime_ns)
 
     def read(self, key):
         """The tensor `key`, as the file was when opened."""
         try:
             value = self._tensors.get_tensor(key)
-            if self._status() != self._changes:
+            if self._written_since():
                 raise CheckpointError(f"{self.path} changed in place after it was verified.")
             return value
+        except CheckpointError:
+            raise
         except (TypeError, AttributeError) as e:  # a dtype safetensors' NumPy API lacks
             raise CheckpointError(
                 f"{self.path} holds arrays NumPy cannot represent ({e}); keras_vit reads "

@@ -38,6 +38,10 @@ _COMPRESSIONS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 # Deflate cannot inflate one byte to more than 1032 (RFC 1951: 258 bytes per 2-bit code).
 MAX_DEFLATE_RATIO = 1032
 _ENCRYPTED_FLAG = 0x1
+# The signatures that start a central directory entry, the end of the directory and its ZIP64
+# record (APPNOTE 4.3.12, 4.3.16, 4.3.14): inside an entry's name, extra field or comment, they
+# are the entries after it, swallowed by a damaged length.
+_DIRECTORY_SIGNATURES = (b"PK\x01\x02", b"PK\x05\x06", b"PK\x06\x06")
 # What a damaged archive or member stream raises while it is read.
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, struct.error, OverflowError,
                 UnicodeDecodeError)
@@ -243,6 +247,12 @@ def _read_header(f, path, key):
 
 def _check_info(info, key, path, file_size):
     """Refuses a zip member numpy.savez cannot have written, from its directory entry alone."""
+    if any(signature in field for signature in _DIRECTORY_SIGNATURES
+           for field in (info.extra, info.comment, info.filename.encode("latin-1", "replace"))):
+        raise CheckpointError(
+            f"{path}: the zip directory entry of member {key!r} runs over the entries after it "
+            "(one of its lengths is damaged, and zipfile would drop them): the file is "
+            "corrupted.")
     if info.flag_bits & _ENCRYPTED_FLAG:
         raise CheckpointError(f"{path}: member {key!r} is encrypted. Expected the plain "
                               "members numpy.savez writes.")
