@@ -28,7 +28,7 @@ from safetensors import SafetensorError, safe_open
 from keras_vit.weights import config_json
 from keras_vit.weights.errors import CheckpointError, DownloadError
 from keras_vit.weights.layouts import config_from_params
-from keras_vit.weights.npz import Deferred, placeholder
+from keras_vit.weights.npz import Deferred, count_nonfinite, placeholder
 from keras_vit.weights.torch_layouts import detect_layout, layout_width, to_official
 
 HF_SCHEME = "hf://"
@@ -92,21 +92,14 @@ def read_safetensors_headers(path):
         CheckpointError: naming the file (and the tensor), if its header is malformed or
             declares a dtype keras_vit does not read.
     """
-    path = _existing(path)
-    try:
-        with safe_open(path, framework="np") as f:
-            declared = {key: (f.get_slice(key).get_dtype(), f.get_slice(key).get_shape())
-                        for key in f.keys()}
-            metadata = f.metadata() or {}
-    except (SafetensorError, ValueError, OSError, RecursionError) as e:
-        raise _unreadable(path, e) from None
+    opened = _Opened(_existing(path))
     arrays = {}
-    for key, (dtype, shape) in declared.items():
-        if dtype not in SAFETENSORS_DTYPES:
-            raise CheckpointError(f"{path}: tensor {key!r} has dtype {dtype}. Expected one of "
-                                  f"{', '.join(SAFETENSORS_DTYPES)}.")
-        arrays[key] = placeholder(tuple(shape), SAFETENSORS_DTYPES[dtype])
-    return arrays, metadata
+    for key, (shape, dtype) in opened.declared.items():
+        if isinstance(dtype, str):  # a name `_dtype` does not know
+            raise CheckpointError(f"{opened.path}: tensor {key!r} has dtype {dtype}. Expected "
+                                  f"one of {', '.join(SAFETENSORS_DTYPES)}.")
+        arrays[key] = placeholder(shape, dtype)
+    return arrays, opened.metadata
 
 
 def read_safetensors(path, expected):
@@ -123,7 +116,7 @@ def read_safetensors(path, expected):
     if opened.declared != {key: (value.shape, value.dtype) for key, value in expected.items()}:
         raise CheckpointError(f"{opened.path} changed while it was read.")
     return {key: Deferred(shape, dtype, functools.partial(opened.read, key),
-                          _nonfinite(opened.read(key)))
+                          count_nonfinite(opened.read(key)))
             for key, (shape, dtype) in opened.declared.items()}
 
 
@@ -133,7 +126,9 @@ class _Opened:
     in place (`_written_since`); a file renamed over its path is read as it was.
 
     Attributes:
-        declared: dict of key -> (shape, dtype) from its header.
+        declared: dict of key -> (shape, NumPy dtype, or safetensors' name of one NumPy does
+            not have) from its header.
+        metadata: dict. Its header's metadata.
     """
 
     def __init__(self, path):
@@ -145,6 +140,7 @@ class _Opened:
             self.declared = {key: (tuple(self._tensors.get_slice(key).get_shape()),
                                    _dtype(self._tensors.get_slice(key).get_dtype()))
                              for key in self._tensors.keys()}
+            self.metadata = self._tensors.metadata() or {}
             if not os.path.samestat(os.fstat(fd), os.stat(path)):
                 raise CheckpointError(f"{path} changed while it was read.")
         except CheckpointError:
@@ -182,14 +178,6 @@ class _Opened:
 
 def _dtype(name):
     return np.dtype(SAFETENSORS_DTYPES[name]) if name in SAFETENSORS_DTYPES else name
-
-
-def _nonfinite(value):
-    """The count of NaN and infinite values of an array (0 for integers)."""
-    if value.dtype.kind in "iub":
-        return 0
-    values = value if value.dtype.kind == "f" else value.astype(np.float32)  # ml_dtypes
-    return int(values.size - np.count_nonzero(np.isfinite(values)))
 
 
 def read_own_config(path, metadata=None):

@@ -19,7 +19,7 @@ import numpy as np
 from keras_vit.positions import patch_grid, position_resize
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import checkpoint_variables, is_quantized
-from keras_vit.weights.npz import Deferred, placeholder
+from keras_vit.weights.npz import Deferred, count_nonfinite, placeholder
 from keras_vit.weights.layouts import (
     POSEMB_2D_KEYS,
     POSEMB_KEY,
@@ -123,7 +123,7 @@ def _array_problem(key, value, dtype):
     bad, values = getattr(value, "nonfinite", None), None
     if bad is None or narrows:
         values = as_numpy_float(np.asarray(value))
-        bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+        bad = count_nonfinite(values)
     if bad:
         return f"{key}: {bad} non-finite values (NaN or infinity)"
     if narrows and (over := int(np.count_nonzero(np.abs(values) > ml_dtypes.finfo(dtype).max))):

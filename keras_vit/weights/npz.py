@@ -54,6 +54,16 @@ def placeholder(shape, dtype):
     return np.broadcast_to(np.zeros((), dtype), shape)
 
 
+def count_nonfinite(values):
+    """The count of NaN and infinite values of an array: 0 for integers and booleans; the
+    ml_dtypes floats (bfloat16, float8) counted in float32, which holds each of their values."""
+    if values.dtype.kind in "iub":
+        return 0
+    if values.dtype.kind != "f":
+        values = values.astype(np.float32)
+    return int(values.size - np.count_nonzero(np.isfinite(values)))
+
+
 def holds_data(value):
     """Whether `value` is an array that holds its values: not a `placeholder` (nor a
     `Deferred`)."""
@@ -177,12 +187,8 @@ class NpzCheckpoint:
         """The count of the member's NaN and infinite values, read through `buffer` (uint8)
         in turn."""
         dtype = self.headers[key][1]
-        nonfinite = 0
-        for chunk in self._chunks(archive, key, lambda done, size: buffer[:size]):
-            if dtype.kind == "f":
-                values = chunk.view(dtype)
-                nonfinite += values.size - int(np.count_nonzero(np.isfinite(values)))
-        return nonfinite
+        return sum(count_nonfinite(chunk.view(dtype)) if dtype.kind == "f" else 0
+                   for chunk in self._chunks(archive, key, lambda done, size: buffer[:size]))
 
     def _chunks(self, archive, key, into):
         """Reads the member's data to its end (which checks its zip CRC), each chunk into
