@@ -270,8 +270,8 @@ class ViT(RoutedSteps, keras.Model):
         """The model's graph. Where the `scan` route "blocks" is chosen
         (`keras_vit.routes.use_routes(scan="blocks")`), the same layers with the encoder blocks
         run by `keras_vit.routes.encoder`: scanned over their stacked weights where it can."""
-        if ENCODER in self._layer_names() or mask is not None or kwargs or \
-                routes.route("scan", training) == "none":
+        if routes.route("scan", training) == "none" or mask is not None or kwargs or \
+                ENCODER in self._layer_names():
             return super().call(inputs, training=training, mask=mask, **kwargs)
         (images,) = keras.tree.flatten(inputs)  # a dict or list of the one input too
         images = keras.ops.cast(images, self.inputs[0].dtype)  # as the graph's `Input` takes it

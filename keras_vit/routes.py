@@ -158,10 +158,10 @@ def default_route(name, training, dtype="float32"):
         return "recompute" if training and dtype == "float32" else "autodiff"
     if name == "layer_norm":
         return "recompute" if training else "autodiff"
-    if name == "remat":
+    if name in ("remat", "scan"):
         return "none"
-    if name in ("softmax", "scan"):
-        return "autodiff" if name == "softmax" else "none"
+    if name == "softmax":
+        return "autodiff"
     raise ValueError(f"Unknown route choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
