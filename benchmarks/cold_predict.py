@@ -3,7 +3,8 @@ timm (create the model, load the same weights file, classify one JPEG), each sta
 alternately, with its wall time and peak resident memory.
 
     python -m benchmarks.cold_predict prepare DIR          # B/16 random weights + a JPEG
-    .venv-bench/bin/python -m benchmarks.cold_predict compare DIR --runs 5 [--format safetensors]
+    .venv-bench/bin/python -m benchmarks.cold_predict compare DIR --runs 5 [--format safetensors] \
+        [--tree CHECKOUT]                                   # and an older checkout's keras-vit
 
 The weights file is the official-layout `.npz` (timm: `load_pretrained`) or, with
 `--format safetensors`, timm's `.safetensors` with its `config.json` (timm: `load_checkpoint`).
@@ -90,14 +91,18 @@ def _measured(command):
     return time.perf_counter() - start, usage.ru_maxrss * 1024, [int(i) for i in top[:5]]
 
 
-def compare(folder, runs, weights):
+def compare(folder, runs, weights, tree=None):
+    job = ["predict", os.path.join(folder, "image.jpg"), "--model", "B/16", "--weights",
+           os.path.join(folder, weights)]
     contenders = {
-        "keras-vit predict": [os.path.join(os.path.dirname(sys.executable), "keras-vit"),
-                              "predict", os.path.join(folder, "image.jpg"), "--model", "B/16",
-                              "--weights", os.path.join(folder, weights)],
+        "keras-vit predict": [os.path.join(os.path.dirname(sys.executable), "keras-vit"), *job],
         "timm": [sys.executable, "-m", "benchmarks.cold_predict", "timm", folder, "--format",
                  weights.split(".")[-1]],
     }
+    if tree:  # the same command from another checkout's package (`git worktree add DIR REV`)
+        contenders[f"keras-vit predict @{tree}"] = [
+            "env", "-C", tree, f"PYTHONPATH={os.path.abspath(tree)}", sys.executable, "-m",
+            "keras_vit", *job]
     results = {name: [] for name in contenders}
     tops = {}
     for round_index in range(runs + 1):  # the first round warms the file cache, not counted
@@ -111,9 +116,11 @@ def compare(folder, runs, weights):
     medians = [[statistics.median(column) for column in zip(*rows)] for rows in results.values()]
     for name, (wall, rss) in zip(results, medians):
         print(f"| {name} | {wall:.2f} s | {rss / 1e9:.2f} GB |")
-    (kv_wall, kv_rss), (timm_wall, timm_rss) = medians
-    print(f"\nkeras-vit / timm: wall {kv_wall / timm_wall:.2f}x, peak RSS "
-          f"{kv_rss / timm_rss:.2f}x over {runs} alternating rounds")
+    timm_wall, timm_rss = medians[1]
+    for name, (wall, rss) in zip(results, medians):
+        if name != "timm":
+            print(f"\n{name} / timm: wall {wall / timm_wall:.2f}x, peak RSS "
+                  f"{rss / timm_rss:.2f}x over {runs} alternating rounds")
     # Random weights give near-equal probabilities and the two resizes differ (TensorFlow's
     # bilinear without antialiasing, PIL's with): the top class must agree, not the order below.
     if len({classes[0] for classes in tops.values()}) != 1:
@@ -128,12 +135,14 @@ def main(argv=None):
     parser.add_argument("action", choices=("prepare", "compare", "timm"))
     parser.add_argument("folder")
     parser.add_argument("--runs", type=int, default=5, help="counted rounds (compare)")
+    parser.add_argument("--tree", help="also the keras-vit job of the checkout in this folder "
+                                       "(compare)")
     parser.add_argument("--format", choices=("npz", "safetensors"), default="npz",
                         help="the weights file both load (compare, timm)")
     args = parser.parse_args(argv)
     weights = f"b16.{args.format}"
     if args.action == "compare":
-        return compare(args.folder, args.runs, weights)
+        return compare(args.folder, args.runs, weights, args.tree)
     if args.action == "timm":
         timm_job(args.folder, weights)
     else:
