@@ -61,8 +61,10 @@ def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
         match_params(model, placeholders, str(source), check_values=False)
         built.update(model=model, names=names)
 
-    params, entry = fetch_params(source, progress=progress, num_heads=num_heads, check=build)
-    report = load_params(built["model"], params, source=str(source))
+    # The model is new: a refusal part-way drops it, so the file is read once, as it is loaded.
+    params, entry = fetch_params(source, progress=progress, num_heads=num_heads, check=build,
+                                 verify=False)
+    report = load_params(built["model"], params, source=str(source), new_model=True)
     data_config.attach(built["model"], source, entry)
     return built["model"], report, entry, built["names"]
 

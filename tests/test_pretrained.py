@@ -445,6 +445,54 @@ def test_a_checkpoint_loads_one_array_at_a_time_all_or_nothing(tmp_path, form):
         np.testing.assert_array_equal(got, want)
 
 
+def bytes_read():
+    """The bytes this process has read through read(2) and pread(2) so far (rchar of
+    /proc/self/io)."""
+    with open("/proc/self/io") as f:
+        return int(re.search(r"rchar:\s+(\d+)", f.read())[1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux's /proc/self/io")
+@pytest.mark.parametrize("form", SAVERS)
+def test_a_new_model_reads_its_file_once_and_refuses_every_bad_array(tmp_path, form):
+    # The model from_pretrained makes is no one's until it returns: its file is read once, as
+    # it is loaded (its zip CRCs, its values checked then), not verified in a pass before.
+    config = dict(image_size=32, patch_size=8, hidden_size=256, num_layers=12, num_heads=4,
+                  mlp_dim=1024, num_classes=10)
+    source = keras_vit.ViT(**config)
+    path = SAVERS[form](source, tmp_path / f"once.{form}")
+    size = os.path.getsize(path)
+    before = bytes_read()
+    model = keras_vit.from_pretrained(path, progress=False)
+    assert size <= bytes_read() - before < 1.5 * size
+    for got, want in zip(weights_of(model), weights_of(source)):
+        np.testing.assert_array_equal(got, want)
+    # Values are refused as they are read: every bad array listed, and no model returned.
+    nan = with_nonfinite_values(path, tmp_path / f"nan.{form}")
+    with pytest.raises(weights.CheckpointError, match=r"does not fit(.|\n)*2 non-finite values"):
+        keras_vit.from_pretrained(nan, progress=False)
+
+
+def test_a_damaged_download_without_a_digest_is_fetched_again_for_a_new_model(
+        tmp_path, cache, capsys):
+    # Only reading finds the damage of a file no digest covers: its arrays are verified in
+    # the cache's read, so that a damaged copy is fetched again, not refused for good.
+    served = tmp_path / "served.npz"
+    source = build()
+    weights.save_npz(source, served)
+    keras_vit.from_pretrained(served.as_uri(), progress=False)  # fetched, cached
+    cached = weights.download.url_cache_path(served.as_uri())
+    data = bytearray(open(cached, "rb").read())
+    at = data.index(b"\x93NUMPY") + 200  # inside the first member's data
+    data[at] ^= 0xFF
+    with open(cached, "r+b") as f:
+        f.write(data)  # in place: the cache is newer than its source
+    model = keras_vit.from_pretrained(served.as_uri(), progress=False)
+    assert "is damaged" in capsys.readouterr().err
+    for got, want in zip(weights_of(model), weights_of(source)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_position_embedding_that_cannot_be_resized_leaves_the_model_untouched(tmp_path):
     # Six patch positions make no square grid: the resize fails before any variable changes.
     params = weights.model_params(build())

@@ -102,12 +102,14 @@ def read_safetensors_headers(path):
     return arrays, opened.metadata
 
 
-def read_safetensors(path, expected):
+def read_safetensors(path, expected, verify=True):
     """The arrays of a `.safetensors` file as `keras_vit.weights.npz.Deferred`s, read on use
-    from the file as it is opened now, after one pass that reads each array in turn, checks
-    it against `expected` (its placeholders from `read_safetensors_headers`) and counts its
-    non-finite values: a loader that takes one array at a time then holds one array at a time,
-    and reads what was checked even where the path is replaced meanwhile.
+    from the file as it is opened now, checked against `expected` (its placeholders from
+    `read_safetensors_headers`): a loader that takes one array at a time then holds one array
+    at a time, and reads what was checked even where the path is replaced meanwhile.
+
+    With `verify`, after one pass that reads each array in turn and counts its non-finite
+    values; else nothing is read before, for a loader that checks each array as it reads it.
 
     Raises:
         CheckpointError: naming the file, if it cannot be read or changed since `expected`.
@@ -116,7 +118,7 @@ def read_safetensors(path, expected):
     if opened.declared != {key: (value.shape, value.dtype) for key, value in expected.items()}:
         raise CheckpointError(f"{opened.path} changed while it was read.")
     return {key: Deferred(shape, dtype, functools.partial(opened.read, key),
-                          count_nonfinite(opened.read(key)))
+                          count_nonfinite(opened.read(key)) if verify else None)
             for key, (shape, dtype) in opened.declared.items()}
 
 
@@ -163,7 +165,7 @@ class _Opened:
         try:
             value = self._tensors.get_tensor(key)
             if self._written_since():
-                raise CheckpointError(f"{self.path} changed in place after it was verified.")
+                raise CheckpointError(f"{self.path} changed in place after it was opened.")
             return value
         except CheckpointError:
             raise
@@ -301,7 +303,7 @@ def _heads(num_heads, own, config, declared, layout):
     return heads, f"{declared.where}: {field}"
 
 
-def load_safetensors(weights_path, config_path=None, num_heads=None, check=None):
+def load_safetensors(weights_path, config_path=None, num_heads=None, check=None, verify=True):
     """(official-layout arrays, `keras_vit.ViT` arguments, class names) of a `.safetensors`
     file in timm's, transformers' or the official layout: its architecture from the keras_vit
     configuration in its metadata (files keras_vit wrote), else its `config.json`, checked
@@ -311,8 +313,8 @@ def load_safetensors(weights_path, config_path=None, num_heads=None, check=None)
     All of it is worked out from the file's header first: `check(placeholders, arguments,
     class_names)`, where given, is called with the official-layout placeholders
     (`keras_vit.weights.npz.placeholder`) before any tensor is read, and raises to refuse it.
-    The arrays are then verified and read on use (`read_safetensors`), each rewritten to the
-    official layout as it is read.
+    The arrays are then verified (unless not `verify`) and read on use (`read_safetensors`),
+    each rewritten to the official layout as it is read.
 
     Raises:
         CheckpointError: naming the file and the field, for a config that is malformed or
@@ -325,7 +327,7 @@ def load_safetensors(weights_path, config_path=None, num_heads=None, check=None)
                                                num_heads)
     if check is not None:
         check(official, architecture, names)
-    params = read_safetensors(weights_path, headers)
+    params = read_safetensors(weights_path, headers, verify)
     return _interpret(params, config, own, weights_path, config_path, num_heads)
 
 

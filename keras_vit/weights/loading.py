@@ -146,19 +146,21 @@ def _listed(keys):
     return ", ".join(keys[:MAX_LISTED]) + more
 
 
-def match_params(model, params, source=None, check_values=True):
+def match_params(model, params, source=None, check_values=True, checked_as_read=False):
     """Pairs every model variable with its checked file array.
 
     Keys and shapes are checked first, from the arrays' shapes alone: with
     `check_values=False` (arrays that are `keras_vit.weights.npz.placeholder`s, read from a
     file's headers) nothing else is, and no data is read. A `keras_vit.weights.npz.Deferred`
     that reaches the model as it is (or only reshaped) is checked by the counts its file's
-    verification made (else read once to count them) and read again only as it is assigned;
-    every other array is checked as the model will take it (resized, converted) and kept.
+    verification made (else read once to count them, or with `checked_as_read`, left to be
+    checked as it is read) and read again only as it is assigned; every other array is checked
+    as the model will take it (resized, converted) and kept.
 
     Returns:
         (assignments, skipped, fresh): a list of (variable, a function of no arguments giving
-        its array), the file keys skipped on purpose, and the names of the model layers left
+        its array, None or a function giving the problem of that array or None: its check as
+        it is read), the file keys skipped on purpose, and the names of the model layers left
         at their initial values.
 
     Raises:
@@ -205,31 +207,44 @@ def match_params(model, params, source=None, check_values=True):
             if isinstance(value, Deferred) and \
                     _adaptation(key, value.shape, shape) in (None, "group_norm"):
                 # Read again as it is assigned: its values reach the model as they are.
-                problem = _array_problem(key, value, variable_dtype(variable))
+                # Reshaped at most, so that the array read has the file's values to check.
+                dtype, as_read = variable_dtype(variable), None
+                if checked_as_read and value.nonfinite is None:
+                    problem = _dtype_problem(key, value)
+                    as_read = functools.partial(_array_problem, key, dtype=dtype)
+                else:
+                    problem = _array_problem(key, value, dtype)
                 read = functools.partial(_value, key, value, shape, model, has_cls)
             else:  # computed once, here, where a resize can still fail or overflow
                 adapted = _value(key, value, shape, model, has_cls)
                 problem = _array_problem(key, adapted, variable_dtype(variable))
-                read = functools.partial(np.asarray, adapted)
+                read, as_read = functools.partial(np.asarray, adapted), None
             if problem:
                 problems.append(problem)
             else:
-                assignments.append((variable, read))
+                assignments.append((variable, read, as_read))
     if missing or unexpected or problems:
-        model_shapes = {k: np.empty(v.shape, np.uint8)
-                        for k, v in checkpoint_variables(model).items()}
-        where = f"{source} " if source else ""
-        lines = [f"The checkpoint {where}({description}) does not fit model {model.name!r} "
-                 f"({describe(model_shapes)}):"]
-        if missing:
-            lines.append(f"  missing keys ({len(missing)}): {_listed(missing)}")
-        if unexpected:
-            lines.append(f"  unexpected keys ({len(unexpected)}): {_listed(unexpected)}")
-        lines += [f"  {p}" for p in problems[:MAX_LISTED]]
-        if len(problems) > MAX_LISTED:
-            lines.append(f"  ... {len(problems) - MAX_LISTED} more arrays with problems")
-        raise CheckpointError("\n".join(lines))
+        raise CheckpointError(_does_not_fit(model, source, description, missing, unexpected,
+                                            problems))
     return assignments, skipped, fresh
+
+
+def _does_not_fit(model, source, description, missing=(), unexpected=(), problems=()):
+    """The message refusing a checkpoint: every missing and unexpected key, and the problems
+    of its arrays (shape mismatches, dtypes, values)."""
+    model_shapes = {k: np.empty(v.shape, np.uint8)
+                    for k, v in checkpoint_variables(model).items()}
+    where = f"{source} " if source else ""
+    lines = [f"The checkpoint {where}({description}) does not fit model {model.name!r} "
+             f"({describe(model_shapes)}):"]
+    if missing:
+        lines.append(f"  missing keys ({len(missing)}): {_listed(missing)}")
+    if unexpected:
+        lines.append(f"  unexpected keys ({len(unexpected)}): {_listed(unexpected)}")
+    lines += [f"  {p}" for p in problems[:MAX_LISTED]]
+    if len(problems) > MAX_LISTED:
+        lines.append(f"  ... {len(problems) - MAX_LISTED} more arrays with problems")
+    return "\n".join(lines)
 
 
 def _padded(posemb):
@@ -238,8 +253,13 @@ def _padded(posemb):
     return np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
 
 
-def load_params(model, params, source=None):
+def load_params(model, params, source=None, new_model=False):
     """Assigns a checkpoint's arrays to the model's variables, all or nothing.
+
+    With `new_model` (a model nothing else holds yet, which the caller drops where this
+    raises), the arrays a file's verification did not check are checked as they are read and
+    assigned, each read once; a refusal then comes part-way, after every array was read, and
+    lists the problems of all of them.
 
     Position embeddings are resized to the model's grid; a `head` or `pre_logits` the file
     cannot fill is reset to its initial values (zeros for the head). See `match_params`.
@@ -253,14 +273,24 @@ def load_params(model, params, source=None):
         A dict with `skipped` (file keys not loaded) and `fresh` (model layers left at their
         initial values).
     """
-    assignments, skipped, fresh = match_params(model, params, source)
-    for done, (variable, read) in enumerate(assignments):  # one array in memory at a time
+    assignments, skipped, fresh = match_params(model, params, source,
+                                               checked_as_read=new_model)
+    refused = []
+    for done, (variable, read, as_read) in enumerate(assignments):  # one array at a time
         try:
             value = read()
         except CheckpointError as e:
+            if new_model:
+                raise
             raise CheckpointError(f"{e} The model is part-loaded ({done} of {len(assignments)} "
                                   "weights assigned): load it again.") from None
-        variable.assign(value.astype(variable_dtype(variable), copy=False))
+        if as_read is not None and (problem := as_read(value)):
+            refused.append(problem)
+        elif not refused:
+            variable.assign(value.astype(variable_dtype(variable), copy=False))
+    if refused:
+        raise CheckpointError(_does_not_fit(model, source, describe(canonicalize(params)[0]),
+                                            problems=refused))
     for name in fresh:
         layer = model.get_layer(name)
         layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))

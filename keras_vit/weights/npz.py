@@ -8,7 +8,8 @@ are refused with a `CheckpointError` naming the member. Its `placeholders()` are
 declared shapes and dtypes that hold no memory, so that keys and shapes can be checked against
 a model before `read()` inflates anything. Reading a member to its end checks its zip CRC.
 `verified()` instead checks every member's data in one pass that holds a chunk at a time and
-gives arrays read on use (`Deferred`), so that a loader holds one array at a time.
+gives arrays read on use (`Deferred`), so that a loader holds one array at a time; `deferred()`
+gives them without that pass, for a loader that checks each array as it reads it.
 """
 
 import collections
@@ -141,9 +142,28 @@ class NpzCheckpoint:
                       for shape, dtype, _ in self.headers.values())
         buffer = np.empty(min(_CHUNK, max(largest, 1)), np.uint8)  # whole values per chunk
         with self._archive(keep=True) as archive:
-            return {key: Deferred(shape, dtype, functools.partial(self._read_kept, key),
-                                  self._count_nonfinite(archive, key, buffer))
-                    for key, (shape, dtype, _) in self.headers.items()}
+            counts = {key: self._count_nonfinite(archive, key, buffer) for key in self.headers}
+        return self.deferred(counts)
+
+    def deferred(self, nonfinite=None):
+        """The arrays as `Deferred`s, read on use from the file as it is opened now (even where
+        the path is replaced meanwhile), each read checking its member against its header and
+        its zip CRC, with nothing read before: `verified()` without its pass, for a loader
+        that checks each array's values as it reads it.
+
+        Args:
+            nonfinite: dict of key -> the count of its non-finite values, or None (unknown).
+
+        Raises:
+            CheckpointError: naming the file, if it cannot be opened (from each read: naming
+                the member, if it changed or is corrupted).
+        """
+        with self._archive(keep=True):
+            pass
+        nonfinite = nonfinite or {}
+        return {key: Deferred(shape, dtype, functools.partial(self._read_kept, key),
+                              nonfinite.get(key))
+                for key, (shape, dtype, _) in self.headers.items()}
 
     def _read_kept(self, key):
         with self._archive() as archive:

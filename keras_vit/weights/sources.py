@@ -71,13 +71,21 @@ def _read_shipped(entry, read):
         return read(path)
 
 
-def fetch_params(source, progress=True, num_heads=None, check=None):
+def fetch_params(source, progress=True, num_heads=None, check=None, verify=True):
     """Reads a checkpoint from a registry name, local path or URL.
 
     `check(placeholders, entry)`, where given, is called before any array is read: the
     placeholders (`keras_vit.weights.npz.placeholder`) have the shapes and dtypes the file's
     headers declare, in the layout the returned arrays will have; it raises to refuse the file
     (e.g. `keras_vit.weights.loading.match_params` with `check_values=False`).
+
+    With `check`, the arrays of an `.npz` or `.safetensors` file are verified before they are
+    returned (one pass over the file: every `.npz` member's CRC, every array's non-finite
+    values), so that a loader can refuse the file before it changes a model. `verify=False`
+    leaves that to the loader, which then checks each array as it reads it (for a model that
+    nothing else holds yet, which a refusal part-way cannot leave half-changed): the file is
+    read once. A download cached without a registered digest is verified all the same, where
+    its damage is found in time to fetch it again.
 
     Returns:
         (params, entry): the arrays by key (with `check`, those of an `.npz` or `.safetensors`
@@ -104,38 +112,40 @@ def fetch_params(source, progress=True, num_heads=None, check=None):
     if on_hub:  # hf://ORG/NAME, or a registry name of a file there (timm's)
         config_path, weights_path = hub.hub_files(on_hub)
         registered = registry.get_checkpoint(source) if registry.is_registered(source) else None
-        return _torch_layout(weights_path, config_path, source, num_heads, check, registered)
+        return _torch_layout(weights_path, config_path, source, num_heads, check, verify,
+                             registered)
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".safetensors"):
         path = os.path.expanduser(os.fspath(source))
         config = os.path.join(os.path.dirname(path), hub.CONFIG_FILE)
-        return _torch_layout(path, config, source, num_heads, check)
+        return _torch_layout(path, config, source, num_heads, check, verify)
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".keras"):
         raise CheckpointError(
             f"{source} is a whole Keras model (.keras), not a checkpoint of weights: load it with "
             "keras_vit.load_model(path) (--model on the command line). Expected an .npz or "
             ".safetensors file, a keras-hub preset folder, a registry name or a URL here.")
-    opened, entry = _npz_reader(source, progress)
+    opened, entry, refetched_if_damaged = _npz_reader(source, progress)
     if check is None:
         return opened(lambda path: open_npz(path).read()), entry
     # One fetch and one digest: the headers checked, then the data verified. A refusal is
     # returned, not raised, through `download.fetch_cached`, which fetches a cached file again
     # where reading it raises a CheckpointError (a damaged file).
-    params = opened(functools.partial(_verified_if_it_fits, check, entry))
+    params = opened(functools.partial(_verified_if_it_fits, check, entry,
+                                      verify or refetched_if_damaged))
     if isinstance(params, CheckpointError):
         raise params
     return params, entry
 
 
-def _verified_if_it_fits(check, entry, path):
-    """The `.npz` at `path` verified (`NpzCheckpoint.verified`) once `check(placeholders,
-    entry)` has passed on its headers, before any data is read; else the CheckpointError it
-    raised."""
+def _verified_if_it_fits(check, entry, verify, path):
+    """The arrays of the `.npz` at `path` (verified: `NpzCheckpoint.verified`, else
+    `NpzCheckpoint.deferred`) once `check(placeholders, entry)` has passed on its headers,
+    before any data is read; else the CheckpointError it raised."""
     checkpoint = open_npz(path)
     try:
         check(checkpoint.placeholders(), entry)
     except CheckpointError as e:
         return e
-    return checkpoint.verified()
+    return checkpoint.verified() if verify else checkpoint.deferred()
 
 
 def _keras_hub_preset(source):
@@ -155,31 +165,33 @@ def _keras_hub_preset(source):
 
 
 def _npz_reader(source, progress):
-    """(`opened(read)`, registry entry or None): `opened(read)` is `read(path)` of the `.npz`
-    of a registry name, URL or local path (a cached file is fetched again where it is
-    damaged)."""
+    """(`opened(read)`, registry entry or None, whether a damaged file is fetched again only
+    where `read` finds the damage): `opened(read)` is `read(path)` of the `.npz` of a registry
+    name, URL or local path (a cached file is fetched again where it fails its registered
+    digest or `read`)."""
     if registry.is_registered(source):
         entry = registry.get_checkpoint(source)
         if entry.get("file"):
-            return lambda read: _read_shipped(entry, read), entry
+            return lambda read: _read_shipped(entry, read), entry, False
         path = download.cache_path(entry["name"])
         return lambda read: download.fetch_cached(entry["url"], path, entry["sha256"], read,
-                                                  progress), entry
+                                                  progress), entry, not entry.get("sha256")
     if is_url(source):
         return lambda read: download.fetch_cached(source, download.url_cache_path(source), None,
-                                                  read, progress), None
+                                                  read, progress), None, True
     if isinstance(source, (str, os.PathLike)):
         text = os.fspath(source)
         path = os.path.expanduser(text)
         if os.path.exists(path) or text.endswith(".npz") or text.startswith((".", "~", os.sep)):
-            return lambda read: read(path), None
+            return lambda read: read(path), None, False
         registry.get_checkpoint(path)  # raises, naming close registry names
     raise ValueError(
         f"pretrained={source!r} is not understood. Expected True, a registry name, a local "
         ".npz path or an http(s):// or file:// URL.")
 
 
-def _torch_layout(weights_path, config_path, source, num_heads, check, registered=None):
+def _torch_layout(weights_path, config_path, source, num_heads, check, verify,
+                  registered=None):
     """A safetensors file in the official layout, and an entry describing its architecture
     (`num_heads`: for files whose config does not say, or that have none). The file of a
     registry name (`registered`: its entry) must be the architecture that entry names."""
@@ -195,7 +207,7 @@ def _torch_layout(weights_path, config_path, source, num_heads, check, registere
             check(placeholders, entry_of(config, class_names))
 
     params, config, class_names = hub.load_safetensors(weights_path, config_path, num_heads,
-                                                       check_headers)
+                                                       check_headers, verify)
     if check is None:  # arrays, as an .npz's without a check
         params = {key: np.asarray(value) for key, value in params.items()}
     return params, entry_of(config, class_names)
