@@ -8,10 +8,8 @@ alternately, with its wall time and peak resident memory.
 
 The weights file is the official-layout `.npz` (timm: `load_pretrained`) or, with
 `--format safetensors`, timm's `.safetensors` with its `config.json` (timm: `load_checkpoint`).
-
-`compare` runs `keras-vit predict` (beside this interpreter) and the timm job (`... timm DIR`)
-after one warm-up run each, prints each run and the medians, and checks that the two agree on
-the top class.
+`compare` runs each job once to warm the file cache, then `--runs` counted rounds; it prints
+each run and the medians, and checks that the jobs agree on the top class.
 """
 
 import argparse
@@ -22,7 +20,8 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from benchmarks.contenders import common
+from benchmarks.contenders.timm_vit import import_timm
 
 
 def prepare(folder):
@@ -49,9 +48,6 @@ def prepare(folder):
 def timm_job(folder, weights):
     """The timm user's script: create, load, resize with PIL to 224 px, scale to [-1, 1],
     predict, print the top 5 as "index probability" lines."""
-    sys.path.insert(0, os.path.dirname(HERE))
-    from benchmarks.contenders.timm_vit import import_timm
-
     timm, _ = import_timm()
     import numpy as np
     import torch
@@ -94,33 +90,32 @@ def _measured(command):
 def compare(folder, runs, weights, tree=None):
     job = ["predict", os.path.join(folder, "image.jpg"), "--model", "B/16", "--weights",
            os.path.join(folder, weights)]
-    contenders = {
+    commands = {
         "keras-vit predict": [os.path.join(os.path.dirname(sys.executable), "keras-vit"), *job],
         "timm": [sys.executable, "-m", "benchmarks.cold_predict", "timm", folder, "--format",
                  weights.split(".")[-1]],
     }
     if tree:  # the same command from another checkout's package (`git worktree add DIR REV`)
-        contenders[f"keras-vit predict @{tree}"] = [
+        commands[f"keras-vit predict @{tree}"] = [
             "env", "-C", tree, f"PYTHONPATH={os.path.abspath(tree)}", sys.executable, "-m",
             "keras_vit", *job]
-    results = {name: [] for name in contenders}
+    results = {name: [] for name in commands}
     tops = {}
-    for round_index in range(runs + 1):  # the first round warms the file cache, not counted
-        for name, command in contenders.items():
-            wall, rss, tops[name] = _measured(command)
-            if round_index:
-                results[name].append((wall, rss))
-                print(f"round {round_index}: {name}: {wall:.2f} s, peak RSS {rss / 1e9:.2f} GB",
-                      file=sys.stderr, flush=True)
-    print("| job | wall time (median) | peak RSS (median) |\n|---|---|---|")
-    medians = [[statistics.median(column) for column in zip(*rows)] for rows in results.values()]
-    for name, (wall, rss) in zip(results, medians):
-        print(f"| {name} | {wall:.2f} s | {rss / 1e9:.2f} GB |")
-    timm_wall, timm_rss = medians[1]
-    for name, (wall, rss) in zip(results, medians):
-        if name != "timm":
-            print(f"\n{name} / timm: wall {wall / timm_wall:.2f}x, peak RSS "
-                  f"{rss / timm_rss:.2f}x over {runs} alternating rounds")
+    for round_index, name in common.alternating(list(commands), runs + 1):
+        wall, rss, tops[name] = _measured(commands[name])
+        if round_index:  # the first round warms the file cache
+            results[name].append((wall, rss))
+            print(f"round {round_index}: {name}: {wall:.2f} s, peak RSS {rss / 1e9:.2f} GB",
+                  file=sys.stderr, flush=True)
+    print(common.table_head(["job", "wall time (median)", "peak RSS (median)"]))
+    medians = {name: [statistics.median(column) for column in zip(*rows)]
+               for name, rows in results.items()}
+    for name, (wall, rss) in medians.items():
+        print(common.table_row([name, f"{wall:.2f} s", f"{rss / 1e9:.2f} GB"]))
+    timm_wall, timm_rss = medians.pop("timm")
+    for name, (wall, rss) in medians.items():
+        print(f"\n{name} / timm: wall {wall / timm_wall:.2f}x, peak RSS "
+              f"{rss / timm_rss:.2f}x over {runs} alternating rounds")
     # Random weights give near-equal probabilities and the two resizes differ (TensorFlow's
     # bilinear without antialiasing, PIL's with): the top class must agree, not the order below.
     if len({classes[0] for classes in tops.values()}) != 1:

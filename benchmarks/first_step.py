@@ -20,12 +20,12 @@ from benchmarks.contenders import common, keras_common, keras_vit_model
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.first_step",
                                      description=__doc__.split("\n\n")[0])
-    common.add_training_probe_options(parser)
+    common.add_training_probe_options(parser, xla=False)
     parser.add_argument("--no-grappler", action="store_true",
                         help="turn TensorFlow's graph optimiser off")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    keras_common.configure(precision="bf16" if args.bf16 else "fp32")
+    keras_common.configure(precision=args.precision)
     import tensorflow as tf
 
     from keras_vit import routes
@@ -59,12 +59,12 @@ def main(argv=None):
     times["build to the end of the first step"] = sum(
         times[k] for k in ("build the model", "compile, optimizer state", "trace the step",
                            "first call"))
-    print(f"{args.variant}, {args.image_size} px, batch {args.batch}, "
-          f"{'bf16' if args.bf16 else 'fp32'}{', no grappler' if args.no_grappler else ''}"
+    print(f"{args.variant}, {args.image_size} px, batch {args.batch}, {args.precision}"
+          + (", no grappler" if args.no_grappler else "")
           + "".join(f", {name}={value}" for name, value in args.route))
-    print("| stage | seconds |\n|---|---|")
+    print(common.table_head(["stage", "seconds"]))
     for name, seconds in times.items():
-        print(f"| {name} | {seconds:.2f} |")
+        print(common.table_row([name, f"{seconds:.2f}"]))
 
 
 if __name__ == "__main__":

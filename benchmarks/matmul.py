@@ -29,20 +29,19 @@ def main(argv=None):
     if library == "tensorflow":
         import tensorflow as tf
 
-        product = tf.function(tf.matmul)
-        for dtype in (tf.float32, tf.bfloat16):
-            for name, (x, y) in SHAPES.items():
-                a, b = (tf.cast(tf.random.normal(s), dtype) for s in (x, y))
-                print(f"tensorflow {dtype.name} {name}: "
-                      f"{gflops(product, a, b, lambda r: r.numpy()):.0f} GFLOP/s")
+        product, finish = tf.function(tf.matmul), lambda r: r.numpy()
+        dtypes = dict(float32=tf.float32, bfloat16=tf.bfloat16)
+        operand = lambda shape, dtype: tf.cast(tf.random.normal(shape), dtype)  # noqa: E731
     else:
         import torch
 
-        for dtype in (torch.float32, torch.bfloat16):
-            for name, (x, y) in SHAPES.items():
-                a, b = (torch.randn(*s).to(dtype) for s in (x, y))
-                print(f"torch {str(dtype).split('.')[1]} {name}: "
-                      f"{gflops(torch.matmul, a, b, lambda r: r.sum().item()):.0f} GFLOP/s")
+        product, finish = torch.matmul, lambda r: r.sum().item()
+        dtypes = dict(float32=torch.float32, bfloat16=torch.bfloat16)
+        operand = lambda shape, dtype: torch.randn(*shape).to(dtype)  # noqa: E731
+    for dtype_name, dtype in dtypes.items():
+        for name, shapes in SHAPES.items():
+            a, b = (operand(shape, dtype) for shape in shapes)
+            print(f"{library} {dtype_name} {name}: {gflops(product, a, b, finish):.0f} GFLOP/s")
 
 
 if __name__ == "__main__":

@@ -15,20 +15,18 @@ import functools
 import os
 import sys
 
-from benchmarks.contenders import common, keras_common, keras_vit_model
+from benchmarks.contenders import common, keras_common, keras_vit_model, timm_vit
 
 
 def _stage(name, tensors=None):
-    """A table row: resident memory now and its peak since the last stage (and, from `tensors`,
-    a function returning (live, peak) tensor bytes, theirs); then resets the peaks."""
+    """Prints a table row: resident memory now and its peak since the last stage, and with
+    `tensors` (a function returning live and peak tensor bytes) those; then resets the peaks."""
     with open("/proc/self/status") as status:
         fields = dict(line.split(":", 1) for line in status)
-    rss, peak = (int(fields[key].split()[0]) / 2**20 for key in ("VmRSS", "VmHWM"))  # kB -> GB
-    row = f"| {name} | {rss:.2f} GB | {peak:.2f} GB |"
+    cells = [name] + [f"{int(fields[key].split()[0]) / 2**20:.2f} GB" for key in ("VmRSS", "VmHWM")]
     if tensors is not None:
-        live, live_peak = (b / 2**30 for b in tensors())
-        row += f" {live:.2f} GB | {live_peak:.2f} GB |"
-    print(row, flush=True)
+        cells += [f"{size / 2**30:.2f} GB" for size in tensors()]
+    print(common.table_row(cells), flush=True)
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # resets VmHWM to the current RSS
 
@@ -45,8 +43,10 @@ def _train(step, steps, stage, first_name):
 def keras_vit_stages(args):
     if args.tensors:
         os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # before TensorFlow starts
-    keras_common.configure(precision="bf16" if args.bf16 else "fp32")
+    keras_common.configure(precision=args.precision)
     import tensorflow as tf
+
+    from keras_vit import routes
 
     def tensors():
         info = tf.config.experimental.get_memory_info("CPU:0")
@@ -60,21 +60,16 @@ def keras_vit_stages(args):
     keras_vit_model.compile_training(model, args.xla)
     stage(f"compiled (XLA {model.jit_compile}), optimizer state built")
     images, labels = common.random_batch(args.batch, args.image_size)
-    from keras_vit import routes
-
     with routes.use_routes(**dict(args.route)):  # the first step traces: it keeps the routes
         _train(lambda: model.train_on_batch(images, labels), args.steps, stage,
                "step 1 (trace, compile, run)")
 
 
 def timm_stages(args):
-    from benchmarks.contenders import timm_vit
-
     timm_vit.import_timm()
     _stage("import torch, timm")
-    precision = "bf16" if args.bf16 else "fp32"
     options = common.parse_args(["--mode=train", f"--image-size={args.image_size}",
-                                 f"--batch={args.batch}", f"--precision={precision}"])
+                                 f"--batch={args.batch}", f"--precision={args.precision}"])
     step = timm_vit.build_training(options, common.variant_config(args.variant))
     _stage("model built (parameters)")
     _train(step, args.steps, _stage, "step 1")
@@ -84,10 +79,9 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.memory",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("library", choices=("keras_vit", "timm"))
-    common.add_training_probe_options(parser)
+    common.add_training_probe_options(parser, xla=True)
     parser.add_argument("--steps", type=common.at_least(1), default=4)
     parser.add_argument("--remat", action="store_true", help="build the model with remat=True")
-    common.add_xla_options(parser)
     parser.add_argument("--tensors", action="store_true",
                         help="also the live tensors' bytes (TensorFlow's BFC allocator)")
     args = parser.parse_args(argv)
@@ -102,9 +96,8 @@ def main(argv=None):
     args = parse_args(argv)
     print(f"{' '.join(argv)}: ViT-{args.variant}, {args.image_size} px, batch {args.batch}, "
           "AdamW\n")
-    header = "| stage | RSS after | peak during |" + (
-        " tensors after | tensors peak |" if args.tensors else "")
-    print(header + "\n|" + "---|" * (header.count("|") - 1))
+    header = ["stage", "RSS after", "peak during"]
+    print(common.table_head(header + (["tensors after", "tensors peak"] if args.tensors else [])))
     _stage("interpreter start", (lambda: (0, 0)) if args.tensors else None)
     (keras_vit_stages if args.library == "keras_vit" else timm_stages)(args)
 

@@ -7,25 +7,24 @@ resized crop (scale 0.08-1) and a horizontal flip to 224 px, batches of 64.
     python -m benchmarks.pipeline compare DIR --rounds 3 --timm-python .venv-timm/bin/python
 
 Each round runs each loader in a fresh process, alternately, for `--epochs` passes over the
-folder; a process prints its images per second after its first batch (the pipeline's steady
-rate; start-up is the time from building the loader to its first batch, printed beside it)
-and its peak resident memory:
-the larger of the kernel's high-water mark of the process itself and the peak of the summed
-memory of it and all its descendants (timm's workers are processes; tf.data's threads are the
-process's own), sampled every 20 ms from /proc (Linux).
+folder. A process prints one JSON line: its images per second after its first batch (the
+pipeline's steady rate), the time from building the loader to its first batch, and its peak
+memory: the larger of the kernel's high-water mark of the process itself and the peak of the
+summed memory of it and all its descendants (timm's workers are processes; tf.data's threads
+are the process's own), sampled every 20 ms from /proc (Linux).
 """
 
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from benchmarks.contenders import common
+from benchmarks.contenders.timm_vit import import_timm
+
 SIZE, BATCH, CLASSES, IMAGES = 224, 64, 8, 512
 
 
@@ -48,119 +47,101 @@ def prepare(folder):
     print(f"Wrote {IMAGES} JPEGs in {CLASSES} class folders under {folder}", file=sys.stderr)
 
 
-class _TreeMemory:
-    """The peak, over the run, of the summed resident memory of this process and all its
-    descendants, sampled every 20 ms by a thread (and at the end)."""
-
-    def __init__(self):
-        self.peak = 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    @staticmethod
-    def _tree_rss():
-        total, pending = 0, [os.getpid()]
-        while pending:
-            pid = pending.pop()
-            try:
-                with open(f"/proc/{pid}/statm") as f:
-                    total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-                for task in os.listdir(f"/proc/{pid}/task"):
-                    with open(f"/proc/{pid}/task/{task}/children") as f:
-                        pending += [int(child) for child in f.read().split()]
-            except (OSError, ValueError):
-                continue  # a child that ended between two reads
-        return total
-
-    def _sample(self):
-        while not self._done.wait(0.02):
-            self.peak = max(self.peak, self._tree_rss())
-
-    def stop(self):
-        self.peak = max(self.peak, self._tree_rss())
-        self._done.set()
-        self._thread.join()
-        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the kernel's
-        return max(self.peak, own)
+def _tree_rss():
+    """The summed resident memory of this process and all its descendants."""
+    total, pending = 0, [os.getpid()]
+    while pending:
+        pid = pending.pop()
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    pending += [int(child) for child in f.read().split()]
+        except (OSError, ValueError):
+            continue  # a child that ended between two reads
+    return total
 
 
-def _report(batch_times, images_per_batch, memory):
-    """One JSON line: the seconds from building the loader to its first batch, the steady
-    images per second after it, and the peak memory of the process tree."""
-    steady = sum(batch_times[1:])
-    print(json.dumps(dict(first_batch_s=batch_times[0],
-                          images_per_s=images_per_batch * (len(batch_times) - 1) / steady,
-                          batches=len(batch_times), peak_rss_bytes=memory.stop())))
+def _timed_batches(batches):
+    """Reads `batches` while a thread samples `_tree_rss` every 20 ms, then prints the JSON line
+    (the first batch's time counts from the call, so it includes building the loader)."""
+    peak, done = 0, threading.Event()
 
+    def sample():
+        nonlocal peak
+        while not done.wait(0.02):
+            peak = max(peak, _tree_rss())
 
-def keras_vit_job(folder, epochs):
-    memory = _TreeMemory()
-    import keras_vit
-
-    times, last = [], time.perf_counter()  # the first batch's time includes the build
-    data = keras_vit.data.from_folder(folder, image_size=SIZE, batch_size=BATCH, training=True)
-    for _images, _labels in data.dataset.take(epochs * (IMAGES // BATCH)):  # it repeats
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    times, last = [], time.perf_counter()
+    for _ in batches:
         now = time.perf_counter()
         times.append(now - last)
         last = now
-    _report(times, BATCH, memory)
+    done.set()
+    sampler.join()
+    peak_rss = max(peak, _tree_rss(), common.peak_rss_bytes())  # the last: the kernel's
+    print(json.dumps(dict(first_batch_s=times[0],
+                          images_per_s=BATCH * (len(times) - 1) / sum(times[1:]),
+                          batches=len(times), peak_rss_bytes=peak_rss)))
+
+
+def keras_vit_job(folder, epochs):
+    import keras_vit
+
+    def batches():
+        data = keras_vit.data.from_folder(folder, image_size=SIZE, batch_size=BATCH,
+                                          training=True)
+        yield from data.dataset.take(epochs * (IMAGES // BATCH))  # it repeats
+
+    _timed_batches(batches())
 
 
 def timm_job(folder, epochs):
-    memory = _TreeMemory()
-    sys.path.insert(0, os.path.dirname(HERE))
-    from benchmarks.contenders.timm_vit import import_timm
-
     timm, _ = import_timm()
     import torch
     from torchvision.datasets import ImageFolder
 
-    times, last = [], time.perf_counter()  # the first batch's time includes the build
-    transform = timm.data.create_transform(SIZE, is_training=True, color_jitter=None,
-                                           auto_augment=None, interpolation="bilinear")
-    loader = torch.utils.data.DataLoader(ImageFolder(folder, transform), batch_size=BATCH,
-                                         shuffle=True, drop_last=True,
-                                         num_workers=os.cpu_count(),
-                                         persistent_workers=True)
-    for _ in range(epochs):
-        for _images, _labels in loader:
-            now = time.perf_counter()
-            times.append(now - last)
-            last = now
-    _report(times, BATCH, memory)
+    def batches():
+        transform = timm.data.create_transform(SIZE, is_training=True, color_jitter=None,
+                                               auto_augment=None, interpolation="bilinear")
+        loader = torch.utils.data.DataLoader(ImageFolder(folder, transform), batch_size=BATCH,
+                                             shuffle=True, drop_last=True,
+                                             num_workers=os.cpu_count(), persistent_workers=True)
+        for _ in range(epochs):
+            yield from loader
+
+    _timed_batches(batches())
 
 
 def compare(folder, rounds, epochs, timm_python):
-    jobs = {"keras_vit": [sys.executable, "-m", "benchmarks.pipeline", "keras_vit", folder],
-            "timm": [timm_python, "-m", "benchmarks.pipeline", "timm", folder]}
+    jobs = {"keras_vit": sys.executable, "timm": timm_python}
     results = {name: [] for name in jobs}
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.path.dirname(HERE))
-    for round_index in range(rounds):
-        for name, command in jobs.items():
-            done = subprocess.run(command + ["--epochs", str(epochs)], capture_output=True,
-                                  text=True, env=env, cwd=os.path.dirname(HERE), timeout=1800)
-            if done.returncode:
-                raise RuntimeError(f"{name} exited with {done.returncode}: {done.stderr[-2000:]}")
-            result = json.loads(done.stdout.strip().splitlines()[-1])
-            results[name].append(result)
-            print(f"round {round_index + 1}: {name}: {result['images_per_s']:.0f} images/s, "
-                  f"first batch {result['first_batch_s']:.2f} s, peak RSS "
-                  f"{result['peak_rss_bytes'] / 1e9:.2f} GB", file=sys.stderr, flush=True)
-    print(f"| loader ({os.cpu_count()} cores, {IMAGES} JPEGs 500x375, batch {BATCH}, {SIZE} px) "
-          "| images/s (median) | building to the first batch | peak RSS |\n|---|---|---|---|")
-    medians = {}
-    for name, rows in results.items():
-        medians[name] = {key: statistics.median(row[key] for row in rows)
-                         for key in ("images_per_s", "first_batch_s", "peak_rss_bytes")}
-        m = medians[name]
-        print(f"| {name} | {m['images_per_s']:.0f} | {m['first_batch_s']:.2f} s | "
-              f"{m['peak_rss_bytes'] / 1e9:.2f} GB |")
-    ratio = medians["keras_vit"]["images_per_s"] / medians["timm"]["images_per_s"]
-    memory = medians["keras_vit"]["peak_rss_bytes"] / medians["timm"]["peak_rss_bytes"]
-    per_core = medians["keras_vit"]["images_per_s"] / os.cpu_count()
-    print(f"\nkeras_vit / timm: {ratio:.2f}x the images per second, {memory:.2f}x the peak RSS, "
-          f"over {rounds} alternating rounds; keras_vit: {per_core:.0f} images/s per core")
+    for round_index, name in common.alternating(list(jobs), rounds):
+        done = common.run_fresh([jobs[name], "-m", "benchmarks.pipeline", name, folder,
+                                 "--epochs", str(epochs)], timeout=1800)
+        if done.returncode:
+            raise RuntimeError(f"{name} exited with {done.returncode}: {done.stderr[-2000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        results[name].append(result)
+        print(f"round {round_index + 1}: {name}: {result['images_per_s']:.0f} images/s, "
+              f"first batch {result['first_batch_s']:.2f} s, peak RSS "
+              f"{result['peak_rss_bytes'] / 1e9:.2f} GB", file=sys.stderr, flush=True)
+    print(common.table_head([
+        f"loader ({os.cpu_count()} cores, {IMAGES} JPEGs 500x375, batch {BATCH}, {SIZE} px)",
+        "images/s (median)", "building to the first batch", "peak RSS"]))
+    medians = {name: {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+               for name, rows in results.items()}
+    for name, m in medians.items():
+        print(common.table_row([name, f"{m['images_per_s']:.0f}", f"{m['first_batch_s']:.2f} s",
+                                f"{m['peak_rss_bytes'] / 1e9:.2f} GB"]))
+    ours, timm = medians["keras_vit"], medians["timm"]
+    print(f"\nkeras_vit / timm: {ours['images_per_s'] / timm['images_per_s']:.2f}x the images "
+          f"per second, {ours['peak_rss_bytes'] / timm['peak_rss_bytes']:.2f}x the peak RSS, "
+          f"over {rounds} alternating rounds; keras_vit: "
+          f"{ours['images_per_s'] / os.cpu_count():.0f} images/s per core")
     return 0
 
 
@@ -177,14 +158,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.action != "prepare" and not os.path.isdir(args.folder):
         parser.error(f"{args.folder} is not a folder. Expected one that `prepare` wrote.")
+    if args.action == "compare":
+        return compare(args.folder, args.rounds, args.epochs, args.timm_python)
     if args.action == "prepare":
         prepare(args.folder)
     elif args.action == "keras_vit":
         keras_vit_job(args.folder, args.epochs)
-    elif args.action == "timm":
-        timm_job(args.folder, args.epochs)
     else:
-        return compare(args.folder, args.rounds, args.epochs, args.timm_python)
+        timm_job(args.folder, args.epochs)
     return 0
 
 

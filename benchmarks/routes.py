@@ -12,9 +12,7 @@ built. Every variant gets the same weights and batch, and its outputs (inference
 import argparse
 import contextlib
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -84,17 +82,6 @@ def median_step(call, args):
     return statistics.median(common.step_seconds(call, args.steps, warmup=1))
 
 
-def fresh_round(args, text):
-    """One round of variant `text` in a fresh process: its result dict."""
-    command = [sys.executable, "-m", "benchmarks.routes", "--worker", text, *args.passed]
-    done = subprocess.run(command, capture_output=True, text=True,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    result = common.read_result(done.stdout)
-    if done.returncode or result is None:
-        sys.exit(f"Variant {text!r} failed:\n{done.stderr[-3000:]}")
-    return result
-
-
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.routes",
                                      description=__doc__.split("\n\n")[0])
@@ -102,7 +89,6 @@ def parse_args(argv):
     common.add_model_options(parser)
     parser.add_argument("--mode", choices=("infer", "train"), default="infer")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    common.add_xla_options(parser)
     parser.add_argument("--rounds", type=common.at_least(1), default=3)
     parser.add_argument("--steps", type=common.at_least(1), default=4)
     parser.add_argument("--fresh", action="store_true",
@@ -111,13 +97,8 @@ def parse_args(argv):
     parser.add_argument("--profile", help="write a profile of the first variant's last round "
                                           "here (a folder)")
     parser.add_argument("--device", choices=common.DEVICES, default="cpu")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # one variant, for `--fresh`
     args = parser.parse_args(argv)
-    # What a fresh worker process is given: the options, not the variants.
-    args.passed = [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in
-                   ("model", "mode", "batch", "image_size", "precision", "steps", "device")]
-    if args.xla is not None:
-        args.passed.append("--xla" if args.xla else "--no-xla")
     if args.worker is None:
         if not args.variants:
             parser.error("name at least one variant")
@@ -129,66 +110,71 @@ def parse_args(argv):
     return args
 
 
+def fresh_round(argv, text):
+    """One round of variant `text` in a fresh process given `argv`: its result dict."""
+    done = common.run_fresh([sys.executable, "-m", "benchmarks.routes", *argv, "--worker", text],
+                            cwd=None)
+    result = common.read_result(done.stdout)
+    if done.returncode or result is None:
+        sys.exit(f"Variant {text!r} failed:\n{done.stderr[-3000:]}")
+    return result
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     keras = keras_common.configure(device=args.device, precision=args.precision)
     import numpy as np
 
-    if args.worker is not None:  # one variant in this process (`--fresh`)
+    if args.worker is not None:
         call, first, first_call_s = build(args.worker, args)
         common.emit(dict(first=first.tolist(), first_call_s=first_call_s,
                          step_s=median_step(call, args), peak_rss_bytes=common.peak_rss_bytes()))
         return 0
-    names = list(args.variants)
+    names = args.variants
     results = {text: [] for text in names}
     built = {} if args.fresh else {text: build(text, args) for text in names}
     firsts = {text: b[1] for text, b in built.items()}
-    for round_index in range(args.rounds):
-        shift = round_index % len(names)
-        for text in names[shift:] + names[:shift]:
-            if args.fresh:
-                result = fresh_round(args, text)
-                firsts.setdefault(text, np.asarray(result["first"]))
-            else:
-                last = text == names[0] and round_index == args.rounds - 1
-                with profiling(args.profile if last else None):
-                    result = dict(step_s=median_step(built[text][0], args))
-            results[text].append(result)
+    for round_index, text in common.alternating(names, args.rounds):
+        if args.fresh:
+            result = fresh_round(argv, text)
+            firsts.setdefault(text, np.asarray(result["first"]))
+        else:
+            last = text == names[0] and round_index == args.rounds - 1
+            with profiling(args.profile if last else None):
+                result = dict(step_s=median_step(built[text][0], args))
+        results[text].append(result)
     tolerance = 2e-2 if args.precision == "bf16" else 1e-4
     for text in names:
         if not np.allclose(firsts[text], firsts[names[0]], rtol=tolerance, atol=tolerance):
             sys.exit(f"Variant {text!r} computes something else: its first "
                      f"{'outputs' if args.mode == 'infer' else 'loss'} differ by "
                      f"{np.abs(firsts[text] - firsts[names[0]]).max():.2g}.")
-    print(table(args, names, results, keras.backend.backend()))
+    print(table(args, results, keras.backend.backend()))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(args={k: v for k, v in vars(args).items() if k != "passed"},
-                           backend=keras.backend.backend(), machine=common.machine_info(),
-                           results=results), f, indent=1)
+            json.dump(dict(args=vars(args), backend=keras.backend.backend(),
+                           machine=common.machine_info(), results=results), f, indent=1)
     return 0
 
 
-def table(args, names, results, backend):
-    def median(text, key):
-        return statistics.median(r[key] for r in results[text])
-
-    first = median(names[0], "step_s")
+def table(args, results, backend):
+    """The variants' speed, each against the first's; with `--fresh`, start-up and memory."""
+    first = statistics.median(r["step_s"] for r in next(iter(results.values())))
+    header = ["variant", "img/s", "s per call, per round", "vs first"]
+    header += ["build + first call", "peak RSS"] if args.fresh else []
     lines = [f"{args.model}, batch {args.batch}, {args.precision}, {args.mode}, {backend}, "
              f"XLA {'default' if args.xla is None else args.xla}, {args.rounds} interleaved "
-             f"rounds of {args.steps} calls{', a fresh process each' if args.fresh else ''}\n"]
-    header = "| variant | img/s | s per call, per round | vs first |"
-    if args.fresh:
-        header += " build + first call | peak RSS |"
-    lines += [header, "|" + "---|" * (header.count("|") - 1)]
-    for text in names:
-        step = median(text, "step_s")
-        rounds = ", ".join(f"{r['step_s']:.3f}" for r in results[text])
-        row = f"| {text} | {args.batch / step:.2f} | {rounds} | {first / step:.3f}x |"
+             f"rounds of {args.steps} calls{', a fresh process each' if args.fresh else ''}\n",
+             common.table_head(header)]
+    for text, rounds in results.items():
+        step = statistics.median(r["step_s"] for r in rounds)
+        cells = [text, f"{args.batch / step:.2f}", ", ".join(f"{r['step_s']:.3f}" for r in rounds),
+                 f"{first / step:.3f}x"]
         if args.fresh:
-            row += (f" {median(text, 'first_call_s'):.1f} s |"
-                    f" {max(r['peak_rss_bytes'] for r in results[text]) / 1e9:.2f} GB |")
-        lines.append(row)
+            cells += [f"{statistics.median(r['first_call_s'] for r in rounds):.1f} s",
+                      f"{max(r['peak_rss_bytes'] for r in rounds) / 1e9:.2f} GB"]
+        lines.append(common.table_row(cells))
     return "\n".join(lines)
 
 

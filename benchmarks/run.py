@@ -22,7 +22,6 @@ import types
 from benchmarks.contenders import common
 from keras_vit_cli.catalog import library_module
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Loaded without Keras: the driver stays light beside the measured processes.
 flops = library_module("flops")
 atomic_write_text = library_module("fileio").atomic_write_text
@@ -35,13 +34,13 @@ FAMILIES = {  # name -> (worker module, label in the table)
 TRAINING_MODES = ("infer", "train")
 # The contender tags that switch a flag on: tag (a `Contender` field) -> the families taking it.
 FLAG_TAGS = {"jax": ("keras_hub", "keras_vit"), "compile": ("timm",), "savedmodel": ("keras_vit",)}
-DEFAULT_CONTENDERS = {
-    "cpu": "timm,keras_hub,keras_hub-xla,keras_vit,keras_vit-xla,keras_vit-bf16,"
-    "keras_vit-xla-bf16,keras_vit-int8,keras_vit-xla-int8",
-    "gpu": "timm,keras_hub,keras_hub-xla,keras_vit,keras_vit-xla",
+DEFAULTS = {  # device -> contenders, batch sizes, precision
+    "cpu": dict(contenders="timm,keras_hub,keras_hub-xla,keras_vit,keras_vit-xla,keras_vit-bf16,"
+                "keras_vit-xla-bf16,keras_vit-int8,keras_vit-xla-int8", batch="8",
+                precision="fp32"),
+    "gpu": dict(contenders="timm,keras_hub,keras_hub-xla,keras_vit,keras_vit-xla", batch="64,256",
+                precision="bf16"),
 }
-DEFAULT_BATCH = {"cpu": "8", "gpu": "64,256"}
-DEFAULT_PRECISION = {"cpu": "fp32", "gpu": "bf16"}
 # The options that take one integer: name -> (default, minimum, help).
 INTEGER_OPTIONS = {
     "rounds": ("5", 1, "interleaved rounds per model and batch"),
@@ -55,7 +54,6 @@ INTEGER_OPTIONS = {
 }
 AGREEMENT_KEYS = ("top1_agreement", "distinct_top1", "images", "centred", "relative_logit_error",
                   "source")
-ERROR_TAIL_LINES = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +71,7 @@ class Contender:
     @property
     def name(self):
         tags = ["jax"] if self.jax else []
-        if self.xla is not None:
-            tags.append("xla" if self.xla else "noxla")
+        tags += {True: ["xla"], False: ["noxla"], None: []}[self.xla]
         tags += [tag for tag in ("compile", "savedmodel") if getattr(self, tag)]
         name = "-".join([self.family, *tags, self.precision])
         return f"{name}@{self.tree}" if self.tree else name
@@ -93,11 +90,9 @@ class Contender:
         name = f"keras-hub {v['keras_hub']} ViT" if "keras_hub" in v else FAMILIES[self.family][1]
         if self.family == "keras_vit" and "keras_vit" in v:
             name += f" {v['keras_vit']}"
-        if self.savedmodel:
-            name += " SavedModel"
+        name += " SavedModel" if self.savedmodel else ""
         runtime = {True: "XLA", False: "no XLA", None: "default runtime"}[self.xla]
-        if self.jax:
-            runtime = "JAX (XLA)"
+        runtime = "JAX (XLA)" if self.jax else runtime
         return f"{name}, {runtime}, {self.precision}" + (f" [{self.tree}]" if self.tree else "")
 
 
@@ -115,12 +110,9 @@ def parse_contender(text, default_precision):
     spec, _, tree = text.strip().partition("@")
     spec = spec.lower().replace("keras-hub", "keras_hub").replace("keras-vit", "keras_vit")
     family, *tags = spec.split("-")
-    expected = (
-        f"Expected FAMILY[-jax][-xla|-noxla][-compile][-savedmodel][-PRECISION][@DIR] with "
-        f"FAMILY in {sorted(FAMILIES)} and PRECISION in {list(common.PRECISIONS)}, e.g. "
-        "keras_vit-xla-bf16 (jax for Keras families, compile for timm, savedmodel for "
-        "keras_vit: its export's predict_images signature, inference only)."
-    )
+    expected = (f"Expected FAMILY[-jax][-xla|-noxla][-compile][-savedmodel][-PRECISION][@DIR] "
+                f"with FAMILY in {sorted(FAMILIES)} and PRECISION in {list(common.PRECISIONS)} "
+                "(benchmarks/README.md), e.g. keras_vit-xla-bf16.")
     _require(family in FAMILIES, f"Unknown contender {text!r}. {expected}")
     _require(not tree or os.path.isdir(os.path.join(tree, "benchmarks", "contenders")),
              f"Contender {text!r}: {tree!r} is not a checkout of this repository (no "
@@ -146,34 +138,31 @@ def parse_contender(text, default_precision):
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.run",
-        description=__doc__.split("\n\n")[0],
+        prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-    )
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     parser.add_argument("--models", default="Ti/16,B/16,L/16", help="comma-separated variants")
     parser.add_argument("--contenders", help="comma-separated names (benchmarks/README.md). "
-                        f"Default on cpu: {DEFAULT_CONTENDERS['cpu']}; on gpu: "
-                        f"{DEFAULT_CONTENDERS['gpu']}")
+                        f"Default: {DEFAULTS['cpu']['contenders']} (gpu: "
+                        f"{DEFAULTS['gpu']['contenders']})")
     parser.add_argument("--device", choices=common.DEVICES, default="cpu")
-    parser.add_argument("--batch", help="comma-separated batch sizes (default: 8 on cpu, "
-                        "64,256 on gpu)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), help="precision of the "
-                        "contenders named without one (default: fp32 on cpu, bf16 on gpu)")
+    parser.add_argument("--batch", help="comma-separated batch sizes (default: 8; gpu: 64,256)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), help="of the contenders named "
+                        "without one (default: fp32; gpu: bf16)")
     parser.add_argument("--modes", default="infer,train", help="infer, train or both")
-    parser.add_argument("--points", help="comma-separated operating points MODEL@SIZExBATCH, "
-                        "e.g. B/16@384x4 (instead of --models, --batch and --image-size)")
+    parser.add_argument("--points", help="comma-separated MODEL@SIZExBATCH, e.g. B/16@384x4 "
+                        "(instead of --models, --batch and --image-size)")
     for name, (default, _, help) in INTEGER_OPTIONS.items():
         parser.add_argument("--" + name, default=default, help=help)
-    parser.add_argument("--int8-checkpoint", help="also measure int8 agreement on this trained "
+    parser.add_argument("--int8-checkpoint", help="also the int8 agreement of this trained "
                         "model (.npz, official layout)")
-    parser.add_argument("--peak-flops", type=float, help="peak FLOP/s for model FLOP utilisation "
-                        f"(default on gpu: {flops.H100_SXM_DENSE_BF16_FLOPS:.0f}, H100 SXM dense "
-                        "bf16; none on cpu)")
+    parser.add_argument("--peak-flops", type=float, help="peak FLOP/s for the model FLOP "
+                        f"utilisation (gpu default: {flops.H100_SXM_DENSE_BF16_FLOPS:.0f}, H100 "
+                        "SXM dense bf16)")
     parser.add_argument("--json", help="write every result here as JSON")
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter for the contender processes (default: this one)")
-    parser.add_argument("--check", action="store_true", help="only import every contender's "
+    parser.add_argument("--check", action="store_true", help="only import each contender's "
                         "framework in its process, print versions, and exit")
     return parser
 
@@ -206,17 +195,17 @@ def make_plan(args):
     Raises:
         ValueError: naming the option, what was received and what is expected.
     """
-    device = args.device
-    precision = args.precision or DEFAULT_PRECISION[device]
-    names = (args.contenders or DEFAULT_CONTENDERS[device]).split(",")
-    contenders = [parse_contender(name, precision) for name in names if name.strip()]
+    defaults = DEFAULTS[args.device]
+    names = (args.contenders or defaults["contenders"]).split(",")
+    contenders = [parse_contender(name, args.precision or defaults["precision"])
+                  for name in names if name.strip()]
     _require(contenders, f"--contenders names no contender. Received: {args.contenders!r}")
     twice = sorted({c.name for c in contenders if contenders.count(c) > 1})
     _require(not twice, f"--contenders names {twice} twice.")
     number = {name.replace("-", "_"): _integers(name, getattr(args, name.replace("-", "_")),
                                                 minimum)
               for name, (_, minimum, _) in INTEGER_OPTIONS.items()}
-    batches = _integers("batch", args.batch or DEFAULT_BATCH[device], several=True)
+    batches = _integers("batch", args.batch or defaults["batch"], several=True)
     if args.points:
         wanted = [_point(text) for text in args.points.split(",") if text.strip()]
     else:
@@ -237,7 +226,7 @@ def make_plan(args):
     _require(modes and modes <= set(TRAINING_MODES),
              f"--modes must be infer, train or infer,train. Received: {args.modes!r}")
     peak = args.peak_flops
-    if peak is None and device == "gpu":
+    if peak is None and args.device == "gpu":
         peak = flops.H100_SXM_DENSE_BF16_FLOPS
     _require(peak is None or peak > 0, f"--peak-flops must be positive. Received: {peak}")
     if args.int8_checkpoint:
@@ -253,7 +242,7 @@ def make_plan(args):
         configs=configs,
         points=points,  # (model, image size, batch), in the order measured
         contenders=contenders,
-        device=device,
+        device=args.device,
         batches=sorted({batch for _, _, batch in points}),
         steps=dict(infer=number.pop("infer_steps"), train=number.pop("train_steps")),
         modes=tuple(m for m in TRAINING_MODES if m in modes),
@@ -264,19 +253,16 @@ def make_plan(args):
     )
 
 
-# ------------------------------------------------------------------------------------------
-# Running the contender processes.
-
-
-def run_process(plan, contender, mode, model=None, batch=1, extra=(), image_size=None):
-    """Runs one contender process and returns its result dict (with `error` if it failed)."""
+def run_process(plan, contender, mode, model="B/16", batch=1, image_size=None, extra=(),
+                where=None, round_index=0):
+    """Runs one contender process and returns its result dict (with `error` if it failed),
+    marked with its round and mode; with `where` (its place in the run) it is told on stderr."""
     command = [
-        plan.python, "-m", FAMILIES[contender.family][0], "--mode", mode,
+        plan.python, "-m", FAMILIES[contender.family][0], "--mode", mode, "--model", model,
         "--image-size", str(image_size or plan.image_size), "--batch", str(batch),
-        "--device", plan.device,
-        "--precision", contender.precision, "--steps", str(plan.steps.get(mode, 1)),
-        "--warmup", str(plan.warmup), "--seed", str(plan.seed),
-        *(["--model", model] if model else []),
+        "--device", plan.device, "--precision", contender.precision,
+        "--steps", str(plan.steps.get(mode, 1)), "--warmup", str(plan.warmup),
+        "--seed", str(plan.seed),
         *({True: ["--xla"], False: ["--no-xla"], None: []}[contender.xla]),
         *(["--backend", "jax"] if contender.jax else []),
         *(["--compile"] if contender.compile else []),
@@ -284,41 +270,31 @@ def run_process(plan, contender, mode, model=None, batch=1, extra=(), image_size
         *(["--agreement-images", str(plan.agreement_images)] if mode == "agreement" else []),
         *extra,
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
     start = time.time()
     command += ["--spawned-at", repr(start)]
     try:
-        done = subprocess.run(command, cwd=contender.tree or REPO_ROOT, env=env,
-                              capture_output=True, text=True, timeout=plan.timeout)
+        done = common.run_fresh(command, plan.timeout, cwd=contender.tree or common.REPO_ROOT)
+        result = common.read_result(done.stdout)
+        if done.returncode or result is None:
+            log = (done.stderr + done.stdout).strip().splitlines()
+            result = dict(error=f"exit code {done.returncode}: " + "\n".join(log[-12:]))
     except subprocess.TimeoutExpired:
-        return dict(error=f"timed out after {plan.timeout} s", wall_s=time.time() - start)
+        result = dict(error=f"timed out after {plan.timeout} s")
     except OSError as e:
-        return dict(error=f"could not start {plan.python!r}: {e}", wall_s=time.time() - start)
-    result = common.read_result(done.stdout)
-    if done.returncode or result is None:
-        log = (done.stderr + done.stdout).strip().splitlines()
-        result = dict(error=f"exit code {done.returncode}: " + "\n".join(log[-ERROR_TAIL_LINES:]))
-    result["wall_s"] = time.time() - start
-    return result
-
-
-def _measure(plan, contender, mode, where, round_index=0, **kwargs):
-    """One process of `contender` in `mode`, its result marked with round and mode and told on
-    stderr after `where`, the measurement's place in the run."""
-    result = run_process(plan, contender, mode, **kwargs)
-    result.update(round=round_index + 1, mode=mode)
-    if "error" in result:
-        told = "FAILED: " + result["error"].splitlines()[-1][:200]
-    else:
-        parts = [f"{result['images_per_s']:.2f} img/s"] if "images_per_s" in result else []
-        if mode == "train":
-            parts.append(f"first step {result['first_step_s']:.1f} s")
-        if mode in TRAINING_MODES:
-            parts.append(f"peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB")
+        result = dict(error=f"could not start {plan.python!r}: {e}")
+    result.update(wall_s=time.time() - start, round=round_index + 1, mode=mode)
+    if where:
+        told = [f"{result['images_per_s']:.2f} img/s"] if "images_per_s" in result else []
+        if "first_step_s" in result and mode == "train":
+            told.append(f"first step {result['first_step_s']:.1f} s")
+        if "peak_rss_bytes" in result and mode != "agreement":
+            told.append(f"peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB")
         if "top1_agreement" in result:
-            parts.append(f"top-1 agreement {result['top1_agreement']:.1%}")
-        told = ", ".join(parts) + f" ({result['wall_s']:.0f} s)"
-    print(f"{where} {contender.name} {mode}: {told}", file=sys.stderr, flush=True)
+            told.append(f"top-1 agreement {result['top1_agreement']:.1%}")
+        if "error" in result:
+            told = ["FAILED: " + result["error"].splitlines()[-1][:200]]
+        print(f"{where} {contender.name} {mode}: {', '.join(told)} ({result['wall_s']:.0f} s)",
+              file=sys.stderr, flush=True)
     return result
 
 
@@ -329,32 +305,26 @@ def run_all(plan):
         group = {c: dict(model=model, image_size=size, batch=batch, contender=c, rounds=[])
                  for c in plan.contenders}
         failed = set()  # (contender, mode) that failed once: not retried in later rounds
-        for round_index in range(plan.rounds):
+        for round_index, contender in common.alternating(plan.contenders, plan.rounds):
             where = f"[{model} {size} px batch {batch} round {round_index + 1}/{plan.rounds}]"
-            shift = round_index % len(plan.contenders)
-            for contender in plan.contenders[shift:] + plan.contenders[:shift]:
-                modes = [m for m in contender.modes if m in plan.modes]
-                if round_index == 0 and contender.precision == "int8" and plan.agreement_images:
-                    modes.append("agreement")
-                for mode in [m for m in modes if (contender, m) not in failed]:
-                    result = _measure(plan, contender, mode, where, round_index, model=model,
-                                      batch=batch, image_size=size)
-                    group[contender]["rounds"].append(result)
-                    if "error" in result:
-                        failed.add((contender, mode))
+            modes = [m for m in contender.modes if m in plan.modes]
+            if round_index == 0 and contender.precision == "int8" and plan.agreement_images:
+                modes.append("agreement")
+            for mode in [m for m in modes if (contender, m) not in failed]:
+                result = run_process(plan, contender, mode, model, batch, size, where=where,
+                                     round_index=round_index)
+                group[contender]["rounds"].append(result)
+                if "error" in result:
+                    failed.add((contender, mode))
         entries.extend(group.values())
     if plan.int8_checkpoint:  # the int8 agreement on a trained model, once
         checkpoint, batch = plan.int8_checkpoint, plan.batches[0]
         for contender in [c for c in plan.contenders if c.precision == "int8"]:
-            result = _measure(plan, contender, "agreement", f"[{checkpoint}]", batch=batch,
-                              extra=("--checkpoint", os.path.abspath(checkpoint)))
+            result = run_process(plan, contender, "agreement", batch=batch, where=f"[{checkpoint}]",
+                                 extra=("--checkpoint", os.path.abspath(checkpoint)))
             entries.append(dict(model=checkpoint, image_size=plan.image_size, batch=batch,
                                 contender=contender, rounds=[result]))
     return entries
-
-
-# ------------------------------------------------------------------------------------------
-# Summaries, ratios, the tables.
 
 
 def summarize(entry, plan):
@@ -394,13 +364,6 @@ def summarize(entry, plan):
     return summary, versions
 
 
-def baseline_for(contender, contenders):
-    """The timm contender that `contender` is compared with: timm at the same precision where
-    it was measured, else timm fp32 (int8 and CPU bf16 compare with what a timm user runs)."""
-    timms = {c.precision: c for c in contenders if c.family == "timm"}
-    return timms.get(contender.precision) or timms.get("fp32")
-
-
 def _by_point(entries):
     """{(model, image size, batch): {contender: entry}}, in the entries' order."""
     points = {}
@@ -408,6 +371,14 @@ def _by_point(entries):
         point = (entry["model"], entry["image_size"], entry["batch"])
         points.setdefault(point, {})[entry["contender"]] = entry
     return points
+
+
+def _baseline(contender, by_contender):
+    """The summary `contender` is compared with at its point: timm's at the same precision
+    where it ran, else timm fp32's (int8 and CPU bf16 compare with what a timm user runs)."""
+    timms = {c.precision: e for c, e in by_contender.items() if c.family == "timm"}
+    base = timms.get(contender.precision) or timms.get("fp32")
+    return base["summary"] if base and base is not by_contender.get(contender) else {}
 
 
 def _gigabytes(value):
@@ -432,7 +403,6 @@ GPU_COLUMNS = [
 def markdown_table(entries, plan):
     """One Markdown table per model and batch size, with ratios to timm."""
     columns = COLUMNS + (GPU_COLUMNS if plan.device == "gpu" else [])
-    header = ["contender", *(column[0] for column in columns), "notes"]
     out = []
     for (model, size, batch), by_contender in _by_point(entries).items():
         if model in plan.configs:
@@ -442,18 +412,15 @@ def markdown_table(entries, plan):
         if any(c.family == "timm" for c in by_contender):
             out.append("In parentheses: the ratio to timm at the same precision, or to timm fp32 "
                        "where timm did not run at that precision.\n")
-        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out.append(common.table_head(["contender", *(c[0] for c in columns), "notes"]))
         for contender, entry in by_contender.items():
-            s = entry["summary"]
-            base = by_contender.get(baseline_for(contender, list(by_contender)))
-            b = base["summary"] if base and base is not entry else {}
+            summary, base = entry["summary"], _baseline(contender, by_contender)
             cells = [contender.label(entry["versions"])]
             for _, key, fmt, ratio in columns:
-                value, reference = s.get(key), b.get(key) if ratio else None
+                value, reference = summary.get(key), base.get(key) if ratio else None
                 cells.append("–" if value is None else fmt(value) + (
                     f" ({value / reference:.2f}x)" if reference else ""))
-            cells.append(_notes(s))
-            out.append("| " + " | ".join(cells) + " |")
+            out.append(common.table_row(cells + [_notes(summary)]))
         out.append("")
     return "\n".join(out)
 
@@ -473,30 +440,27 @@ def points_table(entries):
     timm at its precision, and for memory both GB."""
     keras_vits = list(dict.fromkeys(e["contender"] for e in entries
                                     if e["contender"].family == "keras_vit"))
-    header = ["point"] + [f"{name}: {' / '.join(c.name for c in keras_vits)}"
-                          for name, _ in POINT_MEASURES]
+    names = " / ".join(c.name for c in keras_vits)
     out = ["### keras_vit / timm at each operating point\n",
            "Speed: keras_vit's images per second over timm's (above 1: faster); memory and "
            "first step: keras_vit's over timm's (below 1: less), keras_vit's and timm's GB in "
            "parentheses.\n",
-           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+           common.table_head(["point"] + [f"{name}: {names}" for name, _ in POINT_MEASURES])]
     for (model, size, batch), by_contender in _by_point(entries).items():
         cells = [f"{model}, {size} px, batch {batch}"]
         for _, key in POINT_MEASURES:
             parts = []
             for contender in keras_vits:
                 mine = by_contender.get(contender, {}).get("summary", {}).get(key)
-                base = by_contender.get(baseline_for(contender, list(by_contender)), {})
-                theirs = base.get("summary", {}).get(key)
+                theirs = _baseline(contender, by_contender).get(key)
                 if mine is None or not theirs:
                     parts.append("–")
                 elif key.startswith("peak_rss"):
-                    parts.append(f"{mine / theirs:.2f}x ({mine / 1e9:.2f} vs "
-                                 f"{theirs / 1e9:.2f})")
+                    parts.append(f"{mine / theirs:.2f}x ({mine / 1e9:.2f} vs {theirs / 1e9:.2f})")
                 else:
                     parts.append(f"{mine / theirs:.2f}x")
             cells.append(" / ".join(parts))
-        out.append("| " + " | ".join(cells) + " |")
+        out.append(common.table_row(cells))
     return "\n".join(out) + "\n"
 
 
@@ -519,18 +483,16 @@ def _notes(summary):
 
 def check(plan):
     """Imports each family's framework in its own process; returns the exit code."""
-    status = 0
     first_of_family = {}
     for contender in plan.contenders:
         first_of_family.setdefault(contender.family, contender)
-    for family, contender in first_of_family.items():
-        result = run_process(plan, contender, "check")
+    results = {family: run_process(plan, c, "check") for family, c in first_of_family.items()}
+    for family, result in results.items():
         if "error" in result:
-            status = 1
             print(f"{family}: FAILED\n{result['error']}")
         else:
             print(f"{family}: ok, {result['versions']} (imports {result['import_s']:.1f} s)")
-    return status
+    return int(any("error" in result for result in results.values()))
 
 
 def _macs(plan, model, sizes):

@@ -1,4 +1,5 @@
-"""What the contender processes and the probes share: options, batches, timing, the result line.
+"""What the contender processes and the probes share: options, batches, timing, result lines,
+fresh processes, alternating rounds, tables.
 
 A contender process (`python -m benchmarks.contenders.X --mode MODE ...`) measures one mode of one
 round and prints one line `BENCHMARK-RESULT {json}`. Nothing heavy is imported here.
@@ -15,6 +16,7 @@ import time
 
 from keras_vit_cli.catalog import library_module
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULT_PREFIX = "BENCHMARK-RESULT "
 DEVICES = ("cpu", "gpu")
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -38,8 +40,8 @@ def variant_config(name):
         plain = [name for name, v in configs.VARIANTS.items() if v.resnet is None]
         raise ValueError(f"Hybrid variant {variant.name!r} has no counterpart in the peers. "
                          f"Expected a plain ViT, one of {', '.join(plain)}.")
-    sizes = configs.MODEL_SIZES[variant.size]
-    return dict(name=variant.name, patch_size=variant.patch_size, **sizes)
+    return dict(name=variant.name, patch_size=variant.patch_size,
+                **configs.MODEL_SIZES[variant.size])
 
 
 def at_least(minimum):
@@ -61,25 +63,25 @@ def route_item(text):
     return name, implementation
 
 
-def add_model_options(parser, flag="--model"):
-    """The variant (option `flag`), --image-size and --batch."""
+def add_model_options(parser, flag="--model", xla=True):
+    """The variant (option `flag`), --image-size, --batch and, with `xla`, --xla and --no-xla
+    into `xla`: True, False, or None for the library's choice."""
     parser.add_argument(flag, default="B/16", help="paper variant, e.g. Ti/16, B/16, L/16")
     parser.add_argument("--image-size", type=at_least(1), default=224)
     parser.add_argument("--batch", type=at_least(1), default=8)
+    if xla:
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument("--xla", dest="xla", action="store_true", default=None,
+                           help="compile with XLA (Keras; default: the library's choice)")
+        group.add_argument("--no-xla", dest="xla", action="store_false",
+                           help="compile without XLA")
 
 
-def add_xla_options(parser):
-    """--xla and --no-xla, into `xla`: True, False, or None for the library's choice."""
-    xla = parser.add_mutually_exclusive_group()
-    xla.add_argument("--xla", dest="xla", action="store_true", default=None,
-                     help="compile with XLA (Keras; default: the library's choice)")
-    xla.add_argument("--no-xla", dest="xla", action="store_false", help="compile without XLA")
-
-
-def add_training_probe_options(parser):
+def add_training_probe_options(parser, xla):
     """The options of the keras_vit training probes (`benchmarks.memory`, `.first_step`)."""
-    add_model_options(parser, "--variant")
-    parser.add_argument("--bf16", action="store_true", help="train in mixed_bfloat16")
+    add_model_options(parser, "--variant", xla)
+    parser.add_argument("--bf16", dest="precision", action="store_const", const="bf16",
+                        default="fp32", help="train in mixed_bfloat16")
     parser.add_argument("--route", type=route_item, action="append", default=[],
                         help="CHOICE=IMPLEMENTATION of keras_vit.routes (repeatable)")
 
@@ -91,7 +93,6 @@ def parse_args(argv=None, precisions=PRECISIONS):
     add_model_options(parser)
     parser.add_argument("--device", choices=DEVICES, default="cpu")
     parser.add_argument("--precision", choices=precisions, default="fp32")
-    add_xla_options(parser)
     parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow")
     parser.add_argument("--compile", action="store_true", help="timm: torch.compile the model")
     parser.add_argument("--savedmodel", action="store_true", help="keras_vit: its SavedModel")
@@ -167,9 +168,9 @@ def machine_info(device="cpu"):
     """CPU model, cores, memory, relevant instruction sets; the GPU's name on a GPU run."""
     info = dict(platform=platform.platform(), python=platform.python_version(), cpus=os.cpu_count())
     try:
-        with open("/proc/cpuinfo") as f:
-            fields = dict(line.split(":", 1) for line in f.read().splitlines()[::-1] if ":" in line)
-        fields = {k.strip(): v.strip() for k, v in fields.items()}  # the first CPU's values
+        with open("/proc/cpuinfo") as f:  # reversed: the first CPU's values win
+            pairs = [line.split(":", 1) for line in reversed(f.read().splitlines()) if ":" in line]
+        fields = {key.strip(): value.strip() for key, value in pairs}
         info["cpu"] = fields.get("model name")
         flags = fields.get("flags", "").split()
         info["cpu_flags"] = sorted(f for f in flags if f.startswith(("avx", "amx", "fma")))
@@ -181,8 +182,8 @@ def machine_info(device="cpu"):
         query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                  "--format=csv,noheader"]
         try:
-            done = subprocess.run(query, capture_output=True, text=True, timeout=30)
-            info["gpu"] = done.stdout.strip()
+            info["gpu"] = subprocess.run(query, capture_output=True, text=True,
+                                         timeout=30).stdout.strip()
         except (OSError, subprocess.SubprocessError) as e:
             info["gpu"] = f"unknown ({e})"
     return info
@@ -197,6 +198,33 @@ def read_result(stdout):
     """The dict of the last result line in a process's `stdout`, or None."""
     lines = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     return json.loads(lines[-1][len(RESULT_PREFIX):]) if lines else None
+
+
+def run_fresh(command, timeout=None, cwd=REPO_ROOT):
+    """Runs `command` as a fresh process from `cwd` (default: the repository root), TensorFlow's
+    logs quiet; returns the `subprocess.CompletedProcess`, its output as text."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def alternating(names, rounds):
+    """(round index, name) for every name in each of `rounds` rounds, the names' order rotated
+    from round to round, so that a slow spell of the machine hits all alike."""
+    for round_index in range(rounds):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            yield round_index, name
+
+
+def table_row(cells):
+    """A row of a Markdown table."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def table_head(header):
+    """The header row and the rule of a Markdown table with the column names `header`."""
+    return table_row(header) + "\n|" + "---|" * len(header)
 
 
 def main(contender, argv=None):

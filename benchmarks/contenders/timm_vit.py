@@ -12,7 +12,6 @@ import sys
 from benchmarks.contenders import common
 
 PRECISIONS = ("fp32", "bf16")
-
 # torchvision ops whose fake (meta) kernels torchvision 0.28 registers even when its C++
 # extension failed to load; they share this schema (torchvision/csrc/ops/nms.cpp).
 _UNCONDITIONAL_TORCHVISION_OPS = ("nms", "qnms")
@@ -57,10 +56,8 @@ def setup(args):
     import torch
 
     if args.device == "gpu" and not torch.cuda.is_available():
-        raise RuntimeError(
-            f"--device gpu, but torch {torch.__version__} sees no CUDA device (the CPU build "
-            "of torch cannot use one: install a CUDA build in the benchmark environment)."
-        )
+        raise RuntimeError(f"--device gpu, but torch {torch.__version__} sees no CUDA device "
+                           "(install a CUDA build of torch in the benchmark environment).")
     timm, torchvision = import_timm()
     return dict(torch=torch.__version__, timm=timm.__version__,
                 torchvision=torchvision.__version__, intra_op_threads=torch.get_num_threads())
@@ -85,9 +82,8 @@ def _step(args, config, training):
     # timm's attention runs PyTorch's fused scaled_dot_product_attention (`fused_attn`).
     model = torch.compile(model) if args.compile else model
     if training:
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=common.LEARNING_RATE, weight_decay=common.WEIGHT_DECAY
-        )
+        optimizer = torch.optim.AdamW(model.parameters(), lr=common.LEARNING_RATE,
+                                      weight_decay=common.WEIGHT_DECAY)
     images, labels = (torch.from_numpy(a).to(device) for a in common.batch_for(args, True))
     autocast = dict(device_type=device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
