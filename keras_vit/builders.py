@@ -7,6 +7,7 @@ checkpoint describes (`keras_vit.weights.architecture.checkpoint_config`).
 """
 
 from keras_vit import configs, data_config
+from keras_vit.framework import FirstValues
 from keras_vit.model import ViT
 from keras_vit.weights import (
     CheckpointError,
@@ -54,17 +55,20 @@ def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
         (model, loading report, registry entry, class names).
     """
     built = {}
+    # The model is new: a refusal part-way drops it, so the file is read once, as it is
+    # loaded, and its variables take the file's values as their first.
+    with FirstValues() as first:
+        def build(placeholders, entry):
+            kwargs, names, described_by = architecture(placeholders, entry)
+            with first.creating():
+                model = _new_model(kwargs, entry, described_by)
+            match_params(model, placeholders, str(source), check_values=False)
+            built.update(model=model, names=names)
 
-    def build(placeholders, entry):
-        kwargs, names, described_by = architecture(placeholders, entry)
-        model = _new_model(kwargs, entry, described_by)
-        match_params(model, placeholders, str(source), check_values=False)
-        built.update(model=model, names=names)
-
-    # The model is new: a refusal part-way drops it, so the file is read once, as it is loaded.
-    params, entry = fetch_params(source, progress=progress, num_heads=num_heads, check=build,
-                                 verify=False)
-    report = load_params(built["model"], params, source=str(source), new_model=True)
+        params, entry = fetch_params(source, progress=progress, num_heads=num_heads,
+                                     check=build, verify=False)
+        report = load_params(built["model"], params, source=str(source), new_model=True,
+                             assign=first.assign)
     data_config.attach(built["model"], source, entry)
     return built["model"], report, entry, built["names"]
 

@@ -13,6 +13,12 @@ training silently slower or wrong.
   that step twice), the loss and metrics from a functional model's output instead of a trace
   of its forward pass (`_compile_loss`, `_compile_metrics`). Fallback: build the optimizer
   state only.
+- `FirstValues`: a model built to be loaded is created without running its variables'
+  initializers (Keras' deferred initialisation), and each variable the checkpoint covers gets
+  the file's value as its first (`Variable._initialize`); the others run their initializers
+  (`Variable._deferred_initialize`), and Keras' list of variables waiting for a value
+  (`global_state`'s "uninitialized_variables") forgets them all. Fallback: variables are
+  created with their initial values, and the checkpoint's are assigned over them.
 - `op_determinism_enabled`: whether `tf.config.experimental.enable_op_determinism()` is on,
   under which Keras turns XLA off. Fallback: False.
 - `reduce_gradients_before_clipping`, `enable_multiworker_fit`: Keras 3 bugs under
@@ -22,6 +28,7 @@ training silently slower or wrong.
   with its fused one (`keras_vit.training.AdamW`). Fallback: Keras' own update.
 """
 
+import contextlib
 import functools
 import importlib
 import types
@@ -46,6 +53,10 @@ PRIVATE_MEMBERS = (
     ("compiled_model", "_compile_loss"),
     ("compiled_model", "_compile_metrics"),
     ("tensorflow.python.framework.config", "is_op_determinism_enabled"),
+    (keras.Variable, "_initialize"),
+    (keras.Variable, "_deferred_initialize"),
+    ("keras.src.backend.common.global_state", "get_global_attribute"),
+    ("keras.src.backend.common.global_state", "set_global_attribute"),
 )
 
 
@@ -158,6 +169,97 @@ def op_determinism_enabled():
         return False
     getter = getattr(config, "is_op_determinism_enabled", None)
     return bool(getter()) if getter else False
+
+
+# --------------------------------------------------------------------------------------------
+# Loading.
+
+# Keras' list of the variables created without a value, in its global state.
+_WAITING = "uninitialized_variables"
+
+
+class FirstValues:
+    """Variables that take their first value from a checkpoint instead of their initializer,
+    so that a model built to be loaded does not first fill its weights with random values
+    that the checkpoint then overwrites:
+
+        with FirstValues() as first:
+            with first.creating():
+                model = build()  # its variables created without values
+            first.assign(variable, value)  # each variable the checkpoint gives
+        # on leaving: the others run their own initializers (unless the block raised), and
+        # Keras forgets them all
+
+    Keras' deferred initialisation: a variable created under
+    `keras.StatelessScope(initialize_variables=False)` waits for a value in Keras' list;
+    `_initialize(value)` gives it one. Where this Keras lacks those members, variables are
+    created with their initial values and `assign` assigns over them.
+    """
+
+    def __init__(self):
+        self._deferred = _global_state() is not None and all(
+            hasattr(keras.Variable, name) for name in ("_initialize", "_deferred_initialize"))
+        if not self._deferred:
+            _warn_fallback("keras_vit.from_pretrained")
+        self._created = []
+
+    def __enter__(self):
+        return self
+
+    @contextlib.contextmanager
+    def creating(self):
+        """The block's new variables wait for `assign` (or their initializer, on leaving)."""
+        if not self._deferred:
+            yield
+            return
+        global_state = _global_state()
+        before = {id(v) for v in global_state.get_global_attribute(_WAITING, [])}
+        try:
+            with keras.StatelessScope(initialize_variables=False):
+                yield
+        finally:
+            self._created += [v for v in global_state.get_global_attribute(_WAITING, [])
+                              if id(v) not in before]
+
+    def assign(self, variable, value):
+        """Gives `variable` `value` (an array of its shape): its first value where it waits for
+        one, else an assignment."""
+        if any(v is variable for v in self._created):
+            self._created = [v for v in self._created if v is not variable]
+            self._forget([variable])
+            variable._initialize(value)
+        else:
+            variable.assign(value)
+
+    def __exit__(self, kind, error, traceback):
+        waiting, self._created = self._created, []
+        self._forget(waiting)
+        if kind is None:
+            for variable in waiting:
+                variable._deferred_initialize()
+        return False
+
+    @staticmethod
+    def _forget(variables):
+        """Takes `variables` off Keras' list of variables waiting for a value."""
+        if not variables:
+            return
+        global_state = _global_state()
+        ids = {id(v) for v in variables}
+        global_state.set_global_attribute(
+            _WAITING, [v for v in global_state.get_global_attribute(_WAITING, [])
+                       if id(v) not in ids])
+
+
+def _global_state():
+    """Keras' global state module, or None where this Keras has not its accessors."""
+    try:
+        module = importlib.import_module("keras.src.backend.common.global_state")
+    except ImportError:
+        return None
+    if all(hasattr(module, n) for n in ("get_global_attribute", "set_global_attribute")):
+        return module
+    return None
 
 
 # --------------------------------------------------------------------------------------------

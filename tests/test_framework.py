@@ -1,6 +1,8 @@
 """Private Keras/TensorFlow members: all present (a release that changes one fails here, loudly),
 and each use falls back to the public API when one is missing."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -59,3 +61,61 @@ def test_reduce_gradients_fallback_keeps_keras_behaviour(monkeypatch):
     with pytest.warns(RuntimeWarning):
         assert framework.reduce_gradients_before_clipping(optimizer) is optimizer
     assert not getattr(optimizer, "_keras_vit_reduce_first", False)
+
+
+
+FALLBACK = ("keras_vit: this Keras/TensorFlow release lacks a private member that "
+            "keras_vit.from_pretrained uses; falling back to the public API.")
+
+
+class Counting(keras.initializers.Initializer):
+    """Ones, counting its calls."""
+
+    calls = 0
+
+    def __call__(self, shape, dtype=None):
+        Counting.calls += 1
+        return keras.ops.ones(shape, dtype=dtype)
+
+
+def counted_dense():
+    Counting.calls = 0
+    layer = keras.layers.Dense(3, kernel_initializer=Counting(), bias_initializer=Counting())
+    layer.build((None, 2))
+    return layer
+
+
+@pytest.mark.parametrize("deferred", [True, False], ids=["deferred", "fallback"])
+def test_first_values_run_no_initializer_for_the_variables_a_checkpoint_gives(
+        monkeypatch, deferred):
+    if not deferred:  # a Keras without deferred initialisation
+        delete_everywhere(monkeypatch, keras.Variable, "_deferred_initialize")
+    kernel = np.arange(6, dtype="float32").reshape(2, 3)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with framework.FirstValues() as first:
+            with first.creating():
+                layer = counted_dense()
+            first.assign(layer.kernel, kernel)
+    assert [str(w.message) for w in warned if w.category is RuntimeWarning] == (
+        [] if deferred else [FALLBACK])
+    # The kernel holds the checkpoint's value, its initializer not run (where Keras defers);
+    # the bias ran its own; Keras waits for neither.
+    assert Counting.calls == (1 if deferred else 2)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer.kernel), kernel)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer.bias), np.ones(3))
+    with keras.StatelessScope():  # initialises whatever Keras still waits for, on leaving
+        pass
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer(np.ones((1, 2)))),
+                                  [[4.0, 6.0, 8.0]])
+
+
+def test_first_values_leave_nothing_waiting_where_loading_fails():
+    with pytest.raises(ValueError, match="refused"):
+        with framework.FirstValues() as first:
+            with first.creating():
+                counted_dense()
+            raise ValueError("refused")
+    with keras.StatelessScope():  # would initialise (or fail on) the dropped layer's variables
+        pass
+    assert Counting.calls == 0

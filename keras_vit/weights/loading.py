@@ -253,7 +253,7 @@ def _padded(posemb):
     return np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
 
 
-def load_params(model, params, source=None, new_model=False):
+def load_params(model, params, source=None, new_model=False, assign=None):
     """Assigns a checkpoint's arrays to the model's variables, all or nothing.
 
     With `new_model` (a model nothing else holds yet, which the caller drops where this
@@ -268,11 +268,15 @@ def load_params(model, params, source=None, new_model=False):
         model: a `keras_vit` model.
         params: dict of arrays, in any layout `canonicalize` knows.
         source: str or None. The file's name, for error messages.
+        new_model: bool. See above. Defaults to False.
+        assign: a function `assign(variable, value)` that gives a variable its value, or None
+            (`variable.assign`): for a new model, `keras_vit.framework.FirstValues.assign`.
 
     Returns:
         A dict with `skipped` (file keys not loaded) and `fresh` (model layers left at their
         initial values).
     """
+    assign = assign or (lambda variable, value: variable.assign(value))
     assignments, skipped, fresh = match_params(model, params, source,
                                                checked_as_read=new_model)
     refused = []
@@ -287,12 +291,12 @@ def load_params(model, params, source=None, new_model=False):
         if as_read is not None and (problem := as_read(value)):
             refused.append(problem)
         elif not refused:
-            variable.assign(value.astype(variable_dtype(variable), copy=False))
+            assign(variable, value.astype(variable_dtype(variable), copy=False))
     if refused:
         raise CheckpointError(_does_not_fit(model, source, describe(canonicalize(params)[0]),
                                             problems=refused))
     for name in fresh:
         layer = model.get_layer(name)
-        layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))
-        layer.bias.assign(layer.bias_initializer(layer.bias.shape, layer.bias.dtype))
+        assign(layer.kernel, layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))
+        assign(layer.bias, layer.bias_initializer(layer.bias.shape, layer.bias.dtype))
     return {"skipped": skipped, "fresh": fresh}
