@@ -1,7 +1,8 @@
 """The implementations the routes choose between (`keras_vit.routes` holds the choices and
 the dispatch): attention as its two products (`attention_probabilities`) or over blocks of
 queries with a recomputing backward pass (`memory_efficient_attention`); GELU and LayerNorm
-with a backward pass that keeps only their input (`recomputed_gelu`, `recomputed_layer_norm`);
+with a backward pass that keeps only their input (`recomputed_gelu`, `recomputed_layer_norm`),
+GELU with the Dense after it likewise (`recomputed_gelu_dense`);
 the identity whose backward pass materialises its gradient (`gradient_barrier`); and the
 encoder's stack of blocks, each recomputed in the backward pass with the same dropout masks
 (`remat_call`) or scanned as one traced block over stacked weights (`scan_layers`).
@@ -406,6 +407,35 @@ def recomputed_gelu(x, approximate):
         return ops.cast(ops.cast(g, "float32") * derivative, g.dtype)
 
     return with_gradient(forward, backward)(x)
+
+
+def recomputed_gelu_dense(x, kernel, bias, approximate):
+    """`gelu(x) @ kernel + bias`: GELU and the Dense after it (`keras.layers.Dense`'s
+    product, then its bias), whose backward pass keeps only `x`, computes GELU of it again
+    for the kernel's gradient, and GELU's derivative from it (`gelu_derivative`): the hidden
+    activation between the two is not kept for the backward pass. The forward pass is
+    `keras.activations.gelu` and the Dense's own operations.
+
+    Args:
+        x: `[..., M]`, the first Dense's output.
+        kernel: `[M, D]`, bias: `[D]`, in `x`'s dtype.
+        approximate: bool. The tanh approximation of GELU, else the exact one.
+    """
+
+    def forward(x, kernel, bias):
+        hidden = keras.activations.gelu(x, approximate=approximate)
+        return ops.add(ops.matmul(hidden, kernel), bias), (x, kernel)
+
+    def backward(saved, g):
+        x, kernel = after(saved, g)  # in the backward pass, not before
+        hidden = keras.activations.gelu(x, approximate=approximate)
+        rows, g_rows = ops.reshape(hidden, (-1, x.shape[-1])), ops.reshape(g, (-1, g.shape[-1]))
+        d_kernel = ops.matmul(ops.transpose(rows), g_rows)  # [M, D]
+        d_hidden = ops.matmul(g, ops.transpose(kernel))  # d_hidden = [..., M]
+        d_x = ops.cast(ops.cast(d_hidden, "float32") * gelu_derivative(x, approximate), x.dtype)
+        return d_x, d_kernel, ops.sum(g_rows, axis=0)
+
+    return with_gradient(forward, backward)(x, kernel, bias)
 
 
 def _layer_norm_backward(epsilon, saved, upstream):

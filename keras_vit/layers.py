@@ -26,8 +26,8 @@ from keras_vit.checks import (
 )
 from keras_vit.layer_config import ConfigArgs
 from keras_vit.positions import POSITION_EMBEDDING_STDDEV, relative_attention_bias
-from keras_vit.routes import (block_input, dot_product_attention, encoder_block, gelu, layer_norm,
-                              per_token)
+from keras_vit.routes import (block_input, dot_product_attention, encoder_block, gelu_dense,
+                              layer_norm, per_token)
 
 # LayerNorm epsilon of the official Flax code (`nn.LayerNorm` default). Keras' default is 1e-3.
 LAYER_NORM_EPSILON = 1e-6
@@ -340,9 +340,7 @@ class MlpBlock(ConfigArgs, keras.layers.Layer):
     def mlp(self, x, training=None):
         """The MLP of each token: `x = [..., D]` -> `[..., D]`."""
         x = self.dense_0(x)  # x = [..., mlp_dim]
-        x = gelu(x, self.gelu_approximate, training)
-        x = self.dropout(x, training=training)
-        x = self.dense_1(x)  # x = [..., D]
+        x = gelu_dense(self.dense_1, self.dropout, x, self.gelu_approximate, training)  # [..., D]
         return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):

@@ -27,7 +27,8 @@ from keras import ops
 from keras_vit.devices import on_cpu
 from keras_vit.implementations import (attention_probabilities, fused_attention,
                                        gradient_barrier, memory_efficient_attention,
-                                       recomputed_gelu, recomputed_layer_norm, remat_call,
+                                       recomputed_gelu, recomputed_gelu_dense,
+                                       recomputed_layer_norm, remat_call,
                                        scan_layers)
 
 # Every choice and its implementations; "auto" (or leaving it out) is the measured default.
@@ -260,6 +261,27 @@ def gelu(x, approximate, training=False):
     if training and route("gelu", training, x.dtype) == "recompute":
         return recomputed_gelu(x, approximate)
     return keras.activations.gelu(x, approximate=approximate)
+
+
+def gelu_dense(dense, dropout, x, approximate, training=False):
+    """`dense(dropout(gelu(x)))` for the MLP's `keras.layers.Dense` and `keras.layers.Dropout`
+    after its first Dense. With GELU's route "recompute" in training, GELU's backward pass
+    keeps only its input, and so does the Dense's (`recomputed_gelu_dense`) where nothing
+    stands between them (no dropout) and the Dense is a plain one (no LoRA, quantization or
+    activation, the computation's dtype): the MLP's hidden activation is not kept for the
+    backward pass."""
+    if training and route("gelu", training, x.dtype) == "recompute" and dropout.rate == 0 \
+            and _plain_dense(dense, x.dtype):
+        return recomputed_gelu_dense(x, ops.cast(dense.kernel, x.dtype),
+                                     ops.cast(dense.bias, x.dtype), approximate)
+    return dense(dropout(gelu(x, approximate, training), training=training))
+
+
+def _plain_dense(dense, dtype):
+    """Whether `dense` computes `x @ kernel + bias` in `dtype`, and nothing else."""
+    return (type(dense) is keras.layers.Dense and dense.use_bias and not dense.lora_enabled
+            and dense.quantization_mode is None and dense.compute_dtype == dtype
+            and dense.activation is keras.activations.linear)
 
 
 def layer_norm(layer, x, training=False):

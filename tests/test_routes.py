@@ -80,6 +80,7 @@ PROBES = [("embedding/kernel", (3, 5, 1, 7)), ("cls", (0, 0, 2)),
           ("Transformer/encoderblock_1/MultiHeadDotProductAttention_1/value/bias", (1, 4)),
           ("Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out/kernel", (0, 6, 11)),
           ("Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", (4, 20)),
+          ("Transformer/encoderblock_0/MlpBlock_3/Dense_1/kernel", (17, 3)),
           ("Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias", (13,)),
           ("Transformer/encoderblock_1/LayerNorm_2/bias", (2,)),
           ("Transformer/encoder_norm/scale", (10,)), ("head/kernel", (5, 2))]
@@ -606,3 +607,40 @@ def test_bad_route_choices_name_the_problem(value, message):
 def test_a_route_is_no_argument_of_the_model():
     with pytest.raises(TypeError, match="kernels"):
         keras_vit.ViT(**CONFIG, kernels={"attention": "fused"})
+
+
+def kept_for_the_backward_pass(model, x, y):
+    """The shapes of the forward pass's tensors that the backward pass of a traced training
+    step reads (what the graph runtime keeps between the passes)."""
+    def step(x):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            loss = tf.identity(loss, name="the_loss")
+        return tape.gradient(loss, model.trainable_variables)
+
+    graph = tf.function(step).get_concrete_function(tf.constant(x)).graph
+    loss = graph.get_operation_by_name("the_loss")
+    forward, stack = set(), [loss]
+    while stack:  # the loss and everything it is computed from
+        op = stack.pop()
+        if op not in forward:
+            forward.add(op)
+            stack.extend(t.op for t in op.inputs)
+    return [tuple(t.shape) for op in graph.get_operations() if op not in forward
+            for t in op.inputs if t.op in forward and t.op.type not in ("ReadVariableOp", "Const")]
+
+
+def test_the_recomputed_gelu_keeps_no_hidden_activation_of_the_mlp():
+    """With GELU recomputed (the float32 training default), the backward pass reads each
+    MLP's input to GELU only: GELU's output, the second Dense's input, is computed again."""
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=2, num_heads=2,
+                          mlp_dim=24, num_classes=3)
+    x, y = images(2)[:, :16, :16], np.arange(2)
+
+    def hidden(route):
+        with routes.use_routes(gelu=route):
+            return [s for s in kept_for_the_backward_pass(model, x, y) if s[-1:] == (24,)]
+
+    assert len(hidden("recompute")) == 2  # one per block: the first Dense's output
+    assert len(hidden("autodiff")) > 2
