@@ -192,8 +192,12 @@ class FirstValues:
 
     Keras' deferred initialisation: a variable created under
     `keras.StatelessScope(initialize_variables=False)` waits for a value in Keras' list;
-    `_initialize(value)` gives it one. Where this Keras lacks those members, variables are
-    created with their initial values and `assign` assigns over them.
+    `_initialize(value)` gives it one. A new `creating()` block replaces the variables of the
+    one before (a model built again): those still waiting are forgotten. Inside a caller's own
+    `keras.StatelessScope`, the variables left on leaving stay in Keras' list, for that scope
+    to initialise as it ends (a variable cannot be initialised inside one). Where this Keras
+    lacks those members, variables are created with their initial values and `assign` assigns
+    over them.
     """
 
     def __init__(self):
@@ -201,7 +205,7 @@ class FirstValues:
             hasattr(keras.Variable, name) for name in ("_initialize", "_deferred_initialize"))
         if not self._deferred:
             _warn_fallback("keras_vit.from_pretrained")
-        self._created = []
+        self._created = {}  # id -> variable, waiting for `assign` or its initializer
 
     def __enter__(self):
         return self
@@ -212,43 +216,44 @@ class FirstValues:
         if not self._deferred:
             yield
             return
+        _forget(list(self._created.values()))
         global_state = _global_state()
         before = {id(v) for v in global_state.get_global_attribute(_WAITING, [])}
         try:
             with keras.StatelessScope(initialize_variables=False):
                 yield
         finally:
-            self._created += [v for v in global_state.get_global_attribute(_WAITING, [])
-                              if id(v) not in before]
+            self._created = {id(v): v for v in global_state.get_global_attribute(_WAITING, [])
+                             if id(v) not in before}
 
     def assign(self, variable, value):
         """Gives `variable` `value` (an array of its shape): its first value where it waits for
         one, else an assignment."""
-        if any(v is variable for v in self._created):
-            self._created = [v for v in self._created if v is not variable]
-            self._forget([variable])
-            variable._initialize(value)
-        else:
+        if self._created.pop(id(variable), None) is None:
             variable.assign(value)
+            return
+        _forget([variable])
+        variable._initialize(keras.ops.convert_to_tensor(value, dtype=variable.dtype))
 
     def __exit__(self, kind, error, traceback):
-        waiting, self._created = self._created, []
-        self._forget(waiting)
+        waiting, self._created = list(self._created.values()), {}
+        if kind is None and _global_state().get_global_attribute("stateless_scope") is not None:
+            return False  # the caller's scope initialises them as it ends
+        _forget(waiting)
         if kind is None:
             for variable in waiting:
                 variable._deferred_initialize()
         return False
 
-    @staticmethod
-    def _forget(variables):
-        """Takes `variables` off Keras' list of variables waiting for a value."""
-        if not variables:
-            return
-        global_state = _global_state()
-        ids = {id(v) for v in variables}
-        global_state.set_global_attribute(
-            _WAITING, [v for v in global_state.get_global_attribute(_WAITING, [])
-                       if id(v) not in ids])
+
+def _forget(variables):
+    """Takes `variables` off Keras' list of variables waiting for a value."""
+    if not variables:
+        return
+    global_state = _global_state()
+    ids = {id(v) for v in variables}
+    global_state.set_global_attribute(
+        _WAITING, [v for v in global_state.get_global_attribute(_WAITING, []) if id(v) not in ids])
 
 
 def _global_state():

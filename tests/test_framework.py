@@ -119,3 +119,20 @@ def test_first_values_leave_nothing_waiting_where_loading_fails():
     with keras.StatelessScope():  # would initialise (or fail on) the dropped layer's variables
         pass
     assert Counting.calls == 0
+
+
+def test_a_model_loaded_inside_a_stateless_scope_has_the_files_weights(tmp_path):
+    # Variables the file does not give (dropout's seeds) cannot be initialised inside the
+    # caller's scope: they wait for it to end, which initialises them.
+    config = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                  mlp_dim=8, num_classes=3)
+    source = keras_vit.ViT(**config)
+    keras_vit.weights.save_npz(source, tmp_path / "tiny.npz")
+    with keras.StatelessScope():
+        model = keras_vit.from_pretrained(tmp_path / "tiny.npz", progress=False,
+                                          dropout_rate=0.1)
+    for got, want in zip(model.get_weights(), source.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    model(np.zeros((1, 16, 16, 3), np.float32), training=True)  # its seeds have values
+    with keras.StatelessScope():  # nothing of it still waits
+        pass

@@ -73,7 +73,7 @@ def on_jax(tmp_path_factory):
         "fit": (FIT_ON_JAX, [folder / "fit", json.dumps(TINY)]),
         "vtab": (VTAB_ON_JAX, [folder / "vtab", vtab_config]),
         "scan": (SCAN_ON_JAX, []), "lora": (LORA_ON_JAX, []), "barrier": (BARRIER_ON_JAX, []),
-        "remat": (REMAT_DROPOUT_ON_JAX, []),
+        "remat": (REMAT_DROPOUT_ON_JAX, []), "from_pretrained": (FROM_PRETRAINED_ON_JAX, []),
     }, env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3",
                 JAX_PLATFORMS="cpu"))  # CPUs, where the gradient barrier applies
     results.folder = folder
@@ -344,6 +344,27 @@ def test_scanned_encoder_trains_like_the_per_block_model_on_jax(on_jax):
     assert on_jax.stdout("scan").strip().splitlines()[-1] == "ok"
 
 
+FROM_PRETRAINED_ON_JAX = textwrap.dedent("""
+    import sys, tempfile
+    import jax, keras, numpy as np
+    import keras_vit
+    from keras_vit import weights
+
+    tiny = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                mlp_dim=8, num_classes=3)
+    path = tempfile.mkdtemp() + "/tiny.npz"
+    source = keras_vit.ViT(**tiny)
+    weights.save_npz(source, path)
+    model = keras_vit.from_pretrained(path, progress=False)
+    # Its variables hold JAX arrays, as built ones do: not the file's NumPy arrays (which
+    # each call would copy to the device again, and a NumPy write could change).
+    print(sorted({type(v.value).__name__ for v in model.variables
+                  if not isinstance(v.value, jax.Array)}))
+    same = all(np.array_equal(a, b) for a, b in zip(model.get_weights(), source.get_weights()))
+    print("same" if same else "differ")
+""")
+
+
 LORA_ON_JAX = textwrap.dedent("""
     import warnings
 
@@ -366,6 +387,10 @@ LORA_ON_JAX = textwrap.dedent("""
     assert any("weights differ in shape" in str(w.message) for w in caught)  # said, not silent
     print("ok")
 """)
+
+
+def test_from_pretrained_on_jax_gives_variables_jax_arrays(on_jax):
+    assert on_jax.stdout("from_pretrained").strip().splitlines() == ["[]", "same"]
 
 
 def test_scanned_encoder_with_blocks_that_differ_runs_them_in_turn_on_jax(on_jax):

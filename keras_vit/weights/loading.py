@@ -7,7 +7,9 @@ assigned, and one `CheckpointError` lists every problem; on any error the model 
 A file's arrays may come as `keras_vit.weights.npz.Deferred`s, read (again) from the file
 they were verified in as they are assigned (`NpzCheckpoint.verified`, the safetensors reader):
 only a read that fails there (a failing disk, a file cut short in place) leaves a model
-part-loaded, and its error says so.
+part-loaded, and its error says so. A new model, which no one holds until its loading returns
+(`load_params(..., new_model=True)`), takes unverified arrays instead, each checked as it is
+read and assigned: a refusal then comes part-way, and the model is dropped.
 """
 
 import functools
@@ -259,7 +261,7 @@ def load_params(model, params, source=None, new_model=False, assign=None):
     With `new_model` (a model nothing else holds yet, which the caller drops where this
     raises), the arrays a file's verification did not check are checked as they are read and
     assigned, each read once; a refusal then comes part-way, after every array was read, and
-    lists the problems of all of them.
+    lists the problems of all of them (a read that fails, a damaged file, raises at once).
 
     Position embeddings are resized to the model's grid; a `head` or `pre_logits` the file
     cannot fill is reset to its initial values (zeros for the head). See `match_params`.
