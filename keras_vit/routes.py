@@ -136,8 +136,9 @@ def default_route(name, training, dtype="float32"):
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
     - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
-    - gelu: "recompute" in training in float32 (less memory at the same speed), "autodiff"
-      in 16-bit precisions (where recomputing cost more time than it saved memory).
+    - gelu: "recompute" in training in float32 (less memory at the same speed; the Dense
+      after it recomputes it too, `gelu_dense`), "autodiff" in 16-bit precisions (where
+      recomputing cost more time than it saved memory).
     - layer_norm: "recompute" in training (less memory; in bfloat16 also faster).
     Both are "autodiff" at inference, which has no backward pass.
     - remat: "none" (recomputing every block met timm's training memory at 1.22x the step
