@@ -395,6 +395,24 @@ def gelu_derivative(x, approximate):
     return cdf + x * ops.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
+def gelu_and_derivative(x, approximate):
+    """(GELU of `x` in its dtype, `gelu_derivative` in float32) from one `tanh` (or `erfc`)
+    of `x`, computed in float32 in the order of `tf.nn.gelu` (whose float32 values it gives
+    bit for bit)."""
+    x32 = ops.cast(x, "float32")
+    if approximate:
+        c = 0.7978845608028654  # sqrt(2 / pi)
+        t = ops.tanh(c * (x32 + 0.044715 * ops.power(x32, 3)))
+        value = 0.5 * x32 * (1.0 + t)
+        derivative = 0.5 * (1.0 + t) + 0.5 * x32 * (1.0 - t * t) * c * (
+            1.0 + 3.0 * 0.044715 * x32 * x32)
+    else:
+        e = ops.erfc(-x32 * 0.7071067811865476)  # twice the normal distribution's CDF
+        value = 0.5 * x32 * e
+        derivative = 0.5 * e + x32 * ops.exp(-0.5 * x32 * x32) / math.sqrt(2.0 * math.pi)
+    return ops.cast(value, x.dtype), derivative
+
+
 def recomputed_gelu(x, approximate):
     """`keras.activations.gelu(x, approximate)` whose backward pass keeps only `x` and
     computes the derivative from it (`gelu_derivative`)."""
@@ -411,9 +429,9 @@ def recomputed_gelu(x, approximate):
 
 def recomputed_gelu_dense(x, kernel, bias, approximate):
     """`gelu(x) @ kernel + bias`: GELU and the Dense after it (`keras.layers.Dense`'s
-    product, then its bias), whose backward pass keeps only `x`, computes GELU of it again
-    for the kernel's gradient, and GELU's derivative from it (`gelu_derivative`): the hidden
-    activation between the two is not kept for the backward pass. The forward pass is
+    product, then its bias), whose backward pass keeps only `x` and computes from it GELU
+    again, for the kernel's gradient, and GELU's derivative (`gelu_and_derivative`): the
+    hidden activation between the two is not kept for the backward pass. The forward pass is
     `keras.activations.gelu` and the Dense's own operations.
 
     Args:
@@ -428,11 +446,11 @@ def recomputed_gelu_dense(x, kernel, bias, approximate):
 
     def backward(saved, g):
         x, kernel = after(saved, g)  # in the backward pass, not before
-        hidden = keras.activations.gelu(x, approximate=approximate)
+        hidden, derivative = gelu_and_derivative(x, approximate)
         rows, g_rows = ops.reshape(hidden, (-1, x.shape[-1])), ops.reshape(g, (-1, g.shape[-1]))
         d_kernel = ops.matmul(ops.transpose(rows), g_rows)  # [M, D]
         d_hidden = ops.matmul(g, ops.transpose(kernel))  # d_hidden = [..., M]
-        d_x = ops.cast(ops.cast(d_hidden, "float32") * gelu_derivative(x, approximate), x.dtype)
+        d_x = ops.cast(ops.cast(d_hidden, "float32") * derivative, x.dtype)
         return d_x, d_kernel, ops.sum(g_rows, axis=0)
 
     return with_gradient(forward, backward)(x, kernel, bias)

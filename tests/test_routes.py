@@ -644,3 +644,16 @@ def test_the_recomputed_gelu_keeps_no_hidden_activation_of_the_mlp():
 
     assert len(hidden("recompute")) == 2  # one per block: the first Dense's output
     assert len(hidden("autodiff")) > 2
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+def test_gelu_and_its_derivative_from_one_pass_give_keras_gelu_bit_for_bit(approximate):
+    """What the recomputing backward passes read: the forward pass's float32 GELU values
+    (`tf.nn.gelu`'s), and the derivative within rounding of `gelu_derivative`'s."""
+    x = tf.constant(np.random.default_rng(0).normal(size=10000).astype("float32") * 4)
+    value, derivative = implementations.gelu_and_derivative(x, approximate)
+    np.testing.assert_array_equal(value.numpy(),
+                                  keras.activations.gelu(x, approximate=approximate).numpy())
+    np.testing.assert_allclose(derivative.numpy(),
+                               implementations.gelu_derivative(x, approximate).numpy(),
+                               rtol=1e-5, atol=1e-5)
