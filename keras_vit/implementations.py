@@ -383,10 +383,16 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
 # GELU and LayerNorm whose backward pass keeps only their input.
 
 
+def backward_dtype(dtype):
+    """The dtype a recomputing backward pass computes in: float32, or `dtype` if wider."""
+    return keras.backend.result_type(dtype, "float32")
+
+
 def gelu_derivative(x, approximate):
-    """d gelu(x) / dx in float32: with t = tanh(c (x + a x^3)), c = sqrt(2 / pi), a = 0.044715,
+    """d gelu(x) / dx in float32 (or `x`'s dtype if wider, `backward_dtype`): with
+    t = tanh(c (x + a x^3)), c = sqrt(2 / pi), a = 0.044715,
     `0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)`; exact: `Phi(x) + x phi(x)`."""
-    x = ops.cast(x, "float32")
+    x = ops.cast(x, backward_dtype(x.dtype))
     if approximate:
         c, a = math.sqrt(2.0 / math.pi), 0.044715
         t = ops.tanh(c * (x + a * x * x * x))
@@ -396,10 +402,10 @@ def gelu_derivative(x, approximate):
 
 
 def gelu_and_derivative(x, approximate):
-    """(GELU of `x` in its dtype, `gelu_derivative` in float32) from one `tanh` (or `erfc`)
-    of `x`, computed in float32 in the order of `tf.nn.gelu` (whose float32 values it gives
-    bit for bit)."""
-    x32 = ops.cast(x, "float32")
+    """(GELU of `x` in its dtype, `gelu_derivative`) from one `tanh` (or `erfc`) of `x`,
+    computed in float32 (or `x`'s dtype if wider, `backward_dtype`) in the order of
+    `tf.nn.gelu` (whose float32 values it gives bit for bit)."""
+    x32 = ops.cast(x, backward_dtype(x.dtype))
     if approximate:
         c = 0.7978845608028654  # sqrt(2 / pi)
         t = ops.tanh(c * (x32 + 0.044715 * ops.power(x32, 3)))
@@ -422,7 +428,7 @@ def recomputed_gelu(x, approximate):
 
     def backward(x, g):
         derivative = gelu_derivative(after(x, g), approximate)  # not before the backward
-        return ops.cast(ops.cast(g, "float32") * derivative, g.dtype)
+        return ops.cast(ops.cast(g, derivative.dtype) * derivative, g.dtype)
 
     return with_gradient(forward, backward)(x)
 
@@ -450,7 +456,7 @@ def recomputed_gelu_dense(x, kernel, bias, approximate):
         rows, g_rows = ops.reshape(hidden, (-1, x.shape[-1])), ops.reshape(g, (-1, g.shape[-1]))
         d_kernel = ops.matmul(ops.transpose(rows), g_rows)  # [M, D]
         d_hidden = ops.matmul(g, ops.transpose(kernel))  # d_hidden = [..., M]
-        d_x = ops.cast(ops.cast(d_hidden, "float32") * derivative, x.dtype)
+        d_x = ops.cast(ops.cast(d_hidden, derivative.dtype) * derivative, x.dtype)
         return d_x, d_kernel, ops.sum(g_rows, axis=0)
 
     return with_gradient(forward, backward)(x, kernel, bias)

@@ -25,7 +25,7 @@ import keras
 from keras import ops
 
 from keras_vit.devices import on_cpu
-from keras_vit.implementations import (attention_probabilities, fused_attention,
+from keras_vit.implementations import (attention_probabilities, backward_dtype, fused_attention,
                                        gradient_barrier, memory_efficient_attention,
                                        recomputed_gelu, recomputed_gelu_dense,
                                        recomputed_layer_norm, remat_call,
@@ -269,10 +269,10 @@ def gelu_dense(dense, dropout, x, approximate, training=False):
     after its first Dense. With GELU's route "recompute" in training, GELU's backward pass
     keeps only its input, and so does the Dense's (`recomputed_gelu_dense`) where nothing
     stands between them (no dropout) and the Dense is a plain one (no LoRA, quantization or
-    activation, the computation's dtype): the MLP's hidden activation is not kept for the
-    backward pass."""
+    activation, the computation's dtype, float32 or 16 bits): the MLP's hidden activation is
+    not kept for the backward pass."""
     if training and route("gelu", training, x.dtype) == "recompute" and dropout.rate == 0 \
-            and _plain_dense(dense, x.dtype):
+            and _plain_dense(dense, x.dtype) and backward_dtype(x.dtype) == "float32":
         return recomputed_gelu_dense(x, ops.cast(dense.kernel, x.dtype),
                                      ops.cast(dense.bias, x.dtype), approximate)
     return dense(dropout(gelu(x, approximate, training), training=training))

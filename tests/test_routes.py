@@ -631,19 +631,28 @@ def kept_for_the_backward_pass(model, x, y):
             for t in op.inputs if t.op in forward and t.op.type not in ("ReadVariableOp", "Const")]
 
 
-def test_the_recomputed_gelu_keeps_no_hidden_activation_of_the_mlp():
+@pytest.mark.parametrize("between", ["nothing", "dropout", "lora"])
+def test_the_recomputed_gelu_keeps_no_hidden_activation_of_the_mlp(between):
     """With GELU recomputed (the float32 training default), the backward pass reads each
-    MLP's input to GELU only: GELU's output, the second Dense's input, is computed again."""
+    MLP's input to GELU only: GELU's output, the second Dense's input, is computed again;
+    not where something stands between them (dropout) or the Dense is not a plain one (LoRA),
+    which then take GELU's own recomputation and the Dense's autodiff."""
     model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=2, num_heads=2,
-                          mlp_dim=24, num_classes=3)
+                          mlp_dim=24, num_classes=3, dropout_rate=0.1 * (between == "dropout"))
+    if between == "lora":
+        for block in range(2):
+            model.get_layer(f"encoderblock_{block}").mlp.dense_1.enable_lora(2)
     x, y = images(2)[:, :16, :16], np.arange(2)
 
     def hidden(route):
         with routes.use_routes(gelu=route):
             return [s for s in kept_for_the_backward_pass(model, x, y) if s[-1:] == (24,)]
 
-    assert len(hidden("recompute")) == 2  # one per block: the first Dense's output
-    assert len(hidden("autodiff")) > 2
+    if between == "nothing":
+        assert len(hidden("recompute")) == 2  # one per block: the first Dense's output
+    else:
+        assert 2 < len(hidden("recompute"))
+    assert len(hidden("recompute")) < len(hidden("autodiff"))
 
 
 @pytest.mark.parametrize("approximate", [True, False])
@@ -657,3 +666,32 @@ def test_gelu_and_its_derivative_from_one_pass_give_keras_gelu_bit_for_bit(appro
     np.testing.assert_allclose(derivative.numpy(),
                                implementations.gelu_derivative(x, approximate).numpy(),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_recomputed_gelu_and_dense_give_autodiff_values_and_gradients(dtype):
+    """Forward bit for bit, gradients within the dtype's rounding (the route's dtypes: in
+    float64, TensorFlow's GELU rounds its constants to float32, so the MLP takes autodiff)."""
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(2, 5, 6)) * 3, dtype)
+    kernel = tf.constant(rng.normal(size=(6, 4)), dtype)
+    bias = tf.constant(rng.normal(size=4), dtype)
+    w = tf.constant(rng.normal(size=(2, 5, 4)), dtype)
+
+    def run(fused, approximate):
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel, bias])
+            if fused:
+                y = implementations.recomputed_gelu_dense(x, kernel, bias, approximate)
+            else:
+                y = keras.activations.gelu(x, approximate=approximate) @ kernel + bias
+            loss = tf.reduce_sum(y * w)
+        grads = tape.gradient(loss, [x, kernel, bias])
+        return [tf.cast(t, tf.float64).numpy() for t in [y, *grads]]
+
+    for approximate in (True, False):
+        want, got = run(False, approximate), run(True, approximate)
+        np.testing.assert_array_equal(got[0], want[0])
+        tolerance = {"float32": 1e-5, "bfloat16": 0.05}[dtype]
+        for g, ref in zip(got[1:], want[1:]):
+            np.testing.assert_allclose(g, ref, rtol=tolerance, atol=tolerance * np.abs(ref).max())
