@@ -271,8 +271,8 @@ def load_params(model, params, source=None, new_model=False, assign=None):
         params: dict of arrays, in any layout `canonicalize` knows.
         source: str or None. The file's name, for error messages.
         new_model: bool. See above. Defaults to False.
-        assign: a function `assign(variable, value)` that gives a variable its value, or None
-            (`variable.assign`): for a new model, `keras_vit.framework.FirstValues.assign`.
+        assign: callable or None. `assign(variable, value)` gives a variable its value
+            (None: `variable.assign`); for a new model, `keras_vit.framework.FirstValues.assign`.
 
     Returns:
         A dict with `skipped` (file keys not loaded) and `fresh` (model layers left at their
