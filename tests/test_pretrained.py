@@ -418,16 +418,21 @@ def with_nonfinite_values(path, target):
     return target
 
 
+def twelve_blocks(tmp_path, form, hidden_size, num_heads):
+    """(config, model, its checkpoint in `form`) of a 12-block ViT of `hidden_size`."""
+    config = dict(image_size=32, patch_size=8, hidden_size=hidden_size, num_layers=12,
+                  num_heads=num_heads, mlp_dim=4 * hidden_size, num_classes=10)
+    source = keras_vit.ViT(**config)
+    return config, source, SAVERS[form](source, tmp_path / f"twelve.{form}")
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"),
                     reason="needs Linux's /proc/self/clear_refs to reset the peak memory")
 @pytest.mark.parametrize("form", SAVERS)
 def test_a_checkpoint_loads_one_array_at_a_time_all_or_nothing(tmp_path, form):
     # An 85 MB file of 12 blocks: loading it holds its arrays one at a time beside the model,
     # as timm's `load_pretrained` reads an .npz, not all of them; the weights are the file's.
-    config = dict(image_size=32, patch_size=8, hidden_size=384, num_layers=12, num_heads=6,
-                  mlp_dim=1536, num_classes=10)
-    source = keras_vit.ViT(**config)
-    path = SAVERS[form](source, tmp_path / f"twelve.{form}")
+    config, source, path = twelve_blocks(tmp_path, form, hidden_size=384, num_heads=6)
     model = keras_vit.ViT(**config)
     before = resident_bytes("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
@@ -454,13 +459,10 @@ def bytes_read():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux's /proc/self/io")
 @pytest.mark.parametrize("form", SAVERS)
-def test_a_new_model_reads_its_file_once_and_refuses_every_bad_array(tmp_path, form):
+def test_a_new_model_reads_its_file_once_and_refuses_non_finite_values(tmp_path, form):
     # The model from_pretrained makes is no one's until it returns: its file is read once, as
     # it is loaded (its zip CRCs, its values checked then), not verified in a pass before.
-    config = dict(image_size=32, patch_size=8, hidden_size=256, num_layers=12, num_heads=4,
-                  mlp_dim=1024, num_classes=10)
-    source = keras_vit.ViT(**config)
-    path = SAVERS[form](source, tmp_path / f"once.{form}")
+    _, source, path = twelve_blocks(tmp_path, form, hidden_size=256, num_heads=4)
     size = os.path.getsize(path)
     before = bytes_read()
     model = keras_vit.from_pretrained(path, progress=False)
