@@ -8,16 +8,28 @@ import keras
 
 
 @functools.lru_cache(maxsize=None)
-def cpu_flags():
-    """The CPU's feature flags (`/proc/cpuinfo`), empty where unknown."""
+def _cpuinfo(field):
+    """The first value of `field` in /proc/cpuinfo, "" where unknown."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                name, _, value = line.partition(":")
+                if name.strip() == field:
+                    return value.strip()
     except OSError:
         pass
-    return frozenset()
+    return ""
+
+
+def cpu_flags():
+    """The CPU's feature flags (`/proc/cpuinfo`), empty where unknown."""
+    return frozenset(_cpuinfo("flags").split())
+
+
+def cpu_vendor():
+    """The CPU's vendor (`/proc/cpuinfo`'s vendor_id: "AuthenticAMD", "GenuineIntel"), ""
+    where unknown."""
+    return _cpuinfo("vendor_id")
 
 
 def on_cpu():

@@ -1,6 +1,7 @@
 """The implementations the routes choose between (`keras_vit.routes` holds the choices and
 the dispatch): attention as its two products (`attention_probabilities`) or over blocks of
-queries with a recomputing backward pass (`memory_efficient_attention`); GELU and LayerNorm
+queries with a recomputing backward pass (`memory_efficient_attention`), or as the products
+with a backward pass that recomputes the probabilities (`recomputed_attention`); GELU and LayerNorm
 with a backward pass that keeps only their input (`recomputed_gelu`, `recomputed_layer_norm`),
 GELU with the Dense after it likewise (`recomputed_gelu_dense`);
 the identity whose backward pass materialises its gradient (`gradient_barrier`); and the
@@ -377,6 +378,44 @@ def memory_efficient_attention(query, key, value, block=ATTENTION_BLOCK):
     context = attend(blocks.heads_first(query, padded=True), blocks.heads_first(key),
                      blocks.heads_first(value))  # [B, h, N', k]
     return ops.transpose(context[:, :, :blocks.length], (0, 2, 1, 3))  # [B, N, h, k]
+
+
+def recomputed_attention(query, key, value):
+    """softmax(q k^T / sqrt(k)) v, the products of `attention_probabilities` (bit for bit),
+    whose backward pass recomputes the probabilities from the queries and keys instead of
+    keeping them (selective activation recomputation, Korthikanti et al. 2022): the forward
+    pass keeps no `[B, h, N, N]` tensor for the backward pass, which holds one layer's at a
+    time while it runs. The backward pass computes what autodiff of the products computes:
+    the softmax's gradient in float32 from its float32 probabilities.
+
+    Args:
+        query, key, value: `[B, N, h, k]`.
+
+    Returns:
+        The context `[B, N, h, k]`, in the query's dtype.
+    """
+
+    def forward(q, k, v):
+        probs = attention_probabilities(q, k)  # [B, h, N, N]
+        return ops.einsum("bhqs,bshk->bqhk", probs, v), (q, k, v)
+
+    def backward(saved, upstream):
+        q, k, v = after(saved, upstream)  # in the backward pass, not before
+        g = ops.cast(upstream, q.dtype)  # [B, N, h, k]
+        scale = ops.cast(1.0 / math.sqrt(q.shape[-1]), q.dtype)
+        scaled = q * scale
+        logits = ops.cast(ops.einsum("bqhk,bshk->bhqs", scaled, k), "float32")
+        exact = ops.softmax(logits, axis=-1)  # float32, as in the forward pass
+        probs = ops.cast(exact, q.dtype)
+        d_v = ops.einsum("bhqs,bqhk->bshk", probs, g)
+        d_probs = ops.cast(ops.einsum("bqhk,bshk->bhqs", g, v), "float32")
+        d_logits = ops.cast((d_probs - ops.sum(d_probs * exact, axis=-1, keepdims=True))
+                            * exact, q.dtype)
+        d_q = ops.einsum("bhqs,bshk->bqhk", d_logits, k) * scale
+        d_k = ops.einsum("bhqs,bqhk->bshk", d_logits, scaled)
+        return d_q, d_k, d_v
+
+    return with_gradient(forward, backward)(query, key, value)
 
 
 # --------------------------------------------------------------------------------------------

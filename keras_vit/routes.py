@@ -24,10 +24,11 @@ import warnings
 import keras
 from keras import ops
 
-from keras_vit.devices import on_cpu
+from keras_vit.devices import cpu_vendor, on_cpu
 from keras_vit.implementations import (attention_probabilities, backward_dtype, fused_attention,
                                        gradient_barrier, memory_efficient_attention,
-                                       recomputed_gelu, recomputed_gelu_dense,
+                                       recomputed_attention, recomputed_gelu,
+                                       recomputed_gelu_dense,
                                        recomputed_layer_norm, remat_call,
                                        scan_layers)
 
@@ -36,11 +37,13 @@ CHOICES = {
     # How softmax(q k^T / sqrt(k)) v is computed: "products", the two matrix products with the
     # softmax between them, written out (`attention_probabilities`); "fused",
     # `keras.ops.dot_product_attention`, one operation that a backend may run as one kernel
-    # (cuDNN flash attention under JAX on a GPU); "memory_efficient", blocks of queries in
-    # turn, whose backward pass keeps only the queries, keys, values, the context and each
-    # row's log-sum-exp and recomputes each block's probabilities
+    # (cuDNN flash attention under JAX on a GPU); "recompute", the products, whose backward
+    # pass keeps only the queries, keys and values and recomputes the probabilities
+    # (`recomputed_attention`): none is kept between the passes; "memory_efficient", blocks
+    # of queries in turn, whose backward pass keeps only the queries, keys, values, the
+    # context and each row's log-sum-exp and recomputes each block's probabilities
     # (`memory_efficient_attention`): no `[B, h, N, N]` tensor is ever whole.
-    "attention": ("products", "fused", "memory_efficient"),
+    "attention": ("products", "fused", "recompute", "memory_efficient"),
     # The encoder block's input in training: "plain" (the identity), or "barrier", the
     # identity whose backward pass computes the residual stream's gradient once per block
     # (`gradient_barrier`).
@@ -128,11 +131,13 @@ def default_route(name, training, dtype="float32"):
     behind `keras_vit.routes`" and "Training memory at 384 px").
 
     - attention: "fused" at inference on an accelerator (cuDNN's flash attention on a GPU under
-      JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster) and
-      in training (the fused operation's backward was slower, on a GPU and on a CPU).
-      "memory_efficient" is chosen, not a default: in TensorFlow's graph runtime it held less
-      memory than the products (3% at 197 tokens, 16-21% at 577), and its recomputation and
-      loops took more time (0.95x the step at 577 tokens, and 2-5 s more for the first).
+      JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster).
+      In training, "recompute" on an AMD CPU on TensorFlow (less peak memory, more at 577
+      tokens than at 197 and more in bfloat16 than in float32, for a few percent of the
+      step), else "products" (the fused operation's backward was slower, on a GPU and on a
+      CPU; on an Intel Xeon recomputing cost more of a step already below timm's speed; the
+      JAX backend was not measured). "memory_efficient" is chosen, not a default: its loops
+      took more time than recomputing without one, for no less memory.
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
     - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
@@ -150,7 +155,10 @@ def default_route(name, training, dtype="float32"):
       decides, not a default).
     """
     if name == "attention":
-        return "products" if training or on_cpu() else "fused"
+        if training:
+            amd = on_cpu() and cpu_vendor() == "AuthenticAMD"
+            return "recompute" if amd and keras.backend.backend() == "tensorflow" else "products"
+        return "products" if on_cpu() else "fused"
     if name == "block_input":
         jax_on_cpu = keras.backend.backend() == "jax" and on_cpu()
         return "barrier" if training and jax_on_cpu else "plain"
@@ -194,10 +202,10 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         return_probabilities: bool. Also return the probabilities `[B, h, N, N]` (before
             dropout): the products compute them, whichever route is chosen.
 
-    The fused and memory-efficient routes drop nothing: with dropout on the probabilities in
-    training, the products run. The memory-efficient route also takes no bias (relative
-    position embeddings) and needs the sequence length when the function is traced: else
-    the products run. Either says so once per process (a warning naming the reason).
+    The fused, recomputing and memory-efficient routes drop nothing: with dropout on the
+    probabilities in training, the products run. The recomputing and memory-efficient routes
+    also take no bias (relative position embeddings), and the memory-efficient one needs the
+    sequence length when the function is traced: else the products run. Either says so once per process (a warning naming the reason).
 
     Returns:
         The context `[B, N, h, k]`, or `(context, probabilities)`.
@@ -211,6 +219,8 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
         chosen = "products"
     if chosen == "fused" and not return_probabilities:
         return fused_attention(query, key, value, bias)
+    if chosen == "recompute" and not return_probabilities:
+        return recomputed_attention(query, key, value)
     if chosen == "memory_efficient" and not return_probabilities:
         return memory_efficient_attention(query, key, value)
     narrow = training and route("softmax", training, query.dtype) == "narrow"
@@ -226,7 +236,7 @@ def _why_not(chosen, dropping, bias, length):
         return None
     if dropping:
         return "dropout on the attention probabilities in training"
-    if chosen == "memory_efficient" and bias is not None:
+    if chosen in ("recompute", "memory_efficient") and bias is not None:
         return "a bias on the logits (relative position embeddings)"
     if chosen == "memory_efficient" and length is None:
         return "a sequence length unknown when traced"

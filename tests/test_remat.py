@@ -77,12 +77,15 @@ def test_the_remat_route_gives_a_block_its_values_gradients_and_dropout_masks(ji
 
 
 def softmaxes_in_a_training_step(model, x):
+    """Softmax operations in a traced training step, with the attention's products (whose
+    backward pass recomputes nothing) on every CPU."""
     def step(x):
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(model(x, training=True))
         return tape.gradient(loss, model.trainable_variables)
 
-    graph = tf.function(step).get_concrete_function(tf.constant(x)).graph
+    with routes.use_routes(attention="products"):
+        graph = tf.function(step).get_concrete_function(tf.constant(x)).graph
     return sum(op.type == "Softmax" for op in graph.get_operations())
 
 

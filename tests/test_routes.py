@@ -256,16 +256,25 @@ def reference_attention_gradients():
     return [reference_attention(q, k, v), *grads]
 
 
+# The recomputing attentions on their own, by name: the memory-efficient one in blocks of 4, 5
+# and 13 queries, and the products with their probabilities recomputed.
+RECOMPUTING = {f"memory_efficient, block {block}":
+               (lambda q, k, v, block=block:
+                implementations.memory_efficient_attention(q, k, v, block=block))
+               for block in (4, 5, 13)}
+RECOMPUTING["recompute"] = implementations.recomputed_attention
+
+
 @pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
-def test_the_memory_efficient_attention_gives_the_reference_values_and_gradients(
+def test_the_recomputing_attentions_give_the_reference_values_and_gradients(
         mode, reference_attention_gradients):
     q, k, v, w = (tf.constant(x, tf.float32) for x in attention_inputs())
 
-    def run(block):
+    def run(attention):
         def step(q, k, v):
             with tf.GradientTape() as tape:
                 tape.watch([q, k, v])
-                out = implementations.memory_efficient_attention(q, k, v, block=block)
+                out = attention(q, k, v)
                 loss = tf.reduce_sum(out * w)
             return [out, *tape.gradient(loss, [q, k, v])]
 
@@ -274,9 +283,40 @@ def test_the_memory_efficient_attention_gives_the_reference_values_and_gradients
         return [t.numpy() for t in step(q, k, v)]
 
     assert np.abs(reference_attention_gradients[1]).max() > 0.1
-    for block in (4, 5, 13):
-        for got, want in zip(run(block), reference_attention_gradients):
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"block {block}")
+    for name, attention in RECOMPUTING.items():
+        for got, want in zip(run(attention), reference_attention_gradients):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_the_recomputed_attention_is_the_products_bit_for_bit(dtype):
+    """The context and the gradients of the queries, keys and values, eagerly and traced for
+    any number of tokens (the route needs no sequence length), in float32 and bfloat16: the
+    backward pass recomputes what autodiff of the products keeps."""
+    q, k, v, w = (tf.constant(x, dtype) for x in attention_inputs())
+    spec = tf.TensorSpec((None, None, 3, 4), dtype)
+
+    def run(route, traced):
+        def step(q, k, v):
+            with tf.GradientTape() as tape:
+                tape.watch([q, k, v])
+                with routes.use_routes(attention=route):
+                    out = routes.dot_product_attention(q, k, v, training=True)
+                loss = tf.reduce_sum(tf.cast(out * w, tf.float32))
+            return [out, *tape.gradient(loss, [q, k, v])]
+
+        if traced:
+            step = tf.function(step, input_signature=[spec] * 3)
+        return [tf.cast(t, tf.float32).numpy() for t in step(q, k, v)]
+
+    for traced in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the route applies: no fallback to say
+            got = run("recompute", traced)
+        want = run("products", traced)
+        assert np.abs(want[1]).max() > 0.01
+        for g, ref in zip(got, want):
+            np.testing.assert_array_equal(g, ref)
 
 
 def test_the_memory_efficient_attention_in_bfloat16_gives_the_products_values():
@@ -411,18 +451,20 @@ def graph_ancestors(tensors):
     return seen
 
 
-def test_the_memory_efficient_attention_computes_nothing_of_its_backward_pass_early():
+@pytest.mark.parametrize("route", ["memory_efficient", "recompute"])
+def test_the_recomputing_attentions_compute_nothing_of_their_backward_pass_early(route):
     """In TensorFlow's graph runtime an operation runs as soon as its inputs exist: every
     operation of the route's backward pass that makes a `[B, h, ., k or N]` tensor waits for
     the upstream gradient, so none runs during the forward pass and holds its result until
     the backward pass (a transposed copy of the queries, keys or values, zeros, a block's
-    probabilities). The forward pass keeps the log-sum-exp, `[B, h, N, 1]`, on purpose."""
+    probabilities). The memory-efficient forward pass keeps the log-sum-exp, `[B, h, N, 1]`,
+    on purpose."""
     q, k, v, w = (tf.zeros((2, 130, 3, 4)) for _ in range(4))
 
     def step(q, k, v, w):
         with tf.GradientTape() as tape:
             tape.watch([q, k, v])
-            with routes.use_routes(attention="memory_efficient"):
+            with routes.use_routes(attention=route):
                 out = tf.identity(routes.dot_product_attention(q, k, v, training=True),
                                   name="forward_output")
         return tape.gradient(out, [q, k, v], output_gradients=w)  # the upstream gradient
@@ -481,20 +523,24 @@ ON_JAX = textwrap.dedent("""
 
     assert keras.backend.backend() == "jax"
     q, k, v, w = (np.asarray(x, np.float32) for x in json.loads(sys.argv[1]))
+    attentions = {f"block {block}": (lambda q, k, v, block=block:
+                  implementations.memory_efficient_attention(q, k, v, block=block))
+                  for block in (4, 5, 13)}
+    attentions["recompute"] = implementations.recomputed_attention
     results = {}
-    for block in (4, 5, 13):
+    for name, attention in attentions.items():
         def loss(q, k, v):
-            return (implementations.memory_efficient_attention(q, k, v, block=block) * w).sum()
+            return (attention(q, k, v) * w).sum()
 
         for mode, fn in (("eager", jax.grad(loss, (0, 1, 2))),
                          ("jit", jax.jit(jax.grad(loss, (0, 1, 2))))):
-            out = implementations.memory_efficient_attention(q, k, v, block=block)
-            results[f"{block}-{mode}"] = [np.asarray(t).tolist() for t in (out, *fn(q, k, v))]
+            out = attention(q, k, v)
+            results[f"{name}-{mode}"] = [np.asarray(t).tolist() for t in (out, *fn(q, k, v))]
     print(json.dumps(results))
 """)
 
 
-def test_the_memory_efficient_attention_gives_the_reference_on_jax(
+def test_the_recomputing_attentions_give_the_reference_on_jax(
         reference_attention_gradients):
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
     inputs = json.dumps([x.tolist() for x in attention_inputs()])
@@ -502,7 +548,7 @@ def test_the_memory_efficient_attention_gives_the_reference_on_jax(
                           env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.splitlines()[-1])
-    assert len(results) == 6
+    assert len(results) == 8
     for name, values in results.items():
         for got, want in zip(values, reference_attention_gradients):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
@@ -522,30 +568,40 @@ def documented_routes():
             for name, listed, default in rows}
 
 
-def documented_default(listed, default, training, dtype, device):
-    first, *rest = re.findall(r"`(\w+)`", default)
-    condition = re.sub(r"`\w+`|, else", "", default)
+def documented_default(listed, default, training, dtype, device, vendor):
+    """The route a default "`A` CONDITION, `B` CONDITION[, else `C`]" names: the first whose
+    every part of the condition holds, else C (else the choice's route the default does not
+    name)."""
     holds = {"at inference": not training, "training": training, "float32": dtype == "float32",
              "on a GPU": device == "gpu", "on a CPU": device == "cpu",
-             "on JAX": keras.backend.backend() == "jax"}
-    unread = re.sub("|".join(holds) + r"|\bin\b", "", condition).strip(" ,")
-    assert not unread, f"a condition this test cannot read: {unread!r} in {default!r}"
-    if all(value for phrase, value in holds.items() if phrase in condition):
-        return first
-    return rest[0] if rest else next(route for route in listed if route != first)
+             "on an AMD CPU": device == "cpu" and vendor == "AuthenticAMD",
+             "on JAX": keras.backend.backend() == "jax",
+             "on TensorFlow": keras.backend.backend() == "tensorflow"}
+    clauses = re.findall(r"`(\w+)`([^`]*)", default)
+    for route, condition in clauses:
+        condition = re.sub(r"\belse\b", "", condition).strip(" ,")
+        unread = re.sub("|".join(sorted(holds, key=len, reverse=True)) + r"|\bin\b", "",
+                        condition).strip(" ,")
+        assert not unread, f"a condition this test cannot read: {unread!r} in {default!r}"
+        if all(value for phrase, value in holds.items() if phrase in condition):
+            return route
+    named = [route for route, _ in clauses]
+    return next(route for route in listed if route not in named)
 
 
+@pytest.mark.parametrize("vendor", ["AuthenticAMD", "GenuineIntel"])
 @pytest.mark.parametrize("device", ["cpu", "gpu"])
-def test_the_defaults_are_those_the_performance_guide_states(device, monkeypatch):
+def test_the_defaults_are_those_the_performance_guide_states(device, vendor, monkeypatch):
     """The guide's routes table names every choice with its routes, and each default is the
-    route that runs in each mode, precision and device."""
+    route that runs in each mode, precision, device and CPU."""
     monkeypatch.setattr(keras.distribution, "list_devices", lambda: [f"{device}:0"])
+    monkeypatch.setattr(routes, "cpu_vendor", lambda: vendor)
     documented = documented_routes()
     assert {name: listed for name, (listed, _) in documented.items()} == routes.CHOICES
     for name, (listed, default) in documented.items():
         for training in (False, True):
             for dtype in ("float32", "bfloat16"):
-                want = documented_default(listed, default, training, dtype, device)
+                want = documented_default(listed, default, training, dtype, device, vendor)
                 assert routes.route(name, training, dtype) == want, (name, training, dtype)
 
 
@@ -591,7 +647,7 @@ def test_the_rows_route_feeds_each_matmul_to_its_bias_add():
     (dict(attn="fused"), "Unknown route choice 'attn'. Expected some of 'attention', "
                          "'block_input'"),
     (dict(attention="flash"), "Route 'attention' must be one of 'auto', 'products', 'fused', "
-                              "'memory_efficient'. Received: 'flash'"),
+                              "'recompute', 'memory_efficient'. Received: 'flash'"),
     (dict(softmax=16), "Route 'softmax' must be one of 'auto', 'autodiff', 'narrow'. "
                        "Received: 16"),
 ])
@@ -653,6 +709,23 @@ def test_the_recomputed_gelu_keeps_no_hidden_activation_of_the_mlp(between):
     else:
         assert 2 < len(hidden("recompute"))
     assert len(hidden("recompute")) < len(hidden("autodiff"))
+
+
+def test_the_recomputed_attention_keeps_no_probabilities_for_the_backward_pass():
+    """With attention's route "recompute", the backward pass of a training step reads no
+    `[B, h, N, N]` tensor of the forward pass; with the products it reads each block's."""
+    model = keras_vit.ViT(image_size=16, patch_size=4, hidden_size=8, num_layers=2,
+                          num_heads=2, mlp_dim=24, num_classes=3)
+    x, y = images(2)[:, :16, :16], np.arange(2)
+    tokens = 17
+
+    def square(route):
+        with routes.use_routes(attention=route):
+            return [s for s in kept_for_the_backward_pass(model, x, y)
+                    if s[-2:] == (tokens, tokens)]
+
+    assert len(square("products")) >= 2  # one per block at least
+    assert not square("recompute")
 
 
 @pytest.mark.parametrize("approximate", [True, False])
