@@ -12,6 +12,7 @@ Every custom backward pass goes through `with_gradient`, the one custom-gradient
 backend-specific code lives here, so that the layers hold no backend checks.
 """
 
+import functools
 import math
 
 import keras
@@ -40,6 +41,19 @@ def with_gradient(forward, backward):
         return outputs, grad
 
     return function
+
+
+def compiled(fn):
+    """`fn`, a function of tensors, compiled as one XLA computation inside TensorFlow's graph
+    runtime (`tf.function(jit_compile=True)`): its elementwise operations run fused, in one
+    pass over memory, where the runtime would run each as a pass of its own. On JAX, whose
+    steps XLA compiles whole, `fn` itself."""
+    if keras.backend.backend() != "tensorflow":
+        return fn
+    # The backend's own compiler, imported on that backend only.
+    import tensorflow as tf
+
+    return tf.function(fn, jit_compile=True, autograph=False)
 
 
 def sequential_scan(fn, init, count):
@@ -458,6 +472,30 @@ def gelu_and_derivative(x, approximate):
     return ops.cast(value, x.dtype), derivative
 
 
+def _gelu_gradient(x, g, approximate):
+    """The gradient of `x` from `g`, that of GELU's output: `g * gelu_derivative(x)`, in
+    `backward_dtype`, returned in `g`'s dtype."""
+    derivative = gelu_derivative(x, approximate)
+    return ops.cast(ops.cast(g, derivative.dtype) * derivative, g.dtype)
+
+
+def _gelu_value_and_gradient(x, g, approximate):
+    """GELU of `x` in its dtype (`gelu_and_derivative`) and the gradient of `x` from `g`,
+    that of GELU's output."""
+    value, derivative = gelu_and_derivative(x, approximate)
+    return value, ops.cast(ops.cast(g, derivative.dtype) * derivative, x.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu_backward(function, approximate, dtype):
+    """`function` (`_gelu_gradient` or `_gelu_value_and_gradient`) for `approximate`, for
+    inputs of `dtype`: `compiled` where the backward pass computes in a wider dtype than the
+    input (16-bit inputs), so that its casts and elementwise operations run as one pass; for
+    float32 inputs as it is, the operations of the forward pass's GELU."""
+    bound = functools.partial(function, approximate=approximate)
+    return compiled(bound) if backward_dtype(dtype) != dtype else bound
+
+
 def recomputed_gelu(x, approximate):
     """`keras.activations.gelu(x, approximate)` whose backward pass keeps only `x` and
     computes the derivative from it (`gelu_derivative`)."""
@@ -466,8 +504,9 @@ def recomputed_gelu(x, approximate):
         return keras.activations.gelu(x, approximate=approximate), x
 
     def backward(x, g):
-        derivative = gelu_derivative(after(x, g), approximate)  # not before the backward
-        return ops.cast(ops.cast(g, derivative.dtype) * derivative, g.dtype)
+        x = after(x, g)  # not before the backward pass
+        dtype = keras.backend.standardize_dtype(x.dtype)
+        return _gelu_backward(_gelu_gradient, approximate, dtype)(x, g)
 
     return with_gradient(forward, backward)(x)
 
@@ -491,11 +530,11 @@ def recomputed_gelu_dense(x, kernel, bias, approximate):
 
     def backward(saved, g):
         x, kernel = after(saved, g)  # in the backward pass, not before
-        hidden, derivative = gelu_and_derivative(x, approximate)
+        d_hidden = ops.matmul(g, ops.transpose(kernel))  # d_hidden = [..., M]
+        dtype = keras.backend.standardize_dtype(x.dtype)
+        hidden, d_x = _gelu_backward(_gelu_value_and_gradient, approximate, dtype)(x, d_hidden)
         rows, g_rows = ops.reshape(hidden, (-1, x.shape[-1])), ops.reshape(g, (-1, g.shape[-1]))
         d_kernel = ops.matmul(ops.transpose(rows), g_rows)  # [M, D]
-        d_hidden = ops.matmul(g, ops.transpose(kernel))  # d_hidden = [..., M]
-        d_x = ops.cast(ops.cast(d_hidden, derivative.dtype) * derivative, x.dtype)
         return d_x, d_kernel, ops.sum(g_rows, axis=0)
 
     return with_gradient(forward, backward)(x, kernel, bias)

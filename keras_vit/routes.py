@@ -54,7 +54,8 @@ CHOICES = {
     "mlp": ("tokens", "rows"),
     # The GELU's backward pass in training (`gelu`): "autodiff", through its formula (which
     # keeps the formula's intermediates), or "recompute", a custom gradient that keeps only
-    # the input and computes the derivative from it.
+    # the input and computes the derivative from it (for 16-bit inputs in float32, as one
+    # compiled pass: `implementations.compiled`).
     "gelu": ("autodiff", "recompute"),
     # A block's LayerNorms in training (`layer_norm`): "autodiff", Keras' layer (whose
     # backward keeps its full-size intermediates), or "recompute", a custom gradient that keeps
@@ -142,8 +143,9 @@ def default_route(name, training, dtype="float32"):
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
     - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
     - gelu: "recompute" in training in float32 (less memory at the same speed; the Dense
-      after it recomputes it too, `gelu_dense`), "autodiff" in 16-bit precisions (where
-      recomputing cost more time than it saved memory).
+      after it recomputes it too, `gelu_dense`), and in 16-bit training on an AMD CPU on
+      TensorFlow (whose recomputation, in float32, runs as one compiled pass: less memory at
+      the same speed); elsewhere "autodiff" in 16-bit precisions (not measured there).
     - layer_norm: "recompute" in training (less memory; in bfloat16 also faster).
     Both are "autodiff" at inference, which has no backward pass.
     - remat: "none" (recomputing every block met timm's training memory at 1.22x the step
@@ -156,8 +158,7 @@ def default_route(name, training, dtype="float32"):
     """
     if name == "attention":
         if training:
-            amd = on_cpu() and cpu_vendor() == "AuthenticAMD"
-            return "recompute" if amd and keras.backend.backend() == "tensorflow" else "products"
+            return "recompute" if _amd_cpu_on_tensorflow() else "products"
         return "products" if on_cpu() else "fused"
     if name == "block_input":
         jax_on_cpu = keras.backend.backend() == "jax" and on_cpu()
@@ -165,7 +166,8 @@ def default_route(name, training, dtype="float32"):
     if name == "mlp":
         return "tokens" if training else "rows"
     if name == "gelu":
-        return "recompute" if training and dtype == "float32" else "autodiff"
+        recompute = dtype == "float32" or _amd_cpu_on_tensorflow()
+        return "recompute" if training and recompute else "autodiff"
     if name == "layer_norm":
         return "recompute" if training else "autodiff"
     if name in ("remat", "scan"):
@@ -173,6 +175,13 @@ def default_route(name, training, dtype="float32"):
     if name == "softmax":
         return "autodiff"
     raise ValueError(f"Unknown route choice {name!r}. Expected one of {', '.join(CHOICES)}.")
+
+
+def _amd_cpu_on_tensorflow():
+    """Whether the model runs on an AMD CPU on the TensorFlow backend, where the recomputing
+    defaults of 16-bit training and of the attention were measured to pay."""
+    return (keras.backend.backend() == "tensorflow" and on_cpu()
+            and cpu_vendor() == "AuthenticAMD")
 
 
 def route(name, training, dtype="float32"):

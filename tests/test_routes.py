@@ -768,3 +768,35 @@ def test_the_recomputed_gelu_and_dense_give_autodiff_values_and_gradients(dtype)
         tolerance = {"float32": 1e-5, "bfloat16": 0.05}[dtype]
         for g, ref in zip(got[1:], want[1:]):
             np.testing.assert_allclose(g, ref, rtol=tolerance, atol=tolerance * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_recomputed_gelu_runs_as_one_compiled_pass_for_16_bit_inputs(dtype):
+    """For a 16-bit input, GELU's recomputation and gradient (in float32, with their casts) run
+    as one XLA computation inside the graph runtime's step, which gives the eager values bit
+    for bit; a float32 input keeps the graph runtime's own operations, those of the forward
+    pass (which the graph runtime may fuse differently from eager ones)."""
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(2, 5, 6)) * 3, dtype)
+    kernel = tf.constant(rng.normal(size=(6, 4)), dtype)
+    bias = tf.constant(rng.normal(size=4), dtype)
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = implementations.recomputed_gelu_dense(x, kernel, bias, True)
+            z = implementations.recomputed_gelu(x, False)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32)) + tf.reduce_sum(tf.cast(z, tf.float32))
+        return tape.gradient(loss, x)
+
+    traced = tf.function(step)
+    graph = traced.get_concrete_function(x).graph
+    compiled = [op for op in graph.get_operations() if op.type.endswith("PartitionedCall")
+                and op.node_def.attr["_XlaMustCompile"].b]
+    assert len(compiled) == (2 if dtype == "bfloat16" else 0)
+    got, want = (tf.cast(t, tf.float32).numpy() for t in (traced(x), step(x)))
+    assert np.abs(want).max() > 0.1
+    if dtype == "bfloat16":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
