@@ -46,14 +46,15 @@ def with_gradient(forward, backward):
 def compiled(fn):
     """`fn`, a function of tensors, compiled as one XLA computation inside TensorFlow's graph
     runtime (`tf.function(jit_compile=True)`): its elementwise operations run fused, in one
-    pass over memory, where the runtime would run each as a pass of its own. On JAX, whose
-    steps XLA compiles whole, `fn` itself."""
+    pass over memory, where the runtime would run each as a pass of its own. It is traced for
+    shapes as general as the calls allow (`reduce_retracing`), not once per batch size. On
+    JAX, whose steps XLA compiles whole, `fn` itself."""
     if keras.backend.backend() != "tensorflow":
         return fn
     # The backend's own compiler, imported on that backend only.
     import tensorflow as tf
 
-    return tf.function(fn, jit_compile=True, autograph=False)
+    return tf.function(fn, jit_compile=True, autograph=False, reduce_retracing=True)
 
 
 def sequential_scan(fn, init, count):

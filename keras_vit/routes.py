@@ -74,7 +74,8 @@ CHOICES = {
     # precision the backward pass keeps the float32 probabilities beside the 16-bit ones), or
     # "narrow", a custom gradient that keeps only the probabilities in the computation's dtype
     # and computes softmax's gradient from them in float32 (`softmax_as`). In float32 the two
-    # are the same computation.
+    # are the same computation. It applies where the products keep probabilities: the
+    # "recompute" and "memory_efficient" attention routes keep none.
     "softmax": ("autodiff", "narrow"),
 }
 AUTO = "auto"
@@ -135,7 +136,8 @@ def default_route(name, training, dtype="float32"):
       JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster).
       In training, "recompute" on an AMD CPU on TensorFlow (less peak memory, more at 577
       tokens than at 197 and more in bfloat16 than in float32, for a few percent of the
-      step), else "products" (the fused operation's backward was slower, on a GPU and on a
+      step; where it cannot apply, with attention dropout or a bias on the logits, the
+      products run), else "products" (the fused operation's backward was slower, on a GPU and on a
       CPU; on an Intel Xeon recomputing cost more of a step already below timm's speed; the
       JAX backend was not measured). "memory_efficient" is chosen, not a default: its loops
       took more time than recomputing without one, for no less memory.
@@ -214,7 +216,9 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
     The fused, recomputing and memory-efficient routes drop nothing: with dropout on the
     probabilities in training, the products run. The recomputing and memory-efficient routes
     also take no bias (relative position embeddings), and the memory-efficient one needs the
-    sequence length when the function is traced: else the products run. Either says so once per process (a warning naming the reason).
+    sequence length when the function is traced: else the products run. A route chosen with
+    `use_routes` or `set_routes` says so once (a warning naming the reason); a default that
+    cannot apply gives way to the products silently, as its definition says. Either says so once per process (a warning naming the reason).
 
     Returns:
         The context `[B, N, h, k]`, or `(context, probabilities)`.
@@ -222,7 +226,9 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
     dropping = training and dropout is not None and dropout.rate > 0
     chosen = route("attention", training)
     reason = _why_not(chosen, dropping, bias, query.shape[1])
-    if reason:
+    if reason and chosen_routes().get("attention") is None:
+        chosen = "products"  # the default where its route cannot apply: nothing to say
+    elif reason:
         _fell_back(f"The {chosen!r} attention route cannot take {reason}: the products "
                    "(softmax(q k^T) v, every probability kept) run instead for these layers.")
         chosen = "products"

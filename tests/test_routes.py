@@ -197,6 +197,28 @@ def test_the_memory_efficient_route_says_why_it_cannot_apply(monkeypatch):
                       mlp_dim=8, num_classes=3, position_embedding="relative")(x)
 
 
+@pytest.mark.parametrize("vendor", ["AuthenticAMD", "GenuineIntel"])
+def test_a_default_route_that_cannot_apply_gives_way_silently(vendor, monkeypatch):
+    """In training on an AMD CPU the attention's default is "recompute", which takes no
+    attention dropout and no bias: there the products run, with nothing to say (the user
+    chose nothing), and the answer is theirs."""
+    monkeypatch.setattr(routes, "_FELL_BACK", set())
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda: ["cpu:0"])
+    monkeypatch.setattr(routes, "cpu_vendor", lambda: vendor)
+    x = np.random.default_rng(1).normal(size=(2, 5, 8)).astype("float32")
+    for options in (dict(attention_dropout_rate=0.5), dict(relative_positions=4)):
+        layer = keras_vit.MultiHeadDotProductAttention(2, **options)
+        layer(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = layer(x, training=True)
+        with routes.use_routes(attention="products"):
+            want = layer(x, training=True)
+        if "relative_positions" in options:  # no dropout: the same function
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(got),
+                                          keras.ops.convert_to_numpy(want))
+
+
 def test_the_memory_efficient_route_needs_the_sequence_length_when_traced(monkeypatch):
     """Traced for any number of tokens, the memory-efficient route cannot cut the sequence
     into blocks: the products run, with the same answer, and the warning says why."""
@@ -482,15 +504,21 @@ def test_the_recomputing_attentions_compute_nothing_of_their_backward_pass_early
 
 
 @pytest.mark.parametrize("remat", ["none", "blocks"])
-def test_a_training_step_computes_nothing_of_its_backward_pass_during_the_forward_pass(remat):
+@pytest.mark.parametrize("policy, attention", [("float32", "memory_efficient"),
+                                               ("mixed_bfloat16", "recompute")])
+def test_a_training_step_computes_nothing_of_its_backward_pass_during_the_forward_pass(
+        remat, policy, attention):
     """Every route's custom backward pass (recomputed GELU derivatives and layer norms, the
     memory-efficient attention, each block recomputed) waits for the upstream gradient, as
     TensorFlow's own gradients do: in its graph runtime an operation runs as soon as its
     inputs exist, and one that reads only forward tensors would run during the forward pass
     and hold its result until the backward pass, defeating the recomputation. Every other
     choice at its last route: all the custom gradients at once, inside recomputed blocks or
-    not (a recomputed block waits as a whole, which would hide the others)."""
-    chosen = dict(COMBINATIONS[-1], remat=remat)
+    not (a recomputed block waits as a whole, which would hide the others); in float32 with
+    the memory-efficient attention, in bfloat16 with the recomputed one (and GELU's compiled
+    pass)."""
+    chosen = dict(COMBINATIONS[-1], remat=remat, attention=attention)
+    keras.config.set_dtype_policy(policy)  # the suite's fixture sets float32 back
     model = keras_vit.ViT(**CONFIG)
     x, seed = tf.constant(images()), tf.zeros((3, CONFIG["num_classes"]))
 
