@@ -220,13 +220,23 @@ def attention_probabilities(query, key, bias=None, narrow=False):
     The softmax runs in float32 at least, so that mixed precision does not overflow; the
     result has the query's dtype, through `softmax_as` where `narrow`, else through autodiff.
     """
-    scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
-    logits = ops.cast(ops.einsum("bqhk,bshk->bhqs", query * scale, key), "float32")
+    logits = _logits(_scaled(query), key)
     if bias is not None:
         logits = logits + ops.cast(bias, "float32")  # logits = [B, h, N, N]
     if narrow:
         return softmax_as(logits, query.dtype)
     return ops.cast(ops.softmax(logits, axis=-1), query.dtype)
+
+
+def _scaled(query):
+    """The queries times 1 / sqrt(k), in their dtype."""
+    return query * ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+
+
+def _logits(scaled, key):
+    """The logits of the scaled queries and the keys, `[B, N, h, k]` each, in float32:
+    `[B, h, N, N]`."""
+    return ops.cast(ops.einsum("bqhk,bshk->bhqs", scaled, key), "float32")
 
 
 def softmax_as(logits, dtype):
@@ -417,16 +427,14 @@ def recomputed_attention(query, key, value):
     def backward(saved, upstream):
         q, k, v = after(saved, upstream)  # in the backward pass, not before
         g = ops.cast(upstream, q.dtype)  # [B, N, h, k]
-        scale = ops.cast(1.0 / math.sqrt(q.shape[-1]), q.dtype)
-        scaled = q * scale
-        logits = ops.cast(ops.einsum("bqhk,bshk->bhqs", scaled, k), "float32")
-        exact = ops.softmax(logits, axis=-1)  # float32, as in the forward pass
+        scaled = _scaled(q)
+        exact = ops.softmax(_logits(scaled, k), axis=-1)  # float32, as in the forward pass
         probs = ops.cast(exact, q.dtype)
         d_v = ops.einsum("bhqs,bqhk->bshk", probs, g)
         d_probs = ops.cast(ops.einsum("bqhk,bshk->bhqs", g, v), "float32")
         d_logits = ops.cast((d_probs - ops.sum(d_probs * exact, axis=-1, keepdims=True))
                             * exact, q.dtype)
-        d_q = ops.einsum("bhqs,bshk->bqhk", d_logits, k) * scale
+        d_q = _scaled(ops.einsum("bhqs,bshk->bqhk", d_logits, k))
         d_k = ops.einsum("bhqs,bqhk->bshk", d_logits, scaled)
         return d_q, d_k, d_v
 

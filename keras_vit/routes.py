@@ -218,7 +218,7 @@ def dot_product_attention(query, key, value, bias=None, dropout=None, training=F
     also take no bias (relative position embeddings), and the memory-efficient one needs the
     sequence length when the function is traced: else the products run. A route chosen with
     `use_routes` or `set_routes` says so once (a warning naming the reason); a default that
-    cannot apply gives way to the products silently, as its definition says. Either says so once per process (a warning naming the reason).
+    cannot apply gives way to the products silently, as its definition says.
 
     Returns:
         The context `[B, N, h, k]`, or `(context, probabilities)`.
