@@ -450,23 +450,12 @@ def backward_dtype(dtype):
     return keras.backend.result_type(dtype, "float32")
 
 
-def gelu_derivative(x, approximate):
-    """d gelu(x) / dx in float32 (or `x`'s dtype if wider, `backward_dtype`): with
-    t = tanh(c (x + a x^3)), c = sqrt(2 / pi), a = 0.044715,
-    `0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)`; exact: `Phi(x) + x phi(x)`."""
-    x = ops.cast(x, backward_dtype(x.dtype))
-    if approximate:
-        c, a = math.sqrt(2.0 / math.pi), 0.044715
-        t = ops.tanh(c * (x + a * x * x * x))
-        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * a * x * x)
-    cdf = 0.5 * (1.0 + ops.erf(x / math.sqrt(2.0)))
-    return cdf + x * ops.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-
-
 def gelu_and_derivative(x, approximate):
-    """(GELU of `x` in its dtype, `gelu_derivative`) from one `tanh` (or `erfc`) of `x`,
+    """(GELU of `x` in its dtype, d gelu(x) / dx) from one `tanh` (or `erfc`) of `x`,
     computed in float32 (or `x`'s dtype if wider, `backward_dtype`) in the order of
-    `tf.nn.gelu` (whose float32 values it gives bit for bit)."""
+    `tf.nn.gelu` (whose float32 values it gives bit for bit). With t = tanh(c (x + a x^3)),
+    c = sqrt(2 / pi), a = 0.044715, the derivative is
+    `0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)`; exact: `Phi(x) + x phi(x)`."""
     x32 = ops.cast(x, backward_dtype(x.dtype))
     if approximate:
         c = 0.7978845608028654  # sqrt(2 / pi)
@@ -482,9 +471,10 @@ def gelu_and_derivative(x, approximate):
 
 
 def _gelu_gradient(x, g, approximate):
-    """The gradient of `x` from `g`, that of GELU's output: `g * gelu_derivative(x)`, in
-    `backward_dtype`, returned in `g`'s dtype."""
-    derivative = gelu_derivative(x, approximate)
+    """The gradient of `x` from `g`, that of GELU's output: `g` times GELU's derivative
+    (`gelu_and_derivative`, whose unused value a graph prunes), in `backward_dtype`, returned
+    in `g`'s dtype."""
+    derivative = gelu_and_derivative(x, approximate)[1]
     return ops.cast(ops.cast(g, derivative.dtype) * derivative, g.dtype)
 
 
@@ -507,7 +497,7 @@ def _gelu_backward(function, approximate, dtype):
 
 def recomputed_gelu(x, approximate):
     """`keras.activations.gelu(x, approximate)` whose backward pass keeps only `x` and
-    computes the derivative from it (`gelu_derivative`)."""
+    computes the derivative from it (`gelu_and_derivative`)."""
 
     def forward(x):
         return keras.activations.gelu(x, approximate=approximate), x
