@@ -134,12 +134,12 @@ def default_route(name, training, dtype="float32"):
 
     - attention: "fused" at inference on an accelerator (cuDNN's flash attention on a GPU under
       JAX), "products" on a CPU (no fused kernel there: the fused operation was no faster).
-      In training, "recompute" on an AMD CPU on TensorFlow (less peak memory, more at 577
-      tokens than at 197 and more in bfloat16 than in float32, for a few percent of the
-      step; where it cannot apply, with attention dropout or a bias on the logits, the
-      products run), else "products" (the fused operation's backward was slower, on a GPU and on a
-      CPU; on an Intel Xeon recomputing cost more of a step already below timm's speed; the
-      JAX backend was not measured). "memory_efficient" is chosen, not a default: its loops
+      In training, "recompute" on an AMD CPU, on TensorFlow and on JAX (less peak memory,
+      more at 577 tokens than at 197 and more in bfloat16 than in float32, for at most a few
+      percent of the step; where it cannot apply, with attention dropout or a bias on the
+      logits, the products run), else "products" (the fused operation's backward was slower,
+      on a GPU and on a CPU; on an Intel Xeon recomputing cost more of a step already below
+      timm's speed; on a GPU it was not measured). "memory_efficient" is chosen, not a default: its loops
       took more time than recomputing without one, for no less memory.
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
@@ -160,7 +160,7 @@ def default_route(name, training, dtype="float32"):
     """
     if name == "attention":
         if training:
-            return "recompute" if _amd_cpu_on_tensorflow() else "products"
+            return "recompute" if _amd_cpu() else "products"
         return "products" if on_cpu() else "fused"
     if name == "block_input":
         jax_on_cpu = keras.backend.backend() == "jax" and on_cpu()
@@ -179,11 +179,16 @@ def default_route(name, training, dtype="float32"):
     raise ValueError(f"Unknown route choice {name!r}. Expected one of {', '.join(CHOICES)}.")
 
 
+def _amd_cpu():
+    """Whether the model runs on an AMD CPU, where recomputing the attention's probabilities
+    in training was measured to pay, on TensorFlow and on JAX."""
+    return on_cpu() and cpu_vendor() == "AuthenticAMD"
+
+
 def _amd_cpu_on_tensorflow():
     """Whether the model runs on an AMD CPU on the TensorFlow backend, where the recomputing
-    defaults of 16-bit training and of the attention were measured to pay."""
-    return (keras.backend.backend() == "tensorflow" and on_cpu()
-            and cpu_vendor() == "AuthenticAMD")
+    default of 16-bit training was measured to pay."""
+    return keras.backend.backend() == "tensorflow" and _amd_cpu()
 
 
 def route(name, training, dtype="float32"):

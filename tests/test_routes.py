@@ -564,18 +564,37 @@ ON_JAX = textwrap.dedent("""
                          ("jit", jax.jit(jax.grad(loss, (0, 1, 2))))):
             out = attention(q, k, v)
             results[f"{name}-{mode}"] = [np.asarray(t).tolist() for t in (out, *fn(q, k, v))]
-    print(json.dumps(results))
+    # The default of each route on JAX, per CPU vendor, device, mode and dtype.
+    from keras_vit import routes
+    defaults = {}
+    for vendor in ("AuthenticAMD", "GenuineIntel"):
+        routes.cpu_vendor = lambda vendor=vendor: vendor
+        for device in ("cpu", "gpu"):
+            keras.distribution.list_devices = lambda device=device: [f"{device}:0"]
+            for choice in routes.CHOICES:
+                for training in (False, True):
+                    for dtype in ("float32", "bfloat16"):
+                        key = " ".join([vendor, device, choice, str(training), dtype])
+                        defaults[key] = routes.route(choice, training, dtype)
+    print(json.dumps(dict(attention=results, defaults=defaults)))
 """)
 
 
-def test_the_recomputing_attentions_give_the_reference_on_jax(
-        reference_attention_gradients):
+@pytest.fixture(scope="module")
+def on_jax_answers():
+    """What the JAX process of `ON_JAX` printed: the attentions' values and gradients, and
+    the routes' defaults."""
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
     inputs = json.dumps([x.tolist() for x in attention_inputs()])
     done = subprocess.run([sys.executable, "-c", ON_JAX, inputs], capture_output=True, text=True,
                           env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_recomputing_attentions_give_the_reference_on_jax(
+        on_jax_answers, reference_attention_gradients):
+    results = on_jax_answers["attention"]
     assert len(results) == 8
     for name, values in results.items():
         for got, want in zip(values, reference_attention_gradients):
@@ -596,15 +615,15 @@ def documented_routes():
             for name, listed, default in rows}
 
 
-def documented_default(listed, default, training, dtype, device, vendor):
+def documented_default(listed, default, training, dtype, device, vendor, backend=None):
     """The route a default "`A` CONDITION, `B` CONDITION[, else `C`]" names: the first whose
     every part of the condition holds, else C (else the choice's route the default does not
-    name)."""
+    name). `backend`: Keras' (default: this process's)."""
+    backend = backend or keras.backend.backend()
     holds = {"at inference": not training, "training": training, "float32": dtype == "float32",
              "on a GPU": device == "gpu", "on a CPU": device == "cpu",
              "on an AMD CPU": device == "cpu" and vendor == "AuthenticAMD",
-             "on JAX": keras.backend.backend() == "jax",
-             "on TensorFlow": keras.backend.backend() == "tensorflow"}
+             "on JAX": backend == "jax", "on TensorFlow": backend == "tensorflow"}
     clauses = re.findall(r"`(\w+)`([^`]*)", default)
     for route, condition in clauses:
         condition = re.sub(r"\belse\b", "", condition).strip(" ,")
@@ -631,6 +650,17 @@ def test_the_defaults_are_those_the_performance_guide_states(device, vendor, mon
             for dtype in ("float32", "bfloat16"):
                 want = documented_default(listed, default, training, dtype, device, vendor)
                 assert routes.route(name, training, dtype) == want, (name, training, dtype)
+
+
+def test_the_defaults_on_jax_are_those_the_performance_guide_states(on_jax_answers):
+    documented = documented_routes()
+    for key, got in on_jax_answers["defaults"].items():
+        vendor, device, name, training, dtype = key.split()
+        listed, default = documented[name]
+        want = documented_default(listed, default, training == "True", dtype, device, vendor,
+                                  backend="jax")
+        assert got == want, key
+    assert len(on_jax_answers["defaults"]) == 2 * 2 * len(documented) * 2 * 2
 
 
 def test_a_route_is_chosen_per_block_or_per_process_and_auto_gives_the_default(monkeypatch):
