@@ -309,8 +309,7 @@ class _Blocks:
 
 def _block_logits(blocks, q, k, i):
     """The scaled logits of block i of the heads-first queries, in float32: [B, h, size, N]."""
-    scale = ops.cast(1.0 / math.sqrt(q.shape[-1]), q.dtype)
-    return ops.cast(ops.einsum("bhqk,bhsk->bhqs", blocks.rows(q, i) * scale, k), "float32")
+    return ops.cast(ops.einsum("bhqk,bhsk->bhqs", _scaled(blocks.rows(q, i)), k), "float32")
 
 
 def _blockwise_forward(blocks, q, k, v):
