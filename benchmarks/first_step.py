@@ -1,7 +1,7 @@
 """Where the first training step's time goes: building the model, compiling it with the
 optimizer state, tracing the step, the first call, against a steady step; then the same step
 traced again as a new function and its first call (the start-up a graph has in a process that
-already ran one).
+already ran one); and how many operations the traced step holds.
 
     python -m benchmarks.first_step [--variant B/16] [--image-size 224] [--batch 8] [--bf16] \\
         [--no-grappler] [--route attention=memory_efficient]
@@ -46,7 +46,7 @@ def main(argv=None):
     images, labels = (tf.constant(a) for a in common.random_batch(args.batch, args.image_size))
     step = tf.function(lambda x, y: model.train_step((x, y)))
     with routes.use_routes(**dict(args.route)):  # the routes are chosen when the step traces
-        timed("trace the step", lambda: step.get_concrete_function(images, labels))
+        traced = timed("trace the step", lambda: step.get_concrete_function(images, labels))
     timed("first call", lambda: step(images, labels))
     times["steady step (best of 2)"] = min(common.step_seconds(lambda: step(images, labels), 2))
     # The same step traced again as a new function: its first call's start-up is the graph's
@@ -61,7 +61,8 @@ def main(argv=None):
                            "first call"))
     print(f"{args.variant}, {args.image_size} px, batch {args.batch}, {args.precision}"
           + (", no grappler" if args.no_grappler else "")
-          + "".join(f", {name}={value}" for name, value in args.route))
+          + "".join(f", {name}={value}" for name, value in args.route)
+          + f"; the traced step holds {len(traced.graph.get_operations())} operations")
     print(common.table_head(["stage", "seconds"]))
     for name, seconds in times.items():
         print(common.table_row([name, f"{seconds:.2f}"]))
