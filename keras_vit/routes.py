@@ -139,8 +139,8 @@ def default_route(name, training, dtype="float32"):
       percent of the step; where it cannot apply, with attention dropout or a bias on the
       logits, the products run), else "products" (the fused operation's backward was slower,
       on a GPU and on a CPU; on an Intel Xeon recomputing cost more of a step already below
-      timm's speed; on a GPU it was not measured). "memory_efficient" is chosen, not a default: its loops
-      took more time than recomputing without one, for no less memory.
+      timm's speed; on a GPU it was not measured). "memory_efficient" is chosen, not a
+      default: its loops took more time than recomputing without one, for no less memory.
     - block_input: "barrier" in training on JAX with CPU devices (XLA's CPU backend otherwise
       recomputes the residual stream's gradient in every block's backward pass), else "plain".
     - mlp: "rows" at inference, "tokens" in training (XLA's training step was slower on rows).
