@@ -469,19 +469,17 @@ def gelu_and_derivative(x, approximate):
     return ops.cast(value, x.dtype), derivative
 
 
-def _gelu_gradient(x, g, approximate):
-    """The gradient of `x` from `g`, that of GELU's output: `g` times GELU's derivative
-    (`gelu_and_derivative`, whose unused value a graph prunes), in `backward_dtype`, returned
-    in `g`'s dtype."""
-    derivative = gelu_and_derivative(x, approximate)[1]
-    return ops.cast(ops.cast(g, derivative.dtype) * derivative, g.dtype)
-
-
 def _gelu_value_and_gradient(x, g, approximate):
     """GELU of `x` in its dtype (`gelu_and_derivative`) and the gradient of `x` from `g`,
-    that of GELU's output."""
+    that of GELU's output, computed in `backward_dtype` and returned in `x`'s dtype."""
     value, derivative = gelu_and_derivative(x, approximate)
     return value, ops.cast(ops.cast(g, derivative.dtype) * derivative, x.dtype)
+
+
+def _gelu_gradient(x, g, approximate):
+    """The gradient alone of `_gelu_value_and_gradient` (the value it does not return, a
+    graph or XLA leaves uncomputed)."""
+    return _gelu_value_and_gradient(x, g, approximate)[1]
 
 
 @functools.lru_cache(maxsize=None)
