@@ -82,6 +82,8 @@ DEFAULT_TOP_K = 5
 IMAGE_DTYPES = ("float32", "uint8")
 # Written beside the signatures: what the export was made with (labels, limits).
 METADATA_FILE = os.path.join("assets.extra", "keras_vit.json")
+# What a version folder of an export holds: the SavedModel and the files beside it.
+EXPORT_ENTRIES = ("saved_model.pb", "variables", "assets", "assets.extra", "fingerprint.pb")
 # The precisions the exported signatures may compute in (their policies:
 # `keras_vit.execution.PRECISIONS`).
 PRECISIONS = ("float32", "bfloat16")
@@ -424,14 +426,33 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
 
 
 def _version_dir(export_dir, version, overwrite):
-    """The final `export_dir/<version>` path; refuses a non-empty one unless `overwrite`."""
+    """The final `export_dir/<version>` path: nothing or an empty folder, or (with `overwrite`)
+    an export keras_vit wrote and nothing else; any other folder is refused, never replaced."""
     path = os.path.join(os.fspath(export_dir), str(version))
     for where in (os.fspath(export_dir), path):
         refuse_link(where)
         if os.path.exists(where) and not os.path.isdir(where):
             raise ValueError(f"{where} is a file. Expected a folder (or nothing) there.")
     check_not_in_use(export_dir)
-    if os.path.isdir(path) and os.listdir(path) and not overwrite:
+    held = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    if not held:
+        return path
+    if not os.path.isfile(os.path.join(path, METADATA_FILE)):
+        raise ValueError(
+            f"The version folder {path} holds files keras_vit did not write; it is never "
+            "replaced. Nothing was written; expected a new or empty version folder, or "
+            "choose another version."
+        )
+    others = [name for name in held if name not in EXPORT_ENTRIES]
+    if others:
+        listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5
+                                          else "")
+        raise ValueError(
+            f"The version folder {path} holds an export keras_vit wrote and files it did not "
+            f"write ({listed}); it is never replaced. Nothing was written; expected the "
+            "export alone, or choose another version."
+        )
+    if not overwrite:
         raise ValueError(
             f"The version folder {path} already holds an export. Pass overwrite=True "
             "(--overwrite) to replace it, or choose another version."
@@ -473,7 +494,9 @@ def export_saved_model(
         top_k: int. How many classes `top_k_*` return (at most K). Defaults to 5.
         image_dtype: "float32" or "uint8". The dtype of `predict_images`' input (uint8 is four
             times smaller on the wire). Defaults to "float32".
-        overwrite: bool. Replace an existing, non-empty version folder. Defaults to False.
+        overwrite: bool. Replace the export keras_vit wrote in the version folder. A version
+            folder holding anything else (files of another tool, or yours beside the export)
+            is never replaced. Defaults to False.
         warmup: "auto", True or False. Write `assets.extra/tf_serving_warmup_requests` (TF
             Serving's PredictionLog records, which need tensorflow-serving-api: `pip install
             keras-vit[serving]`); "auto" writes them when that package is installed. Defaults

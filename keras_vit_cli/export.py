@@ -41,8 +41,9 @@ def configure(parser):
                              "in, logits out (needs pip install 'keras-vit[onnx]') (default "
                              "saved_model)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing version folder (SavedModel) or file (TFLite, "
-                             "ONNX)")
+                        help="replace the export keras_vit wrote in the version folder "
+                             "(SavedModel; never a folder holding other files) or the file "
+                             "(TFLite, ONNX)")
     parser.add_argument("--parity-images", type=positive_int_arg,
                         help=f"TFLite, ONNX: random images of the parity check against Keras "
                              f"({PARITY_IMAGES})")

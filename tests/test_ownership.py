@@ -493,3 +493,27 @@ def test_a_valid_file_name_of_any_length_is_written_and_replaced(tmp_path, lengt
             (pathlib.Path(staging) / "v").write_text(version)
     assert (tmp_path / name).read_text() == "2" and (tmp_path / folder / "v").read_text() == "2"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, folder])
+
+
+def test_export_overwrite_replaces_only_an_export_keras_vit_wrote(tmp_path, capsys):
+    """`export --overwrite` into a version folder of the user's own files deleted them."""
+    base = tmp_path / "exports"
+    write_files(base / "1", {"keep.txt": b"mine"})
+    argv = ["export", "--weights", "digits", str(base), "--no-warmup", "-q"]
+    for extra in ([], ["--overwrite"]):
+        assert cli.main(argv + extra) == 2
+        assert "did not write" in error_line(capsys)
+        assert tree(base) == {"1": "folder", "1/keep.txt": b"mine"}
+    # An export keras_vit wrote is replaced with --overwrite, but not once the user's file is
+    # beside it.
+    assert cli.main(argv + ["--version", "2"]) == 0
+    capsys.readouterr()
+    assert cli.main(argv + ["--version", "2"]) == 2
+    assert "already holds an export" in error_line(capsys)
+    assert cli.main(argv + ["--version", "2", "--overwrite"]) == 0
+    capsys.readouterr()
+    write_files(base / "2", {"notes.txt": b"mine"})
+    before = tree(base)
+    assert cli.main(argv + ["--version", "2", "--overwrite"]) == 2
+    assert "files it did not write (notes.txt)" in error_line(capsys)
+    assert tree(base) == before
