@@ -31,14 +31,15 @@ def prepare(folder):
     from PIL import Image
 
     import keras_vit
-    from keras_vit.weights import npz, writers
+    from keras_vit import weights
+    from keras_vit.weights import writers
 
     os.makedirs(folder, exist_ok=True)
     model = keras_vit.create_model("B/16", num_classes=1000)
     rng = np.random.default_rng(0)
     model.set_weights([rng.normal(0, 0.02, w.shape).astype("float32")
                        for w in model.get_weights()])
-    npz.save_npz(model, os.path.join(folder, "b16.npz"), overwrite=True)
+    weights.save_npz(model, os.path.join(folder, "b16.npz"), overwrite=True)
     writers.save_safetensors(model, os.path.join(folder, "b16.safetensors"), overwrite=True)
     pixels = rng.integers(0, 256, (375, 500, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(os.path.join(folder, "image.jpg"), quality=90)

@@ -7,6 +7,7 @@ was a defect found by hostile testing (docs/guides/errors.md, "No silently wrong
 import json
 import os
 import shutil
+import warnings
 import zipfile
 
 import keras
@@ -421,3 +422,49 @@ def test_load_model_and_preprocess_inputs_name_arguments_of_another_type(tmp_pat
     for bad in (None, "0-255", (0, 2)):
         with pytest.raises(ValueError, match=r"`value_range` must be \(0, 255\) or \(0, 1\)"):
             keras_vit.preprocess_inputs(pixels(), value_range=bad)
+
+
+def test_an_npz_that_would_rebuild_another_model_says_so(tmp_path, capsys):
+    """`save_npz` and `convert` wrote the arrays of a model whose GELU, layer-norm epsilon,
+    classifier or data config the arrays cannot state, and `from_pretrained` gave back another
+    model without a word."""
+    other = dict(TINY, layer_norm_epsilon=0.5, classifier="gap", class_token=True)
+    model = randomized(keras_vit.ViT(**other))
+    with pytest.warns(UserWarning, match=r"from_pretrained would rebuild .*gelu_approximate "
+                                         r"True \(the model: False\)") as caught:
+        save_npz(model, tmp_path / "m.npz")
+    said = next(str(w.message) for w in caught if "would rebuild" in str(w.message))
+    assert "layer_norm_epsilon 1e-06 (the model: 0.5)" in said and "classifier 'token'" in said
+    # The arrays are all there: loaded into a model built as this one, the same answers.
+    back = keras_vit.ViT(**other)
+    keras_vit.load_pretrained(back, tmp_path / "m.npz")
+    np.testing.assert_allclose(back.predict(pixels() / 127.5 - 1, verbose=0),
+                               model.predict(pixels() / 127.5 - 1, verbose=0), atol=1e-6)
+    # A model the arrays describe is written without a word; the command line says it in one.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        save_npz(randomized(keras_vit.ViT(**dict(TINY, gelu_approximate=True))),
+                 tmp_path / "plain.npz")
+    assert not [w for w in caught if "would rebuild" in str(w.message)]
+    model.save(tmp_path / "m.keras")
+    assert cli.main(["convert", str(tmp_path / "m.keras"), str(tmp_path / "c.npz")]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "would rebuild" in warned[0], warned
+
+
+def test_an_npz_beside_the_config_json_keras_vit_wrote_keeps_its_data_config(tmp_path, capsys):
+    """timm's config.json that `convert` writes beside a .safetensors file left `antialias`
+    out, and an .npz in the same folder then read as antialiased (another answer)."""
+    digits = keras_vit.from_pretrained("digits")
+    assert digits.data_config["antialias"] is False
+    for name in ("a.safetensors", "a.npz"):
+        assert cli.main(["convert", "digits", str(tmp_path / name)]) == 0
+    assert "warning" not in capsys.readouterr().err  # the npz gives the model back
+    for name in ("a.safetensors", "a.npz"):
+        back = keras_vit.from_pretrained(tmp_path / name)
+        assert dict(back.data_config) == dict(digits.data_config), name
+    # timm's own fields are timm's: its pretrained_cfg holds no field timm does not know.
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert "antialias" not in written["pretrained_cfg"]
+    assert written["preprocessing"]["antialias"] is False
+

@@ -81,7 +81,7 @@ from keras_vit.training.recipes import (
     compile_recipe,
     recipe_defaults,
 )
-from keras_vit.weights import save_npz
+from keras_vit.weights.npz import write_npz
 from keras_vit.weights.architecture import SIDECAR_CONFIG
 from keras_vit.weights.config_json import keras_vit_document
 
@@ -519,9 +519,9 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
     encoder = os.path.join(output_dir, ENCODER_FILE) if hasattr(model, "encoder_params") \
         else None
     if cluster.is_chief():
-        save_npz(params, final, overwrite=True)  # the run's own files
+        write_npz(params, final, overwrite=True)  # the run's own files
         if encoder:
-            save_npz(model.encoder_params(), encoder, overwrite=True)
+            write_npz(model.encoder_params(), encoder, overwrite=True)
     _write_run(output_dir, settings, True, model, class_names, run_time)
     shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
 

@@ -10,12 +10,13 @@
 - `registry`, `download`, `sources`: names, the cache, and where weights come from.
 """
 
+from keras_vit.lazy import lazy_attributes as _lazy_attributes
 from keras_vit.weights.download import cache_dir
 from keras_vit.weights.errors import CheckpointError, DownloadError
 from keras_vit.weights.keymap import checkpoint_key, checkpoint_variables, model_params
 from keras_vit.weights.layouts import config_from_params, resize_pos_embedding, resize_pos_table
 from keras_vit.weights.loading import load_params
-from keras_vit.weights.npz import read_npz, save_npz
+from keras_vit.weights.npz import read_npz
 from keras_vit.weights.registry import (
     default_checkpoint,
     get_checkpoint,
@@ -44,3 +45,7 @@ __all__ = [
     "resize_pos_table",
     "save_npz",
 ]
+
+# The writer of `.npz` files from models checks what `from_pretrained` rebuilds, so it loads
+# with the model code, on first use: `keras_vit.weights.save_npz`.
+__getattr__, __dir__ = _lazy_attributes(globals(), {"save_npz": "keras_vit.weights.writers"}, ())

@@ -333,9 +333,11 @@ def timm_config(config, class_names=None, preprocessing=None):
     pretrained = dict(timm_pretrained_cfg(preprocessing),
                       fixed_input_size=not config["dynamic_image_size"], num_classes=num_classes,
                       first_conv="patch_embed.proj", classifier="head")
+    # `preprocessing`, keras_vit's field (timm reads only its own): the whole data config,
+    # `antialias` included, which timm's `pretrained_cfg` cannot hold.
     document = dict(architecture=TIMM_ARCHITECTURE, num_classes=num_classes, num_features=width,
                     global_pool=pool, model_args=args, pretrained_cfg=pretrained,
-                    written_by=WRITTEN_BY)
+                    preprocessing=dict(preprocessing), written_by=WRITTEN_BY)
     if class_names:
         document["label_names"] = list(class_names)
     return document

@@ -376,14 +376,11 @@ def npz_bytes(model_or_params):
     return buffer.getvalue()
 
 
-def save_npz(model_or_params, path, overwrite=False):
-    """Writes a model (or a dict of arrays) as an `.npz` in the official layout, atomically.
+def write_npz(params, path, overwrite=False):
+    """Writes a dict of arrays as an `.npz`, atomically: the arrays of a checkpoint in the
+    official layout (`keras_vit.weights.save_npz` writes a model, checking that it reads back).
 
     A file already at `path` is replaced only with `overwrite=True`.
-
-    An int8-quantized model (`model.quantize("int8")`) is written as its dequantized float
-    weights: the file loads into the float model, which `quantize("int8")` turns back into
-    the same quantized model.
 
     Raises:
         keras_vit.fileio.DestinationExists: if `path` exists (without `overwrite`) or is a
@@ -391,7 +388,7 @@ def save_npz(model_or_params, path, overwrite=False):
         keras_vit.fileio.WriteError: naming `path`, if it cannot be written (a full disk).
     """
     check_destination(path, overwrite)
-    check_finite_weights(model_or_params, f"Writing {path}")
-    data = npz_bytes(model_or_params)
+    check_finite_weights(params, f"Writing {path}")
+    data = npz_bytes(params)
     atomic_write(path, lambda f: f.write(data))
     return os.fspath(path)

@@ -31,7 +31,7 @@ from keras_vit.positions import model_image_size
 from keras_vit.preprocessing import (DEFAULT_IMAGE_SIZE, check_data_config,
                                      paper_data_config, timm_data_config, with_image_size)
 from keras_vit.weights import download, hub, keras_hub, keras_hub_handles, registry
-from keras_vit.weights.config_json import KERAS_VIT_FORMAT, read_json
+from keras_vit.weights.config_json import KERAS_VIT_FORMAT, WRITTEN_BY, read_json
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.loading import load_params, match_params
 from keras_vit.weights.npz import open_npz
@@ -336,8 +336,9 @@ def checkpoint_model_data_config(model, source, entry=None):
 
 def json_data_config(path, required=False):
     """The data config in a `config.json`: keras_vit's `preprocessing` (the paper's, at its
-    model's resolution, for one without) or timm's `pretrained_cfg`; None for another tool's
-    (refused if `required`)."""
+    model's resolution, for one without; in timm's files keras_vit writes, beside timm's
+    `pretrained_cfg`) or timm's `pretrained_cfg`; None for another tool's (refused if
+    `required`)."""
     document = read_json(path, "a model's config.json")
     try:
         if isinstance(document, dict) and document.get("format") == KERAS_VIT_FORMAT:
@@ -347,6 +348,9 @@ def json_data_config(path, required=False):
                     else {}
                 return paper_data_config(model.get("image_size") or DEFAULT_IMAGE_SIZE)
             return check_data_config(stated, f"{path}: `preprocessing`")
+        if isinstance(document, dict) and document.get("written_by") == WRITTEN_BY \
+                and document.get("preprocessing") is not None:  # timm's, written by keras_vit
+            return check_data_config(document["preprocessing"], f"{path}: `preprocessing`")
         if isinstance(document, dict) and "pretrained_cfg" in document:
             return timm_data_config(document["pretrained_cfg"], f"{path}: `pretrained_cfg`")
     except ValueError as e:

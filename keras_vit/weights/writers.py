@@ -1,10 +1,13 @@
-"""The files keras_vit writes from a model for other libraries to load: a `.safetensors` file
-in timm's layout with the `config.json` timm writes beside it (`save_safetensors`), and a
-keras-hub preset folder (`save_keras_hub_preset`). Both hold the model's keras_vit
-configuration, so `keras_vit.from_pretrained` rebuilds the same model from them; their readers
-are `keras_vit.weights.hub` and `keras_vit.weights.keras_hub`.
+"""The files keras_vit writes from a model for other libraries to load: an `.npz` in the
+official layout (`save_npz`), a `.safetensors` file in timm's layout with the `config.json` timm
+writes beside it (`save_safetensors`), and a keras-hub preset folder (`save_keras_hub_preset`).
+`keras_vit.from_pretrained` rebuilds the same model from each: the last two hold the model's
+keras_vit configuration, and an `.npz` (arrays only) is written only where its arrays, with the
+keras_vit `config.json` beside it, give the model back. Their readers are
+`keras_vit.weights.npz`, `keras_vit.weights.hub` and `keras_vit.weights.keras_hub`.
 """
 
+import inspect
 import json
 import os
 import warnings
@@ -20,9 +23,14 @@ from keras_vit.fileio import (
     check_room,
     staging_dir,
 )
+from keras_vit.checks import to_pair
+from keras_vit.model import ViT
 from keras_vit.model_parts import vit_config
-from keras_vit.preprocessing import IMAGE_CHANNELS
-from keras_vit.weights import config_json
+from keras_vit.positions import model_image_size
+from keras_vit.preprocessing import IMAGE_CHANNELS, paper_data_config, with_image_size
+from keras_vit.resnet import resnet_args
+from keras_vit.weights import config_json, npz
+from keras_vit.weights.architecture import checkpoint_config
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.hub import CONFIG_FILE, METADATA_KEY, read_config
 from keras_vit.weights.keras_hub import (
@@ -43,7 +51,81 @@ from keras_vit.weights.keras_hub import (
 )
 from keras_vit.weights.keras_hub_handles import import_keras_hub
 from keras_vit.weights.keymap import check_finite_weights, model_params
+from keras_vit.weights.sources import checkpoint_data_config
 from keras_vit.weights.torch_layouts import to_timm
+
+# The `keras_vit.ViT` arguments an `.npz` need not give back: they change no answer of the
+# loaded model (its name; dropout, inactive at inference; remat and scan, the same values).
+NPZ_UNCHECKED = ("name", "dropout_rate", "attention_dropout_rate", "remat", "scan")
+
+
+def _read_back(model, params, path):
+    """How the model `keras_vit.from_pretrained(path)` would rebuild, once `params` are written
+    there as an `.npz`, differs from `model`: ["field X (the model: Y)", ...], empty if not
+    at all. The rebuilt architecture is the arrays' with the keras_vit `config.json` beside
+    `path` (`keras_vit.weights.architecture.checkpoint_config`), `keras_vit.ViT`'s defaults
+    filling the rest; its data config is the one stated beside `path`, else the paper's."""
+    try:
+        rebuilt = checkpoint_config(params, None, path)[0]
+    except (CheckpointError, ValueError) as e:
+        return [f"nothing ({str(e).rstrip('.')})"]
+    defaults = {name: parameter.default for name, parameter
+                in inspect.signature(ViT.__init__).parameters.items()}
+    rebuilt.setdefault("class_token", rebuilt.get("classifier", "token") == "token")
+    differences = []
+    for field, value in vit_config(model).items():
+        if field in NPZ_UNCHECKED:
+            continue
+        got = rebuilt.get(field, defaults.get(field))
+        if field in ("image_size", "patch_size"):
+            value, got = to_pair(field, value), to_pair(field, got)
+        elif field == "resnet" and value is not None and got is not None:
+            value, got = resnet_args(**value), resnet_args(**got)
+        if got != value:
+            differences.append(f"{field} {got!r} (the model: {value!r})")
+    size = model_image_size(model)
+    stated = checkpoint_data_config(path, None, size)
+    data_config = with_image_size(stated, size) if stated is not None else paper_data_config(size)
+    if dict(data_config) != dict(model.data_config):
+        differences.append(f"the data config {dict(data_config)} (the model: "
+                           f"{dict(model.data_config)})")
+    return differences
+
+
+def save_npz(model_or_params, path, overwrite=False):
+    """Writes a model (or a dict of arrays) as an `.npz` in the official layout, atomically.
+
+    The layout holds the arrays only. `keras_vit.load_pretrained(model, path)` loads them into
+    a model built as this one; `keras_vit.from_pretrained(path)` rebuilds the model from the
+    arrays and the keras_vit `config.json` beside `path` (the one `keras_vit.training.fit`
+    writes). Where that would rebuild another model (a GELU, a layer-norm epsilon, a classifier
+    or a data config the arrays cannot state), a warning names what it would rebuild: a
+    `.safetensors` file (`save_safetensors`) or a `.keras` file keeps the whole model.
+    A file already at `path` is replaced only with `overwrite=True`.
+
+    An int8-quantized model (`model.quantize("int8")`) is written as its dequantized float
+    weights: the file loads into the float model, which `quantize("int8")` turns back into
+    the same quantized model.
+
+    Raises:
+        keras_vit.fileio.DestinationExists: if `path` exists (without `overwrite`) or is a
+            folder; nothing is written.
+        keras_vit.fileio.WriteError: naming `path`, if it cannot be written (a full disk).
+    """
+    if isinstance(model_or_params, dict):
+        return npz.write_npz(model_or_params, path, overwrite)
+    check_destination(path, overwrite)
+    check_finite_weights(model_or_params, f"Writing {path}")
+    params = model_params(model_or_params)
+    differences = _read_back(model_or_params, params, path)
+    written = npz.write_npz(params, path, overwrite)
+    if differences:
+        warnings.warn(
+            f"{path} holds the arrays only: keras_vit.from_pretrained would rebuild "
+            f"{'; '.join(differences[:3])}. Load it into a model built as this one "
+            "(keras_vit.load_pretrained(model, path)), or write a .safetensors or .keras file, "
+            "which keeps the whole model.", stacklevel=2)
+    return written
 
 
 def save_safetensors(model, path, class_names=None, overwrite=False):
