@@ -4,6 +4,7 @@ Every message names the argument and the value received and says what was expect
 caller's terms (`batch_size 30 is not divisible across 4 replicas. Expected a multiple of 4`).
 """
 
+import math
 import numbers
 import os
 
@@ -37,7 +38,10 @@ def check_positive_int(name, value, allow_none=False):
 def in_range(value, low=None, high=None, low_inclusive=True, high_inclusive=False):
     """Whether `value` is a finite real number (not a bool) in the range `check_number` takes."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-    ok = ok and bool(np.isfinite(value))
+    try:
+        ok = ok and math.isfinite(float(value))
+    except OverflowError:  # an integer beyond a float's range: refused as an infinity is
+        ok = False
     if ok and low is not None:
         ok = value >= low if low_inclusive else value > low
     if ok and high is not None:
@@ -63,7 +67,7 @@ def check_number(name, value, low=None, high=None, low_inclusive=True, high_incl
     bounds = (low, high, low_inclusive, high_inclusive)
     if not in_range(value, *bounds):
         raise ValueError(f"`{name}` must be a number in {range_text(*bounds)}. Received: "
-                         f"{name}={value!r}")
+                         f"{name}={value!r:.60}")
     return float(value)
 
 

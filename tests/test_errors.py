@@ -504,6 +504,16 @@ CASES = [
          "`gelu_approximate` must be True or False. Received: gelu_approximate='no'", "files"),
     Case("include_top a string", lambda c: keras_vit.ViT(include_top="yes"), ValueError,
          "`include_top` must be True or False", "files"),
+    Case("dropout_rate None", lambda c: keras_vit.ViT(dropout_rate=None), ValueError,
+         "`dropout_rate` must be a number in [0, 1). Received: dropout_rate=None", "files"),
+    Case("dropout_rate above 1", lambda c: keras_vit.ViT(dropout_rate=2.5), ValueError,
+         "`dropout_rate` must be a number in [0, 1). Received: dropout_rate=2.5", "files"),
+    Case("an epsilon beyond a float's range", lambda c: keras_vit.ViT(
+        layer_norm_epsilon=10**400), ValueError, "`layer_norm_epsilon` must be a number in "
+         "(0, inf)", "files"),
+    Case("an integer dtype policy", lambda c: keras_vit.ViT(dtype="int32"), ValueError,
+         "dtype='int32' is not a floating-point dtype policy. Expected one of 'float32'",
+         "files"),
     Case("zero layers", lambda c: keras_vit.ViT(num_layers=0), ValueError,
          "`num_layers` must be a positive integer", "files"),
     Case("heads do not divide width", lambda c: keras_vit.ViT(hidden_size=100, num_heads=12),
