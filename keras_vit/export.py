@@ -157,34 +157,6 @@ def _native_grid(model):
     return (height // grid[0], width // grid[1]), grid[0] * grid[1]
 
 
-def check_class_names(class_names, num_classes):
-    """Returns the class names as a list of `num_classes` strings, or raises ValueError.
-
-    `None` gives `default_class_names(num_classes)`. Names are stored one a line, so they may
-    not contain line breaks.
-    """
-    if class_names is None:
-        return label_sets.default_class_names(num_classes)
-    if isinstance(class_names, str) or not all(isinstance(n, str) for n in list(class_names)):
-        raise ValueError(f"class_names must be a list of str. Received: {class_names!r:.200}")
-    class_names = list(class_names)
-    if len(class_names) != num_classes:
-        raise ValueError(
-            f"class_names has {len(class_names)} names but the model has {num_classes} "
-            f"classes. Expected {num_classes} names."
-        )
-    for i, name in enumerate(class_names):
-        if not name.strip():
-            raise ValueError(f"class_names[{i}] is {name!r}, an empty name. Expected a name for "
-                             "every class (or class_names=None for the defaults).")
-        if "\n" in name or "\r" in name:
-            raise ValueError(
-                f"class_names[{i}] = {name!r} contains a line break; the names are stored one "
-                "a line. Expected names without line breaks."
-            )
-    return class_names
-
-
 def check_tensorflow_backend(what):
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
@@ -556,7 +528,7 @@ def export_saved_model(
         jit_compile, why = execution.choose(_policy_name(model))
     else:
         why = f"asked for (jit_compile={jit_compile})"
-    class_names = check_class_names(class_names, num_classes)
+    class_names = label_sets.check_class_names(class_names, num_classes)
     version = check_int("version", version, 0)
     top_k = min(check_int("top_k", top_k, 1), num_classes)
     check_choice("image_dtype", image_dtype, IMAGE_DTYPES)

@@ -44,6 +44,34 @@ def default_class_names(num_classes):
     return [str(i) for i in range(num_classes)]
 
 
+def check_class_names(class_names, num_classes, owner="the model"):
+    """Returns the class names as a list of `num_classes` strings, or raises ValueError.
+
+    `None` gives `default_class_names(num_classes)`. Names are stored one a line (an export's
+    labels, a run's `config.json`), so they may not contain line breaks.
+    """
+    if class_names is None:
+        return default_class_names(num_classes)
+    if isinstance(class_names, str) or not all(isinstance(n, str) for n in list(class_names)):
+        raise ValueError(f"class_names must be a list of str. Received: {class_names!r:.200}")
+    class_names = list(class_names)
+    if len(class_names) != num_classes:
+        raise ValueError(
+            f"class_names has {len(class_names)} names but {owner} has {num_classes} "
+            f"classes. Expected {num_classes} names."
+        )
+    for i, name in enumerate(class_names):
+        if not name.strip():
+            raise ValueError(f"class_names[{i}] is {name!r}, an empty name. Expected a name for "
+                             "every class (or class_names=None for the defaults).")
+        if "\n" in name or "\r" in name:
+            raise ValueError(
+                f"class_names[{i}] = {name!r} contains a line break; the names are stored one "
+                "a line. Expected names without line breaks."
+            )
+    return class_names
+
+
 def read_class_names(path, num_classes=None):
     """Reads a class-names file: UTF-8 text, one name per line, in label order.
 

@@ -1,5 +1,5 @@
-"""What every keras_vit layer shares: a config made of its constructor arguments, and Keras'
-way of saving a quantized layer's sublayers' policies with it.
+"""What every keras_vit layer shares: a config made of its constructor arguments, Keras'
+way of saving a quantized layer's sublayers' policies with it, and a floating-point policy.
 """
 
 import keras
@@ -75,3 +75,21 @@ def _quantized_policy_map(layer):
     for sub in quantized:
         policy_map[sub.path] = sub.dtype_policy
     return policy_map
+
+
+def checked_policy(dtype):
+    """The dtype policy `dtype` names (None: Keras' global one), for a layer or model whose
+    weights and computation are floating point: a ValueError naming `dtype` for a name that is
+    no policy, or a policy of integers or booleans."""
+    try:
+        policy = keras.dtype_policies.get(dtype or keras.config.dtype_policy())
+    except ValueError:
+        policy = None
+    base = policy.default_policy if isinstance(policy, keras.dtype_policies.DTypePolicyMap) \
+        else policy
+    if base is None or not all(keras.backend.is_float_dtype(d) for d in (
+            base.compute_dtype, base.variable_dtype)):
+        raise ValueError(f"dtype={dtype!r:.60} is not a floating-point dtype policy. Expected "
+                         "one of 'float32', 'mixed_bfloat16', 'mixed_float16', 'bfloat16', "
+                         "'float16' (or a keras.DTypePolicy computing in floats).")
+    return policy

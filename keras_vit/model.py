@@ -30,7 +30,7 @@ from keras_vit.checks import (check_bool, check_choice, check_fits_in_memory, ch
 from keras_vit import intermediates, routes
 from keras_vit.encoder import Encoder
 from keras_vit.flops import sequence_length, vit_params
-from keras_vit.layer_config import sublayers
+from keras_vit.layer_config import checked_policy, sublayers
 from keras_vit.layers import (CLASSIFIERS, GELU_APPROXIMATE, LAYER_NORM_EPSILON, ClassToken,
                               PatchEmbedding, TokenPooling, TransformerBlock)
 from keras_vit.positions import (POSITION_RESIZES, AddPositionEmbs, AddPositionEmbs2D,
@@ -250,7 +250,7 @@ class ViT(RoutedSteps, keras.Model):
             layer_norm_epsilon=layer_norm_epsilon, dynamic_image_size=dynamic_image_size,
             qkv_bias=qkv_bias, class_token=class_token, fc_norm=fc_norm, remat=remat,
             position_embedding=position_embedding, scan=scan, position_resize=position_resize))
-        policy = _checked_policy(dtype)
+        policy = checked_policy(dtype)
         parts = _make_layers(args, policy)
         size = (None, None) if args["dynamic_image_size"] else tuple(args["image_size"])
         images = keras.Input((*size, IMAGE_CHANNELS), name="image")
@@ -516,23 +516,6 @@ def _checked_arguments(args):
         raise ValueError('fc_norm=True normalises the average of the patch tokens. Expected '
                          'classifier="gap" with it.')
     return args
-
-
-def _checked_policy(dtype):
-    """The dtype policy `dtype` names (None: Keras' global one), or a ValueError naming it if it
-    is not one or does not compute in floating point."""
-    try:
-        policy = keras.dtype_policies.get(dtype or keras.config.dtype_policy())
-    except ValueError:
-        policy = None
-    base = policy.default_policy if isinstance(policy, keras.dtype_policies.DTypePolicyMap) \
-        else policy
-    if base is None or not all(keras.backend.is_float_dtype(d) for d in (
-            base.compute_dtype, base.variable_dtype)):
-        raise ValueError(f"dtype={dtype!r:.60} is not a floating-point dtype policy. Expected "
-                         "one of 'float32', 'mixed_bfloat16', 'mixed_float16', 'bfloat16', "
-                         "'float16' (or a keras.DTypePolicy computing in floats).")
-    return policy
 
 
 def _make_layers(args, policy):

@@ -343,18 +343,24 @@ def _check_pixel_values(images, value_range, floating):
         values = ops.convert_to_numpy(images)
     except Exception:  # noqa: BLE001 - a symbolic tensor (tf.data, tf.function): no values
         return
-    if not values.size:
-        return
-    low, high = value_range
+    if values.size:
+        check_pixel_range(values, value_range, floating, "preprocess_inputs: the images")
+
+
+def check_pixel_range(values, value_range, floating, what):
+    """Refuses pixel `values` (a non-empty array) that are not finite or not in `value_range`,
+    and float images in (0, 1] declared as (0, 255) (scaled to [0, 1]): a ValueError naming
+    `what` ("the images"), the values and the range expected."""
+    low, high = tuple(value_range)
     least, most = float(values.min()), float(values.max())
     if not (np.isfinite(least) and np.isfinite(most)) or least < low or most > high:
-        raise ValueError(f"preprocess_inputs: the images hold values from {least:g} to {most:g}, "
-                         f"outside [{low}, {high}]. Expected RGB pixels in [{low}, {high}] "
+        raise ValueError(f"{what} hold values from {least:g} to {most:g}, outside value_range "
+                         f"({low}, {high}). Expected RGB pixels in [{low}, {high}] "
                          "(value_range=(0, 1) for float images scaled to [0, 1]).")
-    if floating and value_range == (0, 255) and 0 < most <= 1:
-        raise ValueError(f"preprocess_inputs: the float images hold values from {least:g} to "
-                         f"{most:g}: scaled to [0, 1], not [0, 255]. Expected value_range=(0, 1) "
-                         "for them, or pixels in [0, 255].")
+    if floating and (low, high) == (0, 255) and 0 < most <= 1:
+        raise ValueError(f"{what} hold float values from {least:g} to {most:g}: scaled to [0, 1], "
+                         "not [0, 255]. Expected value_range=(0, 1) for them, or pixels in "
+                         "[0, 255].")
 
 
 def preprocess_inputs(images, data_config=None, value_range=(0, 255)):

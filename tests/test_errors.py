@@ -533,6 +533,25 @@ CASES = [
     Case("float images outside their range", lambda c: data.from_arrays(
         np.full((4, 8, 8, 3), 200.0), np.arange(4) % 2, image_size=8, batch_size=2,
         training=False, value_range=(0, 1)), ValueError, "outside value_range (0, 1)", "files"),
+    Case("float images in [0, 1] declared [0, 255]", lambda c: data.from_arrays(
+        np.full((4, 8, 8, 3), 0.5, np.float32), np.arange(4) % 2, image_size=8, batch_size=2,
+        training=False, value_range=(0, 255)), ValueError,
+        "scaled to [0, 1], not [0, 255]. Expected value_range=(0, 1)", "files"),
+    Case("more class names than classes", lambda c: data.from_arrays(
+        np.zeros((4, 8, 8, 3), np.uint8), np.arange(4) % 2, num_classes=2,
+        class_names=["a", "b", "c"], image_size=8, batch_size=2, training=False), ValueError,
+        "class_names has 3 names but the data has 2 classes", "files"),
+    Case("class names as one string", lambda c: data.from_arrays(
+        np.zeros((4, 8, 8, 3), np.uint8), np.arange(4) % 2, class_names="ab", image_size=8,
+        batch_size=2, training=False), ValueError, "class_names must be a list of str", "files"),
+    Case("a seed beyond int64", lambda c: data.from_arrays(
+        np.zeros((4, 8, 8, 3), np.uint8), np.arange(4) % 2, seed=2**70, image_size=8,
+        batch_size=2, training=True), ValueError, "`seed` must be an integer in [0, 2**63)",
+        "files"),
+    Case("an inverted crop area range", lambda c: data.from_arrays(
+        np.zeros((4, 8, 8, 3), np.uint8), np.arange(4) % 2, augment={"area_range": (0.9, 0.1)},
+        image_size=8, batch_size=2, training=True), ValueError,
+        "`augment['area_range']` must be (low, high) with 0 < low <= high <= 1", "files"),
     Case("float labels", lambda c: data.from_arrays(
         np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4), image_size=8, batch_size=2,
         training=False), ValueError, "`labels` must be integers", "files"),

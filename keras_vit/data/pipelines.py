@@ -12,8 +12,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import images as image_ops
-from keras_vit.checks import check_int, check_labels, check_replica_batch, to_pair
-from keras_vit.preprocessing import as_data_config
+from keras_vit.checks import (check_bool, check_int, check_labels, check_replica_batch, in_range,
+                              to_pair)
+from keras_vit.labels import check_class_names
+from keras_vit.preprocessing import as_data_config, check_pixel_range
 
 # Inception crop of the official training pipeline (vit_jax input_pipeline.py):
 # `tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0), min_object_covered=0)`,
@@ -279,7 +281,9 @@ def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augme
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     _check_batch_size(batch_size, num_replicas, source.num_examples, training)
     start_epoch = check_int("start_epoch", start_epoch, 0)
-    seed = check_int("seed", seed)
+    seed = check_int("seed", seed, 0)
+    if seed >= _SEED_LIMIT:  # TensorFlow's seeds are int64
+        raise ValueError(f"`seed` must be an integer in [0, 2**63). Received: seed={seed:.3g}")
     if not training:
         dataset = _finish(_eval_dataset(source, batch_size, config))
     elif num_replicas == 1:
@@ -320,6 +324,10 @@ def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augme
     )
 
 
+# Seeds are TensorFlow's int64.
+_SEED_LIMIT = 2**63
+
+
 def _augment_args(augment):
     """`augment`: True (official), False (eval preprocessing), or a dict of overrides."""
     official = dict(area_range=INCEPTION_AREA_RANGE, flip=True, crop=True)
@@ -328,7 +336,18 @@ def _augment_args(augment):
     if augment is False or augment is None:
         return None
     if isinstance(augment, dict) and set(augment) <= set(official):
-        return dict(official, **augment)
+        chosen = dict(official, **augment)
+        for name in ("flip", "crop"):
+            check_bool(f"augment[{name!r}]", chosen[name])
+        area = chosen["area_range"]
+        ok = isinstance(area, (tuple, list)) and len(area) == 2
+        low, high = area if ok else (None, None)
+        if not (ok and in_range(low, 0, 1, low_inclusive=False, high_inclusive=True)
+                and in_range(high, 0, 1, low_inclusive=False, high_inclusive=True)
+                and low <= high):
+            raise ValueError(f"`augment['area_range']` must be (low, high) with 0 < low <= high "
+                             f"<= 1 (fractions of the image area). Received: {area!r:.100}")
+        return dict(chosen, area_range=(float(low), float(high)))
     raise ValueError(
         f"`augment` must be True, False or a dict with keys 'area_range', 'flip' and/or "
         f"'crop'. Received: augment={augment!r}"
@@ -414,7 +433,10 @@ def from_arrays(
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"`labels` must be integers. Received dtype {labels.dtype}")
     images = to_0_255(images, value_range)
+    if num_classes is None and not isinstance(class_names, str) and len(class_names):
+        num_classes = len(class_names)  # the names say how many classes there are
     num_classes = int(labels.max()) + 1 if num_classes is None and len(labels) else num_classes
+    class_names = _checked_names(class_names, num_classes)
     check_labels(labels, num_classes)
     images_t = tf.constant(images)
     labels_t = tf.constant(labels.astype(np.int32))
@@ -426,6 +448,13 @@ def from_arrays(
     )
     return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
                      _augment_args(augment) if training else None, strategy, data_config)
+
+
+def _checked_names(class_names, num_classes):
+    """The label names given to a pipeline, a tuple: none, or one name per class (checked)."""
+    if not isinstance(class_names, str) and not len(class_names):
+        return ()
+    return tuple(check_class_names(class_names, num_classes, owner="the data"))
 
 
 VALUE_RANGES = ((0, 255), (0, 1))
@@ -451,10 +480,7 @@ def to_0_255(images, value_range):
                          f"{images.dtype}")
     low, high = (0, 255) if value_range is None else tuple(value_range)
     if images.size:
-        least, most = images.min(), images.max()
-        if not (np.isfinite(least) and np.isfinite(most)) or least < low or most > high:
-            raise ValueError(f"`images` hold values from {least} to {most}, outside "
-                             f"value_range ({low}, {high}).")
+        check_pixel_range(images, (low, high), floating, "`images`")
     if floating and high == 1:
         return images.astype(np.float32) * 255.0
     return images
@@ -496,7 +522,7 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     if num_examples < 0:  # unknown cardinality: count once
         num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
     source = _Source(num_examples=num_examples, num_classes=num_classes, decode=decode,
-                     class_names=tuple(class_names))
+                     class_names=_checked_names(class_names, num_classes))
     batchable = image_spec.dtype == tf.string or image_spec.shape.is_fully_defined()
     if training and batchable and num_examples <= RANDOM_ACCESS_LIMIT:
         # Hold the encoded images in memory: random access gives resumable epoch orders.
