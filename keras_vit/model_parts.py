@@ -71,6 +71,17 @@ def base_policy(model):
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
 
+def fresh_head(model):
+    """Whether the model's classification head is all zeros: keras_vit's initial head, into
+    which no trained weights were loaded (it gives every class the same probability)."""
+    try:
+        head = model.get_layer("head")
+    except ValueError:
+        return False
+    values = [keras.ops.convert_to_numpy(w) for w in head.weights]
+    return bool(values) and not any(v.any() for v in values)
+
+
 def legacy_vit_config(model):
     """The `keras_vit.ViT` arguments that rebuild `model`, a functional model loaded from a
     `.keras` file of keras_vit 0.3 or earlier (which did not save them), read off its layers.

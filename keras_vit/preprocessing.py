@@ -354,9 +354,9 @@ def check_pixel_range(values, value_range, floating, what):
     low, high = tuple(value_range)
     least, most = float(values.min()), float(values.max())
     if not (np.isfinite(least) and np.isfinite(most)) or least < low or most > high:
-        raise ValueError(f"{what} hold values from {least:g} to {most:g}, outside value_range "
-                         f"({low}, {high}). Expected RGB pixels in [{low}, {high}] "
-                         "(value_range=(0, 1) for float images scaled to [0, 1]).")
+        raise ValueError(f"{what} hold values from {least:g} to {most:g}, outside [{low}, "
+                         f"{high}]. Expected RGB pixels in [{low}, {high}] (value_range=(0, 1) "
+                         "for float images scaled to [0, 1]).")
     if floating and (low, high) == (0, 255) and 0 < most <= 1:
         raise ValueError(f"{what} hold float values from {least:g} to {most:g}: scaled to [0, 1], "
                          "not [0, 255]. Expected value_range=(0, 1) for them, or pixels in "

@@ -15,9 +15,11 @@ The model flags mean the same in every command:
 
 import contextlib
 import os
+import sys
 
 from keras_vit_cli.preflight import CLASS_NAMES_EXPECTED, check_model_flag_conflicts, check_run_flags
 from keras_vit_cli.arguments import DEFAULT_WEIGHTS, FOLDER_SPLITS, FOLDER_VALIDATION_FRACTION
+from keras_vit_cli.progress import Progress
 
 
 def _load_keras_file(path, image_size, num_classes):
@@ -118,7 +120,8 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
                              f"change ({', '.join(architecture)}).")
         model = _load_keras_file(args.model, args.image_size, num_classes if include_top else None)
         if weights:
-            keras_vit.load_pretrained(model, weights)
+            with _download_bar(args) as shown:
+                keras_vit.load_pretrained(model, weights, progress=shown)
         return model, None
     if args.model_config is not None:
         base = dict(args.model_config)
@@ -135,13 +138,23 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
                          f"the model's head has {declared}. Expected num_classes={num_classes}.")
     if not weights:
         return keras_vit.ViT(**dict(base, **overrides)), None
-    model, info = builders.build_from_checkpoint(weights, **dict(base, **overrides))
+    with _download_bar(args) as shown:
+        model, info = builders.build_from_checkpoint(weights, shown, **dict(base, **overrides))
     if need_head and "head" in info["report"]["fresh"]:
         has = f"a head of {info['num_classes']} classes" if info["num_classes"] else "no head"
         raise ValueError(f"--weights {weights} has {has}, but the data has {num_classes} "
                          "classes. Expected weights trained on these classes (or `keras-vit "
                          "fewshot`, which uses the features only).")
     return model, info["class_names"]
+
+
+@contextlib.contextmanager
+def _download_bar(args):
+    """Whether a download's bar shows (as the command's bars: not `--quiet`, stderr a
+    terminal); while the block runs, what Keras' bar prints goes to stderr, never into the
+    command's output on stdout."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield Progress.of(args).bars
 
 
 def class_names_from_args(args, num_classes, checkpoint_names=None):

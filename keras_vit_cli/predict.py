@@ -1,5 +1,7 @@
 """`keras-vit predict IMAGE...`: the top classes of each image."""
 
+import warnings
+
 from keras_vit_cli.arguments import add_class_names_argument, add_model_arguments, positive_int_arg
 from keras_vit_cli.preflight import (
     check_class_names_file,
@@ -39,6 +41,7 @@ def check(args):
 def run(args):
     from keras_vit import images
     from keras_vit.data_config import resolve_data_config
+    from keras_vit.model_parts import fresh_head
 
     progress = Progress.of(args)
     check_model_flag_conflicts(args)
@@ -46,6 +49,10 @@ def run(args):
     progress.stage(model_stage(args, default_weights=True))
     model, checkpoint_names = model_from_args(args, default_weights=True)
     num_classes = model.outputs[0].shape[-1]
+    if fresh_head(model) and not args.quiet:  # --quiet: nothing but errors
+        warnings.warn(f"{model.name}'s head is all zeros (no trained weights were loaded into "
+                      "it): every class gets the same probability. Expected --weights with a "
+                      "trained head.")
     names = class_names_from_args(args, num_classes, checkpoint_names)
     config = resolve_data_config(model, input_size(model, args))  # the checkpoint's own
     max_pixels = args.max_pixels or images.DEFAULT_MAX_PIXELS

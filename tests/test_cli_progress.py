@@ -46,7 +46,8 @@ def terminal(monkeypatch):
 
 def stage_lines(err, command):
     return [line[len(f"keras-vit {command}: "):] for line in err.splitlines()
-            if line.startswith(f"keras-vit {command}: ")]
+            if line.startswith(f"keras-vit {command}: ")
+            and not line.startswith(f"keras-vit {command}: warning: ")]
 
 
 def test_export_names_each_stage_with_progress_and_is_silent_elsewhere(tmp_path, capsys):

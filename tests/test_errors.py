@@ -532,7 +532,7 @@ CASES = [
         training=False), ValueError, "say their range with value_range=(0, 255)", "files"),
     Case("float images outside their range", lambda c: data.from_arrays(
         np.full((4, 8, 8, 3), 200.0), np.arange(4) % 2, image_size=8, batch_size=2,
-        training=False, value_range=(0, 1)), ValueError, "outside value_range (0, 1)", "files"),
+        training=False, value_range=(0, 1)), ValueError, "from 200 to 200, outside [0, 1]", "files"),
     Case("float images in [0, 1] declared [0, 255]", lambda c: data.from_arrays(
         np.full((4, 8, 8, 3), 0.5, np.float32), np.arange(4) % 2, image_size=8, batch_size=2,
         training=False, value_range=(0, 255)), ValueError,

@@ -389,7 +389,7 @@ def test_library_arguments_that_name_nothing_are_refused():
         keras_vit.register_checkpoint("digits", "file:///nowhere/x.npz")
     assert keras_vit.weights.get_checkpoint("digits")["file"]  # still the shipped file
     with pytest.raises(ValueError, match=r"class_names\[0\] is '', an empty name"):
-        export.check_class_names([""] * 10, 10)
+        keras_vit.labels.check_class_names([""] * 10, 10)
 
 
 # --------------------------------------------------------------------------------------------

@@ -468,3 +468,20 @@ def test_an_npz_beside_the_config_json_keras_vit_wrote_keeps_its_data_config(tmp
     assert "antialias" not in written["pretrained_cfg"]
     assert written["preprocessing"]["antialias"] is False
 
+
+
+def test_predict_with_a_fresh_head_says_every_class_is_equally_likely(tmp_path, capsys):
+    """`predict --model-config ...` without weights printed chance for every class, silently
+    (`evaluate` refuses such a head)."""
+    from PIL import Image
+
+    path = tmp_path / "x.png"
+    Image.fromarray(pixels(n=1)[0].astype(np.uint8)).save(path)
+    config = json.dumps({k: v for k, v in TINY.items() if k != "num_classes"} | {"num_classes": 3})
+    assert cli.main(["predict", "--model-config", config, str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "33.33%" in captured.out
+    warned = [line for line in captured.err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "head is all zeros" in warned[0], captured.err
+    assert cli.main(["predict", "--weights", "digits", str(path)]) == 0
+    assert "head is all zeros" not in capsys.readouterr().err

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 from keras_vit.checks import check_labels
+from keras_vit.model_parts import fresh_head
 from keras_vit.fileio import atomic_write, check_destination, folder_lock, naming_write_errors
 from keras_vit.plots import plot_confusion_matrix
 from keras_vit.weights.keymap import check_finite_outputs
@@ -164,8 +165,7 @@ def _listed(names, limit=10):
 
 def _check_trained_head(model):
     """Refuses a head that is all zeros: keras_vit's initial head, which scores chance."""
-    head = model.get_layer("head")
-    if not any(np.any(keras.ops.convert_to_numpy(w)) for w in (head.kernel, head.bias)):
+    if fresh_head(model):
         raise ValueError(
             f"Model {model.name!r} has a fresh head (all zeros: no trained weights were loaded "
             "into it), which scores chance. Expected a classifier with trained weights "
