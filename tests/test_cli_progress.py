@@ -208,3 +208,23 @@ def test_a_write_stopped_in_a_long_call_leaves_nothing_of_it(tmp_path):
         stall, ["export", "served", "--model-config", TINY_JSON, "--quiet"], tmp_path)
     assert status == 130 and err.splitlines() == ["keras-vit export: interrupted"], err
     assert sorted(os.listdir(tmp_path)) == ["kept"]
+
+
+def test_a_download_bar_never_reaches_stdout(tmp_path, capsys, monkeypatch, terminal):
+    """`predict -q --weights file://...` printed Keras' download bar on stdout, before the
+    classes a script reads there."""
+    import keras_vit
+
+    monkeypatch.setenv("KERAS_VIT_HOME", str(tmp_path / "home"))
+    weights = tmp_path / "digits.npz"
+    keras_vit.weights.save_npz(keras_vit.from_pretrained("digits"), weights)
+    images = write_images(tmp_path / "images", classes=1, per_class=1)
+    url = weights.as_uri()
+    assert keras_vit_cli.main(["predict", *images, "--weights", url, "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.splitlines()[0] == images[0], (out, err)
+    (tmp_path / "home").rename(tmp_path / "first")  # downloaded again: the bar shows
+    assert keras_vit_cli.main(["predict", *images, "--weights", url]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == images[0] and "\x1b" not in out, (out, err)
+    assert f"Downloading {url}" in err, err
