@@ -38,6 +38,7 @@ request does not pay for graph initialisation.
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -82,8 +83,11 @@ DEFAULT_TOP_K = 5
 IMAGE_DTYPES = ("float32", "uint8")
 # Written beside the signatures: what the export was made with (labels, limits).
 METADATA_FILE = os.path.join("assets.extra", "keras_vit.json")
-# What a version folder of an export holds: the SavedModel and the files beside it.
-EXPORT_ENTRIES = ("saved_model.pb", "variables", "assets", "assets.extra", "fingerprint.pb")
+# What a version folder of an export holds: the SavedModel and the files beside it (paths
+# relative to the folder, as regular expressions).
+EXPORT_FILES = re.compile(
+    r"saved_model\.pb|fingerprint\.pb|variables/variables\.(index|data-\d+-of-\d+)|"
+    r"assets/labels\.txt|assets\.extra/(keras_vit\.json|tf_serving_warmup_requests)")
 # The precisions the exported signatures may compute in (their policies:
 # `keras_vit.execution.PRECISIONS`).
 PRECISIONS = ("float32", "bfloat16")
@@ -415,7 +419,7 @@ def _version_dir(export_dir, version, overwrite):
             "replaced. Nothing was written; expected a new or empty version folder, or "
             "choose another version."
         )
-    others = [name for name in held if name not in EXPORT_ENTRIES]
+    others = [name for name in _files_under(path) if not EXPORT_FILES.fullmatch(name)]
     if others:
         listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5
                                           else "")
@@ -430,6 +434,16 @@ def _version_dir(export_dir, version, overwrite):
             "(--overwrite) to replace it, or choose another version."
         )
     return path
+
+
+def _files_under(folder):
+    """The paths of the files and links under `folder`, relative to it (with "/")."""
+    found = []
+    for root, folders, files in os.walk(folder):
+        relative = os.path.relpath(root, folder)
+        for name in files + [f for f in folders if os.path.islink(os.path.join(root, f))]:
+            found.append(name if relative == "." else f"{relative}/{name}".replace(os.sep, "/"))
+    return sorted(found)
 
 
 def export_saved_model(

@@ -78,12 +78,12 @@ def _quantized_policy_map(layer):
 
 
 def checked_policy(dtype):
-    """The dtype policy `dtype` names (None: Keras' global one), for a layer or model whose
-    weights and computation are floating point: a ValueError naming `dtype` for a name that is
-    no policy, or a policy of integers or booleans."""
+    """The dtype policy `dtype` names (None: Keras' global one), for a model whose weights and
+    computation are floating point: a ValueError naming `dtype` for a value that is no policy,
+    or a policy of integers or booleans."""
     try:
-        policy = keras.dtype_policies.get(dtype or keras.config.dtype_policy())
-    except ValueError:
+        policy = keras.dtype_policies.get(keras.config.dtype_policy() if dtype is None else dtype)
+    except (ValueError, TypeError):
         policy = None
     base = policy.default_policy if isinstance(policy, keras.dtype_policies.DTypePolicyMap) \
         else policy

@@ -492,7 +492,7 @@ def _checked_arguments(args):
                  "gelu_approximate"):
         args[name] = check_bool(name, args[name])
     for name in ("dropout_rate", "attention_dropout_rate"):
-        check_rate(name, args[name])
+        args[name] = check_rate(name, args[name])
     token = args["classifier"] == "token"
     args["class_token"] = check_bool(
         "class_token", token if args["class_token"] is None else args["class_token"])

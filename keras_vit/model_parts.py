@@ -64,22 +64,22 @@ def base_policy(model):
     return model.get_layer("embedding").dtype_policy
 
 
+def fresh_head(model):
+    """Whether the model's classification head is all zeros: keras_vit's initial head, into
+    which no trained weights were loaded (it gives every class the same probability). Its
+    kernel and bias are compared (an int8 head's scale is never zero)."""
+    try:
+        head = model.get_layer("head")
+    except ValueError:
+        return False
+    return not any(keras.ops.convert_to_numpy(w).any() for w in (head.kernel, head.bias))
+
+
 # ---------------------------------------------------------------------------------------------
 # What earlier versions wrote.
 
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
-
-
-def fresh_head(model):
-    """Whether the model's classification head is all zeros: keras_vit's initial head, into
-    which no trained weights were loaded (it gives every class the same probability)."""
-    try:
-        head = model.get_layer("head")
-    except ValueError:
-        return False
-    values = [keras.ops.convert_to_numpy(w) for w in head.weights]
-    return bool(values) and not any(v.any() for v in values)
 
 
 def legacy_vit_config(model):

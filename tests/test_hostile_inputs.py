@@ -485,3 +485,21 @@ def test_libjpegs_warnings_become_one_warning_naming_the_file(tmp_path, capfd):
                                      num_heads=2, mlp_dim=8, num_classes=3))]) == 0
     err = [line for line in capfd.readouterr().err.splitlines() if "Corrupt" in line]
     assert len(err) == 1 and err[0].startswith("keras-vit predict: warning: "), err
+
+
+def test_numpy_scalars_none_and_empty_policies_are_taken_as_python_ones():
+    """The checks added for bad values must not refuse good ones: NumPy rates, no class names,
+    a policy map whose default is bfloat16."""
+    import keras
+
+    model = keras_vit.ViT(**dict(TINY, dropout_rate=np.float32(0.1)))
+    assert keras_vit.vit_config(model)["dropout_rate"] == pytest.approx(0.1)
+    json.dumps(keras_vit.vit_config(model))  # the saved config holds Python numbers
+    mapped = keras_vit.ViT(**TINY, dtype=keras.dtype_policies.DTypePolicyMap("mixed_bfloat16"))
+    assert mapped.get_layer("embedding").compute_dtype == "bfloat16"
+    pixels = np.zeros((4, 16, 16, 3), np.uint8)
+    assert data.from_arrays(pixels, np.arange(4) % 2, class_names=None, image_size=16,
+                            batch_size=2, training=False).class_names == ()
+    with pytest.raises(ValueError, match=r"`seed` must be an integer in \[0, 2\*\*63\)"):
+        data.from_arrays(pixels, np.arange(4) % 2, seed=10**400, image_size=16, batch_size=2,
+                         training=True)

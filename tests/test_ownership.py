@@ -512,8 +512,10 @@ def test_export_overwrite_replaces_only_an_export_keras_vit_wrote(tmp_path, caps
     assert "already holds an export" in error_line(capsys)
     assert cli.main(argv + ["--version", "2", "--overwrite"]) == 0
     capsys.readouterr()
-    write_files(base / "2", {"notes.txt": b"mine"})
-    before = tree(base)
-    assert cli.main(argv + ["--version", "2", "--overwrite"]) == 2
-    assert "files it did not write (notes.txt)" in error_line(capsys)
-    assert tree(base) == before
+    for mine in ("notes.txt", "assets.extra/my_requests"):
+        write_files(base / "2", {mine: b"mine"})
+        before = tree(base)
+        assert cli.main(argv + ["--version", "2", "--overwrite"]) == 2
+        assert f"files it did not write ({mine})" in error_line(capsys)
+        assert tree(base) == before
+        (base / "2" / mine).unlink()

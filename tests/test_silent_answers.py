@@ -485,3 +485,26 @@ def test_predict_with_a_fresh_head_says_every_class_is_equally_likely(tmp_path, 
     assert len(warned) == 1 and "head is all zeros" in warned[0], captured.err
     assert cli.main(["predict", "--weights", "digits", str(path)]) == 0
     assert "head is all zeros" not in capsys.readouterr().err
+
+
+def test_an_npz_of_a_model_without_head_or_of_another_builder_is_written_without_a_word(
+        tmp_path):
+    from keras_vit import pretraining
+
+    headless = dict(TINY, gelu_approximate=True, include_top=False, num_classes=None)
+    encoder = randomized(keras_vit.ViT(**headless))
+    masked = pretraining.masked_patch_model(keras_vit.ViT(**headless))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        save_npz(encoder, tmp_path / "encoder.npz")
+        save_npz(masked, tmp_path / "masked.npz")
+    assert not [w for w in caught if "would rebuild" in str(w.message)]
+    assert (tmp_path / "masked.npz").exists()
+
+
+def test_an_int8_model_with_a_fresh_head_is_still_refused_by_evaluate():
+    model = keras_vit.ViT(**TINY)
+    model.quantize("int8")
+    images, labels = pixels(n=4), np.arange(4) % 5
+    with pytest.raises(ValueError, match="has a fresh head"):
+        keras_vit.evaluate(model, (images, labels), progress=False)

@@ -283,7 +283,7 @@ def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augme
     start_epoch = check_int("start_epoch", start_epoch, 0)
     seed = check_int("seed", seed, 0)
     if seed >= _SEED_LIMIT:  # TensorFlow's seeds are int64
-        raise ValueError(f"`seed` must be an integer in [0, 2**63). Received: seed={seed:.3g}")
+        raise ValueError(f"`seed` must be an integer in [0, 2**63). Received: seed={seed!r:.40}")
     if not training:
         dataset = _finish(_eval_dataset(source, batch_size, config))
     elif num_replicas == 1:
@@ -387,14 +387,14 @@ def from_arrays(
         batch_size: int. Global batch size.
         training: bool. Augmented, shuffled, repeated batches if True; one pass in order if
             False.
-        seed: int. Seed of the shuffle and augmentation. Defaults to 0.
+        seed: int in [0, 2**63). Seed of the shuffle and augmentation. Defaults to 0.
         start_epoch: int. First epoch of a training pipeline (to resume a run). Defaults to 0.
         augment: bool or dict. True for the official inception crop and flip, False for
             none, or a dict overriding `area_range`, `flip` or `crop` (False: resize the
             whole image).
             Defaults to True.
         strategy: `tf.distribute.Strategy` or None. See the module docstring.
-        class_names: sequence of str. Label names. Defaults to none.
+        class_names: sequence of str. Label names, one per class. Defaults to none.
         value_range: (0, 255) or (0, 1): the range of the image values. Required for float
             images (a float array does not say whether 1.0 is white or nearly black);
             integer images are (0, 255). Values outside the range are refused.
@@ -433,6 +433,7 @@ def from_arrays(
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"`labels` must be integers. Received dtype {labels.dtype}")
     images = to_0_255(images, value_range)
+    class_names = () if class_names is None else class_names
     if num_classes is None and not isinstance(class_names, str) and len(class_names):
         num_classes = len(class_names)  # the names say how many classes there are
     num_classes = int(labels.max()) + 1 if num_classes is None and len(labels) else num_classes
@@ -452,7 +453,7 @@ def from_arrays(
 
 def _checked_names(class_names, num_classes):
     """The label names given to a pipeline, a tuple: none, or one name per class (checked)."""
-    if not isinstance(class_names, str) and not len(class_names):
+    if class_names is None or (not isinstance(class_names, str) and not len(class_names)):
         return ()
     return tuple(check_class_names(class_names, num_classes, owner="the data"))
 

@@ -10,8 +10,8 @@ import keras
 import numpy as np
 
 from keras_vit.checks import check_labels
-from keras_vit.model_parts import fresh_head
 from keras_vit.fileio import atomic_write, check_destination, folder_lock, naming_write_errors
+from keras_vit.model_parts import fresh_head
 from keras_vit.plots import plot_confusion_matrix
 from keras_vit.weights.keymap import check_finite_outputs
 from keras_vit.evaluation.features import batches

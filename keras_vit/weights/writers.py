@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 from safetensors.numpy import save_file
 
+from keras_vit.checks import to_pair
 from keras_vit.fileio import (
     DestinationExists,
     atomic_file,
@@ -23,7 +24,6 @@ from keras_vit.fileio import (
     check_room,
     staging_dir,
 )
-from keras_vit.checks import to_pair
 from keras_vit.model import ViT
 from keras_vit.model_parts import vit_config
 from keras_vit.positions import model_image_size
@@ -55,8 +55,10 @@ from keras_vit.weights.sources import checkpoint_data_config
 from keras_vit.weights.torch_layouts import to_timm
 
 # The `keras_vit.ViT` arguments an `.npz` need not give back: they change no answer of the
-# loaded model (its name; dropout, inactive at inference; remat and scan, the same values).
-NPZ_UNCHECKED = ("name", "dropout_rate", "attention_dropout_rate", "remat", "scan")
+# loaded model (its name; dropout, inactive at inference; remat and scan, the same values; a
+# fixed input size refuses other sizes in one line instead of answering otherwise).
+NPZ_UNCHECKED = ("name", "dropout_rate", "attention_dropout_rate", "remat", "scan",
+                 "dynamic_image_size")
 
 
 def _read_back(model, params, path):
@@ -64,17 +66,24 @@ def _read_back(model, params, path):
     there as an `.npz`, differs from `model`: ["field X (the model: Y)", ...], empty if not
     at all. The rebuilt architecture is the arrays' with the keras_vit `config.json` beside
     `path` (`keras_vit.weights.architecture.checkpoint_config`), `keras_vit.ViT`'s defaults
-    filling the rest; its data config is the one stated beside `path`, else the paper's."""
+    filling the rest; its data config is the one stated beside `path`, else the paper's.
+    A model `keras_vit.ViT` did not build (a pre-training model, a functional model of an
+    earlier version) is no model `from_pretrained` rebuilds: nothing to compare."""
+    if not isinstance(model, ViT):
+        return []
+    size = model_image_size(model)
     try:
         rebuilt = checkpoint_config(params, None, path)[0]
+        stated = checkpoint_data_config(path, None, size)
     except (CheckpointError, ValueError) as e:
         return [f"nothing ({str(e).rstrip('.')})"]
     defaults = {name: parameter.default for name, parameter
                 in inspect.signature(ViT.__init__).parameters.items()}
     rebuilt.setdefault("class_token", rebuilt.get("classifier", "token") == "token")
     differences = []
-    for field, value in vit_config(model).items():
-        if field in NPZ_UNCHECKED:
+    config = vit_config(model)
+    for field, value in config.items():
+        if field in NPZ_UNCHECKED or (field == "num_classes" and not config["include_top"]):
             continue
         got = rebuilt.get(field, defaults.get(field))
         if field in ("image_size", "patch_size"):
@@ -83,8 +92,6 @@ def _read_back(model, params, path):
             value, got = resnet_args(**value), resnet_args(**got)
         if got != value:
             differences.append(f"{field} {got!r} (the model: {value!r})")
-    size = model_image_size(model)
-    stated = checkpoint_data_config(path, None, size)
     data_config = with_image_size(stated, size) if stated is not None else paper_data_config(size)
     if dict(data_config) != dict(model.data_config):
         differences.append(f"the data config {dict(data_config)} (the model: "
@@ -114,8 +121,7 @@ def save_npz(model_or_params, path, overwrite=False):
     """
     if isinstance(model_or_params, dict):
         return npz.write_npz(model_or_params, path, overwrite)
-    check_destination(path, overwrite)
-    check_finite_weights(model_or_params, f"Writing {path}")
+    check_destination(path, overwrite)  # before the read-back check: an existing file first
     params = model_params(model_or_params)
     differences = _read_back(model_or_params, params, path)
     written = npz.write_npz(params, path, overwrite)
