@@ -15,11 +15,10 @@ The model flags mean the same in every command:
 
 import contextlib
 import os
-import sys
 
 from keras_vit_cli.preflight import CLASS_NAMES_EXPECTED, check_model_flag_conflicts, check_run_flags
 from keras_vit_cli.arguments import DEFAULT_WEIGHTS, FOLDER_SPLITS, FOLDER_VALIDATION_FRACTION
-from keras_vit_cli.progress import Progress
+from keras_vit_cli.progress import Progress, bars_on_stderr
 
 
 def _load_keras_file(path, image_size, num_classes):
@@ -120,8 +119,8 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
                              f"change ({', '.join(architecture)}).")
         model = _load_keras_file(args.model, args.image_size, num_classes if include_top else None)
         if weights:
-            with _download_bar(args) as shown:
-                keras_vit.load_pretrained(model, weights, progress=shown)
+            with bars_on_stderr():  # a download's bar, as the command's: shown where they are
+                keras_vit.load_pretrained(model, weights, progress=Progress.of(args).bars)
         return model, None
     if args.model_config is not None:
         base = dict(args.model_config)
@@ -138,23 +137,15 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
                          f"the model's head has {declared}. Expected num_classes={num_classes}.")
     if not weights:
         return keras_vit.ViT(**dict(base, **overrides)), None
-    with _download_bar(args) as shown:
-        model, info = builders.build_from_checkpoint(weights, shown, **dict(base, **overrides))
+    with bars_on_stderr():  # a download's bar, as the command's: shown where they are
+        model, info = builders.build_from_checkpoint(weights, Progress.of(args).bars,
+                                                     **dict(base, **overrides))
     if need_head and "head" in info["report"]["fresh"]:
         has = f"a head of {info['num_classes']} classes" if info["num_classes"] else "no head"
         raise ValueError(f"--weights {weights} has {has}, but the data has {num_classes} "
                          "classes. Expected weights trained on these classes (or `keras-vit "
                          "fewshot`, which uses the features only).")
     return model, info["class_names"]
-
-
-@contextlib.contextmanager
-def _download_bar(args):
-    """Whether a download's bar shows (as the command's bars: not `--quiet`, stderr a
-    terminal); while the block runs, what Keras' bar prints goes to stderr, never into the
-    command's output on stdout."""
-    with contextlib.redirect_stdout(sys.stderr):
-        yield Progress.of(args).bars
 
 
 def class_names_from_args(args, num_classes, checkpoint_names=None):

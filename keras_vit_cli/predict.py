@@ -49,7 +49,7 @@ def run(args):
     progress.stage(model_stage(args, default_weights=True))
     model, checkpoint_names = model_from_args(args, default_weights=True)
     num_classes = model.outputs[0].shape[-1]
-    if fresh_head(model) and not args.quiet:  # --quiet: nothing but errors
+    if fresh_head(model):
         warnings.warn(f"{model.name}'s head is all zeros (no trained weights were loaded into "
                       "it): every class gets the same probability. Expected --weights with a "
                       "trained head.")

@@ -73,7 +73,11 @@ def test_quiet_prints_nothing_even_on_a_terminal(tmp_path, capsys, terminal):
     argv = ["predict", *images, "--model-config", TINY_JSON, "--top-k", "1"]
     assert keras_vit_cli.main([*argv, "--quiet"]) == 0
     out, err = capsys.readouterr()
-    assert err == "" and out.count("\n") == 6, (out, err)
+    # No progress at all: only the warning that the initial head makes every class alike.
+    assert err.splitlines() == [
+        "keras-vit predict: warning: vit's head is all zeros (no trained weights were loaded "
+        "into it): every class gets the same probability. Expected --weights with a trained "
+        "head."] and out.count("\n") == 6, (out, err)
     assert keras_vit_cli.main(argv) == 0
     quiet_out = out
     out, err = capsys.readouterr()
