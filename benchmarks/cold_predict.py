@@ -96,10 +96,11 @@ def compare(folder, runs, weights, tree=None):
         "timm": [sys.executable, "-m", "benchmarks.cold_predict", "timm", folder, "--format",
                  weights.split(".")[-1]],
     }
-    if tree:  # the same command from another checkout's package (`git worktree add DIR REV`)
+    if tree:  # the same command from another checkout's package (`git worktree add DIR REV`),
+        # through the entry point `keras-vit` runs
         commands[f"keras-vit predict @{tree}"] = [
-            "env", "-C", tree, f"PYTHONPATH={os.path.abspath(tree)}", sys.executable, "-m",
-            "keras_vit", *job]
+            "env", "-C", tree, f"PYTHONPATH={os.path.abspath(tree)}", sys.executable, "-c",
+            "import sys; from keras_vit_cli import main; sys.exit(main())", *job]
     results = {name: [] for name in commands}
     tops = {}
     for round_index, name in common.alternating(list(commands), runs + 1):

@@ -132,6 +132,27 @@ def _quiet_tensorflow():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+# What Keras' import (which TensorFlow's makes) takes where installed and no command uses:
+# scikit-learn, for Keras' scikit-learn wrappers, which it leaves out where the import fails.
+# (SciPy, which TensorFlow's legacy `tf.keras` also takes, stays: JAX needs it.)
+UNUSED_IMPORTS = ("sklearn",)
+
+
+@contextlib.contextmanager
+def _unused_imports_hidden():
+    """While the block runs, importing `UNUSED_IMPORTS` fails as if they were not installed;
+    afterwards they import as usual."""
+    hidden = [name for name in UNUSED_IMPORTS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # Python's own way to make an import fail
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
 def _start_tensorflow_quietly():
     """Imports TensorFlow and finds its devices with the C++ start-up lines (oneDNN, CUDA
     probing) kept out of stderr: absl prints them before its logging starts, where
@@ -140,7 +161,9 @@ def _start_tensorflow_quietly():
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow as tf  # the import the command would make next
+            with _unused_imports_hidden():
+                import keras  # noqa: F401 - TensorFlow imports it, and the command next
+                import tensorflow as tf  # the import the command would make next
 
             tf.config.list_physical_devices()
         except Exception:

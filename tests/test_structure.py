@@ -3,6 +3,7 @@ layers registered for `.keras` files whatever the import order, private framewor
 place and completely listed."""
 
 import ast
+import importlib.util
 import json
 import pathlib
 import subprocess
@@ -165,6 +166,28 @@ def test_help_and_models_start_without_tensorflow(argv):
     assert not [m for m in loaded if m.split(".")[0] in ("tensorflow", "keras", "jax",
                                                          "keras_vit")]
 
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sklearn") is None,
+                    reason="scikit-learn is not installed here (the test extra installs it)")
+def test_a_command_does_not_import_scikit_learn_which_imports_as_usual_after(tmp_path):
+    """Keras imports scikit-learn where it is installed (for wrappers no command uses): every
+    command that starts TensorFlow paid for it. The command keeps it out, and only while
+    Keras imports."""
+    from PIL import Image
+
+    image = tmp_path / "digit.png"
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(image)
+    code = ("import contextlib, io, json, sys\n"
+            "from keras_vit_cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    status = main(['predict', '--weights', 'digits', '-q', "
+            f"{str(image)!r}])\n"
+            "during = sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn')\n"
+            "import sklearn.base\n"
+            "print(json.dumps([status, during, 'keras' in sys.modules]))")
+    status, during, keras_loaded = json.loads(run_python(code).splitlines()[-1])
+    assert status == 0 and keras_loaded and during == []
 
 LOAD_AFTER = """
 import sys
