@@ -67,7 +67,7 @@ def file_size_limit(limit):
 def run_cli(argv, limit=None, fault=None):
     """The command line in a child process: `fault` is ("kill", NAME, COUNT) for
     tests/fault_child.py, `limit` a file-size limit in bytes."""
-    command = [sys.executable, "-m", "keras_vit"] if fault is None else \
+    command = [sys.executable, "-m", "keras_vit_cli"] if fault is None else \
         [sys.executable, str(CHILD), *map(str, fault), "--"]
     return subprocess.run(command + argv, capture_output=True, text=True, env=ENV,
                           timeout=CHILD_TIMEOUT,

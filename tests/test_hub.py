@@ -160,7 +160,7 @@ def hub_cache(root, repo, fixture, commit="0123456789abcdef0123456789abcdef01234
 
 def run_offline(hf_home, *argv):
     env = dict(os.environ, HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "keras_vit", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "keras_vit_cli", *argv], capture_output=True,
                           text=True, env=env, timeout=300)
 
 
