@@ -123,7 +123,8 @@ def save_npz(model_or_params, path, overwrite=False):
         return npz.write_npz(model_or_params, path, overwrite)
     check_destination(path, overwrite)  # before the read-back check: an existing file first
     params = model_params(model_or_params)
-    differences = _read_back(model_or_params, params, path)
+    # The file's own folder, as the writer names it: no `~` expanded, no registry name read.
+    differences = _read_back(model_or_params, params, os.path.abspath(os.fspath(path)))
     written = npz.write_npz(params, path, overwrite)
     if differences:
         warnings.warn(
