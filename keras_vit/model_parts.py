@@ -11,6 +11,8 @@ of 0.2 and 0.3 with arguments that are gone (`kernels`, `TransformerBlock(remat=
 through each layer's `LEGACY_KEYS`.
 """
 
+import inspect
+
 import keras
 
 from keras_vit.encoder import Encoder
@@ -39,6 +41,11 @@ def encoder_blocks(model):
     while f"encoderblock_{len(blocks)}" in names:
         blocks.append(model.get_layer(f"encoderblock_{len(blocks)}"))
     return blocks
+
+
+# `keras_vit.ViT`'s arguments with their defaults: what a configuration that leaves one out means.
+VIT_DEFAULTS = {name: parameter.default
+                for name, parameter in inspect.signature(ViT).parameters.items()}
 
 
 def vit_config(model):

@@ -138,7 +138,11 @@ def read_every_way(folder):
     st.fixed_dictionaries({"format": st.just(config_json.KERAS_VIT_FORMAT),
                            "preprocessing": json_object(DATA_CONFIG_FIELDS) | JSON,
                            "model": JSON}),
-    st.fixed_dictionaries({"pretrained_cfg": json_object(DATA_CONFIG_FIELDS) | JSON})))
+    st.fixed_dictionaries({"pretrained_cfg": json_object(DATA_CONFIG_FIELDS) | JSON}),
+    # timm's config.json as keras_vit writes it: keras_vit's whole data config beside timm's.
+    st.fixed_dictionaries({"pretrained_cfg": json_object(DATA_CONFIG_FIELDS) | JSON,
+                           "written_by": st.just(config_json.WRITTEN_BY),
+                           "preprocessing": json_object(DATA_CONFIG_FIELDS) | JSON})))
 def test_a_config_json_of_any_json_value_gives_a_data_config_or_one_line(folder, document):
     (folder / "config.json").write_text(json.dumps(document))
     read_every_way(folder)

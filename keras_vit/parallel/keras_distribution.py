@@ -18,15 +18,13 @@ paths are the checkpoint's names (`encoderblock_3/MlpBlock_3/Dense_0/kernel`), s
 serves every variant, and the optimizer's variables follow the weights they belong to.
 """
 
-import inspect
 import os
 
 import keras
 
 from keras_vit.configs import get_variant
 from keras_vit.devices import data_parallel_size  # noqa: F401 - importable here too
-from keras_vit.model_parts import vit_config
-from keras_vit.model import ViT
+from keras_vit.model_parts import VIT_DEFAULTS, vit_config
 from keras_vit.checks import (
     check_choice,
     check_divisible,
@@ -49,7 +47,6 @@ BLOCK_LAYOUTS = {
     # [M, D]: each device's units give a partial sum of the output, all-reduced.
     "MlpBlock_3/Dense_1/kernel": (MODEL_AXIS, None),
 }
-_VIT_DEFAULTS = {name: p.default for name, p in inspect.signature(ViT).parameters.items()}
 
 
 def _transformer_sizes(config):
@@ -58,7 +55,7 @@ def _transformer_sizes(config):
         config = vit_config(config)
     elif not isinstance(config, dict):
         config = get_variant(config).config()
-    config = {**_VIT_DEFAULTS, **config}
+    config = {**VIT_DEFAULTS, **config}
     return config["num_heads"], config["mlp_dim"]
 
 

@@ -1,13 +1,12 @@
 """The files keras_vit writes from a model for other libraries to load: an `.npz` in the
 official layout (`save_npz`), a `.safetensors` file in timm's layout with the `config.json` timm
 writes beside it (`save_safetensors`), and a keras-hub preset folder (`save_keras_hub_preset`).
-`keras_vit.from_pretrained` rebuilds the same model from each: the last two hold the model's
-keras_vit configuration, and an `.npz` (arrays only) is written only where its arrays, with the
-keras_vit `config.json` beside it, give the model back. Their readers are
+`keras_vit.from_pretrained` rebuilds the same model from the last two, which hold the model's
+keras_vit configuration; an `.npz` holds the arrays only, and `save_npz` warns where they, with
+the keras_vit `config.json` beside it, would rebuild another model. Their readers are
 `keras_vit.weights.npz`, `keras_vit.weights.hub` and `keras_vit.weights.keras_hub`.
 """
 
-import inspect
 import json
 import os
 import warnings
@@ -25,7 +24,7 @@ from keras_vit.fileio import (
     staging_dir,
 )
 from keras_vit.model import ViT
-from keras_vit.model_parts import vit_config
+from keras_vit.model_parts import VIT_DEFAULTS, vit_config
 from keras_vit.positions import model_image_size
 from keras_vit.preprocessing import IMAGE_CHANNELS, paper_data_config, with_image_size
 from keras_vit.resnet import resnet_args
@@ -77,15 +76,13 @@ def _read_back(model, params, path):
         stated = checkpoint_data_config(path, None, size)
     except (CheckpointError, ValueError) as e:
         return [f"nothing ({str(e).rstrip('.')})"]
-    defaults = {name: parameter.default for name, parameter
-                in inspect.signature(ViT.__init__).parameters.items()}
     rebuilt.setdefault("class_token", rebuilt.get("classifier", "token") == "token")
     differences = []
     config = vit_config(model)
     for field, value in config.items():
         if field in NPZ_UNCHECKED or (field == "num_classes" and not config["include_top"]):
             continue
-        got = rebuilt.get(field, defaults.get(field))
+        got = rebuilt.get(field, VIT_DEFAULTS.get(field))
         if field in ("image_size", "patch_size"):
             value, got = to_pair(field, value), to_pair(field, got)
         elif field == "resnet" and value is not None and got is not None:
