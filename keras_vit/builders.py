@@ -146,7 +146,9 @@ def from_pretrained(source, progress=True, **overrides):
             entry's resolution and classes, or its `config`), else from the `config.json`
             that `keras_vit.training.fit` writes beside its checkpoints, else from the file's
             array shapes (`keras_vit.weights.config_from_params`, hybrids included).
-        progress: bool. Show a download progress bar. Defaults to True.
+        progress: bool. While a URL downloads, say which on stderr, and draw a bar where
+            standard output is a terminal or a notebook. Defaults to True. (`hf://` downloads
+            show `huggingface_hub`'s own bars, which its settings govern.)
         **overrides: keyword arguments. Arguments of `keras_vit.ViT` to change (e.g.
             `image_size`, `num_classes`, `include_top`); position embeddings and head follow
             the usual loading rules.

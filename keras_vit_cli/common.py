@@ -120,7 +120,7 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
         model = _load_keras_file(args.model, args.image_size, num_classes if include_top else None)
         if weights:
             with bars_on_stderr():  # a download's bar, as the command's: shown where they are
-                keras_vit.load_pretrained(model, weights, progress=Progress.of(args).bars)
+                keras_vit.load_pretrained(model, weights, progress=Progress.of(args).stages)
         return model, None
     if args.model_config is not None:
         base = dict(args.model_config)
@@ -138,7 +138,7 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
     if not weights:
         return keras_vit.ViT(**dict(base, **overrides)), None
     with bars_on_stderr():  # a download's bar, as the command's: shown where they are
-        model, info = builders.build_from_checkpoint(weights, Progress.of(args).bars,
+        model, info = builders.build_from_checkpoint(weights, Progress.of(args).stages,
                                                      **dict(base, **overrides))
     if need_head and "head" in info["report"]["fresh"]:
         has = f"a head of {info['num_classes']} classes" if info["num_classes"] else "no head"

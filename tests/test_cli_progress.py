@@ -40,7 +40,10 @@ def write_images(folder, classes=2, per_class=2):
 def terminal(monkeypatch):
     """Standard error reads as a terminal, and tqdm's bars draw every count (by default they
     redraw at most every 0.1 s, so a fast run would show none of its counts)."""
+    from keras_vit.weights import download
+
     monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(download, "_redrawn_in_place", lambda stream: stream is sys.stderr)
     monkeypatch.setattr(tqdm, "tqdm", functools.partial(tqdm.tqdm, mininterval=0, miniters=1))
 
 
@@ -230,5 +233,31 @@ def test_a_download_bar_never_reaches_stdout(tmp_path, capsys, monkeypatch, term
     (tmp_path / "home").rename(tmp_path / "first")  # downloaded again: the bar shows
     assert keras_vit_cli.main(["predict", *images, "--weights", url]) == 0
     out, err = capsys.readouterr()
-    assert out.splitlines()[0] == images[0] and "\x1b" not in out, (out, err)
-    assert f"Downloading {url}" in err, err
+    assert out.splitlines()[0] == images[0] and "\x1b" not in out and "\r" not in out, out
+    assert f"Downloading {url}" in err and "\r" in err and " B/step" not in out, err
+
+
+def test_a_download_into_a_log_is_one_line_with_progress_and_nothing_without(
+        tmp_path, capsys, monkeypatch):
+    """Standard error a file (a CI log): `--progress` says which URL downloads, in one line and
+    no bar redrawn into the file; without it nothing is said. In Python, `progress=True` says
+    it too, on stderr, with no bar where standard output is not a terminal."""
+    import keras_vit
+
+    weights = tmp_path / "digits.npz"
+    keras_vit.weights.save_npz(keras_vit.from_pretrained("digits"), weights)
+    images = write_images(tmp_path / "images", classes=1, per_class=1)
+    url = weights.as_uri()
+    for number, flags in enumerate((["--progress"], [])):
+        monkeypatch.setenv("KERAS_VIT_HOME", str(tmp_path / f"home{number}"))
+        assert keras_vit_cli.main(["predict", *images, "--weights", url, *flags]) == 0
+        out, err = capsys.readouterr()
+        assert out.splitlines()[0] == images[0], out
+        downloads = [line for line in err.splitlines() if "Downloading" in line]
+        assert downloads == ([f"Downloading {url}"] if flags else []), err
+        assert "\r" not in err + out and "\b" not in err + out, err
+    monkeypatch.setenv("KERAS_VIT_HOME", str(tmp_path / "python"))
+    model = keras_vit.from_pretrained(url)
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [f"Downloading {url}"], (out, err)
+    assert model.output.shape[-1] == 10

@@ -82,6 +82,14 @@ def _file_lock(path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _redrawn_in_place(stream):
+    """Whether a bar drawn on `stream` (where Keras' `Progbar` draws) redraws in place."""
+    try:
+        return stream.isatty() or "ipykernel" in sys.modules
+    except (AttributeError, OSError, ValueError):  # a closed or replaced stream
+        return False
+
+
 def download(url, path, sha256=None, progress=True):
     """Downloads `url` to `path` through a temporary file renamed into place.
 
@@ -94,9 +102,12 @@ def download(url, path, sha256=None, progress=True):
         with atomic_file(path) as tmp, open(tmp, "wb") as out, \
                 urllib.request.urlopen(url, timeout=60) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
-            bar = keras.utils.Progbar(total, unit_name="B") if progress and total else None
             if progress:
-                print(f"Downloading {url}", file=sys.stderr)
+                print(f"Downloading {url}", file=sys.stderr, flush=True)
+            # Keras' bar is redrawn in place: drawn where that shows (a terminal, a notebook),
+            # not into a log file or a pipe, where the line above is the download's record.
+            bar = keras.utils.Progbar(total, unit_name="B") if (
+                progress and total and _redrawn_in_place(sys.stdout)) else None
             done = 0
             for chunk in iter(lambda: response.read(_CHUNK), b""):
                 out.write(chunk)

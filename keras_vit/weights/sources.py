@@ -271,7 +271,9 @@ def load_pretrained(model, source, progress=True):
         model: a model from `keras_vit.ViT` or a named builder.
         source: str or path. A registry name, a local `.npz` or `.safetensors` path, an
             `http(s)://` / `file://` URL, `hf://ORG/NAME` or a keras-hub preset folder.
-        progress: bool. Show a progress bar while downloading. Defaults to True.
+        progress: bool. While a URL downloads, say which on stderr, and draw a bar where
+            standard output is a terminal or a notebook. Defaults to True. (`hf://` downloads
+            show `huggingface_hub`'s own bars, which its settings govern.)
 
     Returns:
         A dict: `skipped` (file keys not loaded), `fresh` (model layers left at their initial
