@@ -2,15 +2,22 @@
 
 The fixtures (tests/fixtures/hub/) were written by timm and transformers themselves, with the
 logits they compute (tests/fixtures/make_hub_fixtures.py); keras_vit must reproduce those
-logits from the files alone, without torch. `hf://` is served from a Hugging Face cache laid
-out as huggingface_hub lays it out, offline."""
+logits from the files alone, without torch. `hf://` is fetched by huggingface_hub from a local
+endpoint that answers as the Hub does, then read from the cache it wrote, offline."""
 
+import fcntl
+import hashlib
+import http.server
 import json
 import os
 import pathlib
+import pty
 import shutil
+import struct
 import subprocess
 import sys
+import termios
+import threading
 
 import keras
 import numpy as np
@@ -146,36 +153,114 @@ def test_a_corrupt_safetensors_file_is_refused(tmp_path):
         keras_vit.from_pretrained(tmp_path / "model.safetensors")
 
 
-def hub_cache(root, repo, fixture, commit="0123456789abcdef0123456789abcdef01234567"):
-    """A Hugging Face cache holding `fixture` as `repo`, laid out as huggingface_hub does."""
-    folder = root / "hub" / ("models--" + repo.replace("/", "--"))
-    snapshot = folder / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    (folder / "refs").mkdir()
-    (folder / "refs" / "main").write_text(commit)
+class HubFiles(http.server.BaseHTTPRequestHandler):
+    """The Hugging Face Hub's file endpoint as huggingface_hub reads it (`HF_ENDPOINT`): HEAD and
+    GET of /ORG/NAME/resolve/REVISION/FILE, with the commit and the ETag in the headers, and 404
+    with the Hub's error code for a file it does not have."""
+
+    files = {}  # "ORG/NAME/FILE" -> bytes
+    commit = "0123456789abcdef0123456789abcdef01234567"
+
+    def _answer(self):
+        parts = self.path.split("?")[0].strip("/").split("/")  # ORG NAME resolve REVISION FILE
+        resolved = len(parts) > 4 and parts[2] == "resolve"
+        body = self.files.get("/".join(parts[:2] + parts[4:])) if resolved else None
+        self.send_response(404 if body is None else 200)
+        if body is None:
+            self.send_header("X-Error-Code", "EntryNotFound")
+        else:
+            self.send_header("X-Repo-Commit", self.commit)
+            self.send_header("ETag", '"' + hashlib.sha256(body).hexdigest() + '"')
+        self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+        return body
+
+    def do_HEAD(self):  # noqa: N802 - http.server's name
+        self._answer()
+
+    def do_GET(self):  # noqa: N802
+        body = self._answer()
+        if body is not None:
+            self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hub_endpoint():
+    """The URL of a local endpoint serving `HubFiles.files`."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HubFiles)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    HubFiles.files = {}
+
+
+def on_a_terminal(argv, env):
+    """Runs `keras-vit ARGV` with standard error a terminal (a pty): (exit status, stdout,
+    what the terminal received)."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # rows, cols
+    process = subprocess.Popen([sys.executable, "-m", "keras_vit_cli", *argv], env=env,
+                               stdout=subprocess.PIPE, stderr=terminal)
+    os.close(terminal)
+    received = []
+
+    def read():
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the last writer has closed it
+                return
+            if not chunk:
+                return
+            received.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    out = process.communicate(timeout=300)[0].decode()
+    reader.join(timeout=30)
+    os.close(controller)
+    return process.returncode, out, b"".join(received).decode(errors="replace")
+
+
+def test_hf_sources_download_through_huggingface_hub_and_load_offline_after(tmp_path,
+                                                                            hub_endpoint):
+    """`hf://` fetches through huggingface_hub from the Hub's endpoint (here a local one
+    serving the files transformers wrote) into its cache; on a terminal its bar shows, under
+    `--quiet` nothing does; offline (`HF_HUB_OFFLINE=1`) the cache it wrote serves, and a
+    repository not in it is one line naming what to do."""
     for name in ("config.json", "model.safetensors"):
-        shutil.copy(FIXTURES / fixture / name, snapshot / name)
-    return root
-
-
-def run_offline(hf_home, *argv):
-    env = dict(os.environ, HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "keras_vit_cli", *argv], capture_output=True,
-                          text=True, env=env, timeout=300)
-
-
-def test_hf_sources_load_through_huggingface_hub_offline(tmp_path):
-    home = hub_cache(tmp_path / "hf", "google/vit-tiny-test", "transformers_vit")
-    images, outputs = expected("transformers_vit")
+        HubFiles.files[f"google/vit-tiny-test/{name}"] = (
+            FIXTURES / "transformers_vit" / name).read_bytes()
+    images, _ = expected("transformers_vit")
     png = tmp_path / "x.png"
     from PIL import Image
 
     Image.fromarray(((images[0] + 1) * 127.5).round().astype(np.uint8)).save(png)
-    result = run_offline(home, "predict", str(png), "--weights", "hf://google/vit-tiny-test",
-                         "--top-k", "5")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "class_" in result.stdout  # the names of the config's id2label
-    missing = run_offline(home, "predict", str(png), "--weights", "hf://google/not-cached")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=hub_endpoint, TF_CPP_MIN_LOG_LEVEL="3")
+    argv = ["predict", str(png), "--weights", "hf://google/vit-tiny-test", "--top-k", "5"]
+    for quiet in (False, True):
+        home = tmp_path / f"hf_quiet_{quiet}"
+        status, out, terminal = on_a_terminal(argv + ["-q"] * quiet,
+                                              dict(env, HF_HOME=str(home)))
+        assert status == 0 and "class_" in out, terminal[-2000:]  # the config's id2label
+        assert os.listdir(home / "hub" / "models--google--vit-tiny-test" / "snapshots") == [
+            HubFiles.commit]
+        if quiet:
+            assert terminal == "", terminal
+        else:  # huggingface_hub's bar of the weights file, and the command's stage lines
+            assert "model.safetensors" in terminal and "100%" in terminal, terminal
+    HubFiles.files = {}  # offline from here: the cache serves
+    env.update(HF_HOME=str(tmp_path / "hf_quiet_False"), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-m", "keras_vit_cli", *argv], capture_output=True,
+                            text=True, env=env, timeout=300)
+    assert result.returncode == 0 and "class_" in result.stdout, result.stderr[-2000:]
+    missing = subprocess.run([sys.executable, "-m", "keras_vit_cli", "predict", str(png),
+                              "--weights", "hf://google/not-cached"], capture_output=True,
+                             text=True, env=env, timeout=300)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "Could not fetch hf://google/not-cached" in missing.stderr
     assert "HF_HUB_OFFLINE" in missing.stderr
