@@ -159,11 +159,12 @@ def huge_header_npy(ctx):
     return path
 
 
-def fit_tiny(ctx, output, lr=0.01, epochs=2, **kwargs):  # noqa: ARG001
+def fit_tiny(ctx, output, lr=0.01, epochs=2, class_names=None, **kwargs):  # noqa: ARG001
     rng = np.random.default_rng(1)
     x = rng.integers(0, 256, (12, 16, 16, 3), dtype=np.uint8)
     y = np.arange(12) % 3
-    train = data.from_arrays(x, y, num_classes=3, image_size=16, batch_size=4, training=True)
+    train = data.from_arrays(x, y, num_classes=3, image_size=16, batch_size=4, training=True,
+                             class_names=class_names)
     model = keras_vit.ViT(**TINY)
     return training.fit(model, train, output_dir=output, epochs=epochs, learning_rate=lr,
                         verbose=0, jit_compile=False, **kwargs)
@@ -184,6 +185,17 @@ def changed_run(ctx):
         {"settings": json.loads((pathlib.Path(output) / "run.json").read_text())["settings"],
          "finished": False}))
     fit_tiny(ctx, output, epochs=3)
+
+
+def renamed_classes_run(ctx):
+    """A run stopped after its first epoch, resumed on the same images with class folder
+    "bird" renamed "fish": label 0 would now mean "cat" to the head trained with it as "bird"."""
+    output = ctx.tmp / "run"
+    fit_tiny(ctx, output, epochs=1, class_names=["bird", "cat", "dog"])
+    os.makedirs(training.backup_dir(output), exist_ok=True)
+    record = json.loads((output / "run.json").read_text())
+    (output / "run.json").write_text(json.dumps(dict(record, finished=False)))
+    fit_tiny(ctx, output, epochs=1, class_names=["cat", "dog", "fish"])
 
 
 def unfinished_run(ctx):
@@ -617,6 +629,9 @@ CASES = [
          "none"),
     Case("resumed with other settings", changed_run, ValueError,
          "was started with other settings (epochs 1 -> 3", "none"),
+    Case("resumed with renamed classes", renamed_classes_run, ValueError,
+         "other settings (class_names ['bird', 'cat', 'dog'] -> ['cat', 'dog', 'fish'])",
+         "none"),
     Case("corrupt backup pointer", corrupt_pointer, training.BackupError,
          "backup pointer", "none"),
     Case("corrupt backup weights", corrupt_backup, training.BackupError, "cannot be restored",

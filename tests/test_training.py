@@ -584,6 +584,28 @@ def start_run(folder, run_dir, pause):
     )
 
 
+def test_numpy_scalar_settings_are_recorded_as_numbers_and_resume(tmp_path):
+    """Settings given as NumPy scalars (a learning rate from a sweep's array) are recorded in
+    run.json as JSON numbers; the same values resume the run, another is refused."""
+    images = np.random.default_rng(0).integers(0, 256, (8, 8, 8, 3), dtype=np.uint8)
+    train = data.from_arrays(images, np.arange(8) % 3, num_classes=3, image_size=8,
+                             batch_size=4, training=True, class_names=["a", "b", "c"])
+    options = dict(learning_rate=np.float32(0.01), warmup_steps=np.int64(1),
+                   label_smoothing=np.float32(0.1), target_batch_size=np.int64(8),
+                   epochs=np.int64(2), verbose=0, jit_compile=False)
+    run = tmp_path / "run"
+    training.fit(tiny_model(), train, output_dir=run, **options)
+    record = json.loads((run / "run.json").read_text())
+    settings = record["settings"]
+    assert settings["learning_rate"] == float(np.float32(0.01)) and settings["warmup_steps"] == 1
+    assert settings["class_names"] == ["a", "b", "c"] and settings["accumulation"] == 2
+    (run / "run.json").write_text(json.dumps(dict(record, finished=False)))  # as if killed
+    os.makedirs(training.backup_dir(run), exist_ok=True)
+    with pytest.raises(ValueError, match=r"other settings \(learning_rate 0.0099"):
+        training.fit(tiny_model(), train, output_dir=run, **dict(options, learning_rate=0.02))
+    assert training.fit(tiny_model(), train, output_dir=run, **options)["epochs"] == 2
+
+
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     write_folder(tmp_path / "images")
     reference_run = start_run(tmp_path / "images", tmp_path / "ref", 0)

@@ -87,8 +87,9 @@ from keras_vit.weights.config_json import keras_vit_document
 
 RUN_FILE = "run.json"
 CONFIG_FILE = SIDECAR_CONFIG  # the architecture, which keras_vit.from_pretrained reads back
-# The values of settings that a run.json may lack.
-SETTING_DEFAULTS = {"scan": False, "remat": False}
+# The values of settings that a run.json may lack: the encoder's layout, and the classes.
+LAYOUT_SETTINGS = {"scan": False, "remat": False}
+SETTING_DEFAULTS = dict(LAYOUT_SETTINGS, class_names=None)
 FINAL_FILE = "final.npz"
 ENCODER_FILE = "encoder.npz"
 LOGS_DIR = "logs"
@@ -201,7 +202,7 @@ def recorded_layout(output_dir):
     if not os.path.exists(run_path):
         return {}
     settings = _recorded_settings(_read_run(run_path))
-    return {name: bool(settings[name]) for name in SETTING_DEFAULTS}
+    return {name: bool(settings[name]) for name in LAYOUT_SETTINGS}
 
 
 def _recorded_settings(run):
@@ -228,7 +229,9 @@ def _check_resume(output_dir, settings, overwrite):
             f"new run from them (--weights {os.path.join(output_dir, FINAL_FILE)} --output "
             "NEW_FOLDER); to start this one over, pass overwrite=True (--overwrite).")
     recorded = _recorded_settings(previous)
-    changed = {k: (recorded.get(k), v) for k, v in settings.items() if recorded.get(k) != v}
+    # A record without class names (older than them) says nothing of the classes.
+    changed = {k: (recorded.get(k), v) for k, v in settings.items() if recorded.get(k) != v
+               and not (k == "class_names" and recorded.get(k) is None)}
     if changed and os.path.exists(backup_dir(output_dir)):
         details = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
         raise ValueError(
@@ -300,9 +303,10 @@ def _check_model_classes(model, name, data):
 
 
 def _plan_run(model, train, epochs, steps, recipe, learning_rate, warmup_steps, weight_decay,
-              target_batch_size, label_smoothing):
-    """The run's settings, as run.json records them: its length (`plan`), the gradient
-    accumulation, the recipe's learning rate and warm-up, and the encoder's layout."""
+              target_batch_size, label_smoothing, self_supervised):
+    """The run's settings, as run.json records them (NumPy scalars as Python numbers): its
+    length (`plan`), the gradient accumulation, the recipe's learning rate and warm-up, the
+    classes its labels stand for, and the encoder's layout."""
     accumulation = accumulation_steps(target_batch_size, train.batch_size) \
         if target_batch_size else 1
     epochs, updates = plan(train.steps_per_epoch, epochs, steps, accumulation)
@@ -310,14 +314,18 @@ def _plan_run(model, train, epochs, steps, recipe, learning_rate, warmup_steps, 
         learning_rate, warmup_steps = recipe_defaults(recipe, updates, learning_rate,
                                                       warmup_steps)
     layout = _model_config(model) or {}
-    return dict(epochs=epochs, updates=updates, steps_per_epoch=train.steps_per_epoch,
-                batch_size=train.batch_size, accumulation=accumulation,
-                examples=train.num_examples, recipe=recipe, learning_rate=learning_rate,
-                warmup_steps=warmup_steps,
-                weight_decay=weight_decay if recipe == "pretrain" else None,
-                label_smoothing=label_smoothing,
-                # The encoder's layout: its backup holds the layers of one layout only.
-                scan=bool(layout.get("scan")), remat=bool(layout.get("remat")))
+    names = list(map(str, train.class_names)) if train.class_names else None
+    settings = dict(epochs=epochs, updates=updates, steps_per_epoch=train.steps_per_epoch,
+                    batch_size=train.batch_size, accumulation=accumulation,
+                    examples=train.num_examples, recipe=recipe, learning_rate=learning_rate,
+                    warmup_steps=warmup_steps,
+                    weight_decay=weight_decay if recipe == "pretrain" else None,
+                    label_smoothing=label_smoothing,
+                    # Label i's class: a backup's head was trained on these names.
+                    class_names=None if self_supervised else names,
+                    # The encoder's layout: its backup holds the layers of one layout only.
+                    scan=bool(layout.get("scan")), remat=bool(layout.get("remat")))
+    return {k: v.item() if isinstance(v, np.generic) else v for k, v in settings.items()}
 
 
 def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
@@ -407,7 +415,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
     elif getattr(model, "optimizer", None) is None:
         raise ValueError("recipe=None keeps your compile, but the model is not compiled.")
     settings = _plan_run(model, train, epochs, steps, recipe, learning_rate, warmup_steps,
-                         weight_decay, target_batch_size, label_smoothing)
+                         weight_decay, target_batch_size, label_smoothing, self_supervised)
     # Before anything is written: compiling checks the recipe's arguments.
     run_time = _compile(model, recipe, settings, weight_decay, jit_compile)
     if monitor is None and validation is not None:
