@@ -33,6 +33,7 @@ import warnings
 import keras
 import tensorflow as tf
 
+from keras_vit.checks import check_positive_int, to_pair
 from keras_vit.labels import LABEL_SETS, decode_predictions
 from keras_vit.weights.keymap import check_finite_outputs
 from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is importable from here
@@ -41,6 +42,7 @@ from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is impor
     INPUT_SCALE,
     KERAS_CROP_MODES,
     as_data_config,
+    check_pixel_range,
     config_image_size,
     normalization,
     preprocess_inputs,
@@ -430,6 +432,8 @@ def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None)
     """
     if data_config is None and size is None:
         raise ValueError("load_image needs a `size` or a `data_config` (e.g. the model).")
+    size = None if size is None else to_pair("size", size)
+    max_pixels = check_positive_int("max_pixels", max_pixels, allow_none=True)
     config = as_data_config(data_config, size)  # None: the paper's at `size`
     path = os.path.expanduser(os.fspath(path))
     reason = not_regular_file(path)
@@ -517,6 +521,7 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
     [[('7', '7', 0.98)]]
     """
     config = as_data_config(model if data_config is None else data_config)
+    max_pixels = check_positive_int("max_pixels", max_pixels, allow_none=True)
     if isinstance(images, (str, os.PathLike)) or (hasattr(images, "ndim") and images.ndim == 3):
         images = [images]
     if not isinstance(images, (list, tuple)) and not hasattr(images, "ndim"):
@@ -553,6 +558,12 @@ def _pixels(image, config, max_pixels):
         raise ValueError(f"classify_images takes RGB images [height, width, 3], uint8 or float "
                          f"in [0, 255]. Received shape {tuple(array.shape)} of "
                          f"{array.dtype.name}")
+    if not array.shape.num_elements():
+        raise ValueError(f"classify_images got an empty image (shape {tuple(array.shape)}). "
+                         "Expected RGB images [height, width, 3] of at least one pixel.")
+    # Before the resize, which clips to [0, 255]: a range error shows in the pixels given.
+    check_pixel_range(array.numpy(), (0, 255), array.dtype.is_floating,
+                      "classify_images' images", takes_range=False)
     return resize_crop(tf.cast(array, tf.float32), config)
 
 

@@ -288,7 +288,7 @@ def as_data_config(source=None, image_size=None):
     if is_model(source):
         return model_data_config(source, image_size)
     if source is None:
-        return paper_data_config(image_size or DEFAULT_IMAGE_SIZE)
+        return paper_data_config(DEFAULT_IMAGE_SIZE if image_size is None else image_size)
     if isinstance(source, dict):
         config = check_data_config(source)
         return with_image_size(config, image_size) if image_size is not None else config
@@ -347,20 +347,23 @@ def _check_pixel_values(images, value_range, floating):
         check_pixel_range(values, value_range, floating, "preprocess_inputs: the images")
 
 
-def check_pixel_range(values, value_range, floating, what):
+def check_pixel_range(values, value_range, floating, what, takes_range=True):
     """Refuses pixel `values` (a non-empty array) that are not finite or not in `value_range`,
     and float images in (0, 1] declared as (0, 255) (scaled to [0, 1]): a ValueError naming
-    `what` ("the images"), the values and the range expected."""
+    `what` ("the images"), the values and the range expected (with `takes_range`, the
+    `value_range` argument for images in [0, 1])."""
     low, high = tuple(value_range)
     least, most = float(values.min()), float(values.max())
     if not (np.isfinite(least) and np.isfinite(most)) or least < low or most > high:
         raise ValueError(f"{what} hold values from {least:g} to {most:g}, outside [{low}, "
-                         f"{high}]. Expected RGB pixels in [{low}, {high}] (value_range=(0, 1) "
-                         "for float images scaled to [0, 1]).")
+                         f"{high}]. Expected RGB pixels in [{low}, {high}]" + (
+                             " (value_range=(0, 1) for float images scaled to [0, 1])."
+                             if takes_range else "."))
     if floating and (low, high) == (0, 255) and 0 < most <= 1:
         raise ValueError(f"{what} hold float values from {least:g} to {most:g}: scaled to [0, 1], "
-                         "not [0, 255]. Expected value_range=(0, 1) for them, or pixels in "
-                         "[0, 255].")
+                         "not [0, 255]. Expected " + (
+                             "value_range=(0, 1) for them, or pixels in [0, 255]."
+                             if takes_range else "pixels in [0, 255] (multiply them by 255)."))
 
 
 def preprocess_inputs(images, data_config=None, value_range=(0, 255)):

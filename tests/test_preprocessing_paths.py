@@ -195,10 +195,20 @@ def test_classify_images_refuses_what_it_cannot_read_in_one_line(world, tmp_path
                            (tmp_path / "bad.png", "bad.png"),
                            ([], "got no images"), (7, "Received: int"),
                            (np.zeros((16, 16, 4), np.uint8), r"Received shape \(16, 16, 4\)"),
-                           (np.zeros((16, 16, 3), bool), "of bool")):
+                           (np.zeros((16, 16, 3), bool), "of bool"),
+                           ([np.zeros((0, 0, 3), np.uint8)], "an empty image"),
+                           # Out of [0, 255] before the resize, which clips to it.
+                           (np.full((20, 20, 3), 200 * 257.0, np.float32), "51400 to 51400"),
+                           (np.full((20, 20, 3), -128.0, np.float32), "from -128"),
+                           (np.full((20, 20, 3), 0.5, np.float32), "multiply them by 255")):
         with pytest.raises((ValueError, FileNotFoundError), match=message) as raised:
             keras_vit.classify_images(model, given)
         assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match="`max_pixels` must be a positive integer"):
+        keras_vit.classify_images(model, tmp_path / "bad.png", max_pixels="3")
+    for size in (0, False, (), "", 0.0):  # the paper's 224 px was taken for them
+        with pytest.raises(ValueError, match="`size` must be a positive int"):
+            keras_vit.load_image(tmp_path / "bad.png", size=size)
 
 
 # ------------------------------------------------------------------------------------------
