@@ -123,6 +123,53 @@ def test_writing_timm_layout_gives_timm_own_keys_and_shapes_and_round_trips():
         np.testing.assert_array_equal(back[key], value, err_msg=key)
 
 
+@pytest.mark.parametrize("path, value", [
+    (("model_args", "global_pool"), "avg"),          # timm would average the patches
+    (("model_args", "act_layer"), "gelu"),           # exact GELU for the file's tanh one
+    (("pretrained_cfg", "mean"), [0.1, 0.1, 0.1]),   # timm would normalise otherwise
+    (("preprocessing", "crop_pct"), 0.875),
+])
+def test_a_config_json_that_contradicts_the_file_it_describes_is_refused(tmp_path, path, value):
+    """A `config.json` beside a `.safetensors` file keras_vit wrote is what timm reads: one
+    stating another model or preprocessing than the file's own metadata is refused, naming
+    the field (the metadata was taken silently, and timm built another model)."""
+    keras_vit.weights.writers.save_safetensors(keras_vit.from_pretrained("digits"),
+                                               tmp_path / "a.safetensors")
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["weights_file"] == "a.safetensors"
+    keras_vit.from_pretrained(tmp_path / "a.safetensors")  # as written: it reads back
+    config[path[0]][path[1]] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(keras_vit.CheckpointError, match=rf"{'.'.join(path)} .* contradicts"):
+        keras_vit.from_pretrained(tmp_path / "a.safetensors")
+
+
+def test_a_second_safetensors_file_is_not_written_beside_another_ones_config(tmp_path, capsys):
+    """timm reads one model a folder: `convert` of a second `.safetensors` file into a folder
+    whose `config.json` describes another file there is refused, even with --overwrite (it
+    replaced that config.json, and the first file no longer read back); a copy of the file
+    beside it is read without that config.json, which is another file's."""
+    model = keras_vit.from_pretrained("digits")
+    keras_vit.weights.writers.save_safetensors(model, tmp_path / "a.safetensors")
+    written = (tmp_path / "config.json").read_text()
+    assert cli.main(["convert", "digits", str(tmp_path / "b.safetensors"), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "config.json describes a.safetensors there" in err and len(err.splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == ["a.safetensors", "config.json"]
+    assert (tmp_path / "config.json").read_text() == written
+    shutil.copy(tmp_path / "a.safetensors", tmp_path / "c.safetensors")
+    config = json.loads(written)
+    config["model_args"]["global_pool"] = "avg"  # a.safetensors' only: not read for the copy
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert keras_vit.vit_config(keras_vit.from_pretrained(tmp_path / "c.safetensors"))[
+        "classifier"] == "token"
+    with pytest.raises(keras_vit.CheckpointError, match="global_pool"):
+        keras_vit.from_pretrained(tmp_path / "a.safetensors")
+    (tmp_path / "a.safetensors").unlink()  # the folder is the copy's now
+    keras_vit.weights.writers.save_safetensors(model, tmp_path / "c.safetensors", overwrite=True)
+    assert json.loads((tmp_path / "config.json").read_text())["weights_file"] == "c.safetensors"
+
+
 def test_convert_command_writes_timm_safetensors(tmp_path, capsys):
     out = tmp_path / "model.safetensors"
     assert cli.main(["convert", str(FIXTURES / "transformers_vit" / "model.safetensors"),

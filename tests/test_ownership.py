@@ -238,7 +238,7 @@ def test_convert_to_safetensors_keeps_another_files_config(tmp_path, capsys):
     capsys.readouterr()
     config = (tmp_path / "config.json").read_bytes()
     assert cli.main(["convert", "digits", str(tmp_path / "b.safetensors")]) == 2
-    assert "config.json already exists" in error_line(capsys)
+    assert "config.json describes a.safetensors there" in error_line(capsys)
     assert (tmp_path / "config.json").read_bytes() == config
     assert not (tmp_path / "b.safetensors").exists()
 

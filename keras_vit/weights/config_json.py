@@ -490,6 +490,37 @@ def check_heads_divide(heads, width, source, weights_path):
     return int(heads)
 
 
+# What decides the model timm builds from a config.json and its preprocessing, by path:
+# compared where both files state it (`check_describes`).
+TIMM_DECIDING = (("architecture",), ("num_classes",), ("global_pool",), ("label_names",),
+                 *(("pretrained_cfg", key) for key in (
+                     "input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std")))
+
+
+def check_describes(config, expected, where, source):
+    """Raises unless the `config.json` document `config` (read from `where`) states what
+    `expected`, the one keras_vit writes for the file `source` (`timm_config`), states, in
+    every field that decides timm's model or preprocessing and both hold (each of `model_args`
+    and of keras_vit's `preprocessing` too): a config.json edited, or written for another file,
+    would have timm build another model than keras_vit from the folder."""
+    paths = list(TIMM_DECIDING) + [(field, key) for field in ("model_args", "preprocessing")
+                                   for key in expected[field]]
+    for path in paths:
+        mine, theirs = expected, config
+        for key in path:
+            mine = mine.get(key) if isinstance(mine, dict) else None
+            theirs = theirs.get(key) if isinstance(theirs, dict) else None
+        if mine is None or theirs is None:
+            continue
+        if json.loads(json.dumps(mine)) != theirs:
+            raise CheckpointError(
+                f"{where}: {'.'.join(path)} {theirs!r:.80} contradicts the keras_vit metadata of "
+                f"{source} ({mine!r:.80}): timm would build or preprocess another model from the "
+                "folder. "
+                "Expected the config.json written with that file (write it again with `keras-vit "
+                "convert`), or the file in a folder of its own.")
+
+
 # Arguments two configuration files of one checkpoint may both state.
 SHARED_ARGUMENTS = ("hidden_size", "num_layers", "num_heads", "patch_size", "image_size",
                     "qkv_bias", "class_token", "fc_norm", "dynamic_image_size")

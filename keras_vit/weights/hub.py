@@ -245,6 +245,21 @@ def _offline_advice(source, repo, error):
             ".safetensors path.")
 
 
+def beside(weights_path):
+    """The path of the `config.json` beside a weights file, or None where there is none or
+    keras_vit wrote it for another file that is in the folder (`weights_file`)."""
+    folder = os.path.dirname(os.fspath(weights_path))
+    path = os.path.join(folder, CONFIG_FILE)
+    config = read_config(path)
+    other = config.get("weights_file") if config is not None else None
+    if config is None or (config.get("written_by") == config_json.WRITTEN_BY
+                          and isinstance(other, str)
+                          and other != os.path.basename(weights_path)
+                          and os.path.isfile(os.path.join(folder, other))):
+        return None
+    return path
+
+
 def read_config(path):
     """A `config.json` as a dict, or None without one.
 
@@ -353,6 +368,10 @@ def _interpret(params, config, own, weights_path, config_path, num_heads):
                                                              f"{weights_path}")
         config_json.check_agreement(mine, official, weights_path)
         config_json.check_same(declared, mine)
+        if config is not None and layout == "timm":
+            config_json.check_describes(config, config_json.timm_config(
+                own["model"], own["class_names"], own.get("preprocessing")), config_path,
+                weights_path)
         architecture, names = dict(own["model"]), own["class_names"] or names
     if heads is not None:
         architecture["num_heads"] = int(heads)

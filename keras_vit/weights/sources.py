@@ -116,7 +116,7 @@ def fetch_params(source, progress=True, num_heads=None, check=None, verify=True)
                              registered)
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".safetensors"):
         path = os.path.expanduser(os.fspath(source))
-        config = os.path.join(os.path.dirname(path), hub.CONFIG_FILE)
+        config = hub.beside(path)  # None where keras_vit wrote it for another file
         return _torch_layout(path, config, source, num_heads, check, verify)
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".keras"):
         raise CheckpointError(
@@ -375,7 +375,8 @@ def file_data_config(source):
         return None
     else:
         weights = os.path.expanduser(text)
-        beside = os.path.join(os.path.dirname(weights), hub.CONFIG_FILE)
+        beside = hub.beside(weights) if weights.endswith(".safetensors") \
+            else os.path.join(os.path.dirname(weights), hub.CONFIG_FILE)
     if weights and weights.endswith(".safetensors") and os.path.isfile(weights):
         own = hub.read_own_config(weights)
         if own and own.get("preprocessing") is not None:

@@ -141,13 +141,15 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
     **model_args)` loads it.
 
     A file already at `path`, or a `config.json` beside it, is replaced only with
-    `overwrite=True`, and a `config.json` that keras_vit did not write for such a file never.
+    `overwrite=True`, and a `config.json` that keras_vit did not write for such a file, or
+    wrote for another file still in the folder, never (timm reads one model a folder).
 
     Raises:
         CheckpointError: before anything is written, for a model timm's layout cannot hold
             (a hybrid, a position embedding other than the learned 1-D table, `pre_logits`).
         ValueError: for a model `keras_vit.ViT` did not build, or a `config.json` beside `path`
-            that keras_vit did not write for such a file (it would be replaced).
+            that keras_vit did not write for such a file or wrote for another file there (it
+            would be replaced).
         keras_vit.fileio.DestinationExists: if `path` or the `config.json` beside it exists
             (without `overwrite`); nothing is written.
         keras_vit.fileio.WriteError: naming the file, if it cannot be written (a full disk).
@@ -164,11 +166,19 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
         raise ValueError(f"{config_path} exists and was not written by keras_vit for a "
                          f".safetensors file: writing {path} would replace it. Expected a "
                          "folder without another model's config.json.")
+    name = os.path.basename(os.fspath(path))
+    other = existing.get("weights_file") if existing is not None else None
+    if isinstance(other, str) and other != name and os.path.isfile(
+            os.path.join(os.path.dirname(config_path), other)):
+        raise ValueError(f"{config_path} describes {other} there, and timm reads one model a "
+                         f"folder: writing {name} beside it would make it another model's. "
+                         f"Nothing was written; expected a folder of its own for {name}.")
     if existing is not None and not overwrite:
         raise DestinationExists(
             f"{config_path} already exists (it describes another .safetensors file there). "
             "Nothing was written; pass overwrite=True (--overwrite) to replace it, or choose "
             "another folder.")
+    timm["weights_file"] = name  # keras_vit's field: the file this config.json describes
     document = config_json.keras_vit_document(config, class_names, preprocessing)
     with atomic_file(path) as tmp:
         save_file(params, tmp, metadata={"format": "pt", METADATA_KEY: json.dumps(document)})
