@@ -124,10 +124,9 @@ def decode_predictions(logits, top=5, class_names=None):
             f"decode_predictions expects logits [batch, classes]. Received shape {logits.shape}"
         )
     k = logits.shape[1]
-    if class_names is not None:
-        if len(class_names) != k:
-            raise ValueError(f"{len(class_names)} class names given for {k} classes.")
-        ids, names = [str(i) for i in range(k)], list(class_names)
+    if class_names is not None:  # a list of k names: not a string, split into letters
+        ids, names = [str(i) for i in range(k)], check_class_names(class_names, k,
+                                                                    owner="the logits")
     elif k in LABEL_SETS:
         table = _read(LABEL_SETS[k])
         ids, names = [wnid for wnid, _ in table], [lemmas.split(", ")[0] for _, lemmas in table]

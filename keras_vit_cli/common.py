@@ -295,7 +295,7 @@ def undecodable_files_named(args):
         bad = data.find_corrupt_images(paths)
         if not bad:
             raise
-        listed = "; ".join(f"{path}: {reason}" for path, reason in bad[:10])
+        listed = "; ".join(f"{path}: {reason.rstrip('.')}" for path, reason in bad[:10])
         raise ValueError(f"{len(bad)} file(s) in {args.folder} cannot be decoded: {listed}. "
                          "Pass --skip-corrupt to leave them out.") from None
 

@@ -641,6 +641,18 @@ CASES = [
                                   image_size=16, batch_size=2, training=True),
         output_dir=c.tmp / "run", epochs=1, steps=2), ValueError,
         "Give exactly one of `epochs` and `steps`"),
+    *(Case(f"fit with {name}", lambda c, given=given: training.fit(
+        c.model, data.from_arrays(np.zeros((4, 16, 16, 3), np.uint8), np.arange(4) % 2,
+                                  image_size=16, batch_size=2, training=True),
+        **dict(dict(output_dir=c.tmp / "run", epochs=1), **given)), error, message)
+      for name, given, error, message in (
+          # 0 meant no accumulation, silently; the others failed late with a raw TypeError.
+          ("target_batch_size 0", dict(target_batch_size=0), ValueError,
+           "`target_batch_size` must be a positive integer"),
+          ("callbacks not a list of callbacks", dict(callbacks=5), TypeError,
+           "`callbacks` must be a list of keras.callbacks.Callback. Received: 5"),
+          ("output_dir None", dict(output_dir=None), TypeError,
+           "`output_dir` must be a folder's path"))),
     Case("warm-up longer than the run", lambda c: training.WarmupDecay(0.1, 10, 10),
          ValueError, "warmup_steps 10 must be smaller than total_steps 10", "files"),
     Case("accumulation not a divisor", lambda c: training.accumulation_steps(100, 64),

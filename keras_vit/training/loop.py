@@ -44,6 +44,7 @@ import shutil
 import time
 import warnings
 
+import keras
 import numpy as np
 
 from keras_vit.checks import check_choice, check_int, check_trainable_classes
@@ -302,13 +303,26 @@ def _check_model_classes(model, name, data):
                      f"{data.num_classes}, or data of at most {classes} classes.")
 
 
+def _checked_callbacks(callbacks):
+    """`callbacks` as a list of Keras callbacks, or a TypeError naming what is not one."""
+    try:
+        listed = list(callbacks or ())
+    except TypeError:
+        listed = [callbacks]
+    others = [c for c in listed if not isinstance(c, keras.callbacks.Callback)]
+    if others:
+        raise TypeError(f"`callbacks` must be a list of keras.callbacks.Callback. Received: "
+                        f"{others[0]!r:.80}")
+    return listed
+
+
 def _plan_run(model, train, epochs, steps, recipe, learning_rate, warmup_steps, weight_decay,
               target_batch_size, label_smoothing, self_supervised):
     """The run's settings, as run.json records them (NumPy scalars as Python numbers): its
     length (`plan`), the gradient accumulation, the recipe's learning rate and warm-up, the
     classes its labels stand for, and the encoder's layout."""
-    accumulation = accumulation_steps(target_batch_size, train.batch_size) \
-        if target_batch_size else 1
+    accumulation = 1 if target_batch_size is None else accumulation_steps(target_batch_size,
+                                                                          train.batch_size)
     epochs, updates = plan(train.steps_per_epoch, epochs, steps, accumulation)
     if recipe is not None:
         learning_rate, warmup_steps = recipe_defaults(recipe, updates, learning_rate,
@@ -384,6 +398,8 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             checkpoint is written; `best.npz` keeps the best finite epoch).
         ValueError: for bad arguments, an unwritable folder, a backup made with other
             settings, or batches that do not split across the distribution's replicas.
+        TypeError: for pipelines that are not `keras_vit.data`'s, an `output_dir` that is
+            not a path, or `callbacks` that are not Keras callbacks.
         keras_vit.fileio.FolderInUse: if another run holds `output_dir` (its lock names it).
         keras_vit.training.callbacks.StateFileError: naming the file and the field, for a
             run record (run.json, best.json) that is unreadable or malformed, or a best.npz
@@ -414,6 +430,10 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         check_choice("recipe", recipe, RECIPES)
     elif getattr(model, "optimizer", None) is None:
         raise ValueError("recipe=None keeps your compile, but the model is not compiled.")
+    if not isinstance(output_dir, (str, os.PathLike)):
+        raise TypeError(f"`output_dir` must be a folder's path (str or os.PathLike). Received: "
+                        f"{output_dir!r:.80}")
+    callbacks = _checked_callbacks(callbacks)
     settings = _plan_run(model, train, epochs, steps, recipe, learning_rate, warmup_steps,
                          weight_decay, target_batch_size, label_smoothing, self_supervised)
     # Before anything is written: compiling checks the recipe's arguments.
