@@ -22,11 +22,25 @@ def check_images_exist(paths):
             raise ValueError(f"{path} is a folder. Expected image files (e.g. "
                              f"{os.path.join(path, '*.jpg')}).")
         if not os.path.exists(os.path.expanduser(path)):
+            if os.path.islink(os.path.expanduser(path)):  # dangling, or a loop of links
+                raise FileNotFoundError(f"Image file {path} is a symbolic link to nothing "
+                                        f"readable ({_link_error(path)}). Expected an image "
+                                        "file.")
             raise FileNotFoundError(f"Image file {path} does not exist.")
         if not os.path.isfile(os.path.expanduser(path)):  # reading a FIFO could wait forever
             raise ValueError(f"Image file {path} is not a regular file (a FIFO, socket or "
                              "device). Expected an image file.")
         check_readable(path, f"Image file {path}")
+
+
+def _link_error(path):
+    """Why the symbolic link `path` leads to no file ("No such file or directory", "Too many
+    levels of symbolic links")."""
+    try:
+        os.stat(os.path.expanduser(path))
+    except OSError as error:
+        return error.strerror or str(error)
+    return "no file"
 
 
 def check_readable(path, what):

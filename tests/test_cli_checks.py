@@ -114,6 +114,13 @@ MISSING = {
                                    "device)"),
     "predict FIFO image": (["predict", "img.png", "fifo", "--model-config", TINY_JSON],
                            "Image file fifo is not a regular file"),
+    # Links to no file: named as links, with the reason (a loop was "does not exist").
+    "predict looping link": (["predict", "loop_a", "--model-config", TINY_JSON],
+                             "Image file loop_a is a symbolic link to nothing readable (Too many "
+                             "levels of symbolic links)."),
+    "predict dangling link": (["predict", "dangling.png", "--model-config", TINY_JSON],
+                              "Image file dangling.png is a symbolic link to nothing readable "
+                              "(No such file or directory)."),
     # Output destinations, by keras_vit.fileio's rules.
     "export OUTPUT file": (["export", "afile", "--model-config", TINY_JSON],
                            "OUTPUT afile is a file; expected a folder (or a new name) for the "
@@ -195,6 +202,9 @@ def test_missing_inputs_are_refused_before_tensorflow_starts(tmp_path, case):
         (tmp_path / name).write_bytes(b"kept")
     (tmp_path / "folder.npz").mkdir()
     os.mkfifo(tmp_path / "fifo")
+    os.symlink("loop_b", tmp_path / "loop_a")
+    os.symlink("loop_a", tmp_path / "loop_b")
+    os.symlink("nothere.png", tmp_path / "dangling.png")
     before = sorted(os.listdir(tmp_path))
     done = _run(argv, tmp_path)
     assert done.returncode != 3, f"{case}: TensorFlow was imported before the check"
