@@ -11,6 +11,10 @@ import os
 import numpy as np
 
 
+# The largest float32: a rate beyond it is infinite where the model computes.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _is_int(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 

@@ -68,10 +68,22 @@ def run(args):
                                           data_config=config)
             bar.update(len(paths))
     for path, classes in zip(args.images, top):
-        print(path)
+        print(shown_path(path))
         for class_id, name, probability in classes:
             print(f"  {probability:7.2%}  {name} ({class_id})")
     return 0
+
+
+def shown_path(path):
+    """`path` as printed on one line: as it is, or, where it holds a line break or another
+    character that does not print, quoted as bash writes such a name (`$'a\\nb.png'`), so
+    that each image's block keeps its lines."""
+    if path.isprintable():
+        return path
+    escapes = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    return "$'" + "".join(escapes.get(c, c if c.isprintable() else f"\\x{ord(c):02x}"
+                                      if ord(c) < 256 else f"\\u{ord(c):04x}")
+                          for c in path) + "'"
 
 
 COMMANDS = {"predict": (configure, run, check)}

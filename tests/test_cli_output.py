@@ -206,3 +206,17 @@ def test_the_checkpoints_footer_explains_the_mark_only_where_a_row_has_it(capsys
     lines = capsys.readouterr().out.splitlines()
     assert not any(line.startswith("*") for line in lines[1:-1])
     assert "*" not in lines[-1] and lines[-1].startswith(f"{len(lines) - 2} checkpoint(s). ")
+
+
+def test_predict_shows_a_name_with_a_line_break_on_one_line(tmp_path, capsys):
+    """Each image's block is its name's line, then its classes: a name holding a line break
+    (or another character that does not print) is quoted as bash writes it, on one line."""
+    names = ["plain.png", "two\nlines.png", "tab\there's.png"]
+    for name in names:
+        Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / name)
+    assert cli.main(["predict", *(str(tmp_path / n) for n in names), "--weights", "digits",
+                     "--top-k", "1", "-q"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0::2] == [str(tmp_path / "plain.png"), f"$'{tmp_path}/two\\nlines.png'",
+                           f"$'{tmp_path}/tab\\there\\'s.png'"], lines
+    assert all(line.startswith("  ") for line in lines[1::2]), lines

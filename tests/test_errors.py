@@ -652,7 +652,18 @@ CASES = [
           ("callbacks not a list of callbacks", dict(callbacks=5), TypeError,
            "`callbacks` must be a list of keras.callbacks.Callback. Received: 5"),
           ("output_dir None", dict(output_dir=None), TypeError,
-           "`output_dir` must be a folder's path"))),
+           "`output_dir` must be a folder's path"),
+          # Beyond float32's range: an overflow warning, then a divergence.
+          ("learning_rate beyond float32", dict(learning_rate=1e308), ValueError,
+           "`learning_rate` must be a number in (0, 3.40282e+38]"),
+          ("weight_decay beyond float32", dict(recipe="pretrain", weight_decay=1e308),
+           ValueError, "`weight_decay` must be a number in [0, 3.40282e+38]"))),
+    Case("patch-embedding components of gray='yes'", lambda c: keras_vit.inspection.
+         patch_embedding_components(c.model, gray="yes"), ValueError,
+         "`gray` must be True or False. Received: gray='yes'", "files"),
+    Case("few-shot of one class", lambda c: keras_vit.evaluation.fewshot_table(
+        np.ones((4, 8)), np.zeros(4, int), np.ones((2, 8)), np.zeros(2, int), shots=(1,)),
+         ValueError, "a classifier needs at least 2", "files"),
     Case("warm-up longer than the run", lambda c: training.WarmupDecay(0.1, 10, 10),
          ValueError, "warmup_steps 10 must be smaller than total_steps 10", "files"),
     Case("accumulation not a divisor", lambda c: training.accumulation_steps(100, 64),

@@ -4,7 +4,7 @@ fit onto {-1, 1}^K targets on k images per class) and a linear probe on frozen f
 import keras
 import numpy as np
 
-from keras_vit.checks import check_positive_number
+from keras_vit.checks import check_positive_number, check_trainable_classes
 
 # big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
 BIAS_FEATURE = 100.0
@@ -88,7 +88,8 @@ def fewshot_table(train_features, train_labels, test_features, test_labels,
         from) and `test_examples` (the images every accuracy is measured on).
     """
     l2_regs = [check_positive_number("l2_regs", reg) for reg in l2_regs]
-    num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
+    num_classes = check_trainable_classes(
+        int(max(np.max(train_labels), np.max(test_labels))) + 1)  # one class: 100%, trivially
     accuracy = {
         k: {reg: fewshot_accuracy(train_features, train_labels, test_features, test_labels, k,
                                   reg, num_classes, seed) for reg in l2_regs}

@@ -7,7 +7,7 @@ import collections
 import keras
 import numpy as np
 
-from keras_vit.checks import check_index, check_positive_int
+from keras_vit.checks import check_bool, check_index, check_positive_int
 from keras_vit.introspection import attention_model
 from keras_vit.model_parts import vit_config
 from keras_vit.model_parts import encoder_blocks
@@ -358,7 +358,7 @@ def patch_embedding_components(model, num_components=NUM_COMPONENTS, gray=False)
             "Patch-embedding filters are drawn as RGB patches, which needs a kernel "
             f"[patch_h, patch_w, 3, D]. Received a kernel of shape {kernel.shape}."
         )
-    if gray:
+    if check_bool("gray", gray):
         kernel = kernel.sum(axis=2, keepdims=True)  # [ph, pw, 1, D]
     filters = kernel.reshape(-1, kernel.shape[-1]).T  # [D, ph*pw*C]
     limit = min(filters.shape)
