@@ -585,12 +585,13 @@ def not_regular_file(path):
 
 
 def first_line(message):
-    """The readable part of a TensorFlow op error: its first line, without the node name, and
-    for a failed `tf.debugging.Assert` its message."""
+    """The readable part of a TensorFlow op error: its first line, without the node name or
+    the op's name (` [Op:DecodeImage] name: `), and for a failed `tf.debugging.Assert` its
+    message."""
     lines = [line for line in message.strip().splitlines() if line.strip()]
     first = lines[0] if lines else message
     if first.startswith("{{"):
         first = first.split("} ", 1)[-1]
     if "Summarized data:" in first:
         first = " ".join([first.split("Summarized data:", 1)[1]] + lines[1:3])
-    return first.replace("[Op:", " [Op:").strip()
+    return first.split(" [Op:")[0].split("[Op:")[0].strip() or first.strip()

@@ -146,16 +146,29 @@ def check_new_file(flag, path, overwrite, what):
     library_module("fileio").check_destination(os.path.expanduser(path), overwrite)
 
 
+def _check_parents(flag, path):
+    """Refuses an output path below a file (`afile/sub`): the nearest of its folders that
+    exists must be a folder."""
+    parent = os.path.dirname(os.path.abspath(os.path.expanduser(path)))
+    while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if os.path.lexists(parent) and not os.path.isdir(parent):
+        raise ValueError(f"{flag} {path} lies below {parent}, which is a file, not a folder. "
+                         "Expected a path whose folders are folders (or new names).")
+
+
 def check_output_file(flag, path, what):
     """Refuses an output file path that is an existing folder (`what`: the file, for the
-    message)."""
+    message), or below a file."""
     if os.path.isdir(os.path.expanduser(path)):
         raise ValueError(f"{flag} {path} is a folder; expected a file path for {what}.")
+    _check_parents(flag, path)
 
 
 def check_output_folder(flag, path, what):
     """Refuses an output folder path that is an existing file (`what`: the folder's contents,
-    for the message)."""
+    for the message), or below a file."""
+    _check_parents(flag, path)
     path_ = os.path.expanduser(path)
     if os.path.exists(path_) and not os.path.isdir(path_):
         raise ValueError(f"{flag} {path} is a file; expected a folder (or a new name) for "

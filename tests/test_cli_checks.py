@@ -133,6 +133,10 @@ MISSING = {
                                      "--model-config", TINY_JSON],
                                     "old.tflite already exists. Nothing was written; pass "
                                     "overwrite=True (--overwrite) to replace it"),
+    "export OUTPUT below a file": (["export", "afile/sub", "--model-config", TINY_JSON],
+                                   "OUTPUT afile/sub lies below "),  # was "[Errno 20] ..."
+    "convert OUT below a file": (["convert", "digits", "afile/x/m.npz"],
+                                 "OUT afile/x/m.npz lies below "),
     "convert OUT exists": (["convert", "digits", "old.npz"], "old.npz already exists."),
     "convert OUT folder": (["convert", "digits", "folder.npz"],
                            "OUT folder.npz is a folder; expected a file path for the .npz file."),

@@ -412,7 +412,7 @@ def test_mutated_images_decode_or_fail_with_one_line_naming_the_file(tmp_path, c
     try:
         image = keras_vit.load_image(path, (5, 7))
     except ValueError as e:
-        assert str(path) in str(e) and "\n" not in str(e), str(e)
+        assert str(path) in str(e) and "\n" not in str(e) and "[Op:" not in str(e), str(e)
         image = None
     else:
         assert image.shape == (5, 7, 3) and image.dtype == np.float32
