@@ -109,6 +109,11 @@ class PatchEmbedding(ConfigArgs, keras.layers.Layer):
     def call(self, images):
         # images = [B, H, W, C]
         self._grid(images.shape)  # sizes known when the layer is called: checked here too
+        channels = self.kernel.shape[2]
+        if images.shape[-1] is not None and images.shape[-1] != channels:
+            # Keras lets a side of 1 through the model's input check (as broadcastable).
+            raise ValueError(f"PatchEmbedding takes images of {channels} channels. Received "
+                             f"{images.shape[-1]} (images of shape {tuple(images.shape)}).")
         kernel = ops.cast(self.kernel, images.dtype)
         x = ops.conv(images, kernel, strides=self.patch_size, padding="valid")
         # x = [B, gh, gw, D]; the reshape gives an empty batch that shape too (TensorFlow's

@@ -658,6 +658,9 @@ CASES = [
            "`learning_rate` must be a number in (0, 3.40282e+38]"),
           ("weight_decay beyond float32", dict(recipe="pretrain", weight_decay=1e308),
            ValueError, "`weight_decay` must be a number in [0, 3.40282e+38]"))),
+    Case("a model called on grey images of one channel",  # Keras' input check lets 1 by
+         lambda c: c.model(np.zeros((2, TINY["image_size"], TINY["image_size"], 1), np.float32)),
+         ValueError, "PatchEmbedding takes images of 3 channels. Received 1", "files"),
     Case("patch-embedding components of gray='yes'", lambda c: keras_vit.inspection.
          patch_embedding_components(c.model, gray="yes"), ValueError,
          "`gray` must be True or False. Received: gray='yes'", "files"),
