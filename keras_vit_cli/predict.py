@@ -80,10 +80,23 @@ def shown_path(path):
     that each image's block keeps its lines."""
     if path.isprintable():
         return path
-    escapes = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-    return "$'" + "".join(escapes.get(c, c if c.isprintable() else f"\\x{ord(c):02x}"
-                                      if ord(c) < 256 else f"\\u{ord(c):04x}")
-                          for c in path) + "'"
+    return "$'" + "".join(map(_bash_escaped, path)) + "'"
+
+
+def _bash_escaped(char):
+    """`char` as bash writes it inside `$'...'`."""
+    code = ord(char)
+    if char in "\\'" or char in _ESCAPES:
+        return _ESCAPES.get(char, "\\" + char)
+    if char.isprintable():
+        return char
+    if 0xDC80 <= code <= 0xDCFF:  # a byte of a name that is not UTF-8 (surrogateescape)
+        return f"\\{code - 0xDC00:03o}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 \
+        else f"\\U{code:08x}"
+
+
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 COMMANDS = {"predict": (configure, run, check)}

@@ -153,7 +153,8 @@ def _check_parents(flag, path):
     while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
         parent = os.path.dirname(parent)
     if os.path.lexists(parent) and not os.path.isdir(parent):
-        raise ValueError(f"{flag} {path} lies below {parent}, which is a file, not a folder. "
+        kind = "a symbolic link to no folder" if os.path.islink(parent) else "a file"
+        raise ValueError(f"{flag} {path} lies below {parent}, which is {kind}, not a folder. "
                          "Expected a path whose folders are folders (or new names).")
 
 

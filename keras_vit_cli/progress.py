@@ -108,6 +108,7 @@ def hub_bars_off(off=True):
     if not off:
         yield
         return
+    # Imported where a download may come: a command that loads no weights starts without it.
     from huggingface_hub import constants
     from huggingface_hub.utils import (are_progress_bars_disabled, disable_progress_bars,
                                        enable_progress_bars)

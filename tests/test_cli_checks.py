@@ -114,7 +114,7 @@ MISSING = {
                                    "device)"),
     "predict FIFO image": (["predict", "img.png", "fifo", "--model-config", TINY_JSON],
                            "Image file fifo is not a regular file"),
-    # Links to no file: named as links, with the reason (a loop was "does not exist").
+    # Links to no file: named as links, with the reason (a loop of links exists, in a way).
     "predict looping link": (["predict", "loop_a", "--model-config", TINY_JSON],
                              "Image file loop_a is a symbolic link to nothing readable (Too many "
                              "levels of symbolic links)."),
@@ -134,7 +134,7 @@ MISSING = {
                                     "old.tflite already exists. Nothing was written; pass "
                                     "overwrite=True (--overwrite) to replace it"),
     "export OUTPUT below a file": (["export", "afile/sub", "--model-config", TINY_JSON],
-                                   "OUTPUT afile/sub lies below "),  # was "[Errno 20] ..."
+                                   "OUTPUT afile/sub lies below "),  # names the file
     "convert OUT below a file": (["convert", "digits", "afile/x/m.npz"],
                                  "OUT afile/x/m.npz lies below "),
     "convert OUT exists": (["convert", "digits", "old.npz"], "old.npz already exists."),

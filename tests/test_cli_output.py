@@ -211,12 +211,13 @@ def test_the_checkpoints_footer_explains_the_mark_only_where_a_row_has_it(capsys
 def test_predict_shows_a_name_with_a_line_break_on_one_line(tmp_path, capsys):
     """Each image's block is its name's line, then its classes: a name holding a line break
     (or another character that does not print) is quoted as bash writes it, on one line."""
-    names = ["plain.png", "two\nlines.png", "tab\there's.png"]
+    names = ["plain.png", "two\nlines.png", "tab\there's.png", os.fsdecode(b"bad\xff.png")]
     for name in names:
         Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / name)
     assert cli.main(["predict", *(str(tmp_path / n) for n in names), "--weights", "digits",
                      "--top-k", "1", "-q"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0::2] == [str(tmp_path / "plain.png"), f"$'{tmp_path}/two\\nlines.png'",
-                           f"$'{tmp_path}/tab\\there\\'s.png'"], lines
+                           f"$'{tmp_path}/tab\\there\\'s.png'",
+                           f"$'{tmp_path}/bad\\377.png'"], lines  # bash's quoting of each
     assert all(line.startswith("  ") for line in lines[1::2]), lines

@@ -630,7 +630,8 @@ CASES = [
     Case("resumed with other settings", changed_run, ValueError,
          "was started with other settings (epochs 1 -> 3", "none"),
     Case("resumed with renamed classes", renamed_classes_run, ValueError,
-         "other settings (class_names ['bird', 'cat', 'dog'] -> ['cat', 'dog', 'fish'])",
+         "other settings (class_names: label 0 'bird' -> 'cat', label 1 'cat' -> 'dog', label "
+         "2 'dog' -> 'fish' (3 of 3 differ))",
          "none"),
     Case("corrupt backup pointer", corrupt_pointer, training.BackupError,
          "backup pointer", "none"),
@@ -646,19 +647,19 @@ CASES = [
                                   image_size=16, batch_size=2, training=True),
         **dict(dict(output_dir=c.tmp / "run", epochs=1), **given)), error, message)
       for name, given, error, message in (
-          # 0 meant no accumulation, silently; the others failed late with a raw TypeError.
+          # Each at the call, before the run starts: 0 is no batch size to accumulate to.
           ("target_batch_size 0", dict(target_batch_size=0), ValueError,
            "`target_batch_size` must be a positive integer"),
           ("callbacks not a list of callbacks", dict(callbacks=5), TypeError,
            "`callbacks` must be a list of keras.callbacks.Callback. Received: 5"),
           ("output_dir None", dict(output_dir=None), TypeError,
            "`output_dir` must be a folder's path"),
-          # Beyond float32's range: an overflow warning, then a divergence.
+          # Beyond float32's range, where the optimizer computes: infinite there.
           ("learning_rate beyond float32", dict(learning_rate=1e308), ValueError,
            "`learning_rate` must be a number in (0, 3.40282e+38]"),
           ("weight_decay beyond float32", dict(recipe="pretrain", weight_decay=1e308),
            ValueError, "`weight_decay` must be a number in [0, 3.40282e+38]"))),
-    Case("a model called on grey images of one channel",  # Keras' input check lets 1 by
+    Case("a model called on grey images of one channel",  # past Keras' input check
          lambda c: c.model(np.zeros((2, TINY["image_size"], TINY["image_size"], 1), np.float32)),
          ValueError, "PatchEmbedding takes images of 3 channels. Received 1", "files"),
     Case("patch-embedding components of gray='yes'", lambda c: keras_vit.inspection.
@@ -674,7 +675,7 @@ CASES = [
     Case("output folder is a file", lambda c: training.training_callbacks(
         c.write_image("f.png") / "run"), ValueError, "is not writable", "none"),
     Case("overwrite with bad arguments", overwrite_with_bad_arguments, ValueError,
-         "`learning_rate` must be a number in (0, inf)", "none"),
+         "`learning_rate` must be a number in (0, 3.40282e+38]", "none"),
     # -- Weights in other layouts. -------------------------------------------------------------
     Case("timm file with an array ViT has no place for", load(lambda c: timm_file(
         c, **{"norm_pre.bias": np.zeros(8, np.float32)})), CheckpointError,

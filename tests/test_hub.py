@@ -132,23 +132,30 @@ def test_writing_timm_layout_gives_timm_own_keys_and_shapes_and_round_trips():
 def test_a_config_json_that_contradicts_the_file_it_describes_is_refused(tmp_path, path, value):
     """A `config.json` beside a `.safetensors` file keras_vit wrote is what timm reads: one
     stating another model or preprocessing than the file's own metadata is refused, naming
-    the field (the metadata was taken silently, and timm built another model)."""
+    the field: timm would build that other model from the folder."""
     keras_vit.weights.writers.save_safetensors(keras_vit.from_pretrained("digits"),
                                                tmp_path / "a.safetensors")
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert config["weights_file"] == "a.safetensors"
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["weights_file"] == "a.safetensors"
     keras_vit.from_pretrained(tmp_path / "a.safetensors")  # as written: it reads back
+    config = json.loads(json.dumps(written))
     config[path[0]][path[1]] = value
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(keras_vit.CheckpointError, match=rf"{'.'.join(path)} .* contradicts"):
         keras_vit.from_pretrained(tmp_path / "a.safetensors")
+    # Files of earlier versions name no file (0.3.0 wrote crop_mode "center" for the paper's
+    # "squash"): their config.json is not held to the metadata.
+    del written["weights_file"]
+    written["pretrained_cfg"]["crop_mode"] = "center"
+    (tmp_path / "config.json").write_text(json.dumps(written))
+    keras_vit.from_pretrained(tmp_path / "a.safetensors")
 
 
 def test_a_second_safetensors_file_is_not_written_beside_another_ones_config(tmp_path, capsys):
     """timm reads one model a folder: `convert` of a second `.safetensors` file into a folder
-    whose `config.json` describes another file there is refused, even with --overwrite (it
-    replaced that config.json, and the first file no longer read back); a copy of the file
-    beside it is read without that config.json, which is another file's."""
+    whose `config.json` describes another file there is refused, even with --overwrite (the
+    first file would no longer read back); a copy of the file beside it is read without that
+    config.json, which is another file's."""
     model = keras_vit.from_pretrained("digits")
     keras_vit.weights.writers.save_safetensors(model, tmp_path / "a.safetensors")
     written = (tmp_path / "config.json").read_text()
@@ -165,6 +172,14 @@ def test_a_second_safetensors_file_is_not_written_beside_another_ones_config(tmp
         "classifier"] == "token"
     with pytest.raises(keras_vit.CheckpointError, match="global_pool"):
         keras_vit.from_pretrained(tmp_path / "a.safetensors")
+    # An .npz beside it takes nothing of the config.json another file's metadata matches.
+    mean = dict(keras_vit.preprocessing.paper_data_config(16), mean=[0.1] * 3, std=[0.2] * 3)
+    other = keras_vit.ViT(image_size=16, patch_size=4, hidden_size=8, num_layers=1, num_heads=2,
+                          mlp_dim=8, num_classes=10, data_config=mean)
+    keras_vit.weights.writers.save_safetensors(other, tmp_path / "a.safetensors", overwrite=True)
+    keras_vit.weights.save_npz(model, tmp_path / "b.npz")
+    assert keras_vit.from_pretrained(tmp_path / "b.npz").data_config["mean"] == [0.5] * 3
+    assert keras_vit.from_pretrained(tmp_path / "a.safetensors").data_config["mean"] == [0.1] * 3
     (tmp_path / "a.safetensors").unlink()  # the folder is the copy's now
     keras_vit.weights.writers.save_safetensors(model, tmp_path / "c.safetensors", overwrite=True)
     assert json.loads((tmp_path / "config.json").read_text())["weights_file"] == "c.safetensors"
@@ -272,12 +287,12 @@ def on_a_terminal(argv, env):
     return process.returncode, out, b"".join(received).decode(errors="replace")
 
 
-def test_hf_sources_download_through_huggingface_hub_quietly_under_quiet(tmp_path,
-                                                                        hub_endpoint):
+def test_hf_sources_download_through_huggingface_hub_and_load_offline_after(tmp_path,
+                                                                            hub_endpoint):
     """`hf://` fetches through huggingface_hub from the Hub's endpoint (here a local one
     serving the files transformers wrote) into its cache; on a terminal its bar shows, under
-    `--quiet` nothing does; offline (`HF_HUB_OFFLINE=1`), a repository not in the cache is one
-    line naming what to do."""
+    `--quiet` nothing does; offline (`HF_HUB_OFFLINE=1`) that cache serves, and a repository
+    not in it is one line naming what to do."""
     for name in ("config.json", "model.safetensors"):
         HubFiles.files[f"google/vit-tiny-test/{name}"] = (
             FIXTURES / "transformers_vit" / name).read_bytes()
@@ -300,7 +315,11 @@ def test_hf_sources_download_through_huggingface_hub_quietly_under_quiet(tmp_pat
             assert terminal == "", terminal
         else:  # huggingface_hub's bar of the weights file, and the command's stage lines
             assert "model.safetensors" in terminal and "100%" in terminal, terminal
+    HubFiles.files = {}  # offline from here: the cache huggingface_hub wrote serves
     env.update(HF_HOME=str(tmp_path / "hf_quiet_False"), HF_HUB_OFFLINE="1")
+    cached = subprocess.run([sys.executable, "-m", "keras_vit_cli", *argv], capture_output=True,
+                            text=True, env=env, timeout=300)
+    assert cached.returncode == 0 and "class_" in cached.stdout, cached.stderr[-2000:]
     missing = subprocess.run([sys.executable, "-m", "keras_vit_cli", "predict", str(png),
                               "--weights", "hf://google/not-cached"], capture_output=True,
                              text=True, env=env, timeout=300)

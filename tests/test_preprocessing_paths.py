@@ -204,12 +204,12 @@ def test_classify_images_refuses_what_it_cannot_read_in_one_line(world, tmp_path
         with pytest.raises((ValueError, FileNotFoundError), match=message) as raised:
             keras_vit.classify_images(model, given)
         assert "\n" not in str(raised.value)
-    for names in ("abc", ["a", "b"], [0, 1, 2]):  # a string was split into 3 names
+    for names in ("abc", ["a", "b"], [0, 1, 2]):  # a string is no list of 3 names
         with pytest.raises(ValueError, match="class_names"):
             keras_vit.classify_images(model, np.zeros((16, 16, 3), np.uint8), class_names=names)
     with pytest.raises(ValueError, match="`max_pixels` must be a positive integer"):
         keras_vit.classify_images(model, tmp_path / "bad.png", max_pixels="3")
-    for size in (0, False, (), "", 0.0):  # the paper's 224 px was taken for them
+    for size in (0, False, (), "", 0.0):  # none is a size, though each is falsy
         with pytest.raises(ValueError, match="`size` must be a positive int"):
             keras_vit.load_image(tmp_path / "bad.png", size=size)
 

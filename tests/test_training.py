@@ -686,7 +686,7 @@ def test_train_command_errors_before_training(tmp_path, capsys, argv, message):
 def test_train_command_unwritable_output_and_wrong_head(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     code = cli.main(["train", "--dataset", "cifar10", "--output", str(tmp_path / "file" / "x")])
-    assert code == 2 and "is not writable" in capsys.readouterr().err
+    assert code == 2 and "which is a file, not a folder" in capsys.readouterr().err
     config = json.dumps(dict(json.loads(TINY_CONFIG), num_classes=5))
     with tfds.testing.mock_data(num_examples=8):
         code = cli.main(["train", "--dataset", "cifar10", "--model-config", config,

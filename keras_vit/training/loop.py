@@ -234,11 +234,22 @@ def _check_resume(output_dir, settings, overwrite):
     changed = {k: (recorded.get(k), v) for k, v in settings.items() if recorded.get(k) != v
                and not (k == "class_names" and recorded.get(k) is None)}
     if changed and os.path.exists(backup_dir(output_dir)):
-        details = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        details = ", ".join(_names_change(old, new) if k == "class_names"
+                            else f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
         raise ValueError(
             f"The unfinished run in {output_dir} was started with other settings ({details}). "
             "Resume it with the same settings, or pass overwrite=True (--overwrite) to start "
             "over.")
+
+
+def _names_change(old, new):
+    """How a run's class names changed, in a few words (there may be thousands)."""
+    if new is None or len(old) != len(new):
+        return f"class_names: {len(old)} names -> {'none' if new is None else len(new)}"
+    differ = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
+    shown = ", ".join(f"label {i} {old[i]!r:.40} -> {new[i]!r:.40}" for i in differ[:3])
+    return f"class_names: {shown}{', ...' if len(differ) > 3 else ''} ({len(differ)} of " \
+           f"{len(new)} differ)"
 
 
 def _model_config(model):

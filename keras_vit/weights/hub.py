@@ -245,6 +245,18 @@ def _offline_advice(source, repo, error):
             ".safetensors path.")
 
 
+def _check_describes(config, own, config_path, weights_path):
+    """`config_json.check_describes` of the `config.json` keras_vit wrote for a file (one that
+    names it: `weights_file`) against the config.json the file's metadata gives. Metadata that
+    does not state the whole model gives none (the model is checked as it is built)."""
+    try:
+        expected = config_json.timm_config(own["model"], own["class_names"],
+                                           own.get("preprocessing"))
+    except (KeyError, TypeError, ValueError):
+        return
+    config_json.check_describes(config, expected, config_path, weights_path)
+
+
 def beside(weights_path):
     """The path of the `config.json` beside a weights file, or None where there is none or
     keras_vit wrote it for another file that is in the folder (`weights_file`)."""
@@ -368,10 +380,8 @@ def _interpret(params, config, own, weights_path, config_path, num_heads):
                                                              f"{weights_path}")
         config_json.check_agreement(mine, official, weights_path)
         config_json.check_same(declared, mine)
-        if config is not None and layout == "timm":
-            config_json.check_describes(config, config_json.timm_config(
-                own["model"], own["class_names"], own.get("preprocessing")), config_path,
-                weights_path)
+        if config is not None and layout == "timm" and "weights_file" in config:
+            _check_describes(config, own, config_path, weights_path)
         architecture, names = dict(own["model"]), own["class_names"] or names
     if heads is not None:
         architecture["num_heads"] = int(heads)

@@ -375,8 +375,7 @@ def file_data_config(source):
         return None
     else:
         weights = os.path.expanduser(text)
-        beside = hub.beside(weights) if weights.endswith(".safetensors") \
-            else os.path.join(os.path.dirname(weights), hub.CONFIG_FILE)
+        beside = hub.beside(weights)  # None where keras_vit wrote it for another file
     if weights and weights.endswith(".safetensors") and os.path.isfile(weights):
         own = hub.read_own_config(weights)
         if own and own.get("preprocessing") is not None:
