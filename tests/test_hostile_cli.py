@@ -148,16 +148,19 @@ def test_an_interrupted_training_run_says_what_it_kept_and_the_command_that_resu
     """Ctrl-C once the first epoch's backup is written: one line naming the backup and the
     exact command (its resuming is tests/test_training.py's)."""
     argv = ["train", "--model-config", TINY_JSON, "--folder", str(image_folder), "--epochs",
-            "500", "--batch-size", "4", "--validation-split", "none", "--output",
+            "5000", "--batch-size", "4", "--validation-split", "none", "--output",
             str(tmp_path / "run")]
-    run = keras_vit(*argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Its epochs' lines go nowhere: a pipe nobody reads would hold the run up once full.
+    run = keras_vit(*argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     pointer = tmp_path / "run" / "backup" / "latest.json"
     start = time.monotonic()
     while not pointer.exists() and run.poll() is None and time.monotonic() - start < 240:
         time.sleep(0.05)
+    assert run.poll() is None and pointer.exists(), f"no backup while it ran ({run.poll()})"
     run.send_signal(signal.SIGINT)
     status, _, err = finished(run)
-    assert status == 130, err[-3000:]
+    assert status == 130, (status, err[-3000:], signal.getsignal(signal.SIGINT),
+                           signal.pthread_sigmask(signal.SIG_BLOCK, []))  # what it inherits
     (line,) = error_lines(err)
     epoch = json.loads(pointer.read_text())["epoch"]
     assert line == (f"keras-vit train: interrupted; the backup of epoch {epoch} is kept in "
