@@ -46,6 +46,7 @@ from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is impor
     config_image_size,
     normalization,
     preprocess_inputs,
+    scale_pixels,
 )
 
 # vit_jax evaluation: `tf.image.resize`, bilinear, half-pixel centres, no antialias.
@@ -534,10 +535,9 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
     few = len(images) <= EAGER_IMAGES and getattr(model, "predict_function", None) is None
     for start in range(0, len(images), batch_size):
         batch = [_pixels(image, config, max_pixels) for image in images[start:start + batch_size]]
-        # `preprocess_inputs`' scaling; its checks of the values are `_pixels`' (a dark image,
-        # resized to floats in [0, 1], is no image scaled to [0, 1]).
-        scale, offset = normalization(config)
-        inputs = tf.stack(batch) / tf.constant(scale) + tf.constant(offset)
+        # The values were checked by `_pixels` (a dark image, resized to floats in [0, 1], is
+        # no image scaled to [0, 1]).
+        inputs = scale_pixels(tf.stack(batch), config)
         logits.append(keras.ops.convert_to_numpy(model(inputs, training=False)) if few
                       else model.predict_on_batch(inputs))
     if not logits:

@@ -409,6 +409,13 @@ def preprocess_inputs(images, data_config=None, value_range=(0, 255)):
     _check_pixel_values(images, tuple(value_range) if floating else (0, 255), floating)
     if floating and tuple(value_range) == (0, 1):
         images = ops.cast(images, "float32") * 255.0
+    return scale_pixels(images, data_config)
+
+
+def scale_pixels(images, data_config=None):
+    """`preprocess_inputs`' scaling of pixels in [0, 255], without its checks of the values
+    (for pixels already checked): float32 `(x / 255 - mean) / std` of `data_config` (None, a
+    data config or a model, as `preprocess_inputs` takes)."""
     if is_model(data_config):  # the data config it carries, if any
         data_config = getattr(data_config, ATTRIBUTE, None)
     if data_config is None:

@@ -151,6 +151,28 @@ def test_a_config_json_that_contradicts_the_file_it_describes_is_refused(tmp_pat
     keras_vit.from_pretrained(tmp_path / "a.safetensors")
 
 
+@pytest.mark.parametrize("named", ["x\0y.safetensors", "../a.safetensors", "sub/a.safetensors",
+                                   "", ".", 7, None])
+def test_a_config_json_naming_no_plain_file_of_the_folder_is_read_as_before(tmp_path, named):
+    """`weights_file` is only a file name of the folder: anything else (a NUL, a path, not a
+    string) leaves the config.json read for the file beside it; a config.json that is no JSON
+    object is left to the readers, as it was (the .safetensors reader names it, the .npz's
+    takes it for another tool's)."""
+    model = keras_vit.from_pretrained("digits")
+    (tmp_path / "sub").mkdir()
+    keras_vit.weights.writers.save_safetensors(model, tmp_path / "b.safetensors")
+    shutil.copy(tmp_path / "b.safetensors", tmp_path / "sub" / "a.safetensors")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, weights_file=named)))
+    assert keras_vit.weights.hub.beside(tmp_path / "c.npz") == str(tmp_path / "config.json")
+    keras_vit.from_pretrained(tmp_path / "b.safetensors")
+    (tmp_path / "config.json").write_text("[1, 2]")
+    keras_vit.weights.save_npz(model, tmp_path / "c.npz")
+    assert keras_vit.from_pretrained(tmp_path / "c.npz").data_config == model.data_config
+    with pytest.raises(keras_vit.CheckpointError, match=r"config.json holds list"):
+        keras_vit.from_pretrained(tmp_path / "b.safetensors")
+
+
 def test_a_second_safetensors_file_is_not_written_beside_another_ones_config(tmp_path, capsys):
     """timm reads one model a folder: `convert` of a second `.safetensors` file into a folder
     whose `config.json` describes another file there is refused, even with --overwrite (the

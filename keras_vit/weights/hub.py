@@ -257,19 +257,33 @@ def _check_describes(config, own, config_path, weights_path):
     config_json.check_describes(config, expected, config_path, weights_path)
 
 
+def described_file(config, folder):
+    """The weights file of `folder` that a `config.json` keras_vit wrote there (the document
+    `config`) describes (`weights_file`), or None: where keras_vit did not write it, or it
+    names no plain file name of a file there."""
+    if not isinstance(config, dict) or config.get("written_by") != config_json.WRITTEN_BY:
+        return None
+    name = config.get("weights_file")
+    if not isinstance(name, str) or "\0" in name or os.path.basename(name) in ("", ".", "..") \
+            or os.path.basename(name) != name:
+        return None
+    return name if os.path.isfile(os.path.join(folder, name)) else None
+
+
 def beside(weights_path):
     """The path of the `config.json` beside a weights file, or None where there is none or
-    keras_vit wrote it for another file that is in the folder (`weights_file`)."""
+    keras_vit wrote it for another file that is in the folder (`weights_file`). A config.json
+    that cannot be read is left to the reader, which names what is wrong with it."""
     folder = os.path.dirname(os.fspath(weights_path))
     path = os.path.join(folder, CONFIG_FILE)
-    config = read_config(path)
-    other = config.get("weights_file") if config is not None else None
-    if config is None or (config.get("written_by") == config_json.WRITTEN_BY
-                          and isinstance(other, str)
-                          and other != os.path.basename(weights_path)
-                          and os.path.isfile(os.path.join(folder, other))):
+    if not os.path.isfile(path):
         return None
-    return path
+    try:
+        config = config_json.read_json(path, "a model's config.json")
+    except CheckpointError:
+        return path
+    described = described_file(config, folder)
+    return None if described not in (None, os.path.basename(weights_path)) else path
 
 
 def read_config(path):
@@ -352,6 +366,8 @@ def load_safetensors(weights_path, config_path=None, num_heads=None, check=None,
     own = read_own_config(weights_path, metadata)
     official, architecture, names = _interpret(headers, config, own, weights_path, config_path,
                                                num_heads)
+    if own is not None and own["model"] and config is not None and "weights_file" in config:
+        _check_describes(config, own, config_path, weights_path)
     if check is not None:
         check(official, architecture, names)
     params = read_safetensors(weights_path, headers, verify)
@@ -380,8 +396,6 @@ def _interpret(params, config, own, weights_path, config_path, num_heads):
                                                              f"{weights_path}")
         config_json.check_agreement(mine, official, weights_path)
         config_json.check_same(declared, mine)
-        if config is not None and layout == "timm" and "weights_file" in config:
-            _check_describes(config, own, config_path, weights_path)
         architecture, names = dict(own["model"]), own["class_names"] or names
     if heads is not None:
         architecture["num_heads"] = int(heads)

@@ -31,7 +31,7 @@ from keras_vit.resnet import resnet_args
 from keras_vit.weights import config_json, npz
 from keras_vit.weights.architecture import checkpoint_config
 from keras_vit.weights.errors import CheckpointError
-from keras_vit.weights.hub import CONFIG_FILE, METADATA_KEY, read_config
+from keras_vit.weights.hub import CONFIG_FILE, METADATA_KEY, described_file, read_config
 from keras_vit.weights.keras_hub import (
     CROP_MODES,
     H5_BYTES_PER_PARAMETER,
@@ -167,9 +167,8 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
                          f".safetensors file: writing {path} would replace it. Expected a "
                          "folder without another model's config.json.")
     name = os.path.basename(os.fspath(path))
-    other = existing.get("weights_file") if existing is not None else None
-    if isinstance(other, str) and other != name and os.path.isfile(
-            os.path.join(os.path.dirname(config_path), other)):
+    other = described_file(existing, os.path.dirname(config_path))
+    if other not in (None, name):
         raise ValueError(f"{config_path} describes {other} there, and timm reads one model a "
                          f"folder: writing {name} beside it would make it another model's. "
                          f"Nothing was written; expected a folder of its own for {name}.")
