@@ -147,8 +147,9 @@ def from_pretrained(source, progress=True, **overrides):
             that `keras_vit.training.fit` writes beside its checkpoints, else from the file's
             array shapes (`keras_vit.weights.config_from_params`, hybrids included).
         progress: bool. While a URL downloads, say which on stderr, and draw a bar where
-            standard output is a terminal or a notebook. Defaults to True. (`hf://` downloads
-            show `huggingface_hub`'s own bars, which its settings govern.)
+            standard output is a terminal or a notebook. Defaults to True. `huggingface_hub`'s
+            bars of an `hf://` download show where standard error is one, and not with False
+            (its `HF_HUB_DISABLE_PROGRESS_BARS` wins where set).
         **overrides: keyword arguments. Arguments of `keras_vit.ViT` to change (e.g.
             `image_size`, `num_classes`, `include_top`); position embeddings and head follow
             the usual loading rules.

@@ -18,7 +18,7 @@ import os
 
 from keras_vit_cli.preflight import CLASS_NAMES_EXPECTED, check_model_flag_conflicts, check_run_flags
 from keras_vit_cli.arguments import DEFAULT_WEIGHTS, FOLDER_SPLITS, FOLDER_VALIDATION_FRACTION
-from keras_vit_cli.progress import Progress, bars_on_stderr, hub_bars_off
+from keras_vit_cli.progress import Progress, bars_on_stderr
 
 
 def _load_keras_file(path, image_size, num_classes):
@@ -119,7 +119,7 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
                              f"change ({', '.join(architecture)}).")
         model = _load_keras_file(args.model, args.image_size, num_classes if include_top else None)
         if weights:
-            with bars_on_stderr(), hub_bars_off(not Progress.of(args).bars):
+            with bars_on_stderr():
                 keras_vit.load_pretrained(model, weights, progress=Progress.of(args).stages)
         return model, None
     if args.model_config is not None:
@@ -137,7 +137,7 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
                          f"the model's head has {declared}. Expected num_classes={num_classes}.")
     if not weights:
         return keras_vit.ViT(**dict(base, **overrides)), None
-    with bars_on_stderr(), hub_bars_off(not Progress.of(args).bars):  # as the command's bars
+    with bars_on_stderr():
         model, info = builders.build_from_checkpoint(weights, Progress.of(args).stages,
                                                      **dict(base, **overrides))
     if need_head and "head" in info["report"]["fresh"]:

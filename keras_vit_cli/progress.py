@@ -98,26 +98,3 @@ def bars_on_stderr():
     prints on standard output) stays out of the command's result."""
     with contextlib.redirect_stdout(sys.stderr):
         yield
-
-
-@contextlib.contextmanager
-def hub_bars_off(off=True):
-    """With `off` (a command whose own bars do not show: `--quiet`, or stderr not a terminal),
-    huggingface_hub's download bars are off for the block, as they were afterwards; a user's
-    `HF_HUB_DISABLE_PROGRESS_BARS` is kept either way."""
-    if not off:
-        yield
-        return
-    # Imported where a download may come: a command that loads no weights starts without it.
-    from huggingface_hub import constants
-    from huggingface_hub.utils import (are_progress_bars_disabled, disable_progress_bars,
-                                       enable_progress_bars)
-
-    if constants.HF_HUB_DISABLE_PROGRESS_BARS is not None or are_progress_bars_disabled():
-        yield
-        return
-    disable_progress_bars()
-    try:
-        yield
-    finally:
-        enable_progress_bars()

@@ -43,7 +43,7 @@ def terminal(monkeypatch):
     from keras_vit.weights import download
 
     monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)
-    monkeypatch.setattr(download, "_redrawn_in_place", lambda stream: stream is sys.stderr)
+    monkeypatch.setattr(download, "redrawn_in_place", lambda stream: stream is sys.stderr)
     monkeypatch.setattr(tqdm, "tqdm", functools.partial(tqdm.tqdm, mininterval=0, miniters=1))
 
 

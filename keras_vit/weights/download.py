@@ -82,7 +82,7 @@ def _file_lock(path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _redrawn_in_place(stream):
+def redrawn_in_place(stream):
     """Whether a bar drawn on `stream` (where Keras' `Progbar` draws) redraws in place."""
     try:
         return stream.isatty() or "ipykernel" in sys.modules
@@ -107,7 +107,7 @@ def download(url, path, sha256=None, progress=True):
             # Keras' bar is redrawn in place: drawn where that shows (a terminal, a notebook),
             # not into a log file or a pipe, where the line above is the download's record.
             bar = keras.utils.Progbar(total, unit_name="B") if (
-                progress and total and _redrawn_in_place(sys.stdout)) else None
+                progress and total and redrawn_in_place(sys.stdout)) else None
             done = 0
             for chunk in iter(lambda: response.read(_CHUNK), b""):
                 out.write(chunk)

@@ -14,18 +14,24 @@ from the array shapes.
 `keras_vit.weights.writers.save_safetensors` writes such files.
 """
 
+import contextlib
 import functools
 import os
 import re
+import sys
 import weakref
 
 import huggingface_hub
+from huggingface_hub import constants as hub_constants
 import ml_dtypes
 import numpy as np
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+from huggingface_hub.utils import (are_progress_bars_disabled, disable_progress_bars,
+                                   enable_progress_bars)
 from safetensors import SafetensorError, safe_open
 
 from keras_vit.weights import config_json
+from keras_vit.weights.download import redrawn_in_place
 from keras_vit.weights.errors import CheckpointError, DownloadError
 from keras_vit.weights.layouts import config_from_params
 from keras_vit.weights.npz import Deferred, count_nonfinite, placeholder
@@ -196,6 +202,26 @@ def read_own_config(path, metadata=None):
     if not isinstance(document, dict):
         raise CheckpointError(f"{where} holds {type(document).__name__}, expected a JSON object.")
     return config_json.check_keras_vit(document, where)
+
+
+@contextlib.contextmanager
+def bars(progress):
+    """huggingface_hub's download bars in the block, drawn as keras_vit's own are: with
+    `progress`, where standard error (where they draw) redraws them in place (a terminal, a
+    notebook); off otherwise, as they were after the block. A user's
+    `HF_HUB_DISABLE_PROGRESS_BARS`, or bars already turned off, are left as they are. The
+    switch is huggingface_hub's, for the whole process: another thread's download in the block
+    draws no bar either."""
+    if (progress and redrawn_in_place(sys.stderr)
+            or hub_constants.HF_HUB_DISABLE_PROGRESS_BARS is not None
+            or are_progress_bars_disabled()):
+        yield
+        return
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        enable_progress_bars()
 
 
 def hub_files(source):

@@ -101,6 +101,12 @@ def fetch_params(source, progress=True, num_heads=None, check=None, verify=True)
         CheckpointError, DownloadError: for a bad file or a failed download.
     """
     check_source(source)
+    with hub.bars(progress):  # huggingface_hub's, as `progress` asks of the library's own
+        return _fetch(source, progress, num_heads, check, verify)
+
+
+def _fetch(source, progress, num_heads, check, verify):
+    """`fetch_params` of a checked `source`."""
     preset = _keras_hub_preset(source)
     if preset is not None:
         params, entry = keras_hub.read_preset(preset)
@@ -272,8 +278,9 @@ def load_pretrained(model, source, progress=True):
         source: str or path. A registry name, a local `.npz` or `.safetensors` path, an
             `http(s)://` / `file://` URL, `hf://ORG/NAME` or a keras-hub preset folder.
         progress: bool. While a URL downloads, say which on stderr, and draw a bar where
-            standard output is a terminal or a notebook. Defaults to True. (`hf://` downloads
-            show `huggingface_hub`'s own bars, which its settings govern.)
+            standard output is a terminal or a notebook. Defaults to True. `huggingface_hub`'s
+            bars of an `hf://` download show where standard error is one, and not with False
+            (its `HF_HUB_DISABLE_PROGRESS_BARS` wins where set).
 
     Returns:
         A dict: `skipped` (file keys not loaded), `fresh` (model layers left at their initial
