@@ -44,6 +44,7 @@ from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is impor
     as_data_config,
     check_pixel_range,
     config_image_size,
+    is_model,
     normalization,
     preprocess_inputs,
     scale_pixels,
@@ -521,6 +522,10 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
     >>> keras_vit.classify_images(model, "seven.png", top=1)  # doctest: +SKIP
     [[('7', '7', 0.98)]]
     """
+    if not is_model(model):
+        raise ValueError(f"classify_images takes the model first, then the images: "
+                         f"classify_images(model, images). Received a {type(model).__name__} "
+                         "as the model.")
     config = as_data_config(model if data_config is None else data_config)
     max_pixels = check_positive_int("max_pixels", max_pixels, allow_none=True)
     if isinstance(images, (str, os.PathLike)) or (hasattr(images, "ndim") and images.ndim == 3):

@@ -355,15 +355,46 @@ def check_pixel_range(values, value_range, floating, what, takes_range=True):
     low, high = tuple(value_range)
     least, most = float(values.min()), float(values.max())
     if not (np.isfinite(least) and np.isfinite(most)) or least < low or most > high:
-        raise ValueError(f"{what} hold values from {least:g} to {most:g}, outside [{low}, "
+        raise ValueError(f"{what} hold values from {least:.7g} to {most:.7g}, outside [{low}, "
                          f"{high}]. Expected RGB pixels in [{low}, {high}]" + (
                              " (value_range=(0, 1) for float images scaled to [0, 1])."
                              if takes_range else "."))
     if floating and (low, high) == (0, 255) and 0 < most <= 1:
-        raise ValueError(f"{what} hold float values from {least:g} to {most:g}: scaled to [0, 1], "
-                         "not [0, 255]. Expected " + (
+        raise ValueError(f"{what} hold float values from {least:.7g} to {most:.7g}: scaled to "
+                         "[0, 1], not [0, 255]. Expected " + (
                              "value_range=(0, 1) for them, or pixels in [0, 255]."
                              if takes_range else "pixels in [0, 255] (multiply them by 255)."))
+
+
+def preprocessed_range(data_config=None):
+    """(lowest, highest): the values `preprocess_inputs` gives pixels in [0, 255] under
+    `data_config` (None, a data config or a model), over the three channels."""
+    if is_model(data_config):
+        data_config = getattr(data_config, ATTRIBUTE, None)
+    config = paper_data_config() if data_config is None else check_data_config(data_config)
+    scale, offset = normalization(config)
+    ends = [end / s + o for s, o in zip(scale, offset) for end in (0.0, 255.0)]
+    return min(ends), max(ends)
+
+
+def check_preprocessed(values, data_config, what):
+    """Refuses model inputs `values` (an array) that are not preprocessed pixels: an integer
+    dtype, or values outside the range `preprocess_inputs` gives under `data_config` widened by
+    half its span on each side (a resize may overshoot it; raw pixels in [0, 255] are far
+    beyond); a ValueError naming `what` ("the dataset's images") and what is expected."""
+    expected = ("Expected images preprocessed for the model: a keras_vit.data pipeline, or "
+                "pixels in [0, 255] mapped with keras_vit.preprocess_inputs(images, model).")
+    if not np.issubdtype(values.dtype, np.floating):
+        raise ValueError(f"{what} are {values.dtype}, not scaled. {expected}")
+    if not values.size:
+        return
+    low, high = preprocessed_range(data_config)
+    margin = (high - low) / 2
+    least, most = float(values.min()), float(values.max())
+    if not (np.isfinite(least) and np.isfinite(most)) or least < low - margin \
+            or most > high + margin:
+        raise ValueError(f"{what} hold values from {least:.7g} to {most:.7g}; the model's "
+                         f"preprocessing gives [{low:.3g}, {high:.3g}]. {expected}")
 
 
 def preprocess_inputs(images, data_config=None, value_range=(0, 255)):
@@ -395,7 +426,11 @@ def preprocess_inputs(images, data_config=None, value_range=(0, 255)):
     if not isinstance(value_range, (tuple, list)) or tuple(value_range) not in ((0, 255), (0, 1)):
         raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: "
                          f"value_range={value_range!r:.60}")
-    images = ops.convert_to_tensor(images)
+    try:
+        images = ops.convert_to_tensor(images)
+    except (ValueError, TypeError):
+        raise ValueError(f"preprocess_inputs expects RGB images [..., height, width, 3], an "
+                         f"array or tensor. Received: {type(images).__name__}") from None
     if len(images.shape) < 3 or images.shape[-1] != IMAGE_CHANNELS:
         raise ValueError(
             f"preprocess_inputs expects RGB images [..., height, width, 3]. "

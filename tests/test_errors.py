@@ -800,6 +800,48 @@ CASES = [
     Case("evaluate float images without their range", lambda c: keras_vit.evaluate(
         trained_head_model(), (np.full((4, 16, 16, 3), 0.5, np.float32), np.arange(4) % 3)),
         ValueError, "say their range with value_range=(0, 255) or value_range=(0, 1)", "files"),
+    # 6b. What evaluate and the few-shot fit take is checked before any answer: labels of
+    # keras.datasets' shape [N, 1] broadcast against the predictions ([N, N] comparisons).
+    Case("evaluate labels of shape [N, 1]", lambda c: keras_vit.evaluate(
+        trained_head_model(), (np.zeros((4, 16, 16, 3), np.uint8), (np.arange(4) % 3)[:, None]),
+        progress=False), ValueError, "shape (4, 1) for 4 images: expected one class id per "
+        "image, shape (4,) (keras.datasets gives [N, 1] labels: labels.reshape(-1))", "files"),
+    Case("evaluate a dataset of [N, 1] labels", lambda c: keras_vit.evaluate(
+        trained_head_model(), tf.data.Dataset.from_tensor_slices((
+            np.zeros((4, 16, 16, 3), np.float32), (np.arange(4) % 3)[:, None])).batch(2),
+        progress=False), ValueError, "The dataset's labels have shape (2, 1)", "files"),
+    Case("evaluate a dataset of raw uint8 pixels", lambda c: keras_vit.evaluate(
+        trained_head_model(), tf.data.Dataset.from_tensor_slices((
+            np.full((4, 16, 16, 3), 200, np.uint8), np.arange(4) % 3)).batch(2),
+        progress=False), ValueError, "The dataset's images are uint8, not scaled", "files"),
+    Case("extract_features of a dataset of float pixels in [0, 255]", lambda c: (
+        keras_vit.extract_features(trained_head_model(), tf.data.Dataset.from_tensor_slices((
+            np.linspace(0, 255, 4 * 16 * 16 * 3, dtype=np.float32).reshape(4, 16, 16, 3),
+            np.arange(4) % 3)).batch(2), progress=False)), ValueError,
+        "hold values from 0 to 127.4585; the model's preprocessing gives [-1, 1]", "files"),
+    Case("evaluate an unbatched dataset", lambda c: keras_vit.evaluate(
+        trained_head_model(), tf.data.Dataset.from_tensor_slices((
+            np.zeros((4, 16, 16, 3), np.float32), np.arange(4) % 3)), progress=False),
+        ValueError, "have shape (16, 16, 3): expected a batch of RGB images [batch, height, "
+        "width, 3] (a dataset of single images: dataset.batch(n))", "files"),
+    Case("evaluate images of another size", lambda c: keras_vit.evaluate(
+        trained_head_model(), (np.zeros((4, 32, 32, 3), np.uint8), np.arange(4) % 3),
+        progress=False), ValueError, "are 32x32 pixels; the model takes 16x16", "files"),
+    Case("evaluate batch_size 0", lambda c: keras_vit.evaluate(
+        trained_head_model(), (np.zeros((4, 16, 16, 3), np.uint8), np.arange(4) % 3),
+        batch_size=0, progress=False), ValueError, "`batch_size` must be a positive integer",
+        "files"),
+    Case("fewshot_table labels of shape [N, 1]", lambda c: keras_vit.fewshot_table(
+        np.eye(6), (np.arange(6) % 2)[:, None], np.eye(6), np.arange(6) % 2, shots=(1,)),
+        ValueError, "The train labels have shape (6, 1) for 6 rows of features", "files"),
+    Case("fewshot_table features of two widths", lambda c: keras_vit.fewshot_table(
+        np.eye(6), np.arange(6) % 2, np.eye(6)[:, :4], np.arange(6) % 2, shots=(1,)),
+        ValueError, "The train features are 6 wide, the test features 4", "files"),
+    Case("preprocess_inputs of None", lambda c: keras_vit.preprocess_inputs(None),
+         ValueError, "expects RGB images [..., height, width, 3], an array or tensor. "
+         "Received: NoneType", "files"),
+    Case("classify_images with its arguments swapped", lambda c: keras_vit.classify_images(
+        ["a.png"], c.model), ValueError, "takes the model first, then the images", "files"),
     # 7. A flat folder's undecodable image is named, and the failed run leaves nothing.
     Case("cli pretrain a flat folder with a corrupt image", lambda c: c.cli(
         "pretrain", "--folder", flat_folder_with_a_corrupt_image(c), "--model-config",

@@ -14,7 +14,8 @@ few-shot linear accuracy, plus a linear probe and batched feature extraction.
 - `linear_probe(...)`: logistic regression on frozen features with `model.fit`.
 
 `data` is a `keras_vit.data` pipeline (`InputData`), a `tf.data.Dataset` of `(images, labels)`
-batches with images already scaled to [-1, 1] (what `keras_vit.data` pipelines give), or a
+batches with float images already preprocessed for the model (what `keras_vit.data` pipelines
+give, or `keras_vit.preprocess_inputs(images, model)`; raw pixels are refused), or a
 pair of arrays `(images, labels)` with RGB images at the model's resolution: integers in
 [0, 255], or floats in the range `value_range` says ((0, 255) or (0, 1), as
 `keras_vit.data.from_arrays` takes them), normalised with the model's data config (its

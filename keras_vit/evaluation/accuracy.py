@@ -97,8 +97,7 @@ def _evaluate(model, data, batch_size, progress, value_range):
     num_classes = int(model.output.shape[-1])
     top5, loss_sum = 0, 0.0
     all_labels, predicted, in_set, has_set = [], [], [], []
-    for images, labels, label_sets in batches(data, batch_size, progress, value_range,
-                                               getattr(model, "data_config", None)):
+    for images, labels, label_sets in batches(data, batch_size, progress, value_range, model):
         labels = check_labels(labels, num_classes)
         logits = np.asarray(model.predict_on_batch(images), np.float64)
         check_finite_outputs(model, logits, "evaluate")

@@ -11,25 +11,27 @@ import zipfile
 import keras
 import numpy as np
 
+from keras_vit.checks import check_positive_int
 from keras_vit.data.pipelines import InputData, to_0_255
 from keras_vit.data_config import resolve_data_config
 from keras_vit.fileio import atomic_write
-from keras_vit.preprocessing import preprocess_inputs
+from keras_vit.preprocessing import check_preprocessed, preprocess_inputs
 
 
 def _is_arrays(data):
     return isinstance(data, tuple) and len(data) == 2
 
 
-def batches(data, batch_size, progress, value_range=None, data_config=None):
-    """Yields (model inputs, labels, label sets or None) NumPy batches from a pipeline, a
-    dataset or an arrays pair (whose float images need their `value_range`, and are normalised
-    with `data_config`'s mean and std: the model's, `keras_vit.resolve_data_config`); with
-    `progress`, a `keras.utils.Progbar` counts the images used (of how many, where that is
-    known)."""
+def batches(data, batch_size, progress, value_range=None, model=None):
+    """Yields (model inputs, labels, label sets or None) NumPy batches for `model` from a
+    pipeline, a dataset or an arrays pair (whose float images need their `value_range`, and
+    are normalised with the model's data config, `keras_vit.resolve_data_config`), each
+    checked (`_checked`); with `progress`, a `keras.utils.Progbar` counts the images used (of
+    how many, where that is known)."""
+    batch_size = check_positive_int("batch_size", batch_size)
     bar = keras.utils.Progbar(_num_examples(data), unit_name="image") if progress else None
     done = 0
-    for batch in _numpybatches(data, batch_size, value_range, data_config):
+    for batch in _numpybatches(data, batch_size, value_range, model):
         yield batch
         done += len(batch[1])
         if bar and (bar.target is None or done < bar.target):  # the last one: finalize's
@@ -38,8 +40,9 @@ def batches(data, batch_size, progress, value_range=None, data_config=None):
         bar.update(done, finalize=True)
 
 
-def _numpybatches(data, batch_size, value_range=None, data_config=None):
-    """The batches `_batches` yields, without the progress bar."""
+def _numpybatches(data, batch_size, value_range=None, model=None):
+    """The batches `batches` yields, without the progress bar (without `model`, their images'
+    size and values unchecked)."""
     if isinstance(data, InputData):
         data = data.dataset
     if _is_arrays(data):
@@ -47,9 +50,8 @@ def _numpybatches(data, batch_size, value_range=None, data_config=None):
         if labels is None:
             raise ValueError("The data has no labels: expected (images, labels).")
         images = to_0_255(np.asarray(images), value_range)
-        labels, label_sets = _split_labels(labels)
-        if len(images) != len(labels):
-            raise ValueError(f"{len(images)} images but {len(labels)} labels.")
+        labels, label_sets = _checked(images, *_split_labels(labels), model, "")
+        data_config = getattr(model, "data_config", None)
         for start in range(0, len(images), batch_size):
             chunk = slice(start, start + batch_size)
             yield (np.asarray(preprocess_inputs(images[chunk], data_config)), labels[chunk],
@@ -57,15 +59,46 @@ def _numpybatches(data, batch_size, value_range=None, data_config=None):
         return
     if value_range is not None:
         raise ValueError("`value_range` describes arrays of images; a dataset's batches are "
-                         f"already scaled to [-1, 1]. Received: value_range={value_range!r}")
+                         "already preprocessed for the model. Received: "
+                         f"value_range={value_range!r}")
     for element in data:
         if not isinstance(element, (tuple, list)) or len(element) != 2:
             raise ValueError(
                 "The dataset has no labels: expected elements (images, labels), received "
                 f"{type(element).__name__} of {len(element) if hasattr(element, '__len__') else 1}."
             )
-        images, labels = element
-        yield (np.asarray(images), *_split_labels(labels))
+        images = np.asarray(element[0])
+        labels, label_sets = _checked(images, *_split_labels(element[1]), model, "dataset's ")
+        if model is not None:
+            check_preprocessed(images, model, "The dataset's images")
+        yield images, labels, label_sets
+
+
+def _checked(images, labels, label_sets, model, whose):
+    """(labels, label sets) of a batch of `images` (or of all the images of an arrays pair),
+    once the images are [batch, height, width, 3] at the size of `model` (where given and
+    fixed), and there is one class id (and label set) per image; else a ValueError naming what
+    differs (`whose`: "dataset's " for a dataset's batch)."""
+    if images.ndim != 4 or images.shape[-1] != 3:
+        hint = " (a dataset of single images: dataset.batch(n))" if whose and images.ndim == 3 \
+            else ""
+        raise ValueError(f"The {whose}images have shape {images.shape}: expected a batch of "
+                         f"RGB images [batch, height, width, 3]{hint}.")
+    count = len(images)
+    if labels.ndim != 1 or len(labels) != count:
+        hint = " (keras.datasets gives [N, 1] labels: labels.reshape(-1))" if \
+            labels.shape == (count, 1) else ""
+        raise ValueError(f"The {whose}labels have shape {labels.shape} for {count} images: "
+                         f"expected one class id per image, shape ({count},){hint}.")
+    if label_sets is not None and (label_sets.ndim != 2 or len(label_sets) != count):
+        raise ValueError(f"The {whose}label sets have shape {label_sets.shape} for {count} "
+                         f"images: expected one multi-hot row per image, [{count}, classes].")
+    size = tuple(model.inputs[0].shape[1:3]) if model is not None else None
+    if size is not None and None not in size and tuple(images.shape[1:3]) != tuple(size):
+        raise ValueError(f"The {whose}images are {images.shape[1]}x{images.shape[2]} pixels; "
+                         f"the model takes {size[0]}x{size[1]}. Expected images of its size "
+                         "(keras_vit.data pipelines resize to image_size=).")
+    return labels, label_sets
 
 
 def _split_labels(labels):
@@ -188,8 +221,7 @@ def extract_features(model, data, batch_size=64, cache=None, cache_key=None, pro
     with scope:
         features_model = representation_model(model)
     features, labels = [], []
-    for images, batch_labels, _ in batches(data, batch_size, progress, value_range,
-                                            getattr(model, "data_config", None)):
+    for images, batch_labels, _ in batches(data, batch_size, progress, value_range, model):
         features.append(np.asarray(features_model.predict_on_batch(images), np.float32))
         labels.append(batch_labels.astype(np.int64))
     if not features:

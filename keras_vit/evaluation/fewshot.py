@@ -24,6 +24,30 @@ def _whiten(train, test):
     return prepare(train), prepare(test)
 
 
+def checked_features(train_features, train_labels, test_features, test_labels):
+    """The four arrays, once each split has feature rows [N, D] of one width and one class id
+    (a non-negative integer) per row; else a ValueError naming the split and what differs."""
+    out = []
+    for which, features, labels in (("train", train_features, train_labels),
+                                     ("test", test_features, test_labels)):
+        features, labels = np.asarray(features), np.asarray(labels)
+        if features.ndim != 2 or not features.size:
+            raise ValueError(f"The {which} features have shape {features.shape}: expected rows "
+                             "of features [examples, width], as extract_features gives them.")
+        if labels.shape != features.shape[:1]:
+            raise ValueError(f"The {which} labels have shape {labels.shape} for {len(features)} "
+                             f"rows of features: expected one class id per row, shape "
+                             f"({len(features)},).")
+        if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
+            raise ValueError(f"The {which} labels must be class ids (integers >= 0). Received "
+                             f"dtype {labels.dtype}, least {labels.min()}.")
+        out += [features, labels]
+    if out[0].shape[1] != out[2].shape[1]:
+        raise ValueError(f"The train features are {out[0].shape[1]} wide, the test features "
+                         f"{out[2].shape[1]}: expected features of one model.")
+    return out
+
+
 def lsr_weights(features, labels, num_classes, l2_reg):
     """Ridge regression of {-1, 1} one-hot targets on the features (closed form).
 
@@ -70,6 +94,8 @@ def sample_shots(labels, shots, seed=0):
 def fewshot_accuracy(train_features, train_labels, test_features, test_labels, shots, l2_reg,
                      num_classes=None, seed=0):
     """Accuracy of the closed-form linear classifier fit on `shots` examples per class."""
+    train_features, train_labels, test_features, test_labels = checked_features(
+        train_features, train_labels, test_features, test_labels)
     num_classes = num_classes or int(max(train_labels.max(), test_labels.max())) + 1
     index = sample_shots(train_labels, shots, seed)
     train, test = _whiten(np.asarray(train_features[index], np.float64),
@@ -88,6 +114,8 @@ def fewshot_table(train_features, train_labels, test_features, test_labels,
         from) and `test_examples` (the images every accuracy is measured on).
     """
     l2_regs = [check_positive_number("l2_regs", reg) for reg in l2_regs]
+    train_features, train_labels, test_features, test_labels = checked_features(
+        train_features, train_labels, test_features, test_labels)
     num_classes = check_trainable_classes(
         int(max(np.max(train_labels), np.max(test_labels))) + 1)  # one class: 100%, trivially
     accuracy = {
@@ -121,6 +149,8 @@ def linear_probe(train_features, train_labels, test_features, test_labels, epoch
     Returns:
         dict with `accuracy` and `loss` on the test features, and the fitted `model`.
     """
+    train_features, train_labels, test_features, test_labels = checked_features(
+        train_features, train_labels, test_features, test_labels)
     num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1
     mean = train_features.mean(axis=0, keepdims=True)
     std = train_features.std(axis=0, keepdims=True) + 1e-5
