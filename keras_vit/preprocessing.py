@@ -394,7 +394,8 @@ def check_preprocessed(values, data_config, what):
     if not (np.isfinite(least) and np.isfinite(most)) or least < low - margin \
             or most > high + margin:
         raise ValueError(f"{what} hold values from {least:.7g} to {most:.7g}; the model's "
-                         f"preprocessing gives [{low:.3g}, {high:.3g}]. {expected}")
+                         f"preprocessing (model.data_config) gives [{low:.3g}, {high:.3g}]. "
+                         f"{expected}")
 
 
 def preprocess_inputs(images, data_config=None, value_range=(0, 255)):

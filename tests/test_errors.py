@@ -818,7 +818,8 @@ CASES = [
         keras_vit.extract_features(trained_head_model(), tf.data.Dataset.from_tensor_slices((
             np.linspace(0, 255, 4 * 16 * 16 * 3, dtype=np.float32).reshape(4, 16, 16, 3),
             np.arange(4) % 3)).batch(2), progress=False)), ValueError,
-        "hold values from 0 to 127.4585; the model's preprocessing gives [-1, 1]", "files"),
+        "hold values from 0 to 127.4585; the model's preprocessing (model.data_config) gives "
+        "[-1, 1]", "files"),
     Case("evaluate an unbatched dataset", lambda c: keras_vit.evaluate(
         trained_head_model(), tf.data.Dataset.from_tensor_slices((
             np.zeros((4, 16, 16, 3), np.float32), np.arange(4) % 3)), progress=False),
