@@ -396,6 +396,11 @@ def _checked_decode(data, head, fmt, max_pixels, name, window):
                                                  dct_method=JPEG_DCT_METHOD)
         if FORMATS[fmt] == "JPEG":
             return tf.io.decode_jpeg(data, channels=IMAGE_CHANNELS, dct_method=JPEG_DCT_METHOD)
+        if FORMATS[fmt] == "WebP":
+            # Its decoder converts no channels (RGB, or RGBA with alpha): alpha is dropped, as
+            # Pillow's convert("RGB") and the PNG decoder drop it.
+            image = tf.io.decode_image(data, channels=0, expand_animations=False)
+            return cut_window(image[..., :IMAGE_CHANNELS], window)
         return cut_window(tf.io.decode_image(data, channels=IMAGE_CHANNELS,
                                              expand_animations=False), window)
 

@@ -309,6 +309,10 @@ def test_serving_default_reads_every_supported_format_and_refuses_others(exporte
     encoded = [export_serving.encode(im, fmt) for im, fmt in zip(images, formats)]
     assert [data[:2] for data in encoded] == [b"\xff\xd8", b"\x89P", b"GI", b"BM", b"RI"]
     assert encoded[4][8:12] == b"WEBP"
+    # With an alpha channel, dropped as Pillow's convert("RGB") drops it (WebP's decoder
+    # converts no channels: it gives RGBA).
+    alpha = np.concatenate([images[1], np.full((32, 32, 1), 100, np.uint8)], axis=-1)
+    encoded += [export_serving.encode(alpha, "WEBP"), export_serving.encode(alpha, "PNG")]
     want = expected_outputs(model, decoded_and_resized(encoded))
     assert_outputs_match(serve(image_bytes=tf.constant(encoded)), want)
     # Not an image format it decodes: a TIFF (PIL writes it; TF Serving's clients may send it).

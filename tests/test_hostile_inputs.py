@@ -124,6 +124,21 @@ def test_an_animated_webp_is_refused_naming_the_file(tmp_path):
     assert keras_vit.load_image(still, 4).shape == (4, 4, 3)
 
 
+@pytest.mark.parametrize("fmt, mode, save", [
+    ("WEBP", "RGBA", dict(lossless=True)), ("WEBP", "RGBA", dict(quality=80)),
+    ("PNG", "RGBA", {}), ("PNG", "LA", {})])
+def test_an_image_with_alpha_reads_as_pillow_converts_it_to_rgb(tmp_path, fmt, mode, save):
+    pixels = np.random.default_rng(3).integers(0, 256, (9, 11, 4), np.uint8)
+    pixels[..., 3] = np.where(pixels[..., 3] > 128, 255, 0)  # opaque and transparent pixels
+    image = Image.fromarray(pixels, "RGBA").convert(mode)
+    path = tmp_path / f"alpha.{fmt.lower()}"
+    image.save(path, fmt, **save)
+    want = np.asarray(Image.open(path).convert("RGB"), np.float32)
+    got = np.asarray(keras_vit.load_image(path, size=(9, 11)))  # the same size: no resampling
+    lossy = save.get("quality") is not None  # two libwebp builds may round differently
+    np.testing.assert_allclose(got, want, atol=2 if lossy else 0)
+
+
 def test_the_folder_pipeline_names_an_animated_webp_and_an_os2_bmp(tmp_path):
     root = class_folder(tmp_path / "images")
     write(root / "cat" / "anim.webp", animated_webp())
