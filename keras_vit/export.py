@@ -239,6 +239,28 @@ def _outputs(logits, labels, top_k):
     }
 
 
+def _checked_pixels(images, floating):
+    """`images` `[B, H, W, 3]` as float32, once every value is finite and in [0, 255] and, for
+    float inputs (`floating`), not all in (0, 1] (images scaled to [0, 1]), as
+    `preprocess_inputs` refuses them in Python; else the request fails with an
+    InvalidArgumentError saying so (NaN scores, or confident answers to pixels of another
+    scale, would go back with their labels)."""
+    images = tf.cast(images, tf.float32)
+    empty = tf.equal(tf.size(images), 0)
+    least, most = tf.reduce_min(images), tf.reduce_max(images)
+    valid = tf.reduce_all(tf.math.is_finite(images)) & (least >= 0.0) & (most <= 255.0)
+    checks = [tf.debugging.Assert(
+        empty | valid, [f"{IMAGES_INPUT} must be RGB pixels in [0, 255]. Received values from",
+                        least, "to", most])]
+    if floating:
+        checks.append(tf.debugging.Assert(
+            empty | (most <= 0.0) | (most > 1.0),
+            [f"{IMAGES_INPUT} hold values from", least, "to", most, ": scaled to [0, 1], not "
+             "[0, 255]. Expected pixels in [0, 255] (multiply them by 255)."]))
+    with tf.control_dependencies(checks):
+        return tf.identity(images)
+
+
 def _decode_images(image_bytes, data_config, max_pixels):
     """Decodes a batch of encoded images `[B]` to float32 RGB `[B, H, W, 3]` in [0, 255].
 
@@ -357,11 +379,13 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
         images = _decode_images(image_bytes, data_config, max_pixels)
         return _classify(model, images, labels, top_k, jit_compile, data_config)
 
+    floating = tf.as_dtype(image_dtype).is_floating
+
     def serve_images(images):
         # A signature does not hold its callers to its shape: another one (rank 3, another
         # size, an empty image) is refused here, before it reaches the model's kernels.
         images = tf.ensure_shape(images, [None, height, width, IMAGE_CHANNELS])
-        return _classify(model, tf.cast(images, tf.float32), labels, top_k, jit_compile,
+        return _classify(model, _checked_pixels(images, floating), labels, top_k, jit_compile,
                          data_config)
 
     archive.add_endpoint(
@@ -375,14 +399,18 @@ def _write_saved_model(model, path, labels_path, top_k, image_dtype, jit_compile
     backbone, options = features
     if backbone is not None:
 
+        def feature_maps(pixels):
+            return _feature_outputs(backbone, options, image_ops.normalize(pixels, data_config))
+
+        if jit_compile:
+            feature_maps = tf.function(feature_maps, jit_compile=True)
+
         def serve_features(images):
             images = tf.ensure_shape(images, [None, height, width, IMAGE_CHANNELS])
-            inputs = image_ops.normalize(tf.cast(images, tf.float32), data_config)
-            return _feature_outputs(backbone, options, inputs)
+            return feature_maps(_checked_pixels(images, floating))
 
         archive.add_endpoint(
-            FEATURES_SIGNATURE,
-            tf.function(serve_features, jit_compile=True) if jit_compile else serve_features,
+            FEATURES_SIGNATURE, serve_features,
             [tf.TensorSpec([None, height, width, IMAGE_CHANNELS], image_dtype,
                            name=IMAGES_INPUT)])
     if max_patches:

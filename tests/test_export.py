@@ -334,6 +334,25 @@ def test_serving_default_reads_every_supported_format_and_refuses_others(exporte
                          {k: v[:1] for k, v in want.items()})  # and it goes on serving
 
 
+@pytest.mark.parametrize("values, message", [
+    ((np.nan, 10.0), r"images must be RGB pixels in \[0, 255\]. Received values from\] \[nan"),
+    ((0.0, np.inf), r"images must be RGB pixels in \[0, 255\]"),
+    ((0.0, 300.0), r"Received values from\] \[0\] \[to\] \[300\]"),
+    ((-128.0, 127.0), r"Received values from\] \[-128\] \[to\] \[127\]"),
+    ((0.0, 0.8), r"scaled to \[0, 1\], not \[0, 255\]"),
+])
+def test_predict_images_refuses_pixels_it_would_answer_wrongly(loaded, values, message):
+    """NaN would go back as NaN scores with labels, other scales as confident answers: as
+    preprocess_inputs refuses them in Python, the signature fails the request."""
+    serve = loaded.signatures["predict_images"]
+    images = np.linspace(*values, 2 * 32 * 32 * 3, dtype=np.float32).reshape(2, 32, 32, 3)
+    images[0, 0, 0, 0] = values[0]  # NaN as the first value too
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        serve(images=tf.constant(images))
+    dark = np.zeros((1, 32, 32, 3), np.float32)  # all black: in range, and served
+    assert serve(images=tf.constant(dark))["probabilities"].shape == (1, len(CLASS_NAMES))
+
+
 def test_warmup_records_are_prediction_logs_that_run(exported, loaded):
     from tensorflow_serving.apis import prediction_log_pb2
 

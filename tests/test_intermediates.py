@@ -234,6 +234,8 @@ def test_a_saved_model_serves_the_same_features(tmp_path, features, blocks):
                                        keras.ops.convert_to_numpy(tokens), atol=1e-5)
     metadata = json.loads((pathlib.Path(path) / "assets.extra" / "keras_vit.json").read_text())
     assert metadata["features"]["indices"] == blocks and "features" in metadata["signatures"]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"must be RGB pixels in \[0, 255\]"):
+        tf.saved_model.load(path).signatures["features"](images=tf.constant(pixels - 128))
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel: TensorFlow")
