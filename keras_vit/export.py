@@ -125,7 +125,7 @@ def check_model(model):
             f"Expected a model input [batch, height, width, 3]. Received input shape "
             f"{input_shape}"
         )
-    if None in input_shape[1:3] and not _native_grid(model):
+    if None in input_shape[1:3] and not native_grid(model):
         raise ValueError(
             f"Expected a model input [batch, height, width, 3] with a known height and width, "
             "or a keras_vit model built with dynamic_image_size=True. Received input shape "
@@ -148,7 +148,7 @@ def check_model(model):
     return height, width, output_shape[1]
 
 
-def _native_grid(model):
+def native_grid(model):
     """For a keras_vit model of any input size: (pixels per patch as (rows, cols), the base
     number of patches); else None."""
     names = {layer.name for layer in model.layers}
@@ -300,7 +300,7 @@ def native_size(height, width, patch_pixels, max_patches):
 def _classify_native(model, image_bytes, labels, top_k, max_pixels, max_patches, data_config):
     """`serving_native_size`: each image decoded and classified at its own size (on the CPU:
     one forward pass per image, as the sizes differ), normalised as `data_config` says."""
-    patch_pixels, _ = _native_grid(model)
+    patch_pixels, _ = native_grid(model)
     forward = _forward(model, jit_compile=False, data_config=data_config)
     num_classes = model.outputs[0].shape[-1]
 
@@ -577,7 +577,7 @@ def export_saved_model(
     if not (warmup == "auto" or warmup is True or warmup is False):
         raise ValueError(f"`warmup` must be 'auto', True or False. Received: warmup={warmup!r}")
     max_pixels = check_int("max_pixels", max_pixels, 1, allow_none=True)
-    native = _native_grid(model)
+    native = native_grid(model)
     if max_patches == "auto":
         max_patches = MAX_PATCHES_FACTOR * native[1] if native else None
     elif not native:

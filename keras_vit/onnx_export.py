@@ -11,7 +11,8 @@ graph is the Keras model's function alone, taking images already normalised
 (`keras_vit.input`) and hold the data config (`keras_vit.data_config`, JSON with timm's field
 names: the resize and crop a deployer applies before the graph). The batch dimension is dynamic
 (named `batch`); a model built with `dynamic_image_size=True` keeps its height and width
-dynamic too (`height`, `width`). Softmax, top-k and class names are the caller's (the
+dynamic too (`height`, `width`), multiples of its patch: ONNX Runtime refuses others, naming
+the node `PARTIAL_PATCH_NODE`. Softmax, top-k and class names are the caller's (the
 SavedModel export, `keras_vit.export`, has them in its graph).
 
 The file is checked before it is put in place: ONNX's checker, then ONNX Runtime loads it and
@@ -28,6 +29,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import warnings
 
@@ -39,7 +41,7 @@ import tensorflow as tf
 from onnx import helper, numpy_helper
 
 from keras_vit.data_config import resolve_data_config
-from keras_vit.export import check_model, check_tensorflow_backend, output_parity
+from keras_vit.export import check_model, check_tensorflow_backend, native_grid, output_parity
 from keras_vit.fileio import atomic_file, check_destination
 from keras_vit.layer_config import sublayers
 from keras_vit.preprocessing import IMAGE_CHANNELS, normalization, preprocess_inputs
@@ -65,6 +67,9 @@ INPUT_KEY = "keras_vit.input"
 DATA_CONFIG_KEY = "keras_vit.data_config"
 PIXELS = "RGB in [0, 255], normalised in the graph with keras_vit.data_config's mean and std"
 NORMALISED = "RGB normalised with keras_vit.data_config's mean and std: (x / 255 - mean) / std"
+# The name of the node that refuses an image of a model of any input size whose sides are not
+# multiples of the patch, before the patch's rows and columns (ONNX Runtime's error names it).
+PARTIAL_PATCH_NODE = f"{INPUT_NAME}/height_and_width_must_be_multiples_of_"
 # Seconds between the garbage collections during a conversion (see `_collecting_garbage`).
 COLLECT_EVERY = 1.0
 
@@ -159,7 +164,7 @@ def export_onnx(model, path, overwrite=False, preprocessing=True):
     with atomic_file(path) as scratch:
         with _quiet_converter(), _collecting_garbage():
             model.export(scratch, format="onnx", verbose=False, input_signature=[spec])
-        _finish(scratch, config, preprocessing)
+        _finish(scratch, config, preprocessing, native_grid(model))
         _check_against_keras(scratch, model, path)
         check_destination(path, overwrite)  # still free (or replaceable) now
     return os.fspath(path)
@@ -207,11 +212,13 @@ def _collecting_garbage(every=COLLECT_EVERY):
         thread.join()
 
 
-def _finish(path, config, preprocessing):
+def _finish(path, config, preprocessing, grid=None):
     """Names the graph's output and symbolic dimensions (tf2onnx calls them `Identity:0` and
     `unk__N`), writes TensorFlow's Erfc as ONNX operators, puts the data config's
-    normalisation in front of the graph (`preprocessing`) and the config in its metadata, and
-    checks the result with ONNX's checker; rewrites the file at `path`.
+    normalisation in front of the graph (`preprocessing`), for a model of any input size
+    (`grid`: `keras_vit.export.native_grid`) the refusal of sizes that are not whole patches,
+    and the config in its metadata, and checks the result with ONNX's checker; rewrites the
+    file at `path`.
 
     Raises:
         ValueError: if operations remain that ONNX does not define.
@@ -227,6 +234,8 @@ def _finish(path, config, preprocessing):
     _replace_erfc(graph)
     if preprocessing:
         _normalise_input(graph, config)
+    if grid is not None:
+        _refuse_partial_patches(graph, grid[0])
     for key, value in ((INPUT_KEY, PIXELS if preprocessing else NORMALISED),
                        (DATA_CONFIG_KEY, json.dumps(config))):
         entry = proto.metadata_props.add()
@@ -257,6 +266,44 @@ def _normalise_input(graph, config):
                                           [normalised], name=f"{INPUT_NAME}/add_offset"))
     graph.node.insert(0, helper.make_node("Div", [image.name, f"{INPUT_NAME}/scale"],
                                           [scaled], name=f"{INPUT_NAME}/divide_by_scale"))
+
+
+def _refuse_partial_patches(graph, patch):
+    """For a graph of any input size: the input reshaped into whole patches `[B, H / rows,
+    rows, W / cols, cols, 3]` (integer divisions) and back, which ONNX Runtime refuses, naming
+    the node (`PARTIAL_PATCH_NODE` and the patch) and both shapes, for a height or width that
+    is not a multiple of the patch: the strided convolution would drop the rows and columns
+    left over, where the Keras model refuses such images. ONNX has no assertion operator."""
+    (image,) = graph.input
+    checked = f"{INPUT_NAME}/whole_patches"
+    _rename_tensor(graph, image.name, checked, inputs_only=True)
+    prefix = f"{INPUT_NAME}/patches"
+    constants = {"rows": [patch[0]], "cols": [patch[1]], "channels": [IMAGE_CHANNELS],
+                 "batch_at": [0], "height_at": [1], "width_at": [2]}
+    graph.initializer.extend(numpy_helper.from_array(np.asarray(v, np.int64), f"{prefix}/{k}")
+                             for k, v in constants.items())
+
+    def name(text):
+        return f"{prefix}/{text}"
+
+    nodes = [
+        helper.make_node("Shape", [image.name], [name("shape")], name=name("shape")),
+        *(helper.make_node("Gather", [name("shape"), name(f"{axis}_at")], [name(axis)],
+                           name=name(axis)) for axis in ("batch", "height", "width")),
+        helper.make_node("Div", [name("height"), name("rows")], [name("patch_rows")],
+                         name=name("patch_rows")),
+        helper.make_node("Div", [name("width"), name("cols")], [name("patch_cols")],
+                         name=name("patch_cols")),
+        helper.make_node("Concat", [name("batch"), name("patch_rows"), name("rows"),
+                                    name("patch_cols"), name("cols"), name("channels")],
+                         [name("target")], axis=0, name=name("target")),
+        helper.make_node("Reshape", [image.name, name("target")], [name("whole")],
+                         name=f"{PARTIAL_PATCH_NODE}{patch[0]}x{patch[1]}"),
+        helper.make_node("Reshape", [name("whole"), name("shape")], [checked],
+                         name=name("back")),
+    ]
+    for node in reversed(nodes):
+        graph.node.insert(0, node)
 
 
 def file_metadata(path):
@@ -343,7 +390,15 @@ def run_onnx(path, images):
         shown = ", ".join("any" if d is None else str(d) for d in expected[1:])
         raise ValueError(f"{path} takes images [batch, {shown}]. Received shape "
                          f"{images.shape}")
-    return session.run(None, {image.name: images})[0]
+    try:
+        return session.run(None, {image.name: images})[0]
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors share no public base class
+        refused = re.search(re.escape(PARTIAL_PATCH_NODE) + r"(\d+)x(\d+)", str(e))
+        if refused is None:
+            raise
+        raise ValueError(f"{path} takes images whose height and width are multiples of "
+                         f"{refused[1]}x{refused[2]} pixels (its patches). Received shape "
+                         f"{images.shape}") from None
 
 
 def onnx_parity(path, model, images):

@@ -81,9 +81,17 @@ def test_every_kind_of_model_gives_its_logits_back_through_onnx_runtime(tmp_path
     assert [(v.name, shape(v)) for v in graph.input] == [("images", ["batch", *size, 3])]
     assert [(v.name, shape(v)) for v in graph.output] == [("logits", ["batch", 3])]
     assert "Erfc" not in {node.op_type for node in graph.node}
-    if kind == "dynamic":  # any size, as the Keras model
+    if kind == "dynamic":  # any size of whole patches, as the Keras model
         (got,) = runtime.run(["logits"], {"images": pixels(OTHER_SIZE)})
         np.testing.assert_allclose(got, logits(model, OTHER_SIZE), atol=1e-5)
+        # A side of partial patches: the strided convolution would drop the rest.
+        partial = np.zeros((1, OTHER_SIZE.shape[1] + 3, OTHER_SIZE.shape[2], 3), np.float32)
+        with pytest.raises(Exception, match="height_and_width_must_be_multiples_of_8x8.*"
+                                            "cannot be reshaped"):
+            runtime.run(["logits"], {"images": partial})
+        with pytest.raises(ValueError, match=r"takes images whose height and width are "
+                                             r"multiples of 8x8 pixels \(its patches\)"):
+            onnx_export.run_onnx(path, partial)
 
 
 def test_a_keras_classifier_that_is_not_a_keras_vit_model_exports_too(tmp_path):
