@@ -161,6 +161,21 @@ def native_grid(model):
     return (height // grid[0], width // grid[1]), grid[0] * grid[1]
 
 
+def check_float32(model, exporter):
+    """Raises ValueError if a layer of `model` computes in another dtype than float32 (a mixed
+    or half-precision policy), which `exporter` (e.g. "the TFLite converter") cannot convert.
+    int8-quantized layers compute in float32."""
+    nested = (sub for top in model.layers for sub in sublayers(top))
+    for layer in (model, *model.layers, *nested):
+        if layer.compute_dtype != "float32":
+            raise ValueError(
+                f"Model {model.name!r} computes in {layer.compute_dtype} (layer "
+                f"{layer.name!r}, dtype policy {layer.dtype_policy.name!r}): {exporter} takes "
+                "float32 models only. Expected a float32 model: build it under the float32 "
+                "policy, or export keras_vit.export.at_precision(model, 'float32') (the same "
+                "weights in float32).")
+
+
 def check_tensorflow_backend(what):
     if keras.backend.backend() != "tensorflow":
         raise ValueError(

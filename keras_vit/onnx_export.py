@@ -41,9 +41,9 @@ import tensorflow as tf
 from onnx import helper, numpy_helper
 
 from keras_vit.data_config import resolve_data_config
-from keras_vit.export import check_model, check_tensorflow_backend, native_grid, output_parity
+from keras_vit.export import (check_float32, check_model, check_tensorflow_backend, native_grid,
+                              output_parity)
 from keras_vit.fileio import atomic_file, check_destination
-from keras_vit.layer_config import sublayers
 from keras_vit.preprocessing import IMAGE_CHANNELS, normalization, preprocess_inputs
 
 INPUT_NAME = "images"
@@ -81,22 +81,6 @@ def check_converter():
         missing = ModuleNotFoundError(f"No module named {CONVERTER!r}", name=CONVERTER)
         raise ImportError(f"Keras' ONNX export needs {CONVERTER}, which is not installed: "
                           f"{INSTALL}.") from missing
-
-
-def check_float32(model):
-    """Raises ValueError if a layer of `model` computes in another dtype than float32 (a mixed
-    or half-precision policy): Keras' ONNX export takes float32 models only, and the graph it
-    writes for bfloat16 is no valid ONNX (its Conv takes no bfloat16). int8-quantized layers
-    compute in float32 and are exported."""
-    nested = (sub for top in model.layers for sub in sublayers(top))
-    for layer in (model, *model.layers, *nested):
-        if layer.compute_dtype != "float32":
-            raise ValueError(
-                f"Model {model.name!r} computes in {layer.compute_dtype} (layer "
-                f"{layer.name!r}, dtype policy {layer.dtype_policy.name!r}): Keras' ONNX "
-                "export takes float32 models only. Expected a float32 model: build it under "
-                "the float32 policy, or export keras_vit.export.at_precision(model, 'float32') "
-                "(the same weights in float32).")
 
 
 def check_size(model):
@@ -153,7 +137,7 @@ def export_onnx(model, path, overwrite=False, preprocessing=True):
     check_tensorflow_backend("export_onnx")
     check_converter()
     check_model(model)
-    check_float32(model)
+    check_float32(model, "Keras' ONNX export")
     check_size(model)
     check_destination(path, overwrite)
     if not isinstance(preprocessing, bool):

@@ -18,6 +18,7 @@ from keras_vit.data_config import resolve_data_config
 from keras_vit.export import (
     IMAGES_INPUT,
     SERVING_SIGNATURE,
+    check_float32,
     check_tensorflow_backend,
     has_quantized_layers,
     check_model,
@@ -85,14 +86,17 @@ def export_tflite(model, path, quantize=None, overwrite=False):
     Raises:
         keras_vit.fileio.DestinationExists: before anything is converted, if `path` exists
             (without `overwrite`) or is a folder.
-        ValueError: for an int8-quantized model (`model.quantize("int8")`), which the
-            converter cannot convert: export the float model, with `quantize="dynamic-int8"`.
+        ValueError: for an int8-quantized model (`model.quantize("int8")`) or one that
+            computes in bfloat16 or float16, which the converter cannot convert: export the
+            float32 model (`keras_vit.export.at_precision(model, "float32")`), with
+            `quantize="dynamic-int8"` for int8 weights.
         keras_vit.fileio.WriteError: naming `path`, if it (or the converter's scratch
             SavedModel) cannot be written; a file already at `path` is left as it was.
     """
     check_tensorflow_backend("export_tflite")
     check_choice("quantize", quantize, TFLITE_QUANTIZATIONS)
     check_destination(path, overwrite)
+    check_float32(model, "the TFLite converter")
     if has_quantized_layers(model):
         raise ValueError(
             f"Model {model.name!r} is int8-quantized (model.quantize('int8')): the TFLite "

@@ -632,6 +632,12 @@ def test_bad_models_and_arguments_are_refused(tmp_path, monkeypatch):
         export.export_saved_model(model, tmp_path / "file")
     with pytest.raises(ValueError, match="quantize.*Received: quantize='int4'"):
         tflite.export_tflite(model, tmp_path / "m.tflite", quantize="int4")
+    for policy in ("mixed_bfloat16", "float16"):  # the converter has no kernels for them
+        half = keras_vit.ViT(**dict(TINY, dtype=policy))
+        with pytest.raises(ValueError, match=f"computes in {policy.split('_')[-1]} .*: the "
+                                             "TFLite converter takes float32 models only"):
+            tflite.export_tflite(half, tmp_path / "m.tflite")
+    assert not (tmp_path / "m.tflite").exists()
     with monkeypatch.context() as patch:
         patch.setattr(keras.backend, "backend", lambda: "jax")
         with pytest.raises(ValueError, match="TensorFlow backend.*Received backend 'jax'"):
