@@ -65,7 +65,7 @@ def check_evaluate(args):
     data_split(args, args.split)
     check_model_paths(args)
     check_class_names_file(args)
-    if args.out:
+    if args.out is not None:
         check_output_folder("--out", args.out, "the reports")
     check_strategy(args)
 
@@ -77,7 +77,7 @@ def check_fewshot(args):
     _int_list("--shots", args.shots)
     _test_split(args)
     check_model_paths(args)
-    if args.cache:
+    if args.cache is not None:
         check_output_folder("--cache", args.cache, "the features")
     check_strategy(args)
 

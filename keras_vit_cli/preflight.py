@@ -158,9 +158,16 @@ def _check_parents(flag, path):
                          "Expected a path whose folders are folders (or new names).")
 
 
+def _check_named(flag, path, expected):
+    """Refuses an empty output path (`--out ""`), which names nothing."""
+    if not path:
+        raise ValueError(f"{flag} is empty; expected {expected}.")
+
+
 def check_output_file(flag, path, what):
     """Refuses an output file path that is an existing folder (`what`: the file, for the
     message), or below a file."""
+    _check_named(flag, path, f"a file path for {what}")
     if os.path.isdir(os.path.expanduser(path)):
         raise ValueError(f"{flag} {path} is a folder; expected a file path for {what}.")
     _check_parents(flag, path)
@@ -169,6 +176,7 @@ def check_output_file(flag, path, what):
 def check_output_folder(flag, path, what):
     """Refuses an output folder path that is an existing file (`what`: the folder's contents,
     for the message), or below a file."""
+    _check_named(flag, path, f"a folder for {what}")
     _check_parents(flag, path)
     path_ = os.path.expanduser(path)
     if os.path.exists(path_) and not os.path.isdir(path_):
