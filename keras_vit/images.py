@@ -357,7 +357,7 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image", window=None)
             False,
             [f"{name} is not an image in a supported format. Expected one of "
              f"{', '.join(FORMATS)}; received", tf.strings.length(data), "bytes starting with",
-             tf.io.decode_raw(tf.strings.substr(head, 0, 8), tf.uint8)],
+             tf.io.decode_raw(tf.strings.substr(data, 0, 8), tf.uint8)],
             summarize=8,
         )
         with tf.control_dependencies([check]):
