@@ -6,6 +6,7 @@ instead). `evaluate` reports top-5 accuracy for a model of more than 5 classes o
 means something): otherwise the table has no top-5 row and the JSON `top5` is null."""
 
 from keras_vit_cli.arguments import (
+    FOLDER_SPLITS,
     add_class_names_argument,
     add_data_arguments,
     add_model_arguments,
@@ -192,6 +193,9 @@ def _test_split(args):
     split = args.split
     if args.folder and split == "test":  # a folder's test images: its held-out 10%
         split = "validation"
+    if args.folder and split not in FOLDER_SPLITS:
+        raise ValueError(f"--split {split!r} is not a split of the image folder {args.folder}. "
+                         "Expected validation (its held-out 10%; also test) or train.")
     if split == args.train_split or (args.folder and "all" in (split, args.train_split)):
         raise ValueError(f"--split {split} overlaps --train-split {args.train_split}: the "
                          "few-shot examples would be tested on themselves. Expected two "

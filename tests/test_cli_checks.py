@@ -168,6 +168,11 @@ MISSING = {
                                     TINY_JSON],
                                    "OUTPUT is empty; expected a file path for the TFLite file."),
     # Flag values that need no TensorFlow to check.
+    "fewshot --split of no folder split": (["fewshot", "--folder", "classes", "--split", "BAD",
+                                            "--model-config", TINY_JSON],
+                                           "--split 'BAD' is not a split of the image folder "
+                                           "classes. Expected validation (its held-out 10%; "
+                                           "also test) or train."),
     "predict unknown variant": (["predict", "img.png", "--model", "B/17"],
                                 "Unknown ViT variant 'B/17'. Expected one of Ti/16"),
     "predict --model-config unknown key": (["predict", "img.png", "--model-config",
