@@ -256,10 +256,12 @@ def _outputs(logits, labels, top_k):
 
 def _checked_pixels(images, floating):
     """`images` `[B, H, W, 3]` as float32, once every value is finite and in [0, 255] and, for
-    float inputs (`floating`), not all in (0, 1] (images scaled to [0, 1]), as
+    float inputs (`floating`), no image has all its values in (0, 1] (scaled to [0, 1]), as
     `preprocess_inputs` refuses them in Python; else the request fails with an
     InvalidArgumentError saying so (NaN scores, or confident answers to pixels of another
-    scale, would go back with their labels)."""
+    scale, would go back with their labels). The batch fails as a whole, as `serving_default`
+    fails for an undecodable file: with TF Serving's batching, so do the requests batched
+    with it."""
     images = tf.cast(images, tf.float32)
     empty = tf.equal(tf.size(images), 0)
     least, most = tf.reduce_min(images), tf.reduce_max(images)
@@ -268,10 +270,14 @@ def _checked_pixels(images, floating):
         empty | valid, [f"{IMAGES_INPUT} must be RGB pixels in [0, 255]. Received values from",
                         least, "to", most])]
     if floating:
+        brightest = tf.reduce_max(images, axis=[1, 2, 3])  # [B]: each image's own
+        scaled = (brightest > 0.0) & (brightest <= 1.0)
+        first = tf.argmax(tf.cast(scaled, tf.int32))  # the first such image
         checks.append(tf.debugging.Assert(
-            empty | (most <= 0.0) | (most > 1.0),
-            [f"{IMAGES_INPUT} hold values from", least, "to", most, ": scaled to [0, 1], not "
-             "[0, 255]. Expected pixels in [0, 255] (multiply them by 255)."]))
+            ~tf.reduce_any(scaled),
+            [f"{IMAGES_INPUT}: image", first, "holds values up to", tf.gather(brightest, first),
+             ": scaled to [0, 1], not [0, 255]. Expected pixels in [0, 255] (multiply them by "
+             "255)."]))
     with tf.control_dependencies(checks):
         return tf.identity(images)
 

@@ -123,12 +123,15 @@ def decode_predictions(logits, top=5, class_names=None):
         raise ValueError(
             f"decode_predictions expects logits [batch, classes]. Received shape {logits.shape}"
         )
-    bad = ~np.isfinite(logits).all(axis=1)
+    # -inf masks a class out (scoring on a subset of the classes); NaN, +inf, or every class
+    # masked leave no probabilities.
+    bad = np.isnan(logits).any(axis=1) | np.isposinf(logits).any(axis=1) | np.isneginf(
+        logits).all(axis=1)
     if bad.any():
         raise ValueError(f"decode_predictions: the logits of {int(bad.sum())} of {len(logits)} "
-                         f"images are not finite (NaN or infinity; the first: image "
-                         f"{int(np.argmax(bad))}). Expected finite logits: the model's inputs "
-                         "or weights hold non-finite values, or it overflowed.")
+                         f"images give no probabilities (NaN, +inf, or every one -inf; the "
+                         f"first: image {int(np.argmax(bad))}). Expected finite logits, or "
+                         "-inf for classes masked out.")
     k = logits.shape[1]
     if class_names is not None:  # a list of k names: not a string, split into letters
         ids, names = [str(i) for i in range(k)], check_class_names(class_names, k,

@@ -11,8 +11,9 @@ graph is the Keras model's function alone, taking images already normalised
 (`keras_vit.input`) and hold the data config (`keras_vit.data_config`, JSON with timm's field
 names: the resize and crop a deployer applies before the graph). The batch dimension is dynamic
 (named `batch`); a model built with `dynamic_image_size=True` keeps its height and width
-dynamic too (`height`, `width`), multiples of its patch: ONNX Runtime refuses others, naming
-the node `PARTIAL_PATCH_NODE`. Softmax, top-k and class names are the caller's (the
+dynamic too (`height`, `width`), multiples of its patch where the patch convolution reads the
+pixels (a hybrid's ResNet stem takes any size): ONNX Runtime refuses others, naming the node
+`PARTIAL_PATCH_NODE`. Softmax, top-k and class names are the caller's (the
 SavedModel export, `keras_vit.export`, has them in its graph).
 
 The file is checked before it is put in place: ONNX's checker, then ONNX Runtime loads it and
@@ -148,10 +149,19 @@ def export_onnx(model, path, overwrite=False, preprocessing=True):
     with atomic_file(path) as scratch:
         with _quiet_converter(), _collecting_garbage():
             model.export(scratch, format="onnx", verbose=False, input_signature=[spec])
-        _finish(scratch, config, preprocessing, native_grid(model))
+        _finish(scratch, config, preprocessing, _pixel_patches(model))
         _check_against_keras(scratch, model, path)
         check_destination(path, overwrite)  # still free (or replaceable) now
     return os.fspath(path)
+
+
+def _pixel_patches(model):
+    """The patch (rows, cols) of a model of any input size whose patch convolution reads the
+    pixels, or None: a fixed size, or a hybrid, whose ResNet stem pads any size."""
+    grid = native_grid(model)
+    if grid is None or "resnet" in {layer.name for layer in model.layers}:
+        return None
+    return grid[0]
 
 
 @contextlib.contextmanager
@@ -196,13 +206,13 @@ def _collecting_garbage(every=COLLECT_EVERY):
         thread.join()
 
 
-def _finish(path, config, preprocessing, grid=None):
+def _finish(path, config, preprocessing, patch=None):
     """Names the graph's output and symbolic dimensions (tf2onnx calls them `Identity:0` and
     `unk__N`), writes TensorFlow's Erfc as ONNX operators, puts the data config's
-    normalisation in front of the graph (`preprocessing`), for a model of any input size
-    (`grid`: `keras_vit.export.native_grid`) the refusal of sizes that are not whole patches,
-    and the config in its metadata, and checks the result with ONNX's checker; rewrites the
-    file at `path`.
+    normalisation in front of the graph (`preprocessing`), for a model of any input size whose
+    patch convolution reads the pixels (`patch`: `_pixel_patches`) the refusal of sizes that
+    are not whole patches, and the config in its metadata, and checks the result with ONNX's
+    checker; rewrites the file at `path`.
 
     Raises:
         ValueError: if operations remain that ONNX does not define.
@@ -218,8 +228,8 @@ def _finish(path, config, preprocessing, grid=None):
     _replace_erfc(graph)
     if preprocessing:
         _normalise_input(graph, config)
-    if grid is not None:
-        _refuse_partial_patches(graph, grid[0])
+    if patch is not None:
+        _refuse_partial_patches(graph, patch)
     for key, value in ((INPUT_KEY, PIXELS if preprocessing else NORMALISED),
                        (DATA_CONFIG_KEY, json.dumps(config))):
         entry = proto.metadata_props.add()

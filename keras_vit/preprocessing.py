@@ -378,18 +378,19 @@ def preprocessed_range(data_config=None):
 
 
 def check_preprocessed(values, data_config, what):
-    """Refuses model inputs `values` (an array) that are not preprocessed pixels: an integer
-    dtype, or values outside the range `preprocess_inputs` gives under `data_config` widened by
-    half its span on each side (a resize may overshoot it; raw pixels in [0, 255] are far
-    beyond); a ValueError naming `what` ("the dataset's images") and what is expected."""
+    """Refuses model inputs `values` (an array) that are not preprocessed pixels: integers, or
+    values outside the range `preprocess_inputs` gives under `data_config` widened by twice its
+    span on each side (a resize overshoots it, Lanczos' by more than one span at worst; raw
+    pixels in [0, 255] lie far beyond); a ValueError naming `what` ("the dataset's images")
+    and what is expected."""
     expected = ("Expected images preprocessed for the model: a keras_vit.data pipeline, or "
                 "pixels in [0, 255] mapped with keras_vit.preprocess_inputs(images, model).")
-    if not np.issubdtype(values.dtype, np.floating):
+    if np.issubdtype(values.dtype, np.integer) or values.dtype == bool:
         raise ValueError(f"{what} are {values.dtype}, not scaled. {expected}")
     if not values.size:
         return
     low, high = preprocessed_range(data_config)
-    margin = (high - low) / 2
+    margin = 2 * (high - low)
     least, most = float(values.min()), float(values.max())
     if not (np.isfinite(least) and np.isfinite(most)) or least < low - margin \
             or most > high + margin:

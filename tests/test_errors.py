@@ -843,8 +843,8 @@ CASES = [
          "Received: NoneType", "files"),
     Case("decode_predictions of NaN logits", lambda c: keras_vit.decode_predictions(
         np.array([[0.0, 1.0, 2.0], [np.nan, 1.0, 2.0]]), top=1, class_names=["a", "b", "c"]),
-        ValueError, "the logits of 1 of 2 images are not finite (NaN or infinity; the first: "
-        "image 1)", "files"),
+        ValueError, "the logits of 1 of 2 images give no probabilities (NaN, +inf, or every "
+        "one -inf; the first: image 1)", "files"),
     Case("classify_images with its arguments swapped", lambda c: keras_vit.classify_images(
         ["a.png"], c.model), ValueError, "takes the model first, then the images", "files"),
     # 7. A flat folder's undecodable image is named, and the failed run leaves nothing.

@@ -490,3 +490,51 @@ def test_two_evaluations_never_write_into_one_report_folder_at_once(tmp_path):
     keras_vit.evaluate(model, data, out_dir=out, progress=False)
     with pytest.raises(fileio.DestinationExists):
         keras_vit.evaluate(model, data, out_dir=out, progress=False)
+
+
+SMALL = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
+             num_classes=3)
+
+
+def small_model(data_config=None):
+    model = keras_vit.ViT(**SMALL, data_config=data_config)
+    model.get_layer("head").bias.assign(np.array([0.1, 0.0, -0.1], np.float32))
+    return model
+
+
+def test_evaluate_takes_what_keras_vit_pipelines_give_and_checks_their_preprocessing():
+    """A pipeline is checked by its data config, not its values (a Lanczos resize overshoots
+    the normalised range); one built without a data config is built again with the model's,
+    one built with another is refused; a dataset of bfloat16 images, and batch_size=None for
+    a dataset (Keras' convention), are taken."""
+    import tensorflow as tf
+
+    lanczos = dict(input_size=[3, 16, 16], interpolation="lanczos5", crop_pct=1.0,
+                   crop_mode="crop_to_aspect_ratio", mean=[0.5] * 3, std=[0.5] * 3)
+    model = small_model(lanczos)
+    board = (np.indices((7, 7)).sum(0) % 2 * 255).astype(np.uint8)[..., None].repeat(3, -1)
+    data = keras_vit.data.from_arrays(board[None].repeat(2, 0), np.array([0, 1]),
+                                      image_size=16, batch_size=2, training=False,
+                                      data_config=model)
+    images = next(iter(data.dataset))[0].numpy()
+    assert images.min() < -1.2 or images.max() > 1.2  # beyond [-1, 1]: the overshoot
+    assert keras_vit.evaluate(model, data, progress=False)["num_examples"] == 2
+    imagenet = dict(input_size=[3, 16, 16], interpolation="bicubic", crop_pct=0.875,
+                    crop_mode="center", mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    pixels = np.random.default_rng(0).integers(0, 256, (4, 20, 20, 3), np.uint8)
+    paper = keras_vit.data.from_arrays(pixels, np.arange(4) % 3, image_size=16, batch_size=2,
+                                       training=False)
+    timm_like = small_model(imagenet)
+    with pytest.warns(UserWarning, match="evaluation pipeline was built without a data config"):
+        got = keras_vit.evaluate(timm_like, paper, progress=False)
+    own = keras_vit.data.from_arrays(pixels, np.arange(4) % 3, image_size=16, batch_size=2,
+                                     training=False, data_config=timm_like)
+    assert got["loss"] == keras_vit.evaluate(timm_like, own, progress=False)["loss"]
+    other = keras_vit.data.from_arrays(pixels, np.arange(4) % 3, image_size=16, batch_size=2,
+                                       training=False, data_config=small_model())
+    with pytest.raises(ValueError, match="evaluation pipeline normalises with mean"):
+        keras_vit.evaluate(timm_like, other, progress=False)
+    half = tf.data.Dataset.from_tensor_slices((tf.zeros((4, 16, 16, 3), tf.bfloat16),
+                                               np.arange(4) % 3)).batch(2)
+    assert keras_vit.evaluate(small_model(), half, batch_size=None,
+                              progress=False)["num_examples"] == 4

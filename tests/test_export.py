@@ -339,7 +339,7 @@ def test_serving_default_reads_every_supported_format_and_refuses_others(exporte
     ((0.0, np.inf), r"images must be RGB pixels in \[0, 255\]"),
     ((0.0, 300.0), r"Received values from\] \[0\] \[to\] \[300\]"),
     ((-128.0, 127.0), r"Received values from\] \[-128\] \[to\] \[127\]"),
-    ((0.0, 0.8), r"scaled to \[0, 1\], not \[0, 255\]"),
+    ((0.0, 0.8), r"image\] \[0\] \[holds values up to\] \[0.3999\d*\] \[: scaled to \[0, 1\]"),
 ])
 def test_predict_images_refuses_pixels_it_would_answer_wrongly(loaded, values, message):
     """NaN would go back as NaN scores with labels, other scales as confident answers: as
@@ -351,6 +351,14 @@ def test_predict_images_refuses_pixels_it_would_answer_wrongly(loaded, values, m
         serve(images=tf.constant(images))
     dark = np.zeros((1, 32, 32, 3), np.float32)  # all black: in range, and served
     assert serve(images=tf.constant(dark))["probabilities"].shape == (1, len(CLASS_NAMES))
+
+
+def test_predict_images_refuses_an_image_scaled_to_0_1_among_others(loaded):
+    images = np.random.default_rng(4).uniform(0, 255, (3, 32, 32, 3)).astype(np.float32)
+    images[1] /= 255.0  # one client's image, batched with the others
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"images: image\] \[1\] \[holds values up to\] \[0.99"):
+        loaded.signatures["predict_images"](images=tf.constant(images))
 
 
 def test_warmup_records_are_prediction_logs_that_run(exported, loaded):

@@ -94,6 +94,19 @@ def test_every_kind_of_model_gives_its_logits_back_through_onnx_runtime(tmp_path
             onnx_export.run_onnx(path, partial)
 
 
+def test_a_hybrid_of_any_input_size_takes_any_size_as_the_keras_model_does(tmp_path):
+    """Its ResNet stem pads any size, so the file refuses none (no partial-patch node)."""
+    model = build("hybrid", dynamic_image_size=True)
+    path = keras_vit.export_onnx(model, tmp_path / "hybrid.onnx")
+    assert not any(node.name.startswith(onnx_export.PARTIAL_PATCH_NODE)
+                   for node in onnx.load(path).graph.node)
+    for height, width in ((16, 16), (18, 18), (17, 30)):
+        images = np.random.default_rng(height).uniform(-1, 1, (2, height, width, 3))
+        images = images.astype(np.float32)
+        np.testing.assert_allclose(onnx_export.run_onnx(path, pixels(images)),
+                                   logits(model, images), atol=1e-5)
+
+
 def test_a_keras_classifier_that_is_not_a_keras_vit_model_exports_too(tmp_path):
     inputs = keras.Input((16, 16, 3))
     features = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(inputs))

@@ -675,6 +675,12 @@ def test_decode_predictions_uses_the_shipped_imagenet_names():
     np.testing.assert_allclose(top[0][0][2], np.exp(5) / (np.exp(5) + 999))
     with pytest.raises(ValueError, match="No built-in class names for 7 classes"):
         keras_vit.decode_predictions(np.zeros((1, 7)))
+    # -inf masks classes out: scored on the others (ImageNet-A's 200 of the 1,000).
+    masked = np.full((1, 3), -np.inf)
+    masked[0, [0, 2]] = [1.0, 0.0]
+    top = keras_vit.decode_predictions(masked, top=3, class_names=["a", "b", "c"])[0]
+    assert [name for _, name, _ in top] == ["a", "c", "b"]
+    np.testing.assert_allclose([p for _, _, p in top], [np.e / (np.e + 1), 1 / (np.e + 1), 0])
 
 
 def test_convert_command_writes_a_keras_model_with_the_same_logits(tmp_path, images):

@@ -7,6 +7,7 @@ datasets (`from_tf_dataset`). See the package docstring (`keras_vit.data`) for w
 import dataclasses
 import functools
 import math
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -100,6 +101,17 @@ class InputData:
                 " Expected a pipeline built with data_config=model.")
         rebuilt = self.rebuild(self.start_epoch, model)
         return dataclasses.replace(rebuilt, skipped=self.skipped, data_config_given=False), True
+
+    def normalised_for(self, model, role="data"):
+        """`for_model`'s pipeline, with a warning of one line where it was built again."""
+        pipeline, adopted = self.for_model(model, role)
+        if adopted:
+            config = pipeline.data_config
+            warnings.warn(f"The {role} pipeline was built without a data config: it now "
+                          f"normalises with model {model.name!r}'s mean {list(config['mean'])} "
+                          f"and std {list(config['std'])}, as its weights expect (pass "
+                          "data_config=model to build it so).", stacklevel=3)
+        return pipeline
 
     @property
     def steps_per_epoch(self):

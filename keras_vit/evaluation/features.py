@@ -28,7 +28,8 @@ def batches(data, batch_size, progress, value_range=None, model=None):
     are normalised with the model's data config, `keras_vit.resolve_data_config`), each
     checked (`_checked`); with `progress`, a `keras.utils.Progbar` counts the images used (of
     how many, where that is known)."""
-    batch_size = check_positive_int("batch_size", batch_size)
+    if isinstance(data, InputData) and model is not None:
+        data = data.normalised_for(model, "evaluation")  # its data config, not its values
     bar = keras.utils.Progbar(_num_examples(data), unit_name="image") if progress else None
     done = 0
     for batch in _numpybatches(data, batch_size, value_range, model):
@@ -43,10 +44,12 @@ def batches(data, batch_size, progress, value_range=None, model=None):
 def _numpybatches(data, batch_size, value_range=None, model=None):
     """The batches `batches` yields, without the progress bar (without `model`, their images'
     size and values unchecked)."""
-    if isinstance(data, InputData):
+    pipeline = isinstance(data, InputData)
+    if pipeline:
         data = data.dataset
     if _is_arrays(data):
         images, labels = data
+        batch_size = check_positive_int("batch_size", batch_size)  # of arrays only
         if labels is None:
             raise ValueError("The data has no labels: expected (images, labels).")
         images = to_0_255(np.asarray(images), value_range)
@@ -69,7 +72,7 @@ def _numpybatches(data, batch_size, value_range=None, model=None):
             )
         images = np.asarray(element[0])
         labels, label_sets = _checked(images, *_split_labels(element[1]), model, "dataset's ")
-        if model is not None:
+        if model is not None and not pipeline:  # a keras_vit pipeline's, by its data config
             check_preprocessed(images, model, "The dataset's images")
         yield images, labels, label_sets
 

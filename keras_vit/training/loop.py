@@ -285,22 +285,6 @@ def _write_run(output_dir, settings, finished, model, class_names, run_time):
         _model_config(model), class_names, getattr(model, "data_config", None)), indent=1))
 
 
-def _normalised_for(model, role, pipeline):
-    """`pipeline` (an `InputData` or None) with `model`'s normalisation
-    (`InputData.for_model`): one built without a data config is built again with the
-    model's, with a warning of one line; one built with another is refused."""
-    if pipeline is None:
-        return None
-    pipeline, adopted = pipeline.for_model(model, role)
-    if adopted:
-        config = pipeline.data_config
-        warnings.warn(f"The {role} pipeline was built without a data config: it now "
-                      f"normalises with model {model.name!r}'s mean {list(config['mean'])} "
-                      f"and std {list(config['std'])}, as its weights expect (pass "
-                      "data_config=model to build it so).", stacklevel=3)
-    return pipeline
-
-
 def _check_model_classes(model, name, data):
     """Raises ValueError if `data` (an `InputData` or None) holds more classes than `model`
     has outputs: its labels would index past the logits."""
@@ -435,7 +419,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         check_trainable_classes(train.num_classes)
         for name, pipeline in (("training", train), ("validation", validation)):
             _check_model_classes(model, name, pipeline)
-    train, validation = (_normalised_for(model, role, pipeline)
+    train, validation = (None if pipeline is None else pipeline.normalised_for(model, role)
                          for role, pipeline in (("train", train), ("validation", validation)))
     if recipe is not None:
         check_choice("recipe", recipe, RECIPES)

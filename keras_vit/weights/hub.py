@@ -211,7 +211,8 @@ def bars(progress):
     notebook); off otherwise, as they were after the block. A user's
     `HF_HUB_DISABLE_PROGRESS_BARS`, or bars already turned off, are left as they are. The
     switch is huggingface_hub's, for the whole process: another thread's download in the block
-    draws no bar either."""
+    draws no bar either, and the settings of groups of bars (`disable_progress_bars(name)`)
+    are reset by it."""
     if (progress and redrawn_in_place(sys.stderr)
             or hub_constants.HF_HUB_DISABLE_PROGRESS_BARS is not None
             or are_progress_bars_disabled()):
