@@ -272,10 +272,12 @@ def _checked_pixels(images, floating):
     if floating:
         brightest = tf.reduce_max(images, axis=[1, 2, 3])  # [B]: each image's own
         scaled = (brightest > 0.0) & (brightest <= 1.0)
-        first = tf.argmax(tf.cast(scaled, tf.int32))  # the first such image
+        # The first such image (an index past the batch where none is: an empty batch too).
+        first = tf.argmax(tf.concat([tf.cast(scaled, tf.int32), [1]], axis=0))
         checks.append(tf.debugging.Assert(
             ~tf.reduce_any(scaled),
-            [f"{IMAGES_INPUT}: image", first, "holds values up to", tf.gather(brightest, first),
+            [f"{IMAGES_INPUT}: image", first, "holds values up to",
+             tf.gather(tf.concat([brightest, [0.0]], axis=0), first),
              ": scaled to [0, 1], not [0, 255]. Expected pixels in [0, 255] (multiply them by "
              "255)."]))
     with tf.control_dependencies(checks):

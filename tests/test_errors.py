@@ -455,6 +455,9 @@ def trained_head_model():
     return model
 
 
+# The arguments of the from_tf_dataset cases.
+TF_DATASET = dict(num_classes=3, image_size=8, batch_size=4, training=False)
+
 CASES = [
     # -- Checkpoints: every array is checked before any is assigned. -------------------------
     Case("npz string array last", load(lambda c: c.write_npz(
@@ -847,6 +850,58 @@ CASES = [
         "one -inf; the first: image 1)", "files"),
     Case("classify_images with its arguments swapped", lambda c: keras_vit.classify_images(
         ["a.png"], c.model), ValueError, "takes the model first, then the images", "files"),
+    # 6c. The input pipelines refuse what they would read wrongly: float pixels taken as
+    # [0, 255] (images in [0, 1] all near black), float labels truncated, labels beyond
+    # num_classes, a "validation" subset of a folder that is not split (every image).
+    Case("from_tf_dataset of float images", lambda c: data.from_tf_dataset(
+        tf.data.Dataset.from_tensor_slices((np.full((4, 8, 8, 3), 0.5, np.float32),
+                                            np.arange(4) % 3)), **TF_DATASET),
+        ValueError, "The dataset's images are float32: expected encoded files (strings) or "
+        "uint8 pixels in [0, 255]", "files"),
+    Case("from_tf_dataset of float labels", lambda c: data.from_tf_dataset(
+        tf.data.Dataset.from_tensor_slices((np.zeros((4, 8, 8, 3), np.uint8),
+                                            np.arange(4) % 3 + 0.9)), **TF_DATASET),
+        ValueError, "The dataset's labels must be integer class ids", "files"),
+    Case("from_tf_dataset of labels beyond num_classes", lambda c: data.from_tf_dataset(
+        tf.data.Dataset.from_tensor_slices((np.zeros((4, 8, 8, 3), np.uint8),
+                                            np.arange(4) + 1)), **dict(TF_DATASET, training=True,
+                                                                      batch_size=2)),
+        ValueError, "The dataset's labels out of range: [3, 4]", "files"),
+    Case("from_tf_dataset of a batched dataset", lambda c: data.from_tf_dataset(
+        tf.data.Dataset.from_tensor_slices((np.zeros((4, 8, 8, 3), np.uint8),
+                                            np.arange(4) % 3)).batch(2), **TF_DATASET),
+        ValueError, "(a batched dataset: dataset.unbatch())", "files"),
+    Case("from_tf_dataset of a repeated dataset", lambda c: data.from_tf_dataset(
+        tf.data.Dataset.from_tensor_slices((np.zeros((4, 8, 8, 3), np.uint8),
+                                            np.arange(4) % 3)).repeat(), **TF_DATASET),
+        ValueError, "The dataset repeats forever", "files"),
+    Case("from_tf_dataset with a decode giving floats", lambda c: data.from_tf_dataset(
+        tf.data.Dataset.from_tensor_slices((np.array([b"x"] * 4), np.arange(4) % 3)),
+        decode=lambda raw: tf.fill([8, 8, 3], 0.5), **TF_DATASET), ValueError,
+        "`decode` returned float32 images: expected uint8 pixels in [0, 255]", "files"),
+    Case("from_tf_dataset of no examples", lambda c: data.from_tf_dataset(
+        tf.data.Dataset.from_tensor_slices((np.zeros((0, 8, 8, 3), np.uint8),
+                                            np.zeros(0, np.int64))), **TF_DATASET),
+        ValueError, "The data holds no examples", "files"),
+    Case("from_folder subset without a split", lambda c: data.from_folder(
+        c.folder(), image_size=8, batch_size=2, training=False, subset="validation"),
+        ValueError, "`subset` 'validation' needs a `validation_split` > 0", "none"),
+    Case("from_folder split_seed None", lambda c: data.from_folder(
+        c.folder(), image_size=8, batch_size=2, training=False, validation_split=0.5,
+        subset="validation", split_seed=None), ValueError,
+        "`split_seed` must be a non-negative integer", "none"),
+    Case("from_folder holding out every image", lambda c: data.from_folder(
+        c.folder(), image_size=8, batch_size=2, training=False, validation_split=0.99,
+        subset="training"), ValueError, "holds out all 12 images", "none"),
+    Case("from_folder training 'False'", lambda c: data.from_folder(
+        c.folder(), image_size=8, batch_size=2, training="False"), ValueError,
+        "`training` must be True or False. Received: training='False'", "none"),
+    Case("from_arrays of images of no pixels", lambda c: data.from_arrays(
+        np.zeros((4, 0, 8, 3), np.uint8), np.arange(4) % 3, image_size=8, batch_size=2,
+        training=False), ValueError, "with H, W > 0. Received shape (4, 0, 8, 3)", "files"),
+    Case("from_tfds of split None", lambda c: data.from_tfds(
+        "cifar10", None, image_size=8, batch_size=2, training=False), ValueError,
+        "`split` must be a split's name", "files"),
     # 7. A flat folder's undecodable image is named, and the failed run leaves nothing.
     Case("cli pretrain a flat folder with a corrupt image", lambda c: c.cli(
         "pretrain", "--folder", flat_folder_with_a_corrupt_image(c), "--model-config",

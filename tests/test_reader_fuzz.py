@@ -12,7 +12,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
@@ -201,6 +201,9 @@ def preset(tmp_path_factory):
                "config": st.fixed_dictionaries({"image_converter": st.fixed_dictionaries({
                    "class_name": st.just("ViTImageConverter"),
                    "config": json_object(CONVERTER_FIELDS)})})})))
+@example(name=keras_hub.PREPROCESSOR_FILE, document={  # an integer beyond int64
+    "class_name": "ViTImageClassifierPreprocessor", "config": {"image_converter": {
+        "class_name": "ViTImageConverter", "config": {"offset": -2**63 - 1}}}})
 def test_a_presets_converter_of_any_json_gives_a_data_config_or_one_line(preset, name,
                                                                          document):
     converters = (keras_hub.PREPROCESSOR_FILE, keras_hub.IMAGE_CONVERTER_FILE)

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import images as image_ops
+from keras_vit.checks import check_bool, check_int, check_number, check_positive_int
 from keras_vit.data.pipelines import AUTOTUNE, _augment_args, _pipeline, _Source, _as_written
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
@@ -66,7 +67,9 @@ def list_image_folder(directory, labels="inferred"):
         FileNotFoundError: if `directory` does not exist.
         ValueError: if it holds no class subfolder with images (no image at all, unlabelled).
     """
-    directory = os.fspath(directory)
+    if not isinstance(directory, (str, bytes, os.PathLike)):
+        raise ValueError(f"`directory` must be a folder's path. Received: {directory!r:.80}")
+    directory = os.fsdecode(directory)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"Image folder {directory!r} does not exist or is not a directory.")
     if labels is None:
@@ -165,21 +168,24 @@ def from_folder(directory, *, image_size, batch_size, training, seed=0, start_ep
         ValueError: if it holds no images, or for a bad `validation_split` / `subset`.
     """
     unlabelled = labels is None
-    if isinstance(validation_split, bool) or not isinstance(validation_split, (int, float)) \
-            or not 0 <= validation_split < 1:
-        raise ValueError(f"`validation_split` must be a number in [0, 1). Received: "
-                         f"validation_split={validation_split!r:.80}")
+    validation_split = check_number("validation_split", validation_split, 0, 1)
+    if validation_split and subset not in ("training", "validation"):
+        raise ValueError(f"`subset` must be 'training' or 'validation' with validation_split > "
+                         f"0. Received: subset={subset!r:.80}")
+    if not validation_split and subset is not None:  # else every image, the held-out ones too
+        raise ValueError(f"`subset` {subset!r:.80} needs a `validation_split` > 0 to split the "
+                         "folder. Expected subset=None, or a validation_split.")
+    split_seed = check_int("split_seed", split_seed, 0)  # None: another split each call
+    skip_corrupt = check_bool("skip_corrupt", skip_corrupt)
+    max_pixels = check_positive_int("max_pixels", max_pixels, allow_none=True)
     paths, labels, class_names = list_image_folder(directory, labels)
-    if not 0 <= validation_split < 1:
-        raise ValueError(f"`validation_split` must be in [0, 1). Received: {validation_split!r}")
     if validation_split:
-        if subset not in ("training", "validation"):
-            raise ValueError(
-                f"`subset` must be 'training' or 'validation' with validation_split > 0. "
-                f"Received: subset={subset!r}"
-            )
         order = np.random.default_rng(split_seed).permutation(len(paths))
         count = max(1, round(validation_split * len(paths)))
+        if subset == "training" and count >= len(paths):
+            raise ValueError(f"validation_split={validation_split} holds out all {len(paths)} "
+                             f"images of {directory!r}: the training subset would be empty. "
+                             "Expected a smaller validation_split, or more images.")
         keep = np.sort(order[:count] if subset == "validation" else order[count:])
         paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
     skipped = ()

@@ -13,8 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import images as image_ops
-from keras_vit.checks import (check_bool, check_int, check_labels, check_replica_batch, in_range,
-                              to_pair)
+from keras_vit.checks import (check_bool, check_int, check_labels, check_positive_int,
+                              check_replica_batch, in_range, to_pair)
 from keras_vit.labels import check_class_names
 from keras_vit.preprocessing import as_data_config, check_pixel_range
 
@@ -288,6 +288,9 @@ def _finish(dataset):
 def _pipeline(source, image_size, batch_size, training, seed, start_epoch, augment, strategy,
               data_config=None):
     image_size = to_pair("image_size", image_size)
+    training = check_bool("training", training)
+    if not source.num_examples:
+        raise ValueError("The data holds no examples. Expected at least one image.")
     # The paper's where none is given (a model gives its own: `as_data_config`).
     config = as_data_config(data_config, image_size)
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
@@ -425,13 +428,17 @@ def from_arrays(
             `value_range` or outside it, a label count that differs from the image count, or
             labels outside `[0, num_classes)`.
     """
-    images = np.asarray(images)
+    try:
+        images = np.asarray(images)
+    except ValueError:  # a list of images of different sizes
+        raise ValueError("`images` must be one array [N, H, W, 3] of images of one size "
+                         "(from_tf_dataset takes images of different sizes).") from None
     labels = np.zeros(images.shape[:1], np.int32) if labels is None else np.asarray(labels)
     if images.ndim == 3:
         images = images[..., None]
-    if images.ndim != 4 or images.shape[-1] not in (1, 3):
+    if images.ndim != 4 or images.shape[-1] not in (1, 3) or 0 in images.shape[1:3]:
         raise ValueError(
-            f"`images` must have shape [N, H, W, 3], [N, H, W, 1] or [N, H, W]. "
+            f"`images` must have shape [N, H, W, 3], [N, H, W, 1] or [N, H, W] with H, W > 0. "
             f"Received shape {images.shape}"
         )
     if labels.ndim != 1 or len(labels) != len(images):
@@ -501,7 +508,54 @@ def to_0_255(images, value_range):
 
 def _decoded_window(decode, raw, window=None):
     """`decode(raw)` as RGB, or the box `window` gives for it."""
-    return image_ops.cut_window(image_ops.to_rgb(decode(raw)), window)
+    image = decode(raw)
+    if image.dtype != tf.uint8:  # found where the pipeline traces it
+        raise ValueError(f"`decode` returned {image.dtype.name} images: expected uint8 pixels in "
+                         "[0, 255] (float pixels in [0, 1] would be taken as near black).")
+    return image_ops.cut_window(image_ops.to_rgb(image), window)
+
+
+def _check_examples(dataset, decode):
+    """Refuses what `from_tf_dataset` cannot read as (image, label) examples, by the dataset's
+    element spec: no dataset, other elements, batched or float images (taken as [0, 255],
+    float pixels in [0, 1] would all be near black), labels that are no integer class ids."""
+    if not isinstance(dataset, tf.data.Dataset):
+        raise ValueError(f"from_tf_dataset takes a tf.data.Dataset of (image, label) examples. "
+                         f"Received: {type(dataset).__name__}")
+    spec = dataset.element_spec
+    if not isinstance(spec, tuple) or len(spec) != 2:
+        raise ValueError(f"The dataset's elements must be (image, label) pairs. Received: "
+                         f"{spec!r:.200}")
+    image, label = spec
+    if decode is None and image.dtype == tf.string and image.shape.rank != 0:
+        raise ValueError(f"The dataset's images are strings of shape {image.shape}: expected "
+                         "one encoded file per example (an unbatched dataset: "
+                         "dataset.unbatch()).")
+    if decode is None and image.dtype != tf.string:
+        if image.dtype != tf.uint8:
+            raise ValueError(f"The dataset's images are {image.dtype.name}: expected encoded "
+                             "files (strings) or uint8 pixels in [0, 255] (float images: "
+                             "tf.cast(tf.round(x * 255), tf.uint8) for [0, 1], or pass decode=).")
+        if image.shape.rank != 3 or image.shape[-1] not in (1, 3):
+            hint = " (a batched dataset: dataset.unbatch())" if image.shape.rank == 4 else ""
+            raise ValueError(f"The dataset's images have shape {image.shape}: expected one "
+                             f"image [height, width, 3] (or 1, grey) per example{hint}.")
+    label = label.get("label") if isinstance(label, dict) else label
+    if not isinstance(label, tf.TensorSpec) or not (label.dtype.is_integer
+                                                   and label.shape.rank == 0):
+        raise ValueError(f"The dataset's labels must be integer class ids, one per example "
+                         f"(not one-hot: tf.argmax(label)). Received: {label!r:.200}")
+
+
+def _checked_label(num_classes, image, label):
+    """(image, label) once its class id lies in [0, num_classes): else reading fails with an
+    InvalidArgumentError saying so."""
+    value = label["label"] if isinstance(label, dict) else label
+    check = tf.debugging.Assert(
+        (value >= 0) & (tf.cast(value, tf.int64) < num_classes),
+        ["from_tf_dataset: a label", value, f"outside [0, {num_classes}) (num_classes)"])
+    with tf.control_dependencies([check]):
+        return tf.identity(image), tf.nest.map_structure(tf.identity, label)
 
 
 def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, decode=None,
@@ -526,12 +580,18 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     Returns:
         `InputData`.
     """
+    num_classes = check_positive_int("num_classes", num_classes)
+    _check_examples(dataset, decode)
     image_spec = dataset.element_spec[0]
     if decode is None and image_spec.dtype == tf.string:
         decode = image_ops.decode_image
     elif decode is not None:  # the caller's decoder, to any channels, then the box
         decode = functools.partial(_decoded_window, decode)
     num_examples = int(dataset.cardinality())
+    if num_examples == tf.data.INFINITE_CARDINALITY:
+        raise ValueError("The dataset repeats forever: from_tf_dataset needs its examples once "
+                         "(training pipelines repeat them). Expected the dataset without "
+                         ".repeat().")
     if num_examples < 0:  # unknown cardinality: count once
         num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
     source = _Source(num_examples=num_examples, num_classes=num_classes, decode=decode,
@@ -540,10 +600,12 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     if training and batchable and num_examples <= RANDOM_ACCESS_LIMIT:
         # Hold the encoded images in memory: random access gives resumable epoch orders.
         images_t, labels_t = _in_memory(dataset, num_examples)
+        ids = labels_t["label"] if isinstance(labels_t, dict) else labels_t
+        check_labels(ids.numpy(), num_classes, "The dataset's labels")
         source.fetch = lambda i: (tf.gather(images_t, i),
                                   tf.nest.map_structure(lambda t: tf.gather(t, i), labels_t))
-    else:
-        source.stream = dataset
+    else:  # each label checked as it is read
+        source.stream = dataset.map(functools.partial(_checked_label, num_classes))
     return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
                      _augment_args(augment) if training else None, strategy, data_config)
 

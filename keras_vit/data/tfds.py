@@ -104,6 +104,9 @@ def from_tfds(name, split, *, image_size, batch_size, training=None, data_dir=No
     import tensorflow_datasets as tfds  # slow to import, and only tfds data sets need it
 
     spec = get_dataset_spec(name)
+    if not isinstance(split, str) or not split.strip():
+        raise ValueError(f"`split` must be a split's name, e.g. 'train', 'test' or "
+                         f"'train[:10%]'. Received: split={split!r:.80}")
     tfds_split = spec.splits.get(split, split)
     training = split == "train" if training is None else training
     if training and spec.label_set:

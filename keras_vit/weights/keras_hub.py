@@ -34,7 +34,7 @@ import re
 import keras
 import numpy as np
 
-from keras_vit.checks import check_bool, check_choice, check_positive_int, to_pair
+from keras_vit.checks import check_bool, check_choice, check_positive_int, in_range, to_pair
 from keras_vit.preprocessing import (IMAGE_CHANNELS, INPUT_OFFSET, INPUT_SCALE, MAX_MEAN,
                                      MAX_STD, MIN_STD)
 from keras_vit.weights import config_json
@@ -215,9 +215,7 @@ def _number_per_channel(path, field, value, default):
     """A converter's `scale` or `offset` (None, a number or one per channel) as 3 floats."""
     value = default if value is None else value
     values = value if isinstance(value, list) else [value] * IMAGE_CHANNELS
-    if len(values) != IMAGE_CHANNELS or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
-            for v in values):
+    if len(values) != IMAGE_CHANNELS or not all(in_range(v) for v in values):  # finite reals
         raise CheckpointError(f"{path}: `{field}` must be a number or {IMAGE_CHANNELS} numbers "
                               f"(one per RGB channel). Received: {field}={value!r:.100}")
     return [float(v) for v in values]
