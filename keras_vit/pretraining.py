@@ -59,7 +59,7 @@ from keras_vit.encoder import Encoder
 from keras_vit.model_parts import vit_config
 from keras_vit.model import RoutedSteps, ViT
 from keras_vit.model_parts import encoder_blocks, encoder_layer
-from keras_vit.preprocessing import IMAGE_CHANNELS
+from keras_vit.preprocessing import IMAGE_CHANNELS, INPUT_OFFSET, INPUT_SCALE, normalization
 from keras_vit.checks import (
     check_choice,
     check_int,
@@ -256,6 +256,8 @@ class MaskedPatchModel(RoutedSteps, keras.Model):
         self.objective = check_choice("objective", objective, OBJECTIVES)
         self.encoder_config = dict(config, include_top=False, num_classes=None,
                                    representation_size=None)
+        # The ViT's preprocessing, which its inputs have (a value, not tracked by Keras).
+        object.__setattr__(self, "_data_config", vit.data_config)
         self.stem, self.cls, self.posembed = (_layer(vit, name) for name in _OPTIONAL)
         self.embedding = vit.get_layer("embedding")
         self.dropout = vit.get_layer("dropout")
@@ -295,6 +297,23 @@ class MaskedPatchModel(RoutedSteps, keras.Model):
             self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="masked_accuracy")
         self.built = True
 
+    @property
+    def data_config(self):
+        """The preprocessing of the images it takes: the ViT's (`keras_vit.ViT.data_config`),
+        which `keras_vit.training.fit` holds its pipelines to and records with the run."""
+        return self._data_config
+
+    def _paper_scaled(self, images):
+        """`images`, normalised with the data config's mean and std, as the paper's [-1, 1]
+        scaling of the same pixels: the objectives' colour bins and regression targets are
+        defined there."""
+        if self._data_config.is_paper:
+            return images
+        scale, offset = normalization(self._data_config)
+        pixels = (images - ops.convert_to_tensor(offset, images.dtype)) * ops.convert_to_tensor(
+            scale, images.dtype)  # [0, 255]
+        return pixels / INPUT_SCALE + INPUT_OFFSET
+
     def _head_units(self):
         if self.objective == "mean_color":
             return NUM_COLORS
@@ -317,7 +336,7 @@ class MaskedPatchModel(RoutedSteps, keras.Model):
         return x, selected
 
     def call(self, images, training=None):
-        # images = [B, H, W, 3] in [-1, 1]
+        # images = [B, H, W, 3], preprocessed as `data_config` says ([-1, 1]: the paper's)
         x, selected = self.embed(images, training)
         x = self.dropout(x, training=training)
         if isinstance(self.blocks[0], Encoder):  # the 0.4 layouts' one layer
@@ -330,7 +349,7 @@ class MaskedPatchModel(RoutedSteps, keras.Model):
             predictions = ops.reshape(predictions, (ops.shape(predictions)[0], -1,
                                                     DOWNSIZED_GRID * DOWNSIZED_GRID,
                                                     NUM_COLORS))  # [B, N, 16, 512]
-        targets = patch_targets(images, self.pixel_patch, self.objective)
+        targets = patch_targets(self._paper_scaled(images), self.pixel_patch, self.objective)
         return {"predictions": predictions, "targets": targets, "weights": selected}
 
     def _position_weights(self, outputs):

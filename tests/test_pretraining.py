@@ -372,3 +372,30 @@ def test_pretrain_reads_a_flat_folder_of_unlabelled_images(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     run = json.loads((tmp_path / "mpp" / "run.json").read_text())
     assert run["finished"] and run["settings"]["examples"] == 10
+
+
+@pytest.mark.parametrize("objective", ["mean_color", "pixels"])
+def test_a_vit_of_another_normalisation_predicts_the_targets_of_its_pixels(tmp_path, objective):
+    """The targets are defined on the paper's [-1, 1]: images normalised with a checkpoint's
+    mean and std give the targets of the same pixels, and the run records that
+    normalisation for the encoder it writes."""
+    imagenet = dict(input_size=[3, 8, 8], interpolation="bilinear", crop_pct=1.0,
+                    crop_mode="squash", mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    vit = keras_vit.ViT(**dict(TINY, include_top=False, data_config=imagenet))
+    model = pretraining.masked_patch_model(vit, objective, seed=0)
+    assert model.data_config["mean"] == imagenet["mean"]
+    pixels = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), np.uint8)
+    got = model(keras_vit.preprocess_inputs(pixels, vit))["targets"]
+    want = pretraining.patch_targets(keras_vit.preprocess_inputs(pixels), (4, 4), objective)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want),
+                               atol=1e-5)
+    if objective == "pixels":
+        return
+    train = data.from_arrays(pixels, None, image_size=8, batch_size=2, training=True,
+                             data_config=vit)
+    training.fit(model, train, output_dir=tmp_path / "run", steps=1, recipe="pretrain_mpp",
+                 verbose=0)
+    written = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert written["preprocessing"]["mean"] == imagenet["mean"]
+    encoder = keras_vit.from_pretrained(tmp_path / "run" / "encoder.npz")
+    assert encoder.data_config["mean"] == imagenet["mean"]

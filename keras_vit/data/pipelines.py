@@ -99,7 +99,7 @@ class InputData:
                 f"{list(stated['std'])}, but model {model.name!r} expects mean "
                 f"{list(expected['mean'])} and std {list(expected['std'])} (its data_config)."
                 " Expected a pipeline built with data_config=model.")
-        rebuilt = self.rebuild(self.start_epoch, model)
+        rebuilt = self.rebuild(self.start_epoch, expected)
         return dataclasses.replace(rebuilt, skipped=self.skipped, data_config_given=False), True
 
     def normalised_for(self, model, role="data"):
