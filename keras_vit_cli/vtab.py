@@ -66,13 +66,12 @@ def configure(parser):
                        help="choose the learning rate and steps on the 200 validation "
                             "examples first (the paper's sweep), then train on all 1,000")
     group.add_argument("--sweep-lr", type=list_arg(number_arg(0, low_inclusive=False)),
-                       default=list(SWEEP_LEARNING_RATES), metavar="LR,LR",
-                       help="learning rates of the sweep (0.001,0.01)")
-    group.add_argument("--sweep-steps", type=list_arg(positive_int_arg), default=list(SWEEP_STEPS),
-                       metavar="N,N", help="run lengths of the sweep (500,2500)")
-    group.add_argument("--select", choices=("suite", "task"), default="suite",
-                       help="suite: one setting for every task, as the paper; task: each "
-                            "task's best (default suite)")
+                       metavar="LR,LR", help="with --sweep: its learning rates (0.001,0.01)")
+    group.add_argument("--sweep-steps", type=list_arg(positive_int_arg), metavar="N,N",
+                       help="with --sweep: its run lengths (500,2500)")
+    group.add_argument("--select", choices=("suite", "task"),
+                       help="with --sweep: suite, one setting for every task, as the paper; "
+                            "task, each task's best (default suite)")
     group.add_argument("--data-dir", help="tensorflow-datasets data directory")
     group.add_argument("--manual-dir",
                        help="hand-downloaded files (diabetic_retinopathy, resisc45)")
@@ -101,6 +100,13 @@ def check(args):
     files exist, and the flags that need no TensorFlow (the output folder, the batch sizes,
     the precision, the strategy)."""
     require_architecture(args)
+    given = [flag for flag, value in (("--sweep-lr", args.sweep_lr),
+                                      ("--sweep-steps", args.sweep_steps),
+                                      ("--select", args.select)) if value is not None]
+    if given and not args.sweep:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} "
+                         "to a sweep: add --sweep, or leave "
+                         f"{'it' if len(given) == 1 else 'them'} out.")
     check_model_paths(args)
     check_output_folder("--output", args.output, "the suite")
     _check_batch_sizes(args)
@@ -137,11 +143,12 @@ def run(args):  # the dispatcher has applied --backend
                        weights=os.path.abspath(os.path.expanduser(args.weights))
                        if args.weights and os.path.exists(os.path.expanduser(args.weights))
                        else args.weights, precision=args.precision)
-    sweep = [(lr, n) for lr in args.sweep_lr for n in args.sweep_steps] if args.sweep else None
+    sweep = [(lr, n) for lr in args.sweep_lr or SWEEP_LEARNING_RATES
+             for n in args.sweep_steps or SWEEP_STEPS] if args.sweep else None
     summary = vtab.run(
         model_fn, args.output, tasks=[t.name for t in tasks], learning_rate=args.lr,
         steps=args.steps, batch_size=args.batch_size, target_batch_size=args.target_batch_size,
-        image_size=tuple(args.image_size), sweep=sweep, select=args.select,
+        image_size=tuple(args.image_size), sweep=sweep, select=args.select or "suite",
         data_dir=args.data_dir, manual_dir=args.manual_dir, seed=args.seed,
         augment=not args.no_augment, keep_weights=args.keep_weights, overwrite=args.overwrite,
         jit_compile=args.xla, strategy=strategy, description=description,

@@ -173,6 +173,10 @@ MISSING = {
                                            "--split 'BAD' is not a split of the image folder "
                                            "classes. Expected validation (its held-out 10%; "
                                            "also test) or train."),
+    "vtab --sweep-lr without --sweep": (["vtab", "--output", "suite", "--model-config",
+                                          TINY_JSON, "--sweep-lr", "0.5,0.7"],
+                                         "--sweep-lr applies to a sweep: add --sweep, or "
+                                         "leave it out."),
     "predict unknown variant": (["predict", "img.png", "--model", "B/17"],
                                 "Unknown ViT variant 'B/17'. Expected one of Ti/16"),
     "predict --model-config unknown key": (["predict", "img.png", "--model-config",

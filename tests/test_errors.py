@@ -455,6 +455,10 @@ def trained_head_model():
     return model
 
 
+def tiny_model_fn(num_classes):
+    return keras_vit.ViT(**dict(TINY, num_classes=num_classes))
+
+
 # The arguments of the from_tf_dataset cases.
 TF_DATASET = dict(num_classes=3, image_size=8, batch_size=4, training=False)
 
@@ -902,6 +906,18 @@ CASES = [
     Case("from_tfds of split None", lambda c: data.from_tfds(
         "cifar10", None, image_size=8, batch_size=2, training=False), ValueError,
         "`split` must be a split's name", "files"),
+    # 6d. A VTAB run's settings are checked before its folder holds a record of them (one
+    # that the corrected call would be refused by).
+    Case("vtab sweep of a negative learning rate", lambda c: vtab.run(
+        tiny_model_fn, c.tmp / "suite", tasks="dtd", sweep=[(-1.0, 2)]), ValueError,
+        "`sweep learning rate` must be a number in (0, ", "none", after=no_folder("suite")),
+    Case("vtab sweep of a setting twice", lambda c: vtab.run(
+        tiny_model_fn, c.tmp / "suite", tasks="dtd", sweep=[(0.01, 2), (0.01, 2)]),
+        ValueError, "`sweep` holds the setting (0.01, 2) twice", "none",
+        after=no_folder("suite")),
+    Case("vtab seed -1", lambda c: vtab.run(tiny_model_fn, c.tmp / "suite", tasks="dtd",
+                                            seed=-1), ValueError,
+         "`seed` must be a non-negative integer", "none", after=no_folder("suite")),
     # 7. A flat folder's undecodable image is named, and the failed run leaves nothing.
     Case("cli pretrain a flat folder with a corrupt image", lambda c: c.cli(
         "pretrain", "--folder", flat_folder_with_a_corrupt_image(c), "--model-config",

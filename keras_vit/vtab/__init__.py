@@ -64,7 +64,7 @@ from keras_vit.fileio import (
 )
 from keras_vit.positions import model_image_size
 from keras_vit.training.callbacks import read_json_state
-from keras_vit.checks import check_choice, check_int
+from keras_vit.checks import FLOAT32_MAX, check_choice, check_int, check_number, to_pair
 from keras_vit.vtab.tasks import (  # noqa: F401  (the public names of the tasks, here too)
     NATURAL,
     SPECIALIZED,
@@ -315,6 +315,30 @@ def _setting_key(learning_rate, steps):
     return f"lr{learning_rate:g}_steps{steps}"
 
 
+def _learning_rate(name, value):
+    return check_number(name, value, 0, FLOAT32_MAX, low_inclusive=False, high_inclusive=True)
+
+
+def _grid(sweep):
+    """The (learning rate, steps) pairs of `sweep`: True (the paper's grid) or pairs, each
+    checked, none twice."""
+    if sweep is True:
+        return [(lr, s) for lr in SWEEP_LEARNING_RATES for s in SWEEP_STEPS]
+    expected = "Expected (learning_rate, steps) pairs, or True."
+    if not isinstance(sweep, (list, tuple)) or not sweep:
+        raise ValueError(f"`sweep` must hold settings. {expected} Received: sweep={sweep!r:.80}")
+    grid = []
+    for item in sweep:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise ValueError(f"`sweep` holds {item!r:.60}. {expected}")
+        pair = (_learning_rate("sweep learning rate", item[0]),
+                check_int("sweep steps", item[1], 1))
+        if pair in grid:
+            raise ValueError(f"`sweep` holds the setting {pair} twice. Expected each once.")
+        grid.append(pair)
+    return grid
+
+
 def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=STEPS,
         batch_size=BATCH_SIZE, target_batch_size=None, image_size=None, sweep=None,
         select="suite", data_dir=None, manual_dir=None, download=True, seed=0, augment=True,
@@ -375,14 +399,15 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
         if target_batch_size % batch_size:
             raise ValueError(f"target_batch_size {target_batch_size} is not a multiple of "
                              f"batch_size {batch_size}.")
-    if not (isinstance(learning_rate, (int, float)) and learning_rate > 0):
-        raise ValueError(f"learning_rate must be a positive number. Received: {learning_rate!r}")
-    grid = None
-    if sweep is not None and sweep is not False:
-        grid = [(lr, s) for lr in SWEEP_LEARNING_RATES for s in SWEEP_STEPS] if sweep is True \
-            else [(float(lr), check_int("sweep steps", s, 1)) for lr, s in sweep]
-        if not grid:
-            raise ValueError("sweep is empty. Expected (learning_rate, steps) pairs, or True.")
+    # Every setting is checked before the folder holds a record of them (a refusal after that
+    # would leave a record the corrected call is refused by).
+    learning_rate = _learning_rate("learning_rate", learning_rate)
+    seed = check_int("seed", seed, 0)
+    if seed >= 2**32:  # Keras' seeds
+        raise ValueError(f"`seed` must be an integer in [0, 2**32). Received: seed={seed}")
+    if image_size is not None:
+        to_pair("image_size", image_size)  # checked; recorded as given
+    grid = None if sweep is None or sweep is False else _grid(sweep)
     check_data(chosen_tasks, data_dir, manual_dir, download)  # before hours of training
     output_dir = check_writable_dir(output_dir)
     # One suite run per folder; the lock file goes too if the call leaves no suite record.
