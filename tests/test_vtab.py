@@ -435,3 +435,24 @@ def test_missing_data_is_named_before_anything_is_written(tmp_path):
         vtab.run(model_fn, out, tasks="diabetic_retinopathy", data_dir=str(tmp_path / "d"),
                  **SMALL)
     assert not out.exists()
+
+
+def test_tasks_added_to_a_swept_suite_cannot_change_its_choice(tmp_path, monkeypatch):
+    """With select="suite" one setting trains every task: tasks added to a suite whose results
+    were trained with another setting are refused, not trained with the new choice beside
+    them."""
+    accuracy = {("dtd", 0.001): 0.9, ("dtd", 0.01): 0.1,
+                ("eurosat", 0.001): 0.0, ("eurosat", 0.01): 1.0}
+    monkeypatch.setattr(vtab, "_finetune", lambda model_fn, task, train, evaluation, run_dir,
+                        learning_rate, steps, **common: (accuracy[task.name, learning_rate], 8, 8))
+    grid = [(0.001, 2), (0.01, 2)]
+    out = tmp_path / "vtab"
+    with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES):
+        first = vtab.run(model_fn, out, tasks="dtd", sweep=grid, batch_size=4, verbose=0)
+        assert first["chosen"] == {"dtd": dict(learning_rate=0.001, steps=2)}
+        with pytest.raises(ValueError, match=r"the sweep chooses learning rate 0.01, 2 steps "
+                                             r"for dtd, which .* trained with learning rate "
+                                             r"0.001, 2 steps"):
+            vtab.run(model_fn, out, tasks="dtd,eurosat", sweep=grid, batch_size=4, verbose=0)
+    assert [row["task"] for row in read_csv(out / "results.csv")] == ["dtd"]
+    assert json.loads((out / "vtab.json").read_text())["chosen"] == first["chosen"]

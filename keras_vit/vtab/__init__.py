@@ -470,6 +470,7 @@ def _run_suite(model_fn, output_dir, chosen_tasks, grid, settings, *, overwrite,
             finish_run(run_dir)
             say(f"{counter}: val200 accuracy {100 * accuracy:.2f}% on {examples} images")
         chosen = _choose(sweep_rows, chosen_tasks, grid, settings["select"])
+        _check_choice_kept(chosen, results, output_dir)
         record["chosen"] = {name: dict(learning_rate=lr, steps=n)
                             for name, (lr, n) in chosen.items()}
         atomic_write_text(os.path.join(output_dir, SETTINGS_FILE), json.dumps(record, indent=1))
@@ -504,6 +505,22 @@ def _run_suite(model_fn, output_dir, chosen_tasks, grid, settings, *, overwrite,
     if chosen:
         summary["chosen"] = record["chosen"]
     return summary
+
+
+def _check_choice_kept(chosen, results, output_dir):
+    """Refuses a choice of the sweep that the tasks already trained did not use (tasks added
+    to a suite whose setting is chosen for every task can change it): their results would mix
+    settings."""
+    for row in results:
+        setting = chosen.get(row["task"])
+        trained = (float(row["learning_rate"]), int(row["steps"]))
+        if setting is not None and trained != tuple(setting):
+            raise ValueError(
+                f"With these tasks the sweep chooses learning rate {setting[0]:g}, "
+                f"{setting[1]} steps for {row['task']}, which {output_dir} trained with "
+                f"learning rate {trained[0]:g}, {trained[1]} steps: its results would mix "
+                "settings. Expected the tasks of its first run (a folder of its own for "
+                "others), or overwrite=True (--overwrite) to run the suite again.")
 
 
 def _choose(rows, tasks, grid, select):
