@@ -49,7 +49,9 @@ VIT_DEFAULTS = {name: parameter.default
 
 
 def vit_config(model):
-    """The `keras_vit.ViT` arguments that rebuild `model`.
+    """The `keras_vit.ViT` arguments that rebuild `model`'s architecture; the preprocessing
+    its weights expect is `model.data_config`
+    (`keras_vit.ViT(**vit_config(model), data_config=model.data_config)`).
 
     Args:
         model: keras.Model. A `keras_vit.ViT` (built by it or a named builder, or loaded

@@ -100,6 +100,12 @@ def run(args):
                 model.save_weights(tmp, overwrite=True)
     print(f"Wrote {args.out} ({model.name}, {model.count_params():,} parameters, "
           f"input {tuple(model.inputs[0].shape[1:])})")
+    config = getattr(model, "data_config", None)
+    if args.out.endswith(".weights.h5") and config is not None and not config.is_paper:
+        print(f"note: {args.out} holds the weights only, not their preprocessing (mean "
+              f"{list(config['mean'])}, std {list(config['std'])}, {config['interpolation']} "
+              f"resize): build the model to load them into with data_config=, e.g. "
+              "keras_vit.ViT(**keras_vit.vit_config(source), data_config=source.data_config).")
     return 0
 
 

@@ -537,3 +537,24 @@ def test_output_in_an_encoding_without_the_class_names_characters_is_escaped(
     assert status == 0, capsys.readouterr().err[-2000:]
     stdout.flush()
     assert b"caf\\xe9" in stdout.buffer.getvalue()
+
+
+def test_convert_to_weights_h5_names_the_preprocessing_it_leaves_behind(tmp_path, capsys):
+    """A .weights.h5 file holds weights only: the model that loads them must be built with
+    their data config, which the command names (a .keras file holds it)."""
+    import keras_vit
+
+    imagenet = dict(input_size=[3, 16, 16], interpolation="bicubic", crop_pct=0.875,
+                    crop_mode="center", mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    source = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+                           num_heads=2, mlp_dim=8, num_classes=3, data_config=imagenet)
+    source.save(tmp_path / "m.keras")
+    assert cli.main(["convert", str(tmp_path / "m.keras"), str(tmp_path / "m.weights.h5")]) == 0
+    out = capsys.readouterr().out
+    assert "note: " in out and "holds the weights only" in out
+    assert "mean [0.485, 0.456, 0.406], std [0.229, 0.224, 0.225], bicubic resize" in out
+    rebuilt = keras_vit.ViT(**keras_vit.vit_config(source), data_config=source.data_config)
+    rebuilt.load_weights(tmp_path / "m.weights.h5")
+    assert rebuilt.data_config == source.data_config
+    assert cli.main(["convert", "digits", str(tmp_path / "d.weights.h5")]) == 0
+    assert "note: " not in capsys.readouterr().out  # the paper's preprocessing
