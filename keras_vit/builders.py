@@ -85,6 +85,11 @@ def build_from_checkpoint(source, progress=True, **overrides):
         config, class_names, described_by = checkpoint_config(params, entry, source,
                                                               overrides.get("image_size"))
         file_classes = config.get("num_classes") if config.get("include_top", True) else None
+        if overrides.get("num_classes") is not None and "include_top" not in overrides \
+                and not config.get("include_top", True):  # it would be ignored
+            raise ValueError(f"num_classes={overrides['num_classes']!r} asks for a head, but "
+                             f"{source} describes a model without one (include_top=False). "
+                             "Expected include_top=True with it, for a new head.")
         kwargs = dict(config, **overrides)
         if kwargs.get("num_classes") != file_classes:
             class_names = None  # the names belong to the file's head

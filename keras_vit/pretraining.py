@@ -67,6 +67,7 @@ from keras_vit.checks import (
     to_pair,
 )
 from keras_vit.weights import model_params
+from keras_vit.weights.loading import PRETRAINING_LAYERS
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
@@ -83,8 +84,6 @@ NUM_COLORS = COLOR_LEVELS ** 3
 DOWNSIZED_GRID = 4
 # The [mask] embedding's initialisation: BERT's normal(0.02), as the position embeddings.
 MASK_EMBEDDING_STDDEV = 0.02
-# Layers of the pre-training model that are not the ViT's (dropped for fine-tuning).
-PRETRAINING_LAYERS = ("masked_patches", "mpp_head")
 # The layers a keras_vit.ViT encoder may lack: `resnet` (hybrids only), `cls` (no class token),
 # `posembed_input`. The others: `embedding`, `dropout`, `encoderblock_{i}`, `encoder_norm`.
 _OPTIONAL = ("resnet", "cls", "posembed_input")

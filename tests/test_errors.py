@@ -918,6 +918,10 @@ CASES = [
     Case("vtab seed -1", lambda c: vtab.run(tiny_model_fn, c.tmp / "suite", tasks="dtd",
                                             seed=-1), ValueError,
          "`seed` must be a non-negative integer", "none", after=no_folder("suite")),
+    Case("from_pretrained of an encoder with num_classes and no include_top", lambda c: [
+        weights.save_npz(keras_vit.ViT(**dict(TINY, include_top=False)), c.tmp / "enc.npz"),
+        keras_vit.from_pretrained(c.tmp / "enc.npz", num_classes=4)], ValueError,
+        "num_classes=4 asks for a head, but", "none"),
     # 7. A flat folder's undecodable image is named, and the failed run leaves nothing.
     Case("cli pretrain a flat folder with a corrupt image", lambda c: c.cli(
         "pretrain", "--folder", flat_folder_with_a_corrupt_image(c), "--model-config",

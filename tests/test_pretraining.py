@@ -399,3 +399,12 @@ def test_a_vit_of_another_normalisation_predicts_the_targets_of_its_pixels(tmp_p
     assert written["preprocessing"]["mean"] == imagenet["mean"]
     encoder = keras_vit.from_pretrained(tmp_path / "run" / "encoder.npz")
     assert encoder.data_config["mean"] == imagenet["mean"]
+
+
+def test_a_pretraining_checkpoint_loaded_as_a_classifier_points_to_its_encoder(tmp_path):
+    model = pretraining.masked_patch_model(keras_vit.ViT(**TINY), seed=0)
+    np.savez(tmp_path / "final.npz", **weights.model_params(model))  # as fit writes final.npz
+    with pytest.raises(weights.CheckpointError, match="masked-patch pre-training model: its "
+                                                      "encoder, without them, is the "
+                                                      "encoder.npz"):
+        keras_vit.load_pretrained(keras_vit.ViT(**TINY), tmp_path / "final.npz")

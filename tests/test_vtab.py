@@ -343,6 +343,7 @@ def test_sweep_picks_the_best_validation_setting(tmp_path, capsys):
         t: dict(learning_rate=best[0], steps=best[1]) for t in ("dtd", "dmlab")}
     assert [(float(r["learning_rate"]), int(r["steps"])) for r in
             read_csv(out / "results.csv")] == [best, best]
+    assert not (out / "runs").exists()  # no weights kept, no empty folders of the sweep
     # Per-task selection takes each task's own best.
     chosen = vtab._choose(
         [dict(task="a", learning_rate=0.01, steps=2, val_accuracy=0.5),

@@ -445,8 +445,15 @@ def _run_suite(model_fn, output_dir, chosen_tasks, grid, settings, *, overwrite,
             print(text, flush=True)
 
     def finish_run(run_dir):
-        if not keep_weights:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        """The run's weights removed unless kept, with the folders above it left empty, up to
+        `runs` itself."""
+        if keep_weights:
+            return
+        shutil.rmtree(run_dir, ignore_errors=True)
+        folder = os.path.dirname(run_dir)
+        while folder.startswith(runs) and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)
+            folder = os.path.dirname(folder)
 
     # 1. The sweep: every setting on every task, train800 -> val200.
     chosen = {}
@@ -498,8 +505,6 @@ def _run_suite(model_fn, output_dir, chosen_tasks, grid, settings, *, overwrite,
         finish_run(run_dir)
         say(f"vtab [{index}/{len(chosen_tasks)}] {task.name}: test accuracy "
             f"{100 * accuracy:.2f}% on {examples} images")
-    if not keep_weights and os.path.isdir(runs) and not os.listdir(runs):
-        os.rmdir(runs)
     summary = summarize(results)
     summary["output_dir"] = output_dir
     if chosen:

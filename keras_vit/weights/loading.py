@@ -231,6 +231,10 @@ def match_params(model, params, source=None, check_values=True, checked_as_read=
     return assignments, skipped, fresh
 
 
+# The layers a masked-patch pre-training model adds to its ViT (`keras_vit.pretraining`).
+PRETRAINING_LAYERS = ("masked_patches", "mpp_head")
+
+
 def _does_not_fit(model, source, description, missing=(), unexpected=(), problems=()):
     """The message refusing a checkpoint: every missing and unexpected key, and the problems
     of its arrays (shape mismatches, dtypes, values)."""
@@ -243,6 +247,9 @@ def _does_not_fit(model, source, description, missing=(), unexpected=(), problem
         lines.append(f"  missing keys ({len(missing)}): {_listed(missing)}")
     if unexpected:
         lines.append(f"  unexpected keys ({len(unexpected)}): {_listed(unexpected)}")
+        if any(key.split("/")[0] in PRETRAINING_LAYERS for key in unexpected):
+            lines.append("  (a masked-patch pre-training model: its encoder, without them, is "
+                         "the encoder.npz that training.fit writes beside it)")
     lines += [f"  {p}" for p in problems[:MAX_LISTED]]
     if len(problems) > MAX_LISTED:
         lines.append(f"  ... {len(problems) - MAX_LISTED} more arrays with problems")
