@@ -272,8 +272,10 @@ def model_data_config(model, image_size=None):
 
 
 def is_model(source):
-    """Whether `source` is a Keras model (what carries a data config), by its interface."""
-    return hasattr(source, "inputs") and hasattr(source, "get_config")
+    """Whether `source` is a Keras model (what carries a data config), by its interface: a
+    functional model, or one that states its data config (a masked-patch pre-training model)."""
+    return hasattr(source, "get_config") and (hasattr(source, "inputs")
+                                              or hasattr(source, ATTRIBUTE))
 
 
 def as_data_config(source=None, image_size=None):

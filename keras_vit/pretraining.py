@@ -219,9 +219,11 @@ def _layer(vit, name):
 class MaskedPatchModel(RoutedSteps, keras.Model):
     """A ViT's encoder with masked patch prediction on top: build it with `masked_patch_model`.
 
-    Calling it on images `[B, H, W, 3]` in [-1, 1] returns a dict: `predictions` (float32
-    logits `[B, N, 512]`, `[B, N, 16, 512]`, or pixels `[B, N, ph * pw * 3]`), `targets`
-    (`patch_targets` of the images) and `weights` (`[B, N]`, 1.0 where the loss counts).
+    Calling it on images `[B, H, W, 3]` preprocessed as its `data_config` says (the ViT's;
+    the paper's [-1, 1] by default) returns a dict: `predictions` (float32 logits
+    `[B, N, 512]`, `[B, N, 16, 512]`, or pixels `[B, N, ph * pw * 3]`), `targets`
+    (`patch_targets` of the same pixels in [-1, 1]) and `weights` (`[B, N]`, 1.0 where the
+    loss counts).
     `compute_loss` is the objective (the pipeline's labels are not used), `masked_accuracy`
     the accuracy of the colour classes at the selected positions.
 
@@ -309,8 +311,9 @@ class MaskedPatchModel(RoutedSteps, keras.Model):
         if self._data_config.is_paper:
             return images
         scale, offset = normalization(self._data_config)
-        pixels = (images - ops.convert_to_tensor(offset, images.dtype)) * ops.convert_to_tensor(
-            scale, images.dtype)  # [0, 255]
+        images = ops.cast(images, "float32")
+        pixels = (images - ops.convert_to_tensor(offset, "float32")) * ops.convert_to_tensor(
+            scale, "float32")  # [0, 255]
         return pixels / INPUT_SCALE + INPUT_OFFSET
 
     def _head_units(self):
@@ -376,7 +379,10 @@ class MaskedPatchModel(RoutedSteps, keras.Model):
                 if key.split("/")[0] not in PRETRAINING_LAYERS}
 
     def get_config(self):
-        return dict(vit=self.encoder_config, objective=self.objective,
+        vit = self.encoder_config  # with its weights' preprocessing where not the paper's
+        if not self._data_config.is_paper:
+            vit = dict(vit, data_config=dict(self._data_config))
+        return dict(vit=vit, objective=self.objective,
                     mask_rate=self.corruption.mask_rate,
                     mask_fraction=self.corruption.mask_fraction,
                     random_fraction=self.corruption.random_fraction,

@@ -217,8 +217,8 @@ def fit_from_args(args, model, strategy, image_size, *, recipe, default_steps, *
     validate = args.validation_split != "none"
     splits = dict(train="train" if validate or not args.folder else "all",
                   validation=args.validation_split if validate else None)
-    # Trained and validated with the model's own preprocessing (its checkpoint's mean and std);
-    # a pre-training wrapper, which has none, with the paper's.
+    # Trained and validated with the model's own preprocessing (its checkpoint's mean and std;
+    # a pre-training model's, its ViT's).
     config = getattr(model, "data_config", None)
     train = load_data(args, splits["train"], True, strategy, image_size, config)
     validation = load_data(args, splits["validation"], False, strategy, image_size, config) \

@@ -7,6 +7,7 @@ keras-hub preset folder (`keras_vit.save_keras_hub_preset`: `keras_hub.models.Im
 from_preset(OUT)` loads it with its preprocessor)."""
 
 import argparse
+import json
 
 from keras_vit_cli.arguments import add_model_arguments
 from keras_vit_cli.preflight import check_model_paths, check_new_file, check_output_folder
@@ -102,10 +103,9 @@ def run(args):
           f"input {tuple(model.inputs[0].shape[1:])})")
     config = getattr(model, "data_config", None)
     if args.out.endswith(".weights.h5") and config is not None and not config.is_paper:
-        print(f"note: {args.out} holds the weights only, not their preprocessing (mean "
-              f"{list(config['mean'])}, std {list(config['std'])}, {config['interpolation']} "
-              f"resize): build the model to load them into with data_config=, e.g. "
-              "keras_vit.ViT(**keras_vit.vit_config(source), data_config=source.data_config).")
+        print(f"note: {args.out} holds the weights only, not their preprocessing: build the "
+              f"keras_vit.ViT that loads them with data_config={json.dumps(dict(config))} "
+              "(a .keras file holds it).")
     return 0
 
 

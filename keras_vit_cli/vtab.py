@@ -107,6 +107,10 @@ def check(args):
         raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} "
                          "to a sweep: add --sweep, or leave "
                          f"{'it' if len(given) == 1 else 'them'} out.")
+    for flag, values in (("--sweep-lr", args.sweep_lr), ("--sweep-steps", args.sweep_steps)):
+        if values and len(set(values)) != len(values):
+            raise ValueError(f"{flag} names a value twice ({','.join(map(str, values))}). "
+                             "Expected each once.")
     check_model_paths(args)
     check_output_folder("--output", args.output, "the suite")
     _check_batch_sizes(args)

@@ -177,6 +177,9 @@ MISSING = {
                                           TINY_JSON, "--sweep-lr", "0.5,0.7"],
                                          "--sweep-lr applies to a sweep: add --sweep, or "
                                          "leave it out."),
+    "vtab --sweep-lr twice": (["vtab", "--output", "suite", "--model-config", TINY_JSON,
+                               "--sweep", "--sweep-lr", "0.01,0.01"],
+                              "--sweep-lr names a value twice (0.01,0.01). Expected each once."),
     "predict unknown variant": (["predict", "img.png", "--model", "B/17"],
                                 "Unknown ViT variant 'B/17'. Expected one of Ti/16"),
     "predict --model-config unknown key": (["predict", "img.png", "--model-config",

@@ -317,3 +317,26 @@ def test_tfds_errors():
         pipe = data.from_tfds("imagenet2012", "validation", image_size=8, batch_size=2,
                               manual_dir="/nonexistent/but/mocked", training=False)
     assert pipe.num_classes == 1000
+
+
+def test_from_tf_dataset_reads_pixels_as_their_range_says():
+    """Float pixels say their range (Keras' image_dataset_from_directory gives [0, 255]),
+    integers are [0, 255]; the same pixels give the same batches, however they come; a [1]
+    label is the class id."""
+    pixels = np.random.default_rng(0).integers(0, 256, (6, 10, 10, 3), np.uint8)
+    labels = np.arange(6) % 3
+
+    def batch(images, ids=labels, **kwargs):
+        pipeline = data.from_tf_dataset(tf.data.Dataset.from_tensor_slices((images, ids)),
+                                        num_classes=3, image_size=8, batch_size=6,
+                                        training=False, **kwargs)
+        x, y = next(iter(pipeline.dataset))
+        return x.numpy(), y.numpy()
+
+    want, ids = batch(pixels)
+    assert ids.tolist() == labels.tolist()
+    for images, value_range in ((pixels.astype(np.float32), (0, 255)),
+                                (pixels.astype(np.float32) / 255, (0, 1)),
+                                (pixels.astype(np.int32), None)):
+        np.testing.assert_allclose(batch(images, value_range=value_range)[0], want, atol=1e-5)
+    assert batch(pixels, labels[:, None])[1].tolist() == labels.tolist()

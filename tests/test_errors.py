@@ -860,8 +860,8 @@ CASES = [
     Case("from_tf_dataset of float images", lambda c: data.from_tf_dataset(
         tf.data.Dataset.from_tensor_slices((np.full((4, 8, 8, 3), 0.5, np.float32),
                                             np.arange(4) % 3)), **TF_DATASET),
-        ValueError, "The dataset's images are float32: expected encoded files (strings) or "
-        "uint8 pixels in [0, 255]", "files"),
+        ValueError, "The dataset's images are float32: say their range with "
+        "value_range=(0, 255)", "files"),
     Case("from_tf_dataset of float labels", lambda c: data.from_tf_dataset(
         tf.data.Dataset.from_tensor_slices((np.zeros((4, 8, 8, 3), np.uint8),
                                             np.arange(4) % 3 + 0.9)), **TF_DATASET),
@@ -882,7 +882,7 @@ CASES = [
     Case("from_tf_dataset with a decode giving floats", lambda c: data.from_tf_dataset(
         tf.data.Dataset.from_tensor_slices((np.array([b"x"] * 4), np.arange(4) % 3)),
         decode=lambda raw: tf.fill([8, 8, 3], 0.5), **TF_DATASET), ValueError,
-        "`decode` returned float32 images: expected uint8 pixels in [0, 255]", "files"),
+        "The images `decode` returns are float32: say their range with value_range=", "files"),
     Case("from_tf_dataset of no examples", lambda c: data.from_tf_dataset(
         tf.data.Dataset.from_tensor_slices((np.zeros((0, 8, 8, 3), np.uint8),
                                             np.zeros(0, np.int64))), **TF_DATASET),

@@ -552,7 +552,7 @@ def test_convert_to_weights_h5_names_the_preprocessing_it_leaves_behind(tmp_path
     assert cli.main(["convert", str(tmp_path / "m.keras"), str(tmp_path / "m.weights.h5")]) == 0
     out = capsys.readouterr().out
     assert "note: " in out and "holds the weights only" in out
-    assert "mean [0.485, 0.456, 0.406], std [0.229, 0.224, 0.225], bicubic resize" in out
+    assert '"crop_pct": 0.875, "crop_mode": "center", "mean": [0.485, 0.456, 0.406]' in out
     rebuilt = keras_vit.ViT(**keras_vit.vit_config(source), data_config=source.data_config)
     rebuilt.load_weights(tmp_path / "m.weights.h5")
     assert rebuilt.data_config == source.data_config

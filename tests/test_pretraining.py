@@ -384,15 +384,19 @@ def test_a_vit_of_another_normalisation_predicts_the_targets_of_its_pixels(tmp_p
     vit = keras_vit.ViT(**dict(TINY, include_top=False, data_config=imagenet))
     model = pretraining.masked_patch_model(vit, objective, seed=0)
     assert model.data_config["mean"] == imagenet["mean"]
+    path = tmp_path / f"{objective}.keras"  # the data config is part of its configuration
+    model.save(path)
+    model = keras.saving.load_model(path)
+    assert model.data_config["mean"] == imagenet["mean"]
     pixels = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), np.uint8)
-    got = model(keras_vit.preprocess_inputs(pixels, vit))["targets"]
+    got = model(keras_vit.preprocess_inputs(pixels, model))["targets"]
     want = pretraining.patch_targets(keras_vit.preprocess_inputs(pixels), (4, 4), objective)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want),
                                atol=1e-5)
     if objective == "pixels":
         return
     train = data.from_arrays(pixels, None, image_size=8, batch_size=2, training=True,
-                             data_config=vit)
+                             data_config=model)
     training.fit(model, train, output_dir=tmp_path / "run", steps=1, recipe="pretrain_mpp",
                  verbose=0)
     written = json.loads((tmp_path / "run" / "config.json").read_text())

@@ -506,19 +506,18 @@ def to_0_255(images, value_range):
     return images
 
 
-def _decoded_window(decode, raw, window=None):
-    """`decode(raw)` as RGB, or the box `window` gives for it."""
+def _decoded_window(decode, value_range, raw, window=None):
+    """`decode(raw)` as RGB in [0, 255], or the box `window` gives for it."""
     image = decode(raw)
-    if image.dtype != tf.uint8:  # found where the pipeline traces it
-        raise ValueError(f"`decode` returned {image.dtype.name} images: expected uint8 pixels in "
-                         "[0, 255] (float pixels in [0, 1] would be taken as near black).")
-    return image_ops.cut_window(image_ops.to_rgb(image), window)
+    _check_pixels_dtype(image.dtype, value_range, "The images `decode` returns")  # as traced
+    return image_ops.cut_window(image_ops.to_rgb(_in_0_255(image, value_range)), window)
 
 
-def _check_examples(dataset, decode):
+def _check_examples(dataset, decode, value_range):
     """Refuses what `from_tf_dataset` cannot read as (image, label) examples, by the dataset's
-    element spec: no dataset, other elements, batched or float images (taken as [0, 255],
-    float pixels in [0, 1] would all be near black), labels that are no integer class ids."""
+    element spec: no dataset, other elements, batched images, float images without their
+    `value_range` (pixels in [0, 1] read as [0, 255] would all be near black), labels that
+    are no integer class ids."""
     if not isinstance(dataset, tf.data.Dataset):
         raise ValueError(f"from_tf_dataset takes a tf.data.Dataset of (image, label) examples. "
                          f"Received: {type(dataset).__name__}")
@@ -532,19 +531,42 @@ def _check_examples(dataset, decode):
                          "one encoded file per example (an unbatched dataset: "
                          "dataset.unbatch()).")
     if decode is None and image.dtype != tf.string:
-        if image.dtype != tf.uint8:
-            raise ValueError(f"The dataset's images are {image.dtype.name}: expected encoded "
-                             "files (strings) or uint8 pixels in [0, 255] (float images: "
-                             "tf.cast(tf.round(x * 255), tf.uint8) for [0, 1], or pass decode=).")
-        if image.shape.rank != 3 or image.shape[-1] not in (1, 3):
-            hint = " (a batched dataset: dataset.unbatch())" if image.shape.rank == 4 else ""
+        _check_pixels_dtype(image.dtype, value_range, "The dataset's images")
+        rank = image.shape.rank
+        channels = image.shape[-1] if rank else None
+        if (rank is not None and rank != 3) or channels not in (None, 1, 3):
+            hint = " (a batched dataset: dataset.unbatch())" if rank == 4 else ""
             raise ValueError(f"The dataset's images have shape {image.shape}: expected one "
                              f"image [height, width, 3] (or 1, grey) per example{hint}.")
-    label = label.get("label") if isinstance(label, dict) else label
-    if not isinstance(label, tf.TensorSpec) or not (label.dtype.is_integer
-                                                   and label.shape.rank == 0):
-        raise ValueError(f"The dataset's labels must be integer class ids, one per example "
-                         f"(not one-hot: tf.argmax(label)). Received: {label!r:.200}")
+    if isinstance(label, dict) and "label" not in label:
+        raise ValueError(f"The dataset's labels are a dict without 'label' (the class ids; "
+                         f"'label_set' beside it for label sets). Received keys {sorted(label)}")
+    label = label["label"] if isinstance(label, dict) else label
+    ok = isinstance(label, tf.TensorSpec) and label.dtype.is_integer and label.shape in (
+        tf.TensorShape([]), tf.TensorShape([1]))
+    if not ok:
+        hint = " (one-hot labels: tf.argmax(label))" if isinstance(label, tf.TensorSpec) and \
+            label.shape.rank == 1 and (label.shape[0] or 0) > 1 else ""
+        raise ValueError(f"The dataset's labels must be integer class ids, one per example"
+                         f"{hint}. Received: {label!r:.200}")
+
+
+def _check_pixels_dtype(dtype, value_range, what):
+    """Refuses images of `dtype` that hold no pixels, or floats without their `value_range`
+    ((0, 255) or (0, 1)); integers are [0, 255]."""
+    if not (dtype.is_integer or dtype.is_floating):
+        raise ValueError(f"{what} are {dtype.name}: expected integer or float pixels.")
+    if dtype.is_floating and value_range is None:
+        raise ValueError(f"{what} are {dtype.name}: say their range with value_range=(0, 255) "
+                         "(as Keras' image_dataset_from_directory gives them) or "
+                         "value_range=(0, 1). (Integer images are taken as [0, 255].)")
+
+
+def _in_0_255(image, value_range):
+    """`image` in [0, 255]: scaled from (0, 1) where that is its `value_range`."""
+    if value_range is not None and tuple(value_range) == (0, 1) and image.dtype.is_floating:
+        return tf.cast(image, tf.float32) * 255.0
+    return image
 
 
 def _checked_label(num_classes, image, label):
@@ -560,12 +582,12 @@ def _checked_label(num_classes, image, label):
 
 def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, decode=None,
                     class_names=(), seed=0, start_epoch=0, augment=True, strategy=None,
-                    data_config=None):
+                    data_config=None, value_range=None):
     """A pipeline over an unbatched `tf.data.Dataset` of `(image, label)` examples.
 
-    The images are encoded files (scalar strings: JPEG, PNG, GIF, BMP, WebP) or uint8
-    `[H, W, C]` tensors; labels are int scalars (or a dict of label tensors, see the module
-    docstring). A training split of at most `RANDOM_ACCESS_LIMIT` examples is held in memory
+    The images are encoded files (scalar strings: JPEG, PNG, GIF, BMP, WebP) or `[H, W, C]`
+    tensors of pixels: integers in [0, 255], or floats in their `value_range`; labels are
+    integer scalars (or `[1]`, or a dict of label tensors, see the module docstring). A training split of at most `RANDOM_ACCESS_LIMIT` examples is held in memory
     (still encoded) and gets epoch-deterministic, resumable orders; larger ones (and decoded
     images of varying sizes) stream, as does every evaluation split.
 
@@ -574,19 +596,29 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
     Args:
         dataset: `tf.data.Dataset` of `(image, label)`.
         num_classes: int. Labels lie in `[0, num_classes)`.
-        decode: callable or None. A function from one raw image to a uint8 `[H, W, C]`
-            tensor, or None: decode encoded images, pass decoded ones through.
+        decode: callable or None. A function from one raw image to an `[H, W, C]` tensor of
+            pixels, or None: decode encoded images, pass decoded ones through.
+        value_range: (0, 255) or (0, 1): the range of float pixels (the dataset's, or what
+            `decode` returns), which float pixels must give. Defaults to None (integers).
 
     Returns:
         `InputData`.
     """
     num_classes = check_positive_int("num_classes", num_classes)
-    _check_examples(dataset, decode)
-    image_spec = dataset.element_spec[0]
+    if value_range is not None and (not isinstance(value_range, (tuple, list))
+                                    or tuple(value_range) not in VALUE_RANGES):
+        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: "
+                         f"value_range={value_range!r:.60}")
+    _check_examples(dataset, decode, value_range)
+    image_spec, label_spec = dataset.element_spec
     if decode is None and image_spec.dtype == tf.string:
         decode = image_ops.decode_image
     elif decode is not None:  # the caller's decoder, to any channels, then the box
-        decode = functools.partial(_decoded_window, decode)
+        decode = functools.partial(_decoded_window, decode, value_range)
+    else:
+        dataset = dataset.map(lambda image, label: (_in_0_255(image, value_range), label))
+    if not isinstance(label_spec, dict) and label_spec.shape.rank == 1:  # [1]: the class id
+        dataset = dataset.map(lambda image, label: (image, label[0]))
     num_examples = int(dataset.cardinality())
     if num_examples == tf.data.INFINITE_CARDINALITY:
         raise ValueError("The dataset repeats forever: from_tf_dataset needs its examples once "
@@ -605,7 +637,8 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
         source.fetch = lambda i: (tf.gather(images_t, i),
                                   tf.nest.map_structure(lambda t: tf.gather(t, i), labels_t))
     else:  # each label checked as it is read
-        source.stream = dataset.map(functools.partial(_checked_label, num_classes))
+        source.stream = dataset.map(_as_written(functools.partial(_checked_label, num_classes)),
+                                    num_parallel_calls=AUTOTUNE)
     return _pipeline(source, image_size, batch_size, training, seed, start_epoch,
                      _augment_args(augment) if training else None, strategy, data_config)
 

@@ -325,8 +325,11 @@ def _grid(sweep):
     if sweep is True:
         return [(lr, s) for lr in SWEEP_LEARNING_RATES for s in SWEEP_STEPS]
     expected = "Expected (learning_rate, steps) pairs, or True."
-    if not isinstance(sweep, (list, tuple)) or not sweep:
+    if isinstance(sweep, (str, bytes, dict)) or not hasattr(sweep, "__iter__"):
         raise ValueError(f"`sweep` must hold settings. {expected} Received: sweep={sweep!r:.80}")
+    sweep = list(sweep)  # a generator too (itertools.product)
+    if not sweep:
+        raise ValueError(f"`sweep` is empty. {expected}")
     grid = []
     for item in sweep:
         if not isinstance(item, (list, tuple)) or len(item) != 2:
