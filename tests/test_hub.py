@@ -282,13 +282,12 @@ def hub_endpoint():
 
 
 def on_a_terminal(argv, env):
-    """Runs `keras-vit ARGV` (ARGV starting with "-c": that Python code) with standard error a
-    terminal (a pty): (exit status, stdout, what the terminal received)."""
+    """Runs `keras-vit ARGV` with standard error a terminal (a pty): (exit status, stdout,
+    what the terminal received)."""
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # rows, cols
-    command = argv if argv[0] == "-c" else ["-m", "keras_vit_cli", *argv]
-    process = subprocess.Popen([sys.executable, *command], env=env, stdout=subprocess.PIPE,
-                               stderr=terminal)
+    process = subprocess.Popen([sys.executable, "-m", "keras_vit_cli", *argv], env=env,
+                               stdout=subprocess.PIPE, stderr=terminal)
     os.close(terminal)
     received = []
 
@@ -314,8 +313,8 @@ def test_hf_sources_download_through_huggingface_hub_and_load_offline_after(tmp_
                                                                             hub_endpoint):
     """`hf://` fetches through huggingface_hub from the Hub's endpoint (here a local one
     serving the files transformers wrote) into its cache; on a terminal its bar shows, under
-    `--quiet` nothing does, nor in Python with `progress=False`; offline (`HF_HUB_OFFLINE=1`)
-    that cache serves, and a repository not in it is one line naming what to do."""
+    `--quiet` nothing does; offline (`HF_HUB_OFFLINE=1`) that cache serves, and a repository
+    not in it is one line naming what to do."""
     for name in ("config.json", "model.safetensors"):
         HubFiles.files[f"google/vit-tiny-test/{name}"] = (
             FIXTURES / "transformers_vit" / name).read_bytes()
@@ -338,11 +337,6 @@ def test_hf_sources_download_through_huggingface_hub_and_load_offline_after(tmp_
             assert terminal == "", terminal
         else:  # huggingface_hub's bar of the weights file, and the command's stage lines
             assert "model.safetensors" in terminal and "100%" in terminal, terminal
-    code = ("import keras_vit\nmodel = keras_vit.from_pretrained('hf://google/vit-tiny-test', "
-            "progress=False)\nprint(model.output.shape)")
-    status, out, terminal = on_a_terminal(["-c", code], dict(env, HF_HOME=str(tmp_path / "py")))
-    assert status == 0 and "(None, 5)" in out, terminal[-2000:]
-    assert "model.safetensors" not in terminal and "%" not in terminal, terminal
     HubFiles.files = {}  # offline from here: the cache huggingface_hub wrote serves
     env.update(HF_HOME=str(tmp_path / "hf_quiet_False"), HF_HUB_OFFLINE="1")
     cached = subprocess.run([sys.executable, "-m", "keras_vit_cli", *argv], capture_output=True,
@@ -354,6 +348,31 @@ def test_hf_sources_download_through_huggingface_hub_and_load_offline_after(tmp_
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "Could not fetch hf://google/not-cached" in missing.stderr
     assert "HF_HUB_OFFLINE" in missing.stderr
+
+
+def test_hf_download_bars_follow_progress_as_the_librarys_own(monkeypatch):
+    """huggingface_hub's bars of an `hf://` download are off with `progress=False`, and with
+    `progress=True` where standard error does not redraw them (a file, a pipe); on otherwise;
+    as they were afterwards."""
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    from keras_vit.weights import hub
+
+    disabled = []
+
+    def download(repo, name, revision=None):  # the Hub's files, as huggingface_hub gives them
+        disabled.append(are_progress_bars_disabled())
+        return str(FIXTURES / "transformers_vit" / name)
+
+    monkeypatch.setattr(hub.huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr(hub.hub_constants, "HF_HUB_DISABLE_PROGRESS_BARS", None)  # no user's
+    for progress, terminal, off in ((False, True, True), (True, False, True),
+                                    (True, True, False)):
+        monkeypatch.setattr(hub, "redrawn_in_place", lambda stream, on=terminal: on)
+        disabled.clear()
+        keras_vit.from_pretrained("hf://google/vit-tiny-test", progress=progress)
+        assert disabled and set(disabled) == {off}, (progress, terminal, disabled)
+        assert not are_progress_bars_disabled()
 
 
 def test_hf_source_names_are_checked():

@@ -219,7 +219,8 @@ def test_a_saved_model_serves_the_same_features(tmp_path, features, blocks):
     path = keras_vit.export_saved_model(model, tmp_path / "export", warmup=False,
                                         features=features)
     pixels = np.random.default_rng(3).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
-    served = tf.saved_model.load(path).signatures["features"](images=tf.constant(pixels))
+    signature = tf.saved_model.load(path).signatures["features"]
+    served = signature(images=tf.constant(pixels))
     want = model.forward_intermediates(keras_vit.preprocess_inputs(pixels), **features,
                                        intermediates_only=True)
     prefix = features.get("return_prefix_tokens", False)
@@ -235,7 +236,7 @@ def test_a_saved_model_serves_the_same_features(tmp_path, features, blocks):
     metadata = json.loads((pathlib.Path(path) / "assets.extra" / "keras_vit.json").read_text())
     assert metadata["features"]["indices"] == blocks and "features" in metadata["signatures"]
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"must be RGB pixels in \[0, 255\]"):
-        tf.saved_model.load(path).signatures["features"](images=tf.constant(pixels - 128))
+        signature(images=tf.constant(pixels - 128))
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel: TensorFlow")
