@@ -255,31 +255,31 @@ def _outputs(logits, labels, top_k):
 
 
 def _checked_pixels(images, floating):
-    """`images` `[B, H, W, 3]` as float32, once every value is finite and in [0, 255] and, for
-    float inputs (`floating`), no image has all its values in (0, 1] (scaled to [0, 1]), as
-    `preprocess_inputs` refuses them in Python; else the request fails with an
-    InvalidArgumentError saying so (NaN scores, or confident answers to pixels of another
-    scale, would go back with their labels). The batch fails as a whole, as `serving_default`
-    fails for an undecodable file: with TF Serving's batching, so do the requests batched
-    with it."""
+    """`images` `[B, H, W, 3]` as float32; float ones (`floating`) once every value is finite
+    and in [0, 255] and no image lies all in (0, 1] (scaled to [0, 1]), as `preprocess_inputs`
+    checks them; else the request fails with an InvalidArgumentError saying so, the batch as a
+    whole, as `serving_default` fails for an undecodable file."""
     images = tf.cast(images, tf.float32)
+    if not floating:
+        return images
     empty = tf.equal(tf.size(images), 0)
-    least, most = tf.reduce_min(images), tf.reduce_max(images)
+    brightest = tf.reduce_max(images, axis=[1, 2, 3])  # [B]: each image's own
+    least, most = tf.reduce_min(images), tf.reduce_max(brightest)
     valid = tf.reduce_all(tf.math.is_finite(images)) & (least >= 0.0) & (most <= 255.0)
-    checks = [tf.debugging.Assert(
-        empty | valid, [f"{IMAGES_INPUT} must be RGB pixels in [0, 255]. Received values from",
-                        least, "to", most])]
-    if floating:
-        brightest = tf.reduce_max(images, axis=[1, 2, 3])  # [B]: each image's own
-        scaled = (brightest > 0.0) & (brightest <= 1.0)
-        # The first such image (an index past the batch where none is: an empty batch too).
-        first = tf.argmax(tf.concat([tf.cast(scaled, tf.int32), [1]], axis=0))
-        checks.append(tf.debugging.Assert(
+    scaled = (brightest > 0.0) & (brightest <= 1.0)
+    # The first such image (an index past the batch where none is: an empty batch too).
+    first = tf.argmax(tf.concat([tf.cast(scaled, tf.int32), [1]], axis=0))
+    checks = [
+        tf.debugging.Assert(
+            empty | valid, [f"{IMAGES_INPUT} must be RGB pixels in [0, 255]. Received values "
+                            "from", least, "to", most]),
+        tf.debugging.Assert(
             ~tf.reduce_any(scaled),
             [f"{IMAGES_INPUT}: image", first, "holds values up to",
              tf.gather(tf.concat([brightest, [0.0]], axis=0), first),
              ": scaled to [0, 1], not [0, 255]. Expected pixels in [0, 255] (multiply them by "
-             "255)."]))
+             "255)."]),
+    ]
     with tf.control_dependencies(checks):
         return tf.identity(images)
 

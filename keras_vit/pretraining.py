@@ -59,7 +59,7 @@ from keras_vit.encoder import Encoder
 from keras_vit.model_parts import vit_config
 from keras_vit.model import RoutedSteps, ViT
 from keras_vit.model_parts import encoder_blocks, encoder_layer
-from keras_vit.preprocessing import IMAGE_CHANNELS, INPUT_OFFSET, INPUT_SCALE, normalization
+from keras_vit.preprocessing import IMAGE_CHANNELS, normalization, scale_pixels
 from keras_vit.checks import (
     check_choice,
     check_int,
@@ -314,7 +314,7 @@ class MaskedPatchModel(RoutedSteps, keras.Model):
         images = ops.cast(images, "float32")
         pixels = (images - ops.convert_to_tensor(offset, "float32")) * ops.convert_to_tensor(
             scale, "float32")  # [0, 255]
-        return pixels / INPUT_SCALE + INPUT_OFFSET
+        return scale_pixels(pixels)
 
     def _head_units(self):
         if self.objective == "mean_color":

@@ -538,3 +538,13 @@ def test_evaluate_takes_what_keras_vit_pipelines_give_and_checks_their_preproces
                                                np.arange(4) % 3)).batch(2)
     assert keras_vit.evaluate(small_model(), half, batch_size=None,
                               progress=False)["num_examples"] == 4
+
+
+def test_float_images_are_checked_as_a_whole_not_by_batch():
+    """A batch of dark images among others in [0, 255] is not taken for images scaled to
+    [0, 1]: the range is the whole array's."""
+    images = np.zeros((3, 16, 16, 3), np.float32)
+    images[0], images[2] = 200.0, 0.5
+    report = keras_vit.evaluate(small_model(), (images, np.arange(3)), batch_size=2,
+                                value_range=(0, 255), progress=False)
+    assert report["num_examples"] == 3

@@ -480,6 +480,14 @@ def _checked_names(class_names, num_classes):
 VALUE_RANGES = ((0, 255), (0, 1))
 
 
+def _check_value_range(value_range):
+    """Refuses a `value_range` other than None, (0, 255) and (0, 1)."""
+    if value_range is not None and (not isinstance(value_range, (tuple, list))
+                                    or tuple(value_range) not in VALUE_RANGES):
+        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: "
+                         f"value_range={value_range!r:.60}")
+
+
 def to_0_255(images, value_range):
     """Images with values in [0, 255]: integer images as they are (checked), float images
     scaled from their declared `value_range`, (0, 255) or (0, 1), which float images must give.
@@ -488,8 +496,7 @@ def to_0_255(images, value_range):
         ValueError: for float images without `value_range` or outside it, integer images
             outside [0, 255], or another dtype.
     """
-    if value_range is not None and tuple(value_range) not in VALUE_RANGES:
-        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: {value_range!r}")
+    _check_value_range(value_range)
     floating = np.issubdtype(images.dtype, np.floating)
     if floating and value_range is None:
         raise ValueError(
@@ -577,7 +584,7 @@ def _checked_label(num_classes, image, label):
         (value >= 0) & (tf.cast(value, tf.int64) < num_classes),
         ["from_tf_dataset: a label", value, f"outside [0, {num_classes}) (num_classes)"])
     with tf.control_dependencies([check]):
-        return tf.identity(image), tf.nest.map_structure(tf.identity, label)
+        return image, tf.nest.map_structure(tf.identity, label)
 
 
 def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, decode=None,
@@ -587,9 +594,10 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
 
     The images are encoded files (scalar strings: JPEG, PNG, GIF, BMP, WebP) or `[H, W, C]`
     tensors of pixels: integers in [0, 255], or floats in their `value_range`; labels are
-    integer scalars (or `[1]`, or a dict of label tensors, see the module docstring). A training split of at most `RANDOM_ACCESS_LIMIT` examples is held in memory
-    (still encoded) and gets epoch-deterministic, resumable orders; larger ones (and decoded
-    images of varying sizes) stream, as does every evaluation split.
+    integer scalars (or `[1]`, or a dict of label tensors, see the module docstring). A
+    training split of at most `RANDOM_ACCESS_LIMIT` examples is held in memory (still
+    encoded) and gets epoch-deterministic, resumable orders; larger ones (and decoded images
+    of varying sizes) stream, as does every evaluation split.
 
     The arguments it shares with `from_arrays` mean the same as there.
 
@@ -605,17 +613,14 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
         `InputData`.
     """
     num_classes = check_positive_int("num_classes", num_classes)
-    if value_range is not None and (not isinstance(value_range, (tuple, list))
-                                    or tuple(value_range) not in VALUE_RANGES):
-        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: "
-                         f"value_range={value_range!r:.60}")
+    _check_value_range(value_range)
     _check_examples(dataset, decode, value_range)
     image_spec, label_spec = dataset.element_spec
     if decode is None and image_spec.dtype == tf.string:
         decode = image_ops.decode_image
     elif decode is not None:  # the caller's decoder, to any channels, then the box
         decode = functools.partial(_decoded_window, decode, value_range)
-    else:
+    elif image_spec.dtype.is_floating and tuple(value_range) == (0, 1):
         dataset = dataset.map(lambda image, label: (_in_0_255(image, value_range), label))
     if not isinstance(label_spec, dict) and label_spec.shape.rank == 1:  # [1]: the class id
         dataset = dataset.map(lambda image, label: (image, label[0]))
@@ -626,6 +631,8 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
                          ".repeat().")
     if num_examples < 0:  # unknown cardinality: count once
         num_examples = int(dataset.reduce(0, lambda n, _: n + 1))
+    if not num_examples:
+        raise ValueError("The data holds no examples. Expected at least one image.")
     source = _Source(num_examples=num_examples, num_classes=num_classes, decode=decode,
                      class_names=_checked_names(class_names, num_classes))
     batchable = image_spec.dtype == tf.string or image_spec.shape.is_fully_defined()
@@ -644,8 +651,5 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
 
 
 def _in_memory(dataset, num_examples):
-    """Every example of `dataset` as one batch of tensors (`[N, ...]` each, N may be 0)."""
-    if not num_examples:
-        return tf.nest.map_structure(lambda spec: tf.zeros([0, *spec.shape], spec.dtype),
-                                     dataset.element_spec)
+    """Every example of `dataset` (N > 0) as one batch of tensors (`[N, ...]` each)."""
     return dataset.batch(num_examples).get_single_element()

@@ -15,7 +15,7 @@ from keras_vit.checks import check_positive_int
 from keras_vit.data.pipelines import InputData, to_0_255
 from keras_vit.data_config import resolve_data_config
 from keras_vit.fileio import atomic_write
-from keras_vit.preprocessing import check_preprocessed, preprocess_inputs
+from keras_vit.preprocessing import check_preprocessed, scale_pixels
 
 
 def _is_arrays(data):
@@ -52,12 +52,12 @@ def _numpybatches(data, batch_size, value_range=None, model=None):
         batch_size = check_positive_int("batch_size", batch_size)  # of arrays only
         if labels is None:
             raise ValueError("The data has no labels: expected (images, labels).")
-        images = to_0_255(np.asarray(images), value_range)
+        images = to_0_255(np.asarray(images), value_range)  # checked, whole: scaled by chunk
         labels, label_sets = _checked(images, *_split_labels(labels), model, "")
         data_config = getattr(model, "data_config", None)
         for start in range(0, len(images), batch_size):
             chunk = slice(start, start + batch_size)
-            yield (np.asarray(preprocess_inputs(images[chunk], data_config)), labels[chunk],
+            yield (np.asarray(scale_pixels(images[chunk], data_config)), labels[chunk],
                    None if label_sets is None else label_sets[chunk])
         return
     if value_range is not None:

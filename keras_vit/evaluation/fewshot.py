@@ -94,8 +94,13 @@ def sample_shots(labels, shots, seed=0):
 def fewshot_accuracy(train_features, train_labels, test_features, test_labels, shots, l2_reg,
                      num_classes=None, seed=0):
     """Accuracy of the closed-form linear classifier fit on `shots` examples per class."""
-    train_features, train_labels, test_features, test_labels = checked_features(
-        train_features, train_labels, test_features, test_labels)
+    return _fewshot_accuracy(*checked_features(train_features, train_labels, test_features,
+                                               test_labels), shots, l2_reg, num_classes, seed)
+
+
+def _fewshot_accuracy(train_features, train_labels, test_features, test_labels, shots, l2_reg,
+                      num_classes=None, seed=0):
+    """`fewshot_accuracy` of checked arrays."""
     num_classes = num_classes or int(max(train_labels.max(), test_labels.max())) + 1
     index = sample_shots(train_labels, shots, seed)
     train, test = _whiten(np.asarray(train_features[index], np.float64),
@@ -119,8 +124,8 @@ def fewshot_table(train_features, train_labels, test_features, test_labels,
     num_classes = check_trainable_classes(
         int(max(np.max(train_labels), np.max(test_labels))) + 1)  # one class: 100%, trivially
     accuracy = {
-        k: {reg: fewshot_accuracy(train_features, train_labels, test_features, test_labels, k,
-                                  reg, num_classes, seed) for reg in l2_regs}
+        k: {reg: _fewshot_accuracy(train_features, train_labels, test_features, test_labels, k,
+                                   reg, num_classes, seed) for reg in l2_regs}
         for k in shots
     }
     best = {k: max(row.items(), key=lambda item: item[1]) for k, row in accuracy.items()}
