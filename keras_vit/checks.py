@@ -13,6 +13,8 @@ import numpy as np
 
 # The largest float32: a rate beyond it is infinite where the model computes.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# The largest seed: Keras' and NumPy's seeds are 32-bit.
+SEED_MAX = 2**32 - 1
 
 
 def _is_int(value):
@@ -78,6 +80,26 @@ def check_number(name, value, low=None, high=None, low_inclusive=True, high_incl
 def check_rate(name, value):
     """A dropout-like rate: a number in [0, 1)."""
     return check_number(name, value, 0.0, 1.0)
+
+
+def check_learning_rate(name, value):
+    """A learning rate: a number > 0 within float32's range (the optimizer computes in float32;
+    beyond, it is infinite)."""
+    return check_number(name, value, 0.0, FLOAT32_MAX, low_inclusive=False, high_inclusive=True)
+
+
+def check_weight_decay(value):
+    """`weight_decay`: a number >= 0 within float32's range."""
+    return check_number("weight_decay", value, 0.0, FLOAT32_MAX, high_inclusive=True)
+
+
+def check_seed(name, value):
+    """A seed of Keras' and NumPy's random state: an integer in [0, SEED_MAX]."""
+    value = check_int(name, value, 0)
+    if value > SEED_MAX:
+        raise ValueError(f"`{name}` must be an integer in [0, {SEED_MAX}]. Received: "
+                         f"{name}={value}")
+    return value
 
 
 def check_positive_number(name, value):

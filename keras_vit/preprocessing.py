@@ -349,6 +349,19 @@ def _check_pixel_values(images, value_range, floating):
         check_pixel_range(values, value_range, floating, "preprocess_inputs: the images")
 
 
+# The ranges of float pixels the library takes: [0, 255] and [0, 1].
+VALUE_RANGES = ((0, 255), (0, 1))
+
+
+def check_value_range(value_range, allow_none=False):
+    """Refuses a `value_range` other than (0, 255) and (0, 1) (and None, with `allow_none`)."""
+    if (value_range is None and allow_none) or (
+            isinstance(value_range, (tuple, list)) and tuple(value_range) in VALUE_RANGES):
+        return
+    raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: "
+                     f"value_range={value_range!r:.60}")
+
+
 def check_pixel_range(values, value_range, floating, what, takes_range=True):
     """Refuses pixel `values` (a non-empty array) that are not finite or not in `value_range`,
     and float images in (0, 1] declared as (0, 255) (scaled to [0, 1]): a ValueError naming
@@ -427,9 +440,7 @@ def preprocess_inputs(images, data_config=None, value_range=(0, 255)):
     >>> preprocess_inputs(np.array([[[[0, 127.5, 255]]]]))  # doctest: +SKIP
     array([[[[-1., 0., 1.]]]], dtype=float32)
     """
-    if not isinstance(value_range, (tuple, list)) or tuple(value_range) not in ((0, 255), (0, 1)):
-        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: "
-                         f"value_range={value_range!r:.60}")
+    check_value_range(value_range)
     try:
         images = ops.convert_to_tensor(images)
     except (ValueError, TypeError):

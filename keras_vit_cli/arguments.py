@@ -51,10 +51,6 @@ def image_size_arg(text):
 INT64_MAX = 2**63 - 1
 
 
-# The largest seed: NumPy's and Keras' seeds are 32-bit.
-SEED_MAX = 2**32 - 1
-
-
 def int_arg(low=None, high=INT64_MAX):
     """An argparse type: an integer in [low, high] (None: no lower bound)."""
     def parse(text):
@@ -75,7 +71,7 @@ def int_arg(low=None, high=INT64_MAX):
 positive_int_arg = int_arg(1)
 
 
-seed_arg = int_arg(0, SEED_MAX)
+seed_arg = int_arg(0, library_module("checks").SEED_MAX)
 
 
 def number_arg(low=None, high=None, low_inclusive=True, high_inclusive=False):

@@ -918,6 +918,10 @@ CASES = [
     Case("vtab seed -1", lambda c: vtab.run(tiny_model_fn, c.tmp / "suite", tasks="dtd",
                                             seed=-1), ValueError,
          "`seed` must be a non-negative integer", "none", after=no_folder("suite")),
+    Case("vtab seed 2**32", lambda c: vtab.run(tiny_model_fn, c.tmp / "suite", tasks="dtd",
+                                               seed=2**32), ValueError,
+         "`seed` must be an integer in [0, 4294967295]. Received: seed=4294967296", "none",
+         after=no_folder("suite")),
     Case("from_pretrained of an encoder with num_classes and no include_top", lambda c: [
         weights.save_npz(keras_vit.ViT(**dict(TINY, include_top=False)), c.tmp / "enc.npz"),
         keras_vit.from_pretrained(c.tmp / "enc.npz", num_classes=4)], ValueError,

@@ -65,7 +65,6 @@ from keras_vit.data.pipelines import (
     INCEPTION_ASPECT_RATIO_RANGE,
     RANDOM_ACCESS_LIMIT,
     STREAM_SHUFFLE_BUFFER,
-    VALUE_RANGES,
     InputData,
     from_arrays,
     from_tf_dataset,
@@ -81,6 +80,7 @@ from keras_vit.data.tfds import (
     get_dataset_spec,
     tfds_builder,
 )
+from keras_vit.preprocessing import VALUE_RANGES  # of the float pixels pipelines take
 
 __all__ = [
     "AUTOTUNE",

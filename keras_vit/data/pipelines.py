@@ -16,7 +16,7 @@ from keras_vit import images as image_ops
 from keras_vit.checks import (check_bool, check_int, check_labels, check_positive_int,
                               check_replica_batch, in_range, to_pair)
 from keras_vit.labels import check_class_names
-from keras_vit.preprocessing import as_data_config, check_pixel_range
+from keras_vit.preprocessing import as_data_config, check_pixel_range, check_value_range
 
 # Inception crop of the official training pipeline (vit_jax input_pipeline.py):
 # `tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0), min_object_covered=0)`,
@@ -477,17 +477,6 @@ def _checked_names(class_names, num_classes):
     return tuple(check_class_names(class_names, num_classes, owner="the data"))
 
 
-VALUE_RANGES = ((0, 255), (0, 1))
-
-
-def _check_value_range(value_range):
-    """Refuses a `value_range` other than None, (0, 255) and (0, 1)."""
-    if value_range is not None and (not isinstance(value_range, (tuple, list))
-                                    or tuple(value_range) not in VALUE_RANGES):
-        raise ValueError(f"`value_range` must be (0, 255) or (0, 1). Received: "
-                         f"value_range={value_range!r:.60}")
-
-
 def to_0_255(images, value_range):
     """Images with values in [0, 255]: integer images as they are (checked), float images
     scaled from their declared `value_range`, (0, 255) or (0, 1), which float images must give.
@@ -496,7 +485,7 @@ def to_0_255(images, value_range):
         ValueError: for float images without `value_range` or outside it, integer images
             outside [0, 255], or another dtype.
     """
-    _check_value_range(value_range)
+    check_value_range(value_range, allow_none=True)
     floating = np.issubdtype(images.dtype, np.floating)
     if floating and value_range is None:
         raise ValueError(
@@ -613,7 +602,7 @@ def from_tf_dataset(dataset, *, num_classes, image_size, batch_size, training, d
         `InputData`.
     """
     num_classes = check_positive_int("num_classes", num_classes)
-    _check_value_range(value_range)
+    check_value_range(value_range, allow_none=True)
     _check_examples(dataset, decode, value_range)
     image_spec, label_spec = dataset.element_spec
     if decode is None and image_spec.dtype == tf.string:

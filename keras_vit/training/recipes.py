@@ -31,7 +31,8 @@ from keras import ops
 from keras_vit import execution
 from keras_vit.training.compilation import compile_model
 from keras_vit.training.optimizers import AdamW
-from keras_vit.checks import FLOAT32_MAX, check_choice, check_int, check_number
+from keras_vit.checks import (check_choice, check_int, check_learning_rate, check_number,
+                              check_weight_decay)
 
 _register = keras.saving.register_keras_serializable(package="keras_vit")
 
@@ -86,9 +87,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def __init__(self, learning_rate, total_steps, warmup_steps=0, decay="cosine",
                  end_learning_rate=LINEAR_DECAY_END, steps_per_update=1):
-        # Within float32's range: the optimizer computes in float32 (beyond, it is infinite).
-        self.learning_rate = check_number("learning_rate", learning_rate, 0.0, FLOAT32_MAX,
-                                          low_inclusive=False, high_inclusive=True)
+        self.learning_rate = check_learning_rate("learning_rate", learning_rate)
         self.total_steps = check_int("total_steps", total_steps, 1)
         self.warmup_steps = check_int("warmup_steps", warmup_steps, 0)
         self.steps_per_update = check_int("steps_per_update", steps_per_update, 1)
@@ -193,8 +192,7 @@ def pretrain_optimizer(learning_rate=1e-3, total_steps=100_000, warmup_steps=PRE
     Returns:
         A `keras_vit.training.AdamW` (plain Adam with `weight_decay=0`).
     """
-    weight_decay = check_number("weight_decay", weight_decay, 0.0, FLOAT32_MAX,
-                                high_inclusive=True)
+    weight_decay = check_weight_decay(weight_decay)
     check_int("accumulation_steps", accumulation_steps, 1)
     return AdamW(
         learning_rate=WarmupDecay(learning_rate, total_steps, warmup_steps, decay,
@@ -280,7 +278,7 @@ def compile_recipe(model, recipe, total_steps, learning_rate=None, warmup_steps=
     name, with `recipe_defaults`. `weight_decay` is for "pretrain", `label_smoothing` for the
     classification recipes."""
     # Refused by every recipe, used by one.
-    check_number("weight_decay", weight_decay, 0.0, FLOAT32_MAX, high_inclusive=True)
+    check_weight_decay(weight_decay)
     check_number("label_smoothing", label_smoothing, 0.0, 1.0)
     learning_rate, warmup_steps = recipe_defaults(recipe, total_steps, learning_rate,
                                                   warmup_steps)

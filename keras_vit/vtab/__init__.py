@@ -64,7 +64,8 @@ from keras_vit.fileio import (
 )
 from keras_vit.positions import model_image_size
 from keras_vit.training.callbacks import read_json_state
-from keras_vit.checks import FLOAT32_MAX, check_choice, check_int, check_number, to_pair
+from keras_vit.checks import (check_choice, check_int, check_learning_rate, check_seed,
+                              to_pair)
 from keras_vit.vtab.tasks import (  # noqa: F401  (the public names of the tasks, here too)
     NATURAL,
     SPECIALIZED,
@@ -315,10 +316,6 @@ def _setting_key(learning_rate, steps):
     return f"lr{learning_rate:g}_steps{steps}"
 
 
-def _learning_rate(name, value):
-    return check_number(name, value, 0, FLOAT32_MAX, low_inclusive=False, high_inclusive=True)
-
-
 def _grid(sweep):
     """The (learning rate, steps) pairs of `sweep`: True (the paper's grid) or pairs, each
     checked, none twice."""
@@ -334,7 +331,7 @@ def _grid(sweep):
     for item in sweep:
         if not isinstance(item, (list, tuple)) or len(item) != 2:
             raise ValueError(f"`sweep` holds {item!r:.60}. {expected}")
-        pair = (_learning_rate("sweep learning rate", item[0]),
+        pair = (check_learning_rate("sweep learning rate", item[0]),
                 check_int("sweep steps", item[1], 1))
         if pair in grid:
             raise ValueError(f"`sweep` holds the setting {pair} twice. Expected each once.")
@@ -404,10 +401,8 @@ def run(model_fn, output_dir, *, tasks=None, learning_rate=LEARNING_RATE, steps=
                              f"batch_size {batch_size}.")
     # Every setting is checked before the folder holds a record of them (a refusal after that
     # would leave a record the corrected call is refused by).
-    learning_rate = _learning_rate("learning_rate", learning_rate)
-    seed = check_int("seed", seed, 0)
-    if seed >= 2**32:  # Keras' seeds
-        raise ValueError(f"`seed` must be an integer in [0, 2**32). Received: seed={seed}")
+    learning_rate = check_learning_rate("learning_rate", learning_rate)
+    seed = check_seed("seed", seed)
     if image_size is not None:
         to_pair("image_size", image_size)  # checked; recorded as given
     grid = None if sweep is None or sweep is False else _grid(sweep)
