@@ -370,6 +370,25 @@ def test_real_accuracy_matches_a_plain_python_count():
         evaluation.real_accuracy([0, 1], [1, 3], [0, 1])
 
 
+@pytest.mark.parametrize("sets", [
+    [[np.nan, 0, 0], [0, np.nan, 0]],  # NaN as "unknown"
+    [[-1, 0, 0], [0, -1, 0]],  # -1 as "unknown"
+    [[0.2, 0, 0], [0, 0.1, 0]],  # scores, not a set
+    [["0", "0", "0"], ["0", "0", "0"]],
+], ids=["nan", "minus_one", "scores", "strings"])
+def test_real_accuracy_refuses_label_sets_that_are_not_multi_hot(sets):
+    # Each of these marks no class correct; read as truth values, every one was correct.
+    with pytest.raises(ValueError, match=r"^Label sets must be multi-hot: bool, or 0 and 1 "):
+        evaluation.real_accuracy([0, 1], sets, [2, 2])
+    # 0 and 1 in any numeric dtype are a set: here class 2, which neither prediction is.
+    assert evaluation.real_accuracy([0, 1], [[0, 0, 1.0], [0, 0, 1.0]], [2, 2])["accuracy"] == 0
+    with pytest.raises(ValueError, match=r"shape \[N\]. Received shape \(2, 1\) "
+                                         r"\(labels.reshape\(-1\)\)"):
+        evaluation.real_accuracy([0, 1], [[1, 0, 0], [0, 1, 0]], [[2], [2]])
+    with pytest.raises(ValueError, match="`num_classes` must be a positive integer"):
+        evaluation.multi_hot([[0]], -1)
+
+
 def test_evaluate_reports_real_accuracy_beside_the_original_top1(tmp_path):
     rng = np.random.default_rng(8)
     model, params = tiny_classifier(rng)

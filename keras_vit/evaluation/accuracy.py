@@ -9,7 +9,7 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.checks import check_labels
+from keras_vit.checks import check_labels, check_positive_int
 from keras_vit.fileio import atomic_write, check_destination, folder_lock, naming_write_errors
 from keras_vit.model_parts import fresh_head
 from keras_vit.plots import plot_confusion_matrix
@@ -187,6 +187,7 @@ def multi_hot(label_sets, num_classes):
     >>> multi_hot([[2], [0, 2], []], 3).astype(int).tolist()
     [[0, 0, 1], [1, 0, 1], [0, 0, 0]]
     """
+    num_classes = check_positive_int("num_classes", num_classes)
     rows = np.zeros((len(label_sets), num_classes), bool)
     for i, ids in enumerate(label_sets):
         rows[i, check_labels(ids, num_classes, f"Class ids of label set {i}")] = True
@@ -200,7 +201,16 @@ def _label_set_hits(predictions, label_sets, num_classes):
     if label_sets.shape != (len(predictions), num_classes):
         raise ValueError(f"Label sets must be multi-hot [{len(predictions)}, {num_classes}] "
                          f"(images, classes). Received shape {label_sets.shape}.")
-    label_sets = label_sets.astype(bool)
+    if label_sets.dtype != bool:
+        numeric = np.issubdtype(label_sets.dtype, np.integer) or np.issubdtype(
+            label_sets.dtype, np.floating)
+        other = label_sets[(label_sets != 0) & (label_sets != 1)] if numeric else label_sets
+        if other.size:
+            example = other.ravel()[:1].tolist()[0]
+            raise ValueError(f"Label sets must be multi-hot: bool, or 0 and 1 only (see "
+                             f"`multi_hot` for lists of class ids). Received dtype "
+                             f"{label_sets.dtype} with values such as {example!r}.")
+        label_sets = label_sets.astype(bool)
     return label_sets[np.arange(len(predictions)), predictions], label_sets.any(axis=1)
 
 
@@ -247,6 +257,11 @@ def real_accuracy(predictions, label_sets, labels):
     num_classes = label_sets.shape[1]
     predictions = check_labels(predictions, num_classes, "Predictions")
     labels = check_labels(labels, num_classes)
+    for name, values in (("predictions", predictions), ("labels", labels)):
+        if values.ndim != 1:
+            hint = f" ({name}.reshape(-1))" if values.ndim == 2 and values.shape[1] == 1 else ""
+            raise ValueError(f"`{name}` must hold one class id per image, shape [N]. Received "
+                             f"shape {values.shape}{hint}.")
     if len(labels) != len(predictions):
         raise ValueError(f"{len(predictions)} predictions but {len(labels)} labels.")
     hits, scored = _label_set_hits(predictions, label_sets, num_classes)
