@@ -67,6 +67,9 @@ def run(args):
                                        data_config=config)
     for name, (path, _) in results.items():
         print(f"{name:30} {path}")
+    if not inspection.has_position_embeddings(model):
+        print(f"{'position_embedding_similarity':30} none: the model adds no embedding per "
+              "position")
     if not inspection.has_rgb_filters(model):
         print(f"{'patch_embedding_filters':30} none: a hybrid's patch embedding sees ResNet "
               "features, not RGB pixels")

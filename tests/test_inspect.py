@@ -433,6 +433,57 @@ def test_class_token_attention_on_a_model_without_one():
         inspection.attention_map(model, images, query="cls")
 
 
+def test_a_gap_model_with_a_class_token_is_read_from_its_patch_tokens():
+    # timm's global_pool="avg" models keep a class token that their classifier never reads.
+    model = keras_vit.ViT(image_size=(32, 48), patch_size=8, classifier="gap", class_token=True,
+                          num_classes=5, **TINY)
+    images = random_images(2, (32, 48))
+    probs = inspection.attention_weights(model, images)[1].mean(axis=1)  # [B, N, N], mean of heads
+    patch_queries = probs[:, 1:, 1:].mean(axis=1).reshape(2, 4, 6)  # the patch tokens' mean row
+    np.testing.assert_allclose(inspection.attention_map(model, images, layer=1), patch_queries,
+                               atol=1e-6)
+    np.testing.assert_allclose(inspection.attention_map(model, images, layer=1, query="mean"),
+                               patch_queries, atol=1e-6)
+    class_row = inspection.attention_map(model, images, layer=1, query="class")
+    np.testing.assert_allclose(class_row, probs[:, 0, 1:].reshape(2, 4, 6), atol=1e-6)
+    assert np.abs(class_row - patch_queries).max() > 1e-4  # the two readings differ
+
+
+@pytest.mark.parametrize("images, message", [
+    (np.full((1, 32, 48, 3), 128, np.uint8), "The images are uint8, not scaled"),
+    (np.full((1, 32, 48, 3), 128.0, np.float32), "The images hold values from 128 to 128"),
+    (np.full((1, 32, 48, 3), np.nan, np.float32), "The images hold values from nan to nan"),
+    (np.ones((1, 32, 48, 3), bool), "The images are bool, not scaled"),
+    (np.ones((1, 32, 48, 3), complex), "images must be real pixels preprocessed for the model"),
+], ids=["uint8", "0_255_floats", "nan", "bool", "complex"])
+def test_images_not_preprocessed_for_the_model_are_refused(tmp_path, images, message):
+    model, _ = build()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        inspection.attention_rollout(model, images)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        inspection.inspect_model(model, images, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_without_position_embeddings_gets_the_other_figures(tmp_path, capsys):
+    config = dict(image_size=32, patch_size=8, position_embedding="relative", **TINY)
+    model = keras_vit.ViT(num_classes=5, **config)
+    assert not inspection.has_position_embeddings(model)
+    figures = inspection.inspect_model(model, random_images(1, (32, 32)), tmp_path / "py")
+    assert sorted(figures) == ["attention", "attention_distance", "patch_embedding_filters"]
+    assert sorted(p.name for p in (tmp_path / "py").iterdir()) == [
+        "attention.png", "attention_distance.png", "patch_embedding_filters.png"]
+    image = tmp_path / "image.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
+    argv = ["inspect", "--model-config", json.dumps(config), str(image), "--out",
+            str(tmp_path / "cli")]
+    assert cli.main(argv) == 0
+    assert "position_embedding_similarity  none: the model adds no embedding per position" in (
+        capsys.readouterr().out)
+    assert cli.main(argv) == 2  # the same command again: the figures it wrote are there
+    assert "attention.png already exists" in capsys.readouterr().err
+
+
 def test_images_that_cannot_be_used(tmp_path, capsys):
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"this is not a PNG file")

@@ -48,6 +48,7 @@ from keras_vit.inspection.analysis import (  # noqa: F401
     attention_map,
     mean_attention_distance,
     upsample,
+    has_position_embeddings,
     position_embedding_similarity,
     patch_embedding_components,
 )

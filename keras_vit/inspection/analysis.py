@@ -12,6 +12,7 @@ from keras_vit.introspection import attention_model
 from keras_vit.model_parts import vit_config
 from keras_vit.model_parts import encoder_blocks
 from keras_vit.positions import model_image_size, patch_grid
+from keras_vit.preprocessing import check_preprocessed
 
 NUM_COMPONENTS = 28  # Figure 7 left: "first 28 principal components"
 
@@ -84,17 +85,24 @@ def attention_probe(model):
 
 
 def _check_images(model, images):
-    images = np.asarray(images, dtype=np.float32)
+    """`images` as float32 `[B, H, W, C]`, once they are real numbers preprocessed for
+    `model` (`keras_vit.preprocessing.check_preprocessed`) at its input size."""
+    raw = np.asarray(images)
+    if raw.dtype.kind not in "biuf" and raw.dtype.name != "bfloat16":
+        raise ValueError(f"images must be real pixels preprocessed for the model "
+                         f"(keras_vit.preprocess_inputs(images, model)). Received dtype "
+                         f"{raw.dtype}.")
     expected = (*model_image_size(model), model.input.shape[-1])
-    if images.ndim == 3:
-        images = images[None]
-    if images.ndim != 4 or images.shape[1:] != expected or not len(images):
+    if raw.ndim == 3:
+        raw = raw[None]
+    if raw.ndim != 4 or raw.shape[1:] != expected or not len(raw):
         raise ValueError(
             f"images must have shape [batch, {', '.join(map(str, expected))}] (the model's input "
-            "size, scaled to [-1, 1] by keras_vit.preprocess_inputs). Received shape "
-            f"{images.shape}."
+            "size, preprocessed by keras_vit.preprocess_inputs(images, model)). Received shape "
+            f"{raw.shape}."
         )
-    return images
+    check_preprocessed(raw, model, "The images")
+    return raw.astype(np.float32)
 
 
 def _batches(model, images, batch_size):
@@ -115,7 +123,7 @@ def attention_weights(model, images, batch_size=32):
     Args:
         model: a keras_vit model.
         images: array `[B, H, W, 3]` (or one image `[H, W, 3]`) at the model's input size,
-            scaled to [-1, 1] (`keras_vit.preprocess_inputs`).
+            preprocessed for it (`keras_vit.preprocess_inputs(images, model)`).
         batch_size: int. Images per forward pass. Defaults to 32.
 
     Returns:
@@ -138,10 +146,11 @@ def check_layer_head(geo, layer, head):
     return layer, head
 
 
-def _query(geo, query):
-    """Resolves `query` to "class" or "mean"; None means the token the classifier reads."""
+def _query(model, geo, query):
+    """Resolves `query` to "class" or "mean"; None means the token the classifier reads (a
+    "gap" model with a class token reads the mean of the patch tokens)."""
     if query is None:
-        return "class" if geo.num_prefix else "mean"
+        return "class" if vit_config(model)["classifier"] == "token" else "mean"
     if query not in ("class", "mean"):
         raise ValueError(f"query must be 'class', 'mean' or None. Received: {query!r}")
     if query == "class" and not geo.num_prefix:
@@ -153,8 +162,12 @@ def _query(geo, query):
 
 
 def _from_query(matrices, geo, query):
-    """Rows of `[..., N, N]` for the query token, over the patches: `[..., rows, cols]`."""
-    rows = matrices[..., 0, :] if query == "class" else matrices.mean(axis=-2)
+    """Rows of `[..., N, N]` for the query token, over the patches: `[..., rows, cols]`. The
+    mean token's row is the mean of the patch tokens' rows, as "gap" pools the patch tokens."""
+    if query == "class":
+        rows = matrices[..., 0, :]
+    else:
+        rows = matrices[..., geo.num_prefix:, :].mean(axis=-2)
     return rows[..., geo.num_prefix:].reshape(*rows.shape[:-1], *geo.grid)
 
 
@@ -214,7 +227,7 @@ def _analyse(model, images, layer=-1, head=None, query=None, batch_size=32):
         `attention_rollout` and `attention_map`), `distance` `[B, layers, heads]`.
     """
     geo = geometry(model)
-    query = _query(geo, query)
+    query = _query(model, geo, query)
     layer, head = check_layer_head(geo, layer, head)  # before the forward pass
     distances = patch_distances(geo)
     parts = collections.defaultdict(list)
@@ -230,9 +243,11 @@ def attention_rollout(model, images, query=None, batch_size=32):
 
     Args:
         model: a keras_vit model.
-        images: array `[B, H, W, 3]` at the model's input size, scaled to [-1, 1].
-        query: "class" (the class token), "mean" (the mean of all tokens, what a "gap" model
-            classifies) or None (the token the model's classifier reads). Defaults to None.
+        images: array `[B, H, W, 3]` at the model's input size, preprocessed for it
+            (`keras_vit.preprocess_inputs(images, model)`).
+        query: "class" (the class token), "mean" (the mean of the patch tokens, what a "gap"
+            model classifies) or None (the token the model's classifier reads). Defaults to
+            None.
         batch_size: int. Images per forward pass. Defaults to 32.
 
     Returns:
@@ -251,7 +266,8 @@ def attention_map(model, images, layer=-1, head=None, query=None, batch_size=32)
 
     Args:
         model: a keras_vit model.
-        images: array `[B, H, W, 3]` at the model's input size, scaled to [-1, 1].
+        images: array `[B, H, W, 3]` at the model's input size, preprocessed for it
+            (`keras_vit.preprocess_inputs(images, model)`).
         layer: int. Encoder block, from 0 (negative counts from the end). Defaults to -1.
         head: int or None. Attention head, from 0; None averages the heads. Defaults to None.
         query: "class", "mean" or None, as in `attention_rollout`. Defaults to None.
@@ -278,7 +294,8 @@ def mean_attention_distance(model, images, batch_size=32):
 
     Args:
         model: a keras_vit model.
-        images: array `[B, H, W, 3]` at the model's input size, scaled to [-1, 1].
+        images: array `[B, H, W, 3]` at the model's input size, preprocessed for it
+            (`keras_vit.preprocess_inputs(images, model)`).
         batch_size: int. Images per forward pass. Defaults to 32.
 
     Returns:
@@ -300,6 +317,12 @@ def upsample(maps, size):
 
 def _weight(variable):
     return np.asarray(keras.ops.convert_to_numpy(variable), np.float64)
+
+
+def has_position_embeddings(model):
+    """Whether the model adds an embedding per position to the tokens (not for
+    `position_embedding` "none" or "relative")."""
+    return vit_config(model)["position_embedding"] not in ("none", "relative")
 
 
 def position_embedding_similarity(model):

@@ -16,6 +16,7 @@ from keras_vit.inspection.analysis import (
     _embedding,
     _query,
     check_layer_head,
+    has_position_embeddings,
     patch_distances,
     patch_embedding_components,
     position_embedding_similarity,
@@ -85,8 +86,9 @@ def attention_size(num_images, image_size):
     return 3 * ATTENTION_PANEL, rows * (round(ATTENTION_PANEL * height / width) + ATTENTION_TITLE)
 
 
-def _draw_attention(path, images, maps, geo, layer, head, query, data_config=None):
-    source = "class token" if _query(geo, query) == "class" else "mean token"
+def _draw_attention(path, images, maps, geo, layer, head, query, data_config):
+    """`query`: resolved ("class" or "mean"); `data_config`: what normalised `images`."""
+    source = "class token" if query == "class" else "mean token"
     layer, head = check_layer_head(geo, layer, head)
     heads = "mean of heads" if head is None else f"head {head}"
     titles = ("input", f"rollout ({source})", f"encoderblock_{layer}, {heads}")
@@ -122,7 +124,8 @@ def plot_attention(model, images, path, layer=-1, head=None, query=None, batch_s
         model, images, layer, head, query, batch_size: as in `attention_map`.
         path: str. Where to write the PNG.
         data_config: what normalised `images` (anything `keras_vit.resolve_data_config`
-            takes), to show them as they were; None: the paper's [-1, 1]. Defaults to None.
+            takes), to show them as they were; None: the model's (the data config it
+            carries, else the paper's [-1, 1]). Defaults to None.
 
     Returns:
         dict with `rollout` and `attention`, arrays `[B, rows, cols]` for every image.
@@ -130,7 +133,8 @@ def plot_attention(model, images, path, layer=-1, head=None, query=None, batch_s
     images = _check_images(model, images)
     geo, arrays = _analyse(model, images, layer, head, query, batch_size)
     maps = {k: arrays[k] for k in ("rollout", "attention")}
-    _draw_attention(path, images, maps, geo, layer, head, query, data_config)
+    _draw_attention(path, images, maps, geo, layer, head, _query(model, geo, query),
+                    model if data_config is None else data_config)
     return maps
 
 
@@ -307,11 +311,11 @@ def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch
 
     `plot_attention`, `plot_mean_attention_distance` (from the same forward pass),
     `plot_position_embedding_similarity` and `plot_patch_embedding_filters`; the arguments
-    are theirs (`data_config`: what normalised `images`, for showing them; None: the
-    paper's [-1, 1]).
+    are theirs (`data_config`: what normalised `images`, for showing them; None: the model's).
 
-    Hybrid models get three: their patch embedding sees ResNet features, not RGB pixels, so
-    there are no RGB filters to draw.
+    Hybrid models get no filters figure: their patch embedding sees ResNet features, not RGB
+    pixels. Models with `position_embedding` "none" or "relative" get no similarity figure:
+    they add no embedding per position.
 
     Returns:
         dict: figure name -> (path, the arrays its plot function returned).
@@ -323,14 +327,13 @@ def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch
     distances = arrays["distance"].mean(axis=0)
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, file) for name, file in FIGURE_FILES.items()}
-    _draw_attention(paths["attention"], images, maps, geo, layer, head, query, data_config)
+    _draw_attention(paths["attention"], images, maps, geo, layer, head,
+                    _query(model, geo, query), model if data_config is None else data_config)
     _draw_distance(paths["attention_distance"], distances, geo, len(images))
-    results = {
-        "attention": maps,
-        "attention_distance": distances,
-        "position_embedding_similarity": plot_position_embedding_similarity(
-            model, paths["position_embedding_similarity"]),
-    }
+    results = {"attention": maps, "attention_distance": distances}
+    if has_position_embeddings(model):
+        results["position_embedding_similarity"] = plot_position_embedding_similarity(
+            model, paths["position_embedding_similarity"])
     if has_rgb_filters(model):
         results["patch_embedding_filters"] = plot_patch_embedding_filters(
             model, paths["patch_embedding_filters"], gray=gray)
