@@ -7,6 +7,7 @@ same images, preprocessed as the data config says. The refusals (what one side c
 and the destination rules need no keras-hub."""
 
 import json
+import re
 import os
 import sys
 
@@ -83,6 +84,35 @@ def test_from_pretrained_reads_a_classifier_preset_keras_hub_wrote(hub, tmp_path
     pixels = images()
     np.testing.assert_allclose(model(apply(preprocessing, pixels)),
                                classifier.predict(pixels, verbose=0), atol=ATOL)
+
+
+@pytest.mark.parametrize("file, edit, phrase", [
+    ("config.json", lambda c: c.update(layer_norm_epsilon=0.5),
+     "disagree on the backbone's layer_norm_epsilon: 1e-05 in task.json, 0.5 in config.json"),
+    ("preprocessor.json", lambda c: c["image_converter"]["config"].update(offset=0.0),
+     "disagree on the preprocessor's image_converter.config.offset: "),
+], ids=["backbone", "preprocessor"])
+def test_a_preset_whose_copies_disagree_is_refused_naming_the_field(hub, tmp_path, file, edit,
+                                                                    phrase):
+    """keras-hub's classifier is built from the copies task.json embeds; the backbone and the
+    preprocessor alone from config.json and preprocessor.json. A preset whose copies differ
+    has no one answer."""
+    classifier = keras_hub_classifier(hub)
+    folder = tmp_path / "preset"
+    classifier.save_to_preset(folder)
+    document = json.loads((folder / file).read_text())
+    edit(document["config"])
+    (folder / file).write_text(json.dumps(document))
+    task = hub.models.ImageClassifier.from_preset(str(folder))  # it reads task.json's copy
+    assert task.backbone.layer_norm_epsilon == 1e-5
+    np.testing.assert_allclose(task.preprocessor.image_converter.offset,
+                               classifier.preprocessor.image_converter.offset)
+    with pytest.raises(CheckpointError) as raised:
+        keras_vit.from_pretrained(folder)
+    assert phrase in str(raised.value) and "\n" not in str(raised.value)
+    if file == "preprocessor.json":  # the data config alone, too
+        with pytest.raises(CheckpointError, match=re.escape(phrase)):
+            keras_vit.resolve_data_config(str(folder))
 
 
 @pytest.mark.parametrize("flags", [dict(), dict(crop_to_aspect_ratio=False),

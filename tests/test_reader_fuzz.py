@@ -312,6 +312,10 @@ def test_a_field_keras_hub_cannot_read_is_one_line_naming_the_preset(own_preset)
     document = json.loads(path.read_text())
     document["config"]["dtype"] = 5  # keras-hub reads an object's fields there
     path.write_text(json.dumps(document))
+    task = own_preset / keras_hub.TASK_FILE  # and the copy its classifier is built from
+    task_document = json.loads(task.read_text())
+    task_document["config"]["backbone"] = document
+    task.write_text(json.dumps(task_document))
     with pytest.raises(keras_vit.CheckpointError) as raised:
         keras_vit.from_pretrained(own_preset)
     assert str(raised.value).startswith(f"{own_preset}: keras-hub could not load the preset (")

@@ -153,6 +153,37 @@ def _object_config(folder, name, class_name):
     return document["config"]
 
 
+def _first_difference(ours, theirs, where=""):
+    """The dotted path of the first field where two JSON values differ (None where they are
+    the same), with the two values."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for key in sorted(ours.keys() | theirs.keys()):
+            found = _first_difference(ours.get(key), theirs.get(key), f"{where}{key}.")
+            if found:
+                return found
+        return None
+    return None if ours == theirs else (where.rstrip("."), ours, theirs)
+
+
+def _check_same_copy(folder, name, config, field):
+    """Refuses a preset whose `task.json` embeds `field` ("backbone", "preprocessor") otherwise
+    than file `name` holds it (`config`): keras-hub's classifier is built from the first,
+    its backbone or preprocessor alone from the second."""
+    if not os.path.isfile(_file(folder, TASK_FILE)):
+        return
+    copy = _object_config(folder, TASK_FILE, TASK_CLASS).get(field)
+    if copy is None:
+        return
+    found = _first_difference(config, copy.get("config") if isinstance(copy, dict) else copy)
+    if found:
+        key, mine, task = found
+        raise CheckpointError(
+            f"{_file(folder, TASK_FILE)} and {name} disagree on the {field}'s "
+            f"{key or 'config'}: {task!r:.60} in {TASK_FILE}, {mine!r:.60} in {name}. keras-hub "
+            f"builds its classifier from {TASK_FILE}'s copy and the {field} alone from {name}; "
+            "expected the same in both, as keras-hub's save_to_preset writes them.")
+
+
 def _checked(path, check, field, value, *args):
     """`check(field, value, *args)` (a `keras_vit.checks` rule), its error naming the file."""
     try:
@@ -166,6 +197,7 @@ def _backbone_arguments(folder):
     it has a class token."""
     path = _file(folder, CONFIG_FILE)
     config = _object_config(folder, CONFIG_FILE, BACKBONE_CLASS)
+    _check_same_copy(folder, CONFIG_FILE, config, "backbone")
     shape = config.get("image_shape")
     if not isinstance(shape, list) or len(shape) != 3 or shape[-1] != IMAGE_CHANNELS:
         raise CheckpointError(f"{path}: `image_shape` must be [height, width, 3] (RGB, "
@@ -245,6 +277,7 @@ def preset_preprocessing(path):
     config = _object_config(path, name, "ViTImageClassifierPreprocessor"
                             if name == PREPROCESSOR_FILE else "ViTImageConverter")
     if name == PREPROCESSOR_FILE:
+        _check_same_copy(path, name, config, "preprocessor")
         converter = config.get("image_converter")
         if not isinstance(converter, dict) or converter.get("class_name") != "ViTImageConverter" \
                 or not isinstance(converter.get("config"), dict):
