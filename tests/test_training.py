@@ -78,6 +78,14 @@ def test_schedule_matches_the_official_formula(decay):
     assert float(clone(321)) == float(schedule(321))
 
 
+def test_a_linear_schedule_never_exceeds_its_peak():
+    # From a peak below the 1e-5 end, vit_jax's formula climbs to 1e-5 (10,000x a 1e-9 peak).
+    schedule = training.WarmupDecay(1e-9, total_steps=100, warmup_steps=10, decay="linear")
+    rates = np.array([float(schedule(s)) for s in range(0, 120, 5)])
+    assert rates.max() == pytest.approx(1e-9, rel=1e-6) and rates[-1] == pytest.approx(1e-9)
+    assert official_schedule(100, 1e-9, 100, 10, "linear") == pytest.approx(1e-5)
+
+
 def test_schedule_errors():
     with pytest.raises(ValueError, match="`decay` must be one of 'cosine', 'linear'. Received: decay='step'"):
         training.WarmupDecay(0.1, 100, 10, decay="step")
