@@ -9,10 +9,12 @@ import fcntl
 import hashlib
 import http.server
 import json
+import logging
 import os
 import pathlib
 import pty
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -350,6 +352,47 @@ def test_hf_sources_download_through_huggingface_hub_and_load_offline_after(tmp_
     assert "HF_HUB_OFFLINE" in missing.stderr
 
 
+def test_an_unreachable_hub_is_read_from_the_cache_at_once(tmp_path, monkeypatch, hub_endpoint):
+    """Offline, huggingface_hub retries each file with back-offs before it reads its cache;
+    where the Hub's endpoint accepts no connection, keras_vit reads the cache at once, and a
+    repository not in it is one line naming the endpoint and what to do."""
+    from keras_vit.weights import DownloadError, hub
+
+    def endpoint(url):  # where huggingface_hub goes (HF_ENDPOINT, read at its import)
+        monkeypatch.setattr(hub.hub_constants, "ENDPOINT", url)
+        monkeypatch.setattr(hub.hub_constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            url + "/{repo_id}/resolve/{revision}/{filename}")
+
+    for name in ("config.json", "model.safetensors"):
+        HubFiles.files[f"google/vit-tiny-test/{name}"] = (
+            FIXTURES / "transformers_vit" / name).read_bytes()
+    for variable in [k for k in os.environ if k.lower().endswith("_proxy")]:
+        monkeypatch.delenv(variable)
+    monkeypatch.setattr(hub.hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub.hub_constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    endpoint(hub_endpoint)
+    online = hub.hub_files("hf://google/vit-tiny-test")
+    with socket.socket() as s:  # a port nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    endpoint(f"http://127.0.0.1:{closed}")
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("huggingface_hub").addHandler(handler)
+    try:
+        assert hub.hub_files("hf://google/vit-tiny-test") == online  # the cache serves
+        with pytest.raises(DownloadError) as raised:
+            hub.hub_files("hf://google/not-cached")
+    finally:
+        logging.getLogger("huggingface_hub").removeHandler(handler)
+    message = str(raised.value)
+    assert (f"Could not fetch hf://google/not-cached (127.0.0.1:{closed} does not answer, and "
+            "huggingface_hub's cache does not hold it). Offline, download it") in message
+    assert "\n" not in message
+    assert not [line for line in said if "Retrying" in line], said  # no back-offs
+
+
 def test_hf_download_bars_follow_progress_as_the_librarys_own(monkeypatch):
     """huggingface_hub's bars of an `hf://` download are off with `progress=False`, and with
     `progress=True` where standard error does not redraw them (a file, a pipe); on otherwise;
@@ -360,11 +403,12 @@ def test_hf_download_bars_follow_progress_as_the_librarys_own(monkeypatch):
 
     disabled = []
 
-    def download(repo, name, revision=None):  # the Hub's files, as huggingface_hub gives them
-        disabled.append(are_progress_bars_disabled())
+    def download(repo, name, revision=None, local_files_only=False):  # the Hub's files, as
+        disabled.append(are_progress_bars_disabled())  # huggingface_hub gives them
         return str(FIXTURES / "transformers_vit" / name)
 
     monkeypatch.setattr(hub.huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr(hub, "_unreachable", lambda: None)  # the Hub answers
     monkeypatch.setattr(hub.hub_constants, "HF_HUB_DISABLE_PROGRESS_BARS", None)  # no user's
     for progress, terminal, off in ((False, True, True), (True, False, True),
                                     (True, True, False)):

@@ -18,7 +18,10 @@ import contextlib
 import functools
 import os
 import re
+import socket
 import sys
+import urllib.parse
+import urllib.request
 import weakref
 
 import huggingface_hub
@@ -225,6 +228,27 @@ def bars(progress):
         enable_progress_bars()
 
 
+# How long the Hub's endpoint may take to accept a connection before a fetch reads
+# huggingface_hub's cache alone (offline, huggingface_hub retries each file with back-offs).
+REACH_TIMEOUT = 3.0
+
+
+def _unreachable():
+    """The Hub's endpoint ("host:port") where it does not accept a connection, else None; a
+    fetch then reads huggingface_hub's cache alone. Not probed under `HF_HUB_OFFLINE` (the
+    cache alone already) or behind a proxy (`HTTPS_PROXY`, ...), which huggingface_hub goes
+    through."""
+    if hub_constants.HF_HUB_OFFLINE or urllib.request.getproxies():
+        return None
+    endpoint = urllib.parse.urlsplit(hub_constants.ENDPOINT)
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname, port), timeout=REACH_TIMEOUT).close()
+    except (OSError, ValueError):
+        return f"{endpoint.hostname}:{port}"
+    return None
+
+
 def hub_files(source):
     """Local paths of `config.json` (or None) and `model.safetensors` of `hf://ORG/NAME`,
     through `huggingface_hub` (downloaded once into its cache; `HF_HUB_OFFLINE=1` reads the
@@ -234,15 +258,17 @@ def hub_files(source):
         DownloadError: naming the repository and what to do, when it cannot be fetched.
     """
     repo, revision = parse_hub(source)
+    unreachable = _unreachable()
 
     def fetch(name):
-        return huggingface_hub.hf_hub_download(repo, name, revision=revision)
+        return huggingface_hub.hf_hub_download(repo, name, revision=revision,
+                                               local_files_only=unreachable is not None)
 
     try:
         weights = fetch(WEIGHTS_FILE)
     except EntryNotFoundError as e:
         if isinstance(e, LocalEntryNotFoundError):  # not in the cache, offline
-            raise DownloadError(_offline_advice(source, repo, e)) from None
+            raise DownloadError(_offline_advice(source, repo, e, unreachable)) from None
         raise CheckpointError(f"{source} has no {WEIGHTS_FILE}. keras_vit reads safetensors "
                               "weights (no torch): expected a repository that has them.") from None
     except (HfHubHTTPError, OSError, ValueError) as e:
@@ -259,14 +285,17 @@ def hub_config(source):
     fetched into it), or None where it cannot be had: what kind of repository it is."""
     repo, revision = parse_hub(source)
     try:
-        return huggingface_hub.hf_hub_download(repo, CONFIG_FILE, revision=revision)
+        return huggingface_hub.hf_hub_download(repo, CONFIG_FILE, revision=revision,
+                                               local_files_only=_unreachable() is not None)
     except (EntryNotFoundError, HfHubHTTPError, OSError, ValueError):
         return None
 
 
-def _offline_advice(source, repo, error):
+def _offline_advice(source, repo, error, unreachable=None):
     first = str(error).splitlines()[0] if str(error) else ""
-    return (f"Could not fetch {source} ({type(error).__name__}: {first}). Offline, download it "
+    why = (f"{unreachable} does not answer, and huggingface_hub's cache does not hold it"
+           if unreachable else f"{type(error).__name__}: {first}")
+    return (f"Could not fetch {source} ({why}). Offline, download it "
             f"where there is internet (`hf download {repo} {CONFIG_FILE} {WEIGHTS_FILE}`), copy "
             "the Hugging Face cache here and set HF_HUB_OFFLINE=1, or pass the local "
             ".safetensors path.")
