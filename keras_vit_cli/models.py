@@ -42,8 +42,8 @@ def forward_gflops(variant):
 
 def run(args):
     configs = library_module("configs")
-    variants = ([configs.get_variant(v) for v in args.variant] if args.variant
-                else list(configs.VARIANTS.values()))
+    named = [configs.get_variant(v) for v in args.variant or ()]  # each once, as first named
+    variants = list({v.name: v for v in named}.values()) or list(configs.VARIANTS.values())
     header = (f"{'variant':9} {'builder':12} {'ResNet':12} {'patch':>5} {'width':>5} {'mlp':>5} "
               f"{'heads':>5} {'layers':>6} {'params':>12} {'GFLOPs':>7}")
     if args.time:

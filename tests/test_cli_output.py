@@ -89,7 +89,9 @@ def test_a_closed_output_pipe_ends_the_command_quietly(command):
 
 
 def test_models_shows_parameters_and_gflops(capsys):
-    assert cli.main(["models", "--variant", "B/16", "--variant", "R50+B/16"]) == 0
+    # A variant named twice, in any spelling, is listed once.
+    assert cli.main(["models", "--variant", "B/16", "--variant", "R50+B/16", "--variant",
+                     "b/16"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[-2:] == ["params", "GFLOPs"]
     # B/16 at 224 px: 86,567,656 parameters (the official models_test.py); 17.56 GMAC forward
