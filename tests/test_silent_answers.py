@@ -196,6 +196,9 @@ def test_a_preset_converter_of_extreme_scale_is_refused(own_preset, tmp_path):
     preprocessor = json.loads(path.read_text())
     preprocessor["config"]["image_converter"]["config"]["scale"] = [1e300, 1e300, 1e300]
     path.write_text(json.dumps(preprocessor))
+    task = json.loads((folder / "task.json").read_text())  # and its classifier from here
+    task["config"]["preprocessor"] = preprocessor
+    (folder / "task.json").write_text(json.dumps(task))
     with pytest.raises(CheckpointError, match=r"preprocessor\.json: `scale` .* beyond 1e5"):
         keras_vit.from_pretrained(folder)
 
