@@ -21,6 +21,13 @@ def _is_int(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def is_real_dtype(dtype):
+    """Whether arrays of `dtype` hold real numbers: bool, integers or floats (bfloat16 too);
+    not complex numbers, strings or objects."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in "biuf" or dtype.name == "bfloat16"
+
+
 def check_int(name, value, minimum=None, allow_none=False):
     """Returns `value` as an int (NumPy integers too) if it is an integer >= `minimum`.
 

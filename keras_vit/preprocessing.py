@@ -23,6 +23,7 @@ import numpy as np
 
 from keras import ops
 
+from keras_vit.checks import is_real_dtype
 from keras_vit.positions import model_image_size
 
 # The official models see RGB scaled to [-1, 1] (vit_jax input_pipeline: `x / 127.5 - 1`).
@@ -400,6 +401,8 @@ def check_preprocessed(values, data_config, what):
     and what is expected."""
     expected = ("Expected images preprocessed for the model: a keras_vit.data pipeline, or "
                 "pixels in [0, 255] mapped with keras_vit.preprocess_inputs(images, model).")
+    if not is_real_dtype(values.dtype):
+        raise ValueError(f"{what} are {values.dtype}, not real pixels. {expected}")
     if np.issubdtype(values.dtype, np.integer) or values.dtype == bool:
         raise ValueError(f"{what} are {values.dtype}, not scaled. {expected}")
     if not values.size:

@@ -14,7 +14,7 @@ from keras_vit_cli.summaries import images as image_count
 
 def configure(parser):
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files to look at")
-    parser.add_argument("--out", required=True, help="folder for the four PNG figures")
+    parser.add_argument("--out", required=True, help="folder for the PNG figures")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace figures already in --out")
     add_model_arguments(parser)

@@ -354,7 +354,7 @@ def test_hf_sources_download_through_huggingface_hub_and_load_offline_after(tmp_
 
 def test_an_unreachable_hub_is_read_from_the_cache_at_once(tmp_path, monkeypatch, hub_endpoint):
     """Offline, huggingface_hub retries each file with back-offs before it reads its cache;
-    where the Hub's endpoint accepts no connection, keras_vit reads the cache at once, and a
+    where the Hub's endpoint does not answer, keras_vit reads the cache at once, and a
     repository not in it is one line naming the endpoint and what to do."""
     from keras_vit.weights import DownloadError, hub
 
@@ -366,8 +366,6 @@ def test_an_unreachable_hub_is_read_from_the_cache_at_once(tmp_path, monkeypatch
     for name in ("config.json", "model.safetensors"):
         HubFiles.files[f"google/vit-tiny-test/{name}"] = (
             FIXTURES / "transformers_vit" / name).read_bytes()
-    for variable in [k for k in os.environ if k.lower().endswith("_proxy")]:
-        monkeypatch.delenv(variable)
     monkeypatch.setattr(hub.hub_constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hub.hub_constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     endpoint(hub_endpoint)
@@ -387,8 +385,8 @@ def test_an_unreachable_hub_is_read_from_the_cache_at_once(tmp_path, monkeypatch
     finally:
         logging.getLogger("huggingface_hub").removeHandler(handler)
     message = str(raised.value)
-    assert (f"Could not fetch hf://google/not-cached (127.0.0.1:{closed} does not answer, and "
-            "huggingface_hub's cache does not hold it). Offline, download it") in message
+    assert (f"Could not fetch hf://google/not-cached (http://127.0.0.1:{closed} does not "
+            "answer, and huggingface_hub's cache does not hold it). Offline, download") in message
     assert "\n" not in message
     assert not [line for line in said if "Retrying" in line], said  # no back-offs
 

@@ -454,7 +454,7 @@ def test_a_gap_model_with_a_class_token_is_read_from_its_patch_tokens():
     (np.full((1, 32, 48, 3), 128.0, np.float32), "The images hold values from 128 to 128"),
     (np.full((1, 32, 48, 3), np.nan, np.float32), "The images hold values from nan to nan"),
     (np.ones((1, 32, 48, 3), bool), "The images are bool, not scaled"),
-    (np.ones((1, 32, 48, 3), complex), "images must be real pixels preprocessed for the model"),
+    (np.ones((1, 32, 48, 3), complex), "The images are complex128, not real pixels"),
 ], ids=["uint8", "0_255_floats", "nan", "bool", "complex"])
 def test_images_not_preprocessed_for_the_model_are_refused(tmp_path, images, message):
     model, _ = build()

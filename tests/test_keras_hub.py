@@ -91,7 +91,9 @@ def test_from_pretrained_reads_a_classifier_preset_keras_hub_wrote(hub, tmp_path
      "disagree on the backbone's layer_norm_epsilon: 1e-05 in task.json, 0.5 in config.json"),
     ("preprocessor.json", lambda c: c["image_converter"]["config"].update(offset=0.0),
      "disagree on the preprocessor's image_converter.config.offset: "),
-], ids=["backbone", "preprocessor"])
+    ("image_converter.json", lambda c: c.update(offset=0.0),  # without a preprocessor.json
+     "disagree on the preprocessor's image_converter's offset: "),
+], ids=["backbone", "preprocessor", "image_converter"])
 def test_a_preset_whose_copies_disagree_is_refused_naming_the_field(hub, tmp_path, file, edit,
                                                                     phrase):
     """keras-hub's classifier is built from the copies task.json embeds; the backbone and the
@@ -100,6 +102,8 @@ def test_a_preset_whose_copies_disagree_is_refused_naming_the_field(hub, tmp_pat
     classifier = keras_hub_classifier(hub)
     folder = tmp_path / "preset"
     classifier.save_to_preset(folder)
+    if file == "image_converter.json":
+        (folder / "preprocessor.json").unlink()
     document = json.loads((folder / file).read_text())
     edit(document["config"])
     (folder / file).write_text(json.dumps(document))
@@ -110,7 +114,7 @@ def test_a_preset_whose_copies_disagree_is_refused_naming_the_field(hub, tmp_pat
     with pytest.raises(CheckpointError) as raised:
         keras_vit.from_pretrained(folder)
     assert phrase in str(raised.value) and "\n" not in str(raised.value)
-    if file == "preprocessor.json":  # the data config alone, too
+    if file != "config.json":  # the data config alone, too
         with pytest.raises(CheckpointError, match=re.escape(phrase)):
             keras_vit.resolve_data_config(str(folder))
 

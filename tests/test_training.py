@@ -84,6 +84,12 @@ def test_a_linear_schedule_never_exceeds_its_peak():
     rates = np.array([float(schedule(s)) for s in range(0, 120, 5)])
     assert rates.max() == pytest.approx(1e-9, rel=1e-6) and rates[-1] == pytest.approx(1e-9)
     assert official_schedule(100, 1e-9, 100, 10, "linear") == pytest.approx(1e-5)
+    # An end above the peak, given, is refused: the decay would climb.
+    with pytest.raises(ValueError, match=r"`end_learning_rate` must be a number in \[0, "
+                                         r"0.001\]. Received: end_learning_rate=0.01"):
+        training.WarmupDecay(1e-3, 100, decay="linear", end_learning_rate=1e-2)
+    ramp = training.WarmupDecay(1e-3, 100, decay="linear", end_learning_rate=1e-3)
+    assert float(ramp(50)) == pytest.approx(1e-3)  # an end at the peak: constant
 
 
 def test_schedule_errors():

@@ -9,7 +9,7 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.checks import check_labels, check_positive_int
+from keras_vit.checks import check_labels, check_positive_int, is_real_dtype
 from keras_vit.fileio import atomic_write, check_destination, folder_lock, naming_write_errors
 from keras_vit.model_parts import fresh_head
 from keras_vit.plots import plot_confusion_matrix
@@ -202,14 +202,13 @@ def _label_set_hits(predictions, label_sets, num_classes):
         raise ValueError(f"Label sets must be multi-hot [{len(predictions)}, {num_classes}] "
                          f"(images, classes). Received shape {label_sets.shape}.")
     if label_sets.dtype != bool:
-        numeric = np.issubdtype(label_sets.dtype, np.integer) or np.issubdtype(
-            label_sets.dtype, np.floating)
-        other = label_sets[(label_sets != 0) & (label_sets != 1)] if numeric else label_sets
+        rule = ("Label sets must be multi-hot: bool, or 0 and 1 only (see `multi_hot` for lists "
+                f"of class ids). Received dtype {label_sets.dtype}")
+        if not is_real_dtype(label_sets.dtype):
+            raise ValueError(f"{rule}.")
+        other = label_sets[(label_sets != 0) & (label_sets != 1)]
         if other.size:
-            example = other.ravel()[:1].tolist()[0]
-            raise ValueError(f"Label sets must be multi-hot: bool, or 0 and 1 only (see "
-                             f"`multi_hot` for lists of class ids). Received dtype "
-                             f"{label_sets.dtype} with values such as {example!r}.")
+            raise ValueError(f"{rule} with values such as {float(other.flat[0])!r:.20}.")
         label_sets = label_sets.astype(bool)
     return label_sets[np.arange(len(predictions)), predictions], label_sets.any(axis=1)
 

@@ -4,7 +4,8 @@ fit onto {-1, 1}^K targets on k images per class) and a linear probe on frozen f
 import keras
 import numpy as np
 
-from keras_vit.checks import check_positive_number, check_trainable_classes
+from keras_vit.checks import (check_learning_rate, check_positive_int, check_positive_number,
+                              check_seed, check_trainable_classes, check_weight_decay)
 
 # big_vision fewshot_lsr: the appended bias feature is large so that it is almost unregularised.
 BIAS_FEATURE = 100.0
@@ -154,6 +155,11 @@ def linear_probe(train_features, train_labels, test_features, test_labels, epoch
     Returns:
         dict with `accuracy` and `loss` on the test features, and the fitted `model`.
     """
+    learning_rate = check_learning_rate("learning_rate", learning_rate)
+    weight_decay = check_weight_decay(weight_decay)
+    seed = check_seed("seed", seed)
+    epochs = check_positive_int("epochs", epochs)
+    batch_size = check_positive_int("batch_size", batch_size)
     train_features, train_labels, test_features, test_labels = checked_features(
         train_features, train_labels, test_features, test_labels)
     num_classes = int(max(np.max(train_labels), np.max(test_labels))) + 1

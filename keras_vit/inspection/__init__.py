@@ -12,7 +12,8 @@ Paper section 4.5 and Figure 7 (Dosovitskiy et al., 2020), and attention rollout
   filters, as RGB patches.
 
 Each `plot_*` function writes a PNG (matplotlib, without pyplot, so no global backend is
-touched) and returns the arrays it drew. `inspect_model` writes all four; `keras-vit inspect`
+touched) and returns the arrays it drew. `inspect_model` writes each that applies to the
+model (all four but for hybrids and models without position embeddings); `keras-vit inspect`
 does the same from the command line.
 
 Attention probabilities are the encoder blocks' own, from `keras_vit.attention_model(model)`
@@ -31,7 +32,7 @@ Example (a random model: train one, or load weights, to see something):
     images = keras_vit.preprocess_inputs(np.zeros((2, 32, 32, 3)))
     inspect.attention_rollout(model, images).shape        # (2, 4, 4)
     inspect.mean_attention_distance(model, images).shape  # (2, 4): layers x heads
-    inspect.inspect_model(model, images, "figures")       # the four PNGs
+    inspect.inspect_model(model, images, "figures")       # the PNGs
 """
 
 

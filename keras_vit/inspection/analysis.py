@@ -11,7 +11,7 @@ from keras_vit.checks import check_bool, check_index, check_positive_int
 from keras_vit.introspection import attention_model
 from keras_vit.model_parts import vit_config
 from keras_vit.model_parts import encoder_blocks
-from keras_vit.positions import model_image_size, patch_grid
+from keras_vit.positions import NoPositionEmbs, model_image_size, patch_grid
 from keras_vit.preprocessing import check_preprocessed
 
 NUM_COMPONENTS = 28  # Figure 7 left: "first 28 principal components"
@@ -88,10 +88,6 @@ def _check_images(model, images):
     """`images` as float32 `[B, H, W, C]`, once they are real numbers preprocessed for
     `model` (`keras_vit.preprocessing.check_preprocessed`) at its input size."""
     raw = np.asarray(images)
-    if raw.dtype.kind not in "biuf" and raw.dtype.name != "bfloat16":
-        raise ValueError(f"images must be real pixels preprocessed for the model "
-                         f"(keras_vit.preprocess_inputs(images, model)). Received dtype "
-                         f"{raw.dtype}.")
     expected = (*model_image_size(model), model.input.shape[-1])
     if raw.ndim == 3:
         raw = raw[None]
@@ -322,7 +318,7 @@ def _weight(variable):
 def has_position_embeddings(model):
     """Whether the model adds an embedding per position to the tokens (not for
     `position_embedding` "none" or "relative")."""
-    return vit_config(model)["position_embedding"] not in ("none", "relative")
+    return not isinstance(model.get_layer("posembed_input"), NoPositionEmbs)
 
 
 def position_embedding_similarity(model):

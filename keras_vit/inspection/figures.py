@@ -1,6 +1,6 @@
 """The figures of the inspection, written as PNG files with matplotlib (the `figures` extra),
 without pyplot, so that no global backend is touched. Each `plot_*` function returns the arrays
-it drew; `inspect_model` writes all four."""
+it drew; `inspect_model` writes each that applies to the model."""
 
 import math
 import os
@@ -86,9 +86,8 @@ def attention_size(num_images, image_size):
     return 3 * ATTENTION_PANEL, rows * (round(ATTENTION_PANEL * height / width) + ATTENTION_TITLE)
 
 
-def _draw_attention(path, images, maps, geo, layer, head, query, data_config):
-    """`query`: resolved ("class" or "mean"); `data_config`: what normalised `images`."""
-    source = "class token" if query == "class" else "mean token"
+def _draw_attention(path, model, images, maps, geo, layer, head, query, data_config):
+    source = "class token" if _query(model, geo, query) == "class" else "mean token"
     layer, head = check_layer_head(geo, layer, head)
     heads = "mean of heads" if head is None else f"head {head}"
     titles = ("input", f"rollout ({source})", f"encoderblock_{layer}, {heads}")
@@ -102,7 +101,7 @@ def _draw_attention(path, images, maps, geo, layer, head, query, data_config):
     extent = (-0.5, width - 0.5, height - 0.5, -0.5)  # both layers in image pixel coordinates
     fig = _figure(size)
     axes = fig.subplots(len(shown), 3, squeeze=False)
-    for i, image in enumerate(_to_unit(shown, data_config)):
+    for i, image in enumerate(_to_unit(shown, model if data_config is None else data_config)):
         for j, ax in enumerate(axes[i]):
             ax.imshow(image, extent=extent, interpolation="nearest")
             if j:
@@ -133,8 +132,7 @@ def plot_attention(model, images, path, layer=-1, head=None, query=None, batch_s
     images = _check_images(model, images)
     geo, arrays = _analyse(model, images, layer, head, query, batch_size)
     maps = {k: arrays[k] for k in ("rollout", "attention")}
-    _draw_attention(path, images, maps, geo, layer, head, _query(model, geo, query),
-                    model if data_config is None else data_config)
+    _draw_attention(path, model, images, maps, geo, layer, head, query, data_config)
     return maps
 
 
@@ -304,7 +302,7 @@ def check_figure_files(out_dir, overwrite=False):
 
 def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch_size=32,
                   gray=False, overwrite=False, data_config=None):
-    """Writes the four figures (`FIGURE_FILES`) for `model` on `images` into `out_dir`.
+    """Writes the figures (`FIGURE_FILES`) that apply to `model` on `images` into `out_dir`.
 
     A figure file already in `out_dir` is replaced only with `overwrite=True` (refused before
     anything is computed otherwise: `keras_vit.fileio.DestinationExists`).
@@ -327,8 +325,8 @@ def inspect_model(model, images, out_dir, layer=-1, head=None, query=None, batch
     distances = arrays["distance"].mean(axis=0)
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, file) for name, file in FIGURE_FILES.items()}
-    _draw_attention(paths["attention"], images, maps, geo, layer, head,
-                    _query(model, geo, query), model if data_config is None else data_config)
+    _draw_attention(paths["attention"], model, images, maps, geo, layer, head, query,
+                    data_config)
     _draw_distance(paths["attention_distance"], distances, geo, len(images))
     results = {"attention": maps, "attention_distance": distances}
     if has_position_embeddings(model):

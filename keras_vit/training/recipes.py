@@ -67,18 +67,17 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup, then cosine or linear decay: vit_jax `create_learning_rate_schedule`.
 
     At optimizer step s (counted from 0), with p = clip((s - warmup) / (total - warmup), 0, 1):
-    cosine: lr * (1 + cos(pi p)) / 2; linear: end + (lr - end) (1 - p) with end =
-    min(end_learning_rate, lr), so that the rate never exceeds the peak (vit_jax's would climb
-    to 1e-5 from a smaller peak); both multiplied by min(1, s / warmup) when warmup > 0 (so
-    step 0 has learning rate 0, as in vit_jax).
+    cosine: lr * (1 + cos(pi p)) / 2; linear: end + (lr - end) (1 - p); both multiplied by
+    min(1, s / warmup) when warmup > 0 (so step 0 has learning rate 0, as in vit_jax).
 
     Args:
         learning_rate: float. Peak (base) learning rate.
         total_steps: int. Optimizer steps of the whole run.
         warmup_steps: int. Linear warmup steps. Defaults to 0.
         decay: str. "cosine" or "linear". Defaults to "cosine".
-        end_learning_rate: float. Final value of the linear decay (at most the peak).
-            Defaults to 1e-5.
+        end_learning_rate: float or None. Final value of the linear decay, at most the peak.
+            Defaults to None: vit_jax's 1e-5, or the peak where it is smaller (vit_jax's
+            rate would climb from it).
         steps_per_update: int. Micro-batches per optimizer update under gradient
             accumulation: the step counter Keras passes is divided by it. Defaults to 1.
 
@@ -89,7 +88,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, learning_rate, total_steps, warmup_steps=0, decay="cosine",
-                 end_learning_rate=LINEAR_DECAY_END, steps_per_update=1):
+                 end_learning_rate=None, steps_per_update=1):
         self.learning_rate = check_learning_rate("learning_rate", learning_rate)
         self.total_steps = check_int("total_steps", total_steps, 1)
         self.warmup_steps = check_int("warmup_steps", warmup_steps, 0)
@@ -99,7 +98,8 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                 f"warmup_steps {warmup_steps} must be smaller than total_steps {total_steps}."
             )
         self.decay = check_choice("decay", decay, DECAYS)
-        self.end_learning_rate = check_number("end_learning_rate", end_learning_rate, 0.0)
+        self.end_learning_rate = None if end_learning_rate is None else check_number(
+            "end_learning_rate", end_learning_rate, 0.0, self.learning_rate, high_inclusive=True)
 
     def __call__(self, step):
         step = ops.cast(ops.floor_divide(step, self.steps_per_update), "float32")
@@ -108,7 +108,9 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         if self.decay == "cosine":
             lr = self.learning_rate * 0.5 * (1.0 + ops.cos(math.pi * progress))
         else:
-            end = min(self.end_learning_rate, self.learning_rate)
+            end = self.end_learning_rate
+            if end is None:
+                end = min(LINEAR_DECAY_END, self.learning_rate)
             lr = end + (self.learning_rate - end) * (1.0 - progress)
         if self.warmup_steps:
             lr = lr * ops.minimum(1.0, step / self.warmup_steps)

@@ -18,10 +18,8 @@ import contextlib
 import functools
 import os
 import re
-import socket
 import sys
-import urllib.parse
-import urllib.request
+import time
 import weakref
 
 import huggingface_hub
@@ -228,25 +226,31 @@ def bars(progress):
         enable_progress_bars()
 
 
-# How long the Hub's endpoint may take to accept a connection before a fetch reads
-# huggingface_hub's cache alone (offline, huggingface_hub retries each file with back-offs).
+# How long the Hub's endpoint may take to answer before a fetch reads huggingface_hub's cache
+# alone (offline, huggingface_hub retries each file with back-offs), and how long that answer
+# holds for the next fetch (one load asks for a repository's config.json, then its files).
 REACH_TIMEOUT = 3.0
+REACH_REUSE = 30.0
+_reached = {}  # endpoint -> (time.monotonic() of the probe, whether it answered)
 
 
 def _unreachable():
-    """The Hub's endpoint ("host:port") where it does not accept a connection, else None; a
-    fetch then reads huggingface_hub's cache alone. Not probed under `HF_HUB_OFFLINE` (the
-    cache alone already) or behind a proxy (`HTTPS_PROXY`, ...), which huggingface_hub goes
-    through."""
-    if hub_constants.HF_HUB_OFFLINE or urllib.request.getproxies():
+    """The Hub's endpoint where it does not answer a HEAD request through huggingface_hub's
+    own HTTP client (its proxies and client factory) within `REACH_TIMEOUT`, else None; a fetch
+    then reads huggingface_hub's cache alone. Not probed under `HF_HUB_OFFLINE`, where the
+    cache alone is read already."""
+    endpoint = hub_constants.ENDPOINT
+    if hub_constants.HF_HUB_OFFLINE:
         return None
-    endpoint = urllib.parse.urlsplit(hub_constants.ENDPOINT)
-    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    try:
-        socket.create_connection((endpoint.hostname, port), timeout=REACH_TIMEOUT).close()
-    except (OSError, ValueError):
-        return f"{endpoint.hostname}:{port}"
-    return None
+    probed, answered = _reached.get(endpoint, (None, None))
+    if probed is None or time.monotonic() - probed > REACH_REUSE:
+        try:
+            huggingface_hub.get_session().head(endpoint, timeout=REACH_TIMEOUT)
+            answered = True
+        except Exception:  # noqa: BLE001 - any failure to answer (the client's types vary)
+            answered = False
+        _reached[endpoint] = (time.monotonic(), answered)
+    return None if answered else endpoint
 
 
 def hub_files(source):

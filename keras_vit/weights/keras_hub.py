@@ -158,30 +158,40 @@ def _first_difference(ours, theirs, where=""):
     the same), with the two values."""
     if isinstance(ours, dict) and isinstance(theirs, dict):
         for key in sorted(ours.keys() | theirs.keys()):
-            found = _first_difference(ours.get(key), theirs.get(key), f"{where}{key}.")
+            name = key if key.isidentifier() else repr(key)  # a key as JSON may hold it
+            found = _first_difference(ours.get(key), theirs.get(key), f"{where}{name}.")
             if found:
                 return found
         return None
     return None if ours == theirs else (where.rstrip("."), ours, theirs)
 
 
-def _check_same_copy(folder, name, config, field):
-    """Refuses a preset whose `task.json` embeds `field` ("backbone", "preprocessor") otherwise
-    than file `name` holds it (`config`): keras-hub's classifier is built from the first,
-    its backbone or preprocessor alone from the second."""
+def _short(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _check_same_copy(folder, name, config, *fields):
+    """Refuses a preset whose `task.json` embeds the object at `fields` ("backbone";
+    "preprocessor"; "preprocessor", "image_converter") otherwise than file `name` holds it
+    (`config`): keras-hub's classifier is built from the first, the object alone from the
+    second."""
     if not os.path.isfile(_file(folder, TASK_FILE)):
         return
-    copy = _object_config(folder, TASK_FILE, TASK_CLASS).get(field)
-    if copy is None:
-        return
-    found = _first_difference(config, copy.get("config") if isinstance(copy, dict) else copy)
+    copy = {"config": _object_config(folder, TASK_FILE, TASK_CLASS)}
+    for field in fields:  # a serialised object's config holds the next one
+        copy = copy["config"].get(field) if isinstance(copy.get("config"), dict) else None
+        if not isinstance(copy, dict):
+            return  # the classifier has none: keras-hub builds it from `name` too
+    found = _first_difference(config, copy.get("config"))
     if found:
         key, mine, task = found
+        what = "'s ".join(fields)
         raise CheckpointError(
-            f"{_file(folder, TASK_FILE)} and {name} disagree on the {field}'s "
-            f"{key or 'config'}: {task!r:.60} in {TASK_FILE}, {mine!r:.60} in {name}. keras-hub "
-            f"builds its classifier from {TASK_FILE}'s copy and the {field} alone from {name}; "
-            "expected the same in both, as keras-hub's save_to_preset writes them.")
+            f"{_file(folder, TASK_FILE)} and {name} disagree on the {what}'s "
+            f"{(key or 'config')[:80]}: {_short(task)} in {TASK_FILE}, {_short(mine)} in {name}. "
+            f"keras-hub builds its classifier from {TASK_FILE}'s copy and the {fields[-1]} alone from "
+            f"{name}; expected the same in both, as keras-hub's save_to_preset writes them.")
 
 
 def _checked(path, check, field, value, *args):
@@ -276,8 +286,10 @@ def preset_preprocessing(path):
     where = _file(path, name)
     config = _object_config(path, name, "ViTImageClassifierPreprocessor"
                             if name == PREPROCESSOR_FILE else "ViTImageConverter")
+    # keras-hub's classifier reads the preprocessor (and its converter) task.json embeds.
+    _check_same_copy(path, name, config, "preprocessor",
+                     *(() if name == PREPROCESSOR_FILE else ("image_converter",)))
     if name == PREPROCESSOR_FILE:
-        _check_same_copy(path, name, config, "preprocessor")
         converter = config.get("image_converter")
         if not isinstance(converter, dict) or converter.get("class_name") != "ViTImageConverter" \
                 or not isinstance(converter.get("config"), dict):
