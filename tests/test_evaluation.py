@@ -129,6 +129,22 @@ def test_evaluate_accepts_a_tf_dataset_of_preprocessed_batches():
     assert result["top1"] == 1.0 and result["num_examples"] == 20
 
 
+def test_features_of_an_fc_norm_model_are_what_its_head_reads():
+    # timm's global_pool="avg" with fc_norm (MAE fine-tunes, EVA): the head reads the pooled
+    # tokens after fc_norm, as timm's forward_head(pre_logits=True) gives them.
+    model = keras_vit.ViT(image_size=32, patch_size=8, num_classes=5, classifier="gap",
+                          class_token=False, fc_norm=True, **TINY)
+    rng = np.random.default_rng(0)
+    model.set_weights([rng.normal(0, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()])
+    images = rng.integers(0, 256, (4, 32, 32, 3)).astype(np.uint8)
+    features, _ = keras_vit.extract_features(model, (images, np.arange(4)), progress=False)
+    head_input = keras.Model(model.input, model.get_layer("head").input)
+    expected = head_input(np.asarray(keras_vit.preprocess_inputs(images)))
+    np.testing.assert_allclose(features, expected, atol=1e-5)
+    pooled = keras.Model(model.input, model.get_layer("pool").output)
+    assert np.abs(pooled(np.asarray(keras_vit.preprocess_inputs(images))) - expected).max() > 0.1
+
+
 def test_features_are_the_representation_and_are_cached(tmp_path, monkeypatch):
     rng = np.random.default_rng(5)
     model, params = tiny_classifier(rng, representation=16)

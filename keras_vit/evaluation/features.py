@@ -115,15 +115,22 @@ def _split_labels(labels):
 
 
 def representation_model(model):
-    """The model up to its representation: `pre_logits` if present, else the pooled token.
+    """The model up to its representation, what its head reads: `pre_logits` if present, else
+    the pooled token (normalised by `fc_norm` in a model that has it, as timm's
+    `forward_head(pre_logits=True)`).
 
     Raises:
         ValueError: if the model has neither (not a keras_vit classifier or backbone).
     """
+    layer = model.get_layer(_representation_layer(model))
+    return keras.Model(model.input, layer.output, name="representation")
+
+
+def _representation_layer(model):
     names = [layer.name for layer in model.layers]
-    for name in ("pre_logits", "pool"):
+    for name in ("pre_logits", "fc_norm", "pool"):
         if name in names:
-            return keras.Model(model.input, model.get_layer(name).output, name="representation")
+            return name
     raise ValueError(
         f"Model {model.name!r} has no representation layer ('pre_logits' or 'pool'); expected "
         "a keras_vit model."
@@ -132,9 +139,11 @@ def representation_model(model):
 
 def feature_cache_key(model, extra=None):
     """A hex digest of the model's part of a feature cache entry: its configuration and every
-    weight's bytes, and `extra` (a JSON-serialisable description of the data)."""
+    weight's bytes, the layer its features are read from, and `extra` (a JSON-serialisable
+    description of the data)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(model.get_config(), sort_keys=True, default=str).encode())
+    digest.update(_representation_layer(model).encode())
     digest.update(json.dumps(extra, sort_keys=True, default=str).encode())
     for variable in model.weights:
         digest.update(variable.path.encode())
