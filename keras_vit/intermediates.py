@@ -18,7 +18,7 @@ def collect(parts, x, grid, args, options, base_grid):
     final tokens unless `options["intermediates_only"]`. `args`: the ViT's arguments;
     `base_grid`: the grid of its fixed input size."""
     taken = options["indices"]
-    last = max(taken) if options["stop_early"] and options["intermediates_only"] else None
+    last = max(taken) if options["stop_early"] else None
     norm = parts.get("encoder_norm")  # a model with fc_norm has none before the pooling
     split = _TokenGrid(int(args["class_token"]), base_grid, options["output_fmt"],
                        name="token_grid", dtype=parts["embedding"].dtype_policy)
@@ -34,6 +34,7 @@ def collect(parts, x, grid, args, options, base_grid):
     return (norm(x) if norm is not None else x), features
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
 class _TokenGrid(keras.layers.Layer):
     """A block's tokens `[B, P + N, D]` -> `(patch features, prefix tokens [B, P, D])`: the N
     patch tokens as a map `[B, gh, gw, D]` ("NHWC"), `[B, D, gh, gw]` ("NCHW") or as they are

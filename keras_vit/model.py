@@ -383,8 +383,8 @@ class ViT(RoutedSteps, keras.Model):
             return_prefix_tokens: bool. Each intermediate becomes a pair (patch features,
                 prefix tokens `[B, P, D]`: the class token, P = 1, or none, P = 0, for a model
                 without one). Defaults to False.
-            stop_early: bool. With `intermediates_only`, run no block after the last one
-                taken. Defaults to False.
+            stop_early: bool. Run no block after the last one taken; `final` is then that
+                block's tokens after the final LayerNorm, as timm's. Defaults to False.
 
         Returns:
             `(final, [intermediates])`, or `[intermediates]` with `intermediates_only`, in the

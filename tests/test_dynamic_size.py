@@ -4,6 +4,7 @@ against the official load-time resize, XLA, mixed precision, files, inspection a
 import io
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -56,6 +57,18 @@ def test_in_graph_resize_equals_the_load_time_resize(old, new, resize):
     want = weights.resize_pos_embedding(pos, (new, 5), has_class_token=True, method=resize)
     np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)  # float32 against float64
     assert got.shape == (1, new * 5 + 1, 6)
+
+
+@pytest.mark.parametrize("method, grid, named", [
+    ("bilinear", (5, 5), "`method` must be one of 'linear', 'bicubic'. Received: "
+                         "method='bilinear'"),  # timm's spelling of another resize
+    ("BICUBIC", (5, 5), "Received: method='BICUBIC'"),
+    ("linear", (0, 5), "`grid` must be a positive int or a (height, width) pair"),
+])
+def test_the_load_time_resize_refuses_what_it_does_not_compute(method, grid, named):
+    pos = np.zeros((1, 17, 6), np.float32)
+    with pytest.raises(ValueError, match=re.escape(named)):
+        weights.resize_pos_embedding(pos, grid, has_class_token=True, method=method)
 
 
 @pytest.mark.parametrize("classifier, resize", [("token", "linear"), ("gap", "linear"),

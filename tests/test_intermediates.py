@@ -66,7 +66,8 @@ CASES = [
          calls=[dict(), dict(indices=[0, -1], norm=True, output_fmt="NCHW"),
                 dict(indices=2, output_fmt="NLC", return_prefix_tokens=True,
                      intermediates_only=True),
-                dict(indices=[1], norm=True, stop_early=True, intermediates_only=True)]),
+                dict(indices=[1], norm=True, stop_early=True, intermediates_only=True),
+                dict(indices=[1], stop_early=True)]),  # final: block 1's tokens, normed
     dict(key="gap", name="vit_base_patch16_224", height=32, width=32, overrides={},
          timm=dict(embed_dim=48, depth=2, num_heads=3, img_size=32, patch_size=8,
                    num_classes=5, class_token=False, global_pool="avg", fc_norm=True),
@@ -109,7 +110,7 @@ def test_forward_intermediates_equals_timms_on_weights_timm_wrote(tmp_path, timm
             if final is not None:
                 np.testing.assert_allclose(keras.ops.convert_to_numpy(final),
                                            np.array(want["final"]), atol=TOLERANCE)
-    assert compared == 15
+    assert compared == 16
 
 
 def tiny(**overrides):
@@ -173,7 +174,7 @@ def test_a_model_of_any_size_gives_maps_of_each_inputs_grid():
         assert [tuple(m.shape) for m in maps] == [(2, height // 8, width // 8, 32)]
 
 
-def test_the_intermediates_model_trains_a_dense_head():
+def test_the_intermediates_model_trains_a_dense_head(tmp_path):
     """A segmentation head on the last block's map learns a per-patch target through `fit`;
     the backbone's weights are the ViT's own (trained with it unless frozen)."""
     model = tiny()
@@ -193,6 +194,9 @@ def test_the_intermediates_model_trains_a_dense_head():
     _, after = segmenter.evaluate(x, target, verbose=0)
     assert before < 0.8 and after == 1.0
     assert backbone.get_layer("encoderblock_0") is model.get_layer("encoderblock_0")
+    segmenter.save(tmp_path / "segmenter.keras")  # reads back, as every file keras_vit writes
+    np.testing.assert_allclose(keras.saving.load_model(tmp_path / "segmenter.keras")(x),
+                               segmenter(x), atol=1e-6)
 
 
 @pytest.mark.parametrize("arguments, named", [

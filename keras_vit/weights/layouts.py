@@ -14,7 +14,8 @@ import re
 
 import numpy as np
 
-from keras_vit.positions import resize_matrix
+from keras_vit.checks import check_choice, to_pair
+from keras_vit.positions import POSITION_RESIZES, resize_matrix
 from keras_vit.weights.errors import CheckpointError
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
@@ -94,6 +95,8 @@ def resize_pos_embedding(posemb, grid, has_class_token, method="linear"):
     Returns:
         Array (1, rows*cols[+1], D).
     """
+    check_choice("method", method, POSITION_RESIZES)
+    grid = to_pair("grid", grid)
     token, patches = (posemb[:, :1], posemb[0, 1:]) if has_class_token else (None, posemb[0])
     old = int(round(np.sqrt(len(patches))))
     if old * old != len(patches):
