@@ -22,10 +22,12 @@
 `keras_vit.preprocessing` (which does not import TensorFlow) and importable from here too.
 """
 
+import ast
 import contextlib
 import functools
 import math
 import os
+import re
 import stat
 import tempfile
 import warnings
@@ -136,6 +138,17 @@ def resize_crop(image, config):
         return tf.ensure_shape(image, [height, width, None])  # not clipped, as keras-hub's
     shape = tf.shape(image)
     new_h, new_w = _resized_size(shape[0], shape[1], config)
+    # A thin image resizes to almost nothing ("border") or to a strip of gigabytes before its
+    # crop ("center"): refused, as an image that declares more than DEFAULT_MAX_PIXELS is.
+    pixels = tf.cast(new_h, tf.int64) * tf.cast(new_w, tf.int64)
+    check = tf.debugging.Assert(
+        (new_h >= 1) & (new_w >= 1) & (pixels <= DEFAULT_MAX_PIXELS),
+        [tf.strings.format(
+            "An image of {}x{} pixels resizes to {}x{} before its crop (the data config's "
+            f"{config['crop_mode']} resize). Expected 1 to {DEFAULT_MAX_PIXELS:,} pixels there: "
+            "an image of a less extreme aspect ratio.", (shape[0], shape[1], new_h, new_w))])
+    with tf.control_dependencies([check]):
+        image = tf.identity(image)
     # new_size = [new_h, new_w]; an image already at that size is kept as it is.
     same = tf.logical_and(tf.equal(new_h, shape[0]), tf.equal(new_w, shape[1]))
     image = tf.cond(same, lambda: tf.cast(image, tf.float32),
@@ -465,7 +478,10 @@ def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None)
     if messages:  # libjpeg's warnings: the image decoded, damaged
         warnings.warn(f"{path}: {'; '.join(dict.fromkeys(messages))} (decoded anyway)",
                       stacklevel=2)
-    return resize_crop(tf.cast(image, tf.float32), config).numpy()
+    try:
+        return resize_crop(tf.cast(image, tf.float32), config).numpy()
+    except tf.errors.InvalidArgumentError as e:
+        raise ValueError(f"Cannot resize {path}: {first_line(e.message)}") from None
 
 
 @contextlib.contextmanager
@@ -607,4 +623,7 @@ def first_line(message):
         first = first.split("} ", 1)[-1]
     if "Summarized data:" in first:
         first = " ".join([first.split("Summarized data:", 1)[1]] + lines[1:3])
-    return first.split(" [Op:")[0].split("[Op:")[0].strip() or first.strip()
+    first = first.split(" [Op:")[0].split("[Op:")[0].strip() or first.strip()
+    if re.fullmatch(r"""b(['"]).*\1""", first):  # one string of an Assert, printed as bytes
+        first = ast.literal_eval(first).decode(errors="replace")
+    return first

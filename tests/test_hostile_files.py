@@ -438,3 +438,22 @@ def test_timm_label_names_that_do_not_fit_the_head_are_refused(tmp_path):
     save_file(load_file(path), path)  # without keras_vit's metadata
     with pytest.raises(CheckpointError, match="config.json gives 2 class names for a head of 10"):
         keras_vit.from_pretrained(str(path))
+
+
+@pytest.mark.parametrize("shape, crop_mode, expected", [
+    ((1, 4000), "center", "An image of 1x4000 pixels resizes to 248x992000 before its crop "
+                          "(the data config's center resize). Expected 1 to 64,000,000 pixels"),
+    ((1, 500), "border", "resizes to 0x248 before its crop (the data config's border resize)"),
+], ids=["a_strip_of_gigabytes", "nothing"])
+def test_an_image_of_an_extreme_aspect_ratio_is_named_before_it_is_resized(tmp_path, shape,
+                                                                           crop_mode, expected):
+    from PIL import Image
+
+    path = tmp_path / "thin.png"
+    Image.fromarray(np.zeros((*shape, 3), np.uint8)).save(path)  # a few hundred bytes
+    config = dict(keras_vit.resolve_data_config("vit_base_patch16_224.augreg_in21k"),  # 0.9 crop
+                  crop_mode=crop_mode)
+    with pytest.raises(ValueError) as raised:
+        keras_vit.load_image(path, data_config=config)
+    assert str(raised.value) == f"Cannot resize {path}: " + str(raised.value).split(": ", 1)[1]
+    assert expected in str(raised.value) and "\n" not in str(raised.value)
