@@ -7,8 +7,10 @@ checkpoint describes (`keras_vit.weights.architecture.checkpoint_config`).
 """
 
 from keras_vit import configs, data_config
+from keras_vit.checks import to_pair
 from keras_vit.framework import FirstValues
 from keras_vit.model import ViT
+from keras_vit.positions import model_image_size, patch_grid
 from keras_vit.weights import (
     CheckpointError,
     default_checkpoint,
@@ -47,7 +49,9 @@ def _new_model(kwargs, entry, described_by=None):
 
 def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
     """Reads a checkpoint into the model `architecture(params, entry)` gives: `(kwargs, class
-    names, described_by)` (see `_new_model`). The model is built, and keys and shapes checked
+    names, described_by, the file's image size or None)` (see `_new_model`; a position
+    embedding is resized from the file's grid where its image size gives it, else from a
+    square grid). The model is built, and keys and shapes checked
     against it, from the file's headers, before any array is read. The model carries the
     checkpoint's data config (`keras_vit.data_config.attach`).
 
@@ -59,18 +63,31 @@ def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
     # loaded, and its variables take the file's values as their first.
     with FirstValues() as first:
         def build(placeholders, entry):
-            kwargs, names, described_by = architecture(placeholders, entry)
+            kwargs, names, described_by, file_size = architecture(placeholders, entry)
             with first.creating():
                 model = _new_model(kwargs, entry, described_by)
-            match_params(model, placeholders, str(source), check_values=False)
-            built.update(model=model, names=names)
+            grid = _file_grid(model, file_size)
+            match_params(model, placeholders, str(source), check_values=False,
+                         source_grid=grid)
+            built.update(model=model, names=names, grid=grid)
 
         params, entry = fetch_params(source, progress=progress, num_heads=num_heads,
                                      check=build, verify=False)
         report = load_params(built["model"], params, source=str(source), new_model=True,
-                             assign=first.assign)
+                             assign=first.assign, source_grid=built["grid"])
     data_config.attach(built["model"], source, entry)
     return built["model"], report, entry, built["names"]
+
+
+def _file_grid(model, file_size):
+    """The patch grid of the checkpoint's own image size `file_size` (its configuration's) for
+    `model`'s patches, or None where it is not a whole grid."""
+    if file_size is None:
+        return None
+    file_size, size = to_pair("image_size", file_size), model_image_size(model)
+    grid = patch_grid(model)
+    scaled = [g * f / s for g, f, s in zip(grid, file_size, size)]
+    return tuple(int(n) for n in scaled) if all(n == int(n) and n for n in scaled) else None
 
 
 def build_from_checkpoint(source, progress=True, **overrides):
@@ -82,8 +99,8 @@ def build_from_checkpoint(source, progress=True, **overrides):
         names where known, else None) and `num_classes` (the file's head size, or None).
     """
     def architecture(params, entry):
-        config, class_names, described_by = checkpoint_config(params, entry, source,
-                                                              overrides.get("image_size"))
+        config, class_names, described_by, file_size = checkpoint_config(
+            params, entry, source, overrides.get("image_size"))
         file_classes = config.get("num_classes") if config.get("include_top", True) else None
         if overrides.get("num_classes") is not None and "include_top" not in overrides \
                 and not config.get("include_top", True):  # it would be ignored
@@ -93,7 +110,7 @@ def build_from_checkpoint(source, progress=True, **overrides):
         kwargs = dict(config, **overrides)
         if kwargs.get("num_classes") != file_classes:
             class_names = None  # the names belong to the file's head
-        return kwargs, (class_names, file_classes), described_by
+        return kwargs, (class_names, file_classes), described_by, file_size
 
     model, report, entry, (class_names, file_classes) = _fetch_into_new_model(
         source, architecture, progress, overrides.get("num_heads"))
@@ -137,7 +154,7 @@ def create_model(variant, image_size=224, num_classes=1000, include_top=True, pr
         declared = (entry or {}).get("config") or {}
         taken = {key: declared[key] for key in CHECKPOINT_FUNCTIONS
                  if key in declared and key not in overrides}
-        return dict(kwargs, **taken), None, None
+        return dict(kwargs, **taken), None, None, declared.get("image_size")
 
     return _fetch_into_new_model(pretrained, architecture)[0]
 

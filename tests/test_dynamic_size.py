@@ -14,6 +14,7 @@ from PIL import Image
 
 import keras_vit
 from keras_vit import export, inspection, weights
+from keras_vit.weights import writers
 from keras_vit.positions import AddPositionEmbs
 
 TINY = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=48, num_classes=5)
@@ -226,3 +227,28 @@ def test_max_patches_is_for_models_of_any_size(tmp_path):
     with pytest.raises(ValueError, match="dynamic_image_size=True"):
         keras_vit.export_saved_model(fixed, tmp_path / "e", warmup=False, max_patches=10)
     assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("file_size, size", [
+    ((16, 64), 32),  # a 2x8 grid read at 4x4: as many positions, another grid
+    ((32, 48), 64),  # a 4x6 grid at 8x8 (it was refused as not square)
+])
+def test_a_non_square_checkpoint_is_resized_from_the_grid_its_file_says(tmp_path, file_size,
+                                                                        size):
+    """A file that records its image size is resized from its own grid, as the same file
+    read into a model of any size resizes it: both give one answer."""
+    source = keras_vit.ViT(image_size=file_size, patch_size=8, hidden_size=16, num_layers=1,
+                           num_heads=2, mlp_dim=32, num_classes=5)
+    rng = np.random.default_rng(1)
+    source.set_weights([rng.normal(0, 0.3, w.shape).astype(w.dtype)
+                        for w in source.get_weights()])
+    path = tmp_path / "model.safetensors"
+    writers.save_safetensors(source, path)
+    fixed = keras_vit.from_pretrained(path, image_size=size)
+    dynamic = keras_vit.from_pretrained(path, dynamic_image_size=True)
+    table = fixed.get_layer("posembed_input").pos_embedding
+    want = dynamic.get_layer("posembed_input").embedding(size // 8, size // 8)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(table),
+                               keras.ops.convert_to_numpy(want), atol=1e-6)
+    x = images((size, size))
+    np.testing.assert_allclose(fixed(x), dynamic(x), atol=1e-5)

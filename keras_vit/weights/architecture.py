@@ -40,18 +40,19 @@ def read_sidecar(source):
 
 
 def checkpoint_config(params, entry, source, image_size=None):
-    """The `keras_vit.ViT` arguments and class names of a checkpoint, and what gave them (for
-    messages): its registry entry (a variant, or a `config`), else the
+    """The `keras_vit.ViT` arguments and class names of a checkpoint, what gave them (for
+    messages) and the image size the checkpoint says it was made at (None where only the
+    arrays say anything): its registry entry (a variant, or a `config`), else the
     `config.json` beside a local file (checked against the arrays), else the array shapes
     (`keras_vit.weights.config_from_params`, with `image_size` for a non-square patch grid)."""
     if entry and entry.get("variant"):
         spec = configs.get_variant(entry["variant"])
         config = dict(spec.config(), image_size=entry["resolution"] or 224,
                       num_classes=entry["num_classes"], name=spec.builder_name.lower())
-        return config, entry.get("class_names"), None
+        return config, entry.get("class_names"), None, config["image_size"]
     if entry and entry.get("config"):
         return dict(entry["config"], name=model_name(source)), entry.get("class_names"), \
-            str(source)
+            str(source), entry["config"].get("image_size")
     sidecar = read_sidecar(source) or {}
     if sidecar.get("model"):
         path = sidecar_path(source)
@@ -63,10 +64,10 @@ def checkpoint_config(params, entry, source, image_size=None):
         arrays.pop("name", None)
         config = dict(arrays, **sidecar["model"])
         names = config_json.check_class_names(sidecar.get("class_names"), config, path)
-        return config, names, path
+        return config, names, path, sidecar["model"].get("image_size")
     config = dict(config_from_params(params, image_size), name=model_name(source))
     names = config_json.check_class_names(sidecar.get("class_names"), config, sidecar_path(source))
-    return config, names, f"the array shapes of {source}"
+    return config, names, f"the array shapes of {source}", None
 
 
 def model_name(source):

@@ -76,11 +76,11 @@ def canonicalize(params):
     return out, big_vision
 
 
-def resize_pos_embedding(posemb, grid, has_class_token, method="linear"):
+def resize_pos_embedding(posemb, grid, has_class_token, method="linear", source_grid=None):
     """Resizes a position embedding to a new patch grid as the official code does, or as
     timm does.
 
-    The patch part is treated as a square 2D grid and resized along each axis; the
+    The patch part is a 2D grid, `source_grid` or else square, resized along each axis; the
     class-token position is kept as is.
 
     Args:
@@ -91,6 +91,8 @@ def resize_pos_embedding(posemb, grid, has_class_token, method="linear"):
             corner positions map onto each other), or "bicubic", timm's
             (`resample_abs_pos_embed`: torch's antialiased bicubic interpolation), as
             `keras_vit.positions.resize_matrix`. Defaults to "linear".
+        source_grid: (rows, cols) or None. The grid of `posemb`'s patch positions, where known
+            (a checkpoint's configuration). Defaults to None: a square grid.
 
     Returns:
         Array (1, rows*cols[+1], D).
@@ -98,13 +100,17 @@ def resize_pos_embedding(posemb, grid, has_class_token, method="linear"):
     check_choice("method", method, POSITION_RESIZES)
     grid = to_pair("grid", grid)
     token, patches = (posemb[:, :1], posemb[0, 1:]) if has_class_token else (None, posemb[0])
-    old = int(round(np.sqrt(len(patches))))
-    if old * old != len(patches):
-        raise CheckpointError(
-            f"Cannot resize a position embedding of {len(patches)} patch positions: "
-            "expected a square grid."
-        )
-    patches = patches.reshape(old, old, -1).astype(np.float64)
+    if source_grid is None:
+        side = int(round(np.sqrt(len(patches))))
+        if side * side != len(patches):
+            raise CheckpointError(f"Cannot resize a position embedding of {len(patches)} patch "
+                                  "positions: expected a square grid.")
+        source_grid = (side, side)
+    old = to_pair("source_grid", source_grid)
+    if old[0] * old[1] != len(patches):
+        raise CheckpointError(f"Cannot resize a position embedding of {len(patches)} patch "
+                              f"positions from a {old[0]}x{old[1]} grid.")
+    patches = patches.reshape(*old, -1).astype(np.float64)
     for axis, new in enumerate(grid):
         patches = _resize(patches, new, axis, method)
     patches = patches.reshape(1, grid[0] * grid[1], -1).astype(posemb.dtype)

@@ -63,9 +63,13 @@ def _split_optional(variables, params):
     return variables, params, skipped, fresh
 
 
-def _adaptation(key, file_shape, shape):
+def _adaptation(key, file_shape, shape, regrid=False):
     """How the official code adapts a file array of `file_shape` to the model's `shape`: one of
-    "group_norm", "posemb", "posemb_2d", "relative", or None (as it is)."""
+    "group_norm", "posemb", "posemb_2d", "relative", or None (as it is). `regrid`: the file's
+    patch grid is known to differ from the model's (a position embedding is resized even where
+    the two grids have as many positions)."""
+    if regrid and key == POSEMB_KEY and file_shape[::2] == shape[::2]:
+        return "posemb"
     if file_shape == shape:
         return None
     if key.endswith(GROUP_NORM_SUFFIXES) and file_shape == (1, 1, 1, *shape):
@@ -85,13 +89,15 @@ def _adapted_shape(key, file_shape, shape):
     return shape if _adaptation(key, file_shape, shape) else file_shape
 
 
-def _adapt(key, value, shape, model, has_cls):
-    """The file array in the model's shape where the official code adapts it."""
-    kind = _adaptation(key, value.shape, shape)
+def _adapt(key, value, shape, model, has_cls, source_grid=None):
+    """The file array in the model's shape where the official code adapts it (`source_grid`:
+    the file's patch grid, where known)."""
+    kind = _adaptation(key, value.shape, shape, _regrid(model, source_grid))
     if kind == "group_norm":
         return value.reshape(shape)
     if kind == "posemb":
-        return resize_pos_embedding(value, patch_grid(model), has_cls, position_resize(model))
+        return resize_pos_embedding(value, patch_grid(model), has_cls, position_resize(model),
+                                    source_grid=source_grid)
     if kind == "posemb_2d":
         return resize_pos_table(value, shape[1])
     if kind == "relative":
@@ -138,9 +144,14 @@ def variable_dtype(variable):
     return np.dtype(keras.backend.standardize_dtype(variable.dtype))
 
 
-def _value(key, value, shape, model, has_cls):
+def _value(key, value, shape, model, has_cls, source_grid=None):
     """The file array `value` as the model's variable of `shape` takes it."""
-    return _adapt(key, as_numpy_float(np.asarray(value)), shape, model, has_cls)
+    return _adapt(key, as_numpy_float(np.asarray(value)), shape, model, has_cls, source_grid)
+
+
+def _regrid(model, source_grid):
+    """Whether the file's patch grid (where known) differs from the model's."""
+    return source_grid is not None and tuple(source_grid) != tuple(patch_grid(model))
 
 
 def _listed(keys):
@@ -148,7 +159,8 @@ def _listed(keys):
     return ", ".join(keys[:MAX_LISTED]) + more
 
 
-def match_params(model, params, source=None, check_values=True, checked_as_read=False):
+def match_params(model, params, source=None, check_values=True, checked_as_read=False,
+                 source_grid=None):
     """Pairs every model variable with its checked file array.
 
     Keys and shapes are checked first, from the arrays' shapes alone: with
@@ -158,6 +170,9 @@ def match_params(model, params, source=None, check_values=True, checked_as_read=
     verification made (else read once to count them, or with `checked_as_read`, left to be
     checked as it is read) and read again only as it is assigned; every other array is checked
     as the model will take it (resized, converted) and kept.
+
+    `source_grid`: the file's patch grid where its configuration says it (None: a position
+    embedding of another length is taken as a square grid, as the official code does).
 
     Returns:
         (assignments, skipped, fresh): a list of (variable, a function of no arguments giving
@@ -206,8 +221,8 @@ def match_params(model, params, source=None, check_values=True, checked_as_read=
                     problems.append(problem)
                 continue
             shape = tuple(variable.shape)
-            if isinstance(value, Deferred) and \
-                    _adaptation(key, value.shape, shape) in (None, "group_norm"):
+            if isinstance(value, Deferred) and _adaptation(
+                    key, value.shape, shape, _regrid(model, source_grid)) in (None, "group_norm"):
                 # Read again as it is assigned: its values reach the model as they are.
                 # Reshaped at most, so that the array read has the file's values to check.
                 dtype, as_read = variable_dtype(variable), None
@@ -218,7 +233,7 @@ def match_params(model, params, source=None, check_values=True, checked_as_read=
                     problem = _array_problem(key, value, dtype)
                 read = functools.partial(_value, key, value, shape, model, has_cls)
             else:  # computed once, here, where a resize can still fail or overflow
-                adapted = _value(key, value, shape, model, has_cls)
+                adapted = _value(key, value, shape, model, has_cls, source_grid)
                 problem = _array_problem(key, adapted, variable_dtype(variable))
                 read, as_read = functools.partial(np.asarray, adapted), None
             if problem:
@@ -262,7 +277,7 @@ def _padded(posemb):
     return np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
 
 
-def load_params(model, params, source=None, new_model=False, assign=None):
+def load_params(model, params, source=None, new_model=False, assign=None, source_grid=None):
     """Assigns a checkpoint's arrays to the model's variables, all or nothing.
 
     With `new_model` (a model nothing else holds yet, which the caller drops where this
@@ -280,6 +295,8 @@ def load_params(model, params, source=None, new_model=False, assign=None):
         new_model: bool. See above. Defaults to False.
         assign: callable or None. `assign(variable, value)` gives a variable its value
             (None: `variable.assign`); for a new model, `keras_vit.framework.FirstValues.assign`.
+        source_grid: (rows, cols) or None. The file's patch grid, where its configuration says
+            it (see `match_params`).
 
     Returns:
         A dict with `skipped` (file keys not loaded) and `fresh` (model layers left at their
@@ -287,7 +304,8 @@ def load_params(model, params, source=None, new_model=False, assign=None):
     """
     assign = assign or (lambda variable, value: variable.assign(value))
     assignments, skipped, fresh = match_params(model, params, source,
-                                               checked_as_read=new_model)
+                                               checked_as_read=new_model,
+                                               source_grid=source_grid)
     refused = []
     for done, (variable, read, as_read) in enumerate(assignments):  # one array at a time
         try:
