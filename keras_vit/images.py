@@ -151,10 +151,13 @@ def resize_crop(image, config):
         image = tf.identity(image)
     # new_size = [new_h, new_w]; an image already at that size is kept as it is.
     same = tf.logical_and(tf.equal(new_h, shape[0]), tf.equal(new_w, shape[1]))
-    image = tf.cond(same, lambda: tf.cast(image, tf.float32),
-                    lambda: tf.image.resize(image, tf.stack([new_h, new_w]),
-                                            method=RESIZE_METHODS[config["interpolation"]],
-                                            antialias=config["antialias"]))
+    if config["interpolation"] == "nearest":  # PIL's, which picks other pixels than TF's
+        resize = lambda: _pil_nearest(tf.cast(image, tf.float32), new_h, new_w)  # noqa: E731
+    else:
+        resize = lambda: tf.image.resize(  # noqa: E731
+            image, tf.stack([new_h, new_w]), method=RESIZE_METHODS[config["interpolation"]],
+            antialias=config["antialias"])
+    image = tf.cond(same, lambda: tf.cast(image, tf.float32), resize)
     if config["crop_mode"] == "border":
         # timm CenterCropOrPad: pad the short sides with the mean colour, round(255 * mean),
         # (size - side) // 2 before and the rest after.
@@ -168,6 +171,25 @@ def resize_crop(image, config):
     left = tf.cast(tf.round(tf.cast(new_w - width, tf.float64) / 2), tf.int32)
     image = image[top:top + height, left:left + width]  # [height, width, 3]
     return tf.ensure_shape(tf.clip_by_value(image, 0.0, 255.0), [height, width, None])
+
+
+def _pil_nearest_rows(size, new):
+    """The source rows (or columns) of PIL's nearest-neighbour resize of `size` to `new`:
+    PIL steps a double from half a scale by the scale and truncates it
+    (`ImagingScaleAffine`); the steps' rounding is replayed in order, so that the rows whose
+    position falls on a border are PIL's."""
+    scale = tf.cast(size, tf.float64) / tf.cast(new, tf.float64)
+    steps = tf.scan(lambda position, step: position + step, tf.fill([new - 1], scale),
+                    initializer=scale * 0.5)
+    positions = tf.concat([[scale * 0.5], steps], axis=0)
+    return tf.minimum(tf.cast(positions, tf.int32), size - 1)
+
+
+def _pil_nearest(image, new_h, new_w):
+    """`[H, W, C]` resized to `new_h` x `new_w` as PIL's `Image.resize(NEAREST)` does."""
+    shape = tf.shape(image)
+    rows = tf.gather(image, _pil_nearest_rows(shape[0], new_h), axis=0)
+    return tf.gather(rows, _pil_nearest_rows(shape[1], new_w), axis=1)
 
 
 def normalize(images, config):

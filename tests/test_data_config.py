@@ -161,6 +161,20 @@ def test_resize_crop_matches_timms_transform_written_with_pil(interpolation, cro
                                                                           difference.mean())
 
 
+@pytest.mark.parametrize("shape, size, crop_mode, crop_pct", [
+    ((48, 64), (32, 32), "center", 0.875),  # 36x48: a scale of 4/3, samples on pixel borders
+    ((64, 48), (48, 36), "squash", 1.0),
+    ((375, 500), (224, 224), "center", 0.875),
+])
+def test_nearest_picks_the_pixels_pil_picks(shape, size, crop_mode, crop_pct):
+    # Where a sample falls on a pixel border, rounding decides: PIL's steps, not TF's formula.
+    pixels = np.random.default_rng(0).integers(0, 256, (*shape, 3), np.uint8)  # no smoothing
+    config = dc.check_data_config(dict(IMAGENET, input_size=[3, *size], crop_mode=crop_mode,
+                                       crop_pct=crop_pct, interpolation="nearest"))
+    got = images.resize_crop(tf.constant(pixels, tf.float32), config).numpy()
+    np.testing.assert_array_equal(got, pil_eval_transform(pixels, config))
+
+
 def test_load_image_and_preprocess_inputs_apply_a_data_config(tmp_path):
     pixels = smooth_image(30, 41)
     path = write_png(tmp_path / "a.png", pixels)
