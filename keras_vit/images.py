@@ -144,9 +144,10 @@ def resize_crop(image, config):
     check = tf.debugging.Assert(
         (new_h >= 1) & (new_w >= 1) & (pixels <= DEFAULT_MAX_PIXELS),
         [tf.strings.format(
-            "An image of {}x{} pixels resizes to {}x{} before its crop (the data config's "
-            f"{config['crop_mode']} resize). Expected 1 to {DEFAULT_MAX_PIXELS:,} pixels there: "
-            "an image of a less extreme aspect ratio.", (shape[0], shape[1], new_h, new_w))])
+            "An image of {}x{} pixels resizes to {}x{} before its crop (the "
+            f"{config['crop_mode']} resize of the data config). Expected 1 to "
+            f"{DEFAULT_MAX_PIXELS:,} pixels there: an image of a less extreme aspect ratio.",
+            (shape[0], shape[1], new_h, new_w))])
     with tf.control_dependencies([check]):
         image = tf.identity(image)
     # new_size = [new_h, new_w]; an image already at that size is kept as it is.
@@ -176,12 +177,11 @@ def resize_crop(image, config):
 def _pil_nearest_rows(size, new):
     """The source rows (or columns) of PIL's nearest-neighbour resize of `size` to `new`:
     PIL steps a double from half a scale by the scale and truncates it
-    (`ImagingScaleAffine`); the steps' rounding is replayed in order, so that the rows whose
-    position falls on a border are PIL's."""
+    (`ImagingScaleAffine`); the steps' rounding is replayed by a running sum, so that the
+    rows whose position falls on a border are PIL's."""
     scale = tf.cast(size, tf.float64) / tf.cast(new, tf.float64)
-    steps = tf.scan(lambda position, step: position + step, tf.fill([new - 1], scale),
-                    initializer=scale * 0.5)
-    positions = tf.concat([[scale * 0.5], steps], axis=0)
+    with tf.device("/CPU:0"):  # a running sum in float64, added in order
+        positions = tf.math.cumsum(tf.concat([[scale * 0.5], tf.fill([new - 1], scale)], 0))
     return tf.minimum(tf.cast(positions, tf.int32), size - 1)
 
 
@@ -615,7 +615,11 @@ def _pixels(image, config, max_pixels):
     # Before the resize, which clips to [0, 255]: a range error shows in the pixels given.
     check_pixel_range(array.numpy(), (0, 255), array.dtype.is_floating,
                       "classify_images' images", takes_range=False)
-    return resize_crop(tf.cast(array, tf.float32), config)
+    try:
+        return resize_crop(tf.cast(array, tf.float32), config)
+    except tf.errors.InvalidArgumentError as e:
+        raise ValueError(f"Cannot resize the image of shape {tuple(array.shape)}: "
+                         f"{first_line(e.message)}") from None
 
 
 def not_regular_file(path):
@@ -647,5 +651,8 @@ def first_line(message):
         first = " ".join([first.split("Summarized data:", 1)[1]] + lines[1:3])
     first = first.split(" [Op:")[0].split("[Op:")[0].strip() or first.strip()
     if re.fullmatch(r"""b(['"]).*\1""", first):  # one string of an Assert, printed as bytes
-        first = ast.literal_eval(first).decode(errors="replace")
+        try:
+            first = ast.literal_eval(first).decode(errors="replace")
+        except (SyntaxError, ValueError):  # several items, not one literal
+            pass
     return first

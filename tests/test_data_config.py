@@ -175,6 +175,16 @@ def test_nearest_picks_the_pixels_pil_picks(shape, size, crop_mode, crop_pct):
     np.testing.assert_array_equal(got, pil_eval_transform(pixels, config))
 
 
+def test_nearest_rows_are_pils_for_many_sizes():
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        old, new = (int(n) for n in rng.integers(1, 700, 2))
+        row = np.arange(old, dtype=np.int32)[None].repeat(2, 0)  # each pixel its index
+        want = np.asarray(Image.fromarray(row).resize((new, 2), Image.NEAREST))[0]
+        got = images._pil_nearest(tf.constant(row[..., None], tf.float32), 2, new)
+        np.testing.assert_array_equal(got.numpy()[0, :, 0], want, err_msg=f"{old} -> {new}")
+
+
 def test_load_image_and_preprocess_inputs_apply_a_data_config(tmp_path):
     pixels = smooth_image(30, 41)
     path = write_png(tmp_path / "a.png", pixels)

@@ -252,3 +252,16 @@ def test_a_non_square_checkpoint_is_resized_from_the_grid_its_file_says(tmp_path
                                keras.ops.convert_to_numpy(want), atol=1e-6)
     x = images((size, size))
     np.testing.assert_allclose(fixed(x), dynamic(x), atol=1e-5)
+
+
+def test_a_registry_entry_without_a_resolution_reads_its_grid_off_the_file(tmp_path,
+                                                                           monkeypatch):
+    # As the registry's ViT-B_8 entry: no resolution, the file's position embedding says it.
+    monkeypatch.setattr(weights.registry, "_REGISTERED", {})
+    source = keras_vit.create_model("Ti/16", image_size=64, num_classes=10)
+    weights.save_npz(source, tmp_path / "ti64.npz")
+    keras_vit.register_checkpoint("mine/ti64", (tmp_path / "ti64.npz").as_uri(),
+                                  variant="Ti/16", num_classes=10)
+    model = keras_vit.from_pretrained("mine/ti64", image_size=64, progress=False)
+    x = images((64, 64))
+    np.testing.assert_allclose(model(x), source(x), atol=1e-5)

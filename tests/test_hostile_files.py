@@ -442,8 +442,10 @@ def test_timm_label_names_that_do_not_fit_the_head_are_refused(tmp_path):
 
 @pytest.mark.parametrize("shape, crop_mode, expected", [
     ((1, 4000), "center", "An image of 1x4000 pixels resizes to 248x992000 before its crop "
-                          "(the data config's center resize). Expected 1 to 64,000,000 pixels"),
-    ((1, 500), "border", "resizes to 0x248 before its crop (the data config's border resize)"),
+                          "(the center resize of the data config). Expected 1 to 64,000,000 "
+                          "pixels"),
+    ((1, 500), "border", "resizes to 0x248 before its crop (the border resize of the data "
+                         "config)"),
 ], ids=["a_strip_of_gigabytes", "nothing"])
 def test_an_image_of_an_extreme_aspect_ratio_is_named_before_it_is_resized(tmp_path, shape,
                                                                            crop_mode, expected):

@@ -49,7 +49,7 @@ def checkpoint_config(params, entry, source, image_size=None):
         spec = configs.get_variant(entry["variant"])
         config = dict(spec.config(), image_size=entry["resolution"] or 224,
                       num_classes=entry["num_classes"], name=spec.builder_name.lower())
-        return config, entry.get("class_names"), None, config["image_size"]
+        return config, entry.get("class_names"), None, entry["resolution"]
     if entry and entry.get("config"):
         return dict(entry["config"], name=model_name(source)), entry.get("class_names"), \
             str(source), entry["config"].get("image_size")

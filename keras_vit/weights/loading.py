@@ -92,6 +92,9 @@ def _adapted_shape(key, file_shape, shape):
 def _adapt(key, value, shape, model, has_cls, source_grid=None):
     """The file array in the model's shape where the official code adapts it (`source_grid`:
     the file's patch grid, where known)."""
+    if source_grid is not None and key == POSEMB_KEY and len(value.shape) == 3 \
+            and source_grid[0] * source_grid[1] != value.shape[1] - has_cls:
+        source_grid = None  # a size the arrays do not have: their own square grid, as before
     kind = _adaptation(key, value.shape, shape, _regrid(model, source_grid))
     if kind == "group_norm":
         return value.reshape(shape)
