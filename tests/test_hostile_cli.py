@@ -161,7 +161,9 @@ def test_an_interrupted_training_run_says_what_it_kept_and_the_command_that_resu
     status, _, err = finished(run)
     assert status == 130, (status, err[-3000:], signal.getsignal(signal.SIGINT),
                            signal.pthread_sigmask(signal.SIG_BLOCK, []))  # what it inherits
-    (line,) = error_lines(err)
+    lines = error_lines(err)
+    assert len(lines) == 1, err[-3000:]  # the one line, and nothing else that looks an error
+    line = lines[0]
     epoch = json.loads(pointer.read_text())["epoch"]
     assert line == (f"keras-vit train: interrupted; the backup of epoch {epoch} is kept in "
                     f"{tmp_path / 'run' / 'backup'}, and the same command resumes from it: "

@@ -114,9 +114,12 @@ def test_checkpoint_resolution_lives_in_weights_not_in_the_builders(tmp_path):
     sidecar.write_text(json.dumps({"format": "keras_vit", "model": keras_vit.vit_config(model),
                                    "class_names": ["cat", "dog"]}))
     assert architecture.sidecar_path(str(path)) == str(sidecar)
-    config, names, described_by = architecture.checkpoint_config(read_npz(path), None, str(path))
+    config, names, described_by, size = architecture.checkpoint_config(read_npz(path), None,
+                                                                        str(path))
     assert config == keras_vit.vit_config(model)
-    assert (names, described_by) == (["cat", "dog"], str(sidecar))
+    assert (names, described_by, size) == (["cat", "dog"], str(sidecar), [16, 16])
     sidecar.unlink()  # without it: the array shapes, and the file's name
-    config, names, described_by = architecture.checkpoint_config(read_npz(path), None, str(path))
+    config, names, described_by, size = architecture.checkpoint_config(read_npz(path), None,
+                                                                        str(path))
     assert (config["hidden_size"], config["name"], names) == (8, "vit_final", None)
+    assert size is None  # the arrays alone say no image size
