@@ -7,7 +7,8 @@ few-shot linear accuracy, plus a linear probe and batched feature extraction.
   done with ImageNet?", the ImageNet-ReaL column of the paper's Table 2): a prediction is correct
   if it is in its image's set of labels; images whose set is empty are left out.
 - `extract_features(model, data)`: the frozen representation (`pre_logits` if the model has
-  one, else the pooled token, after `fc_norm` where it has one), batched, optionally cached to `.npy`.
+  one, else the pooled token, after `fc_norm` where it has one), batched, optionally cached
+  to `.npy`.
 - `fewshot_accuracy(...)` / `fewshot_table(...)`: k images per class, a closed-form
   regularised least-squares fit onto {-1, 1}^K targets (big_vision `fewshot_lsr`), accuracy on
   the test features.

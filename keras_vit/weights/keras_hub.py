@@ -190,8 +190,9 @@ def _check_same_copy(folder, name, config, *fields):
         raise CheckpointError(
             f"{_file(folder, TASK_FILE)} and {name} disagree on the {what}'s "
             f"{(key or 'config')[:80]}: {_short(task)} in {TASK_FILE}, {_short(mine)} in {name}. "
-            f"keras-hub builds its classifier from {TASK_FILE}'s copy and the {fields[-1]} alone from "
-            f"{name}; expected the same in both, as keras-hub's save_to_preset writes them.")
+            f"keras-hub builds its classifier from {TASK_FILE}'s copy and the {fields[-1]} "
+            f"alone from {name}; expected the same in both, as keras-hub's save_to_preset "
+            "writes them.")
 
 
 def _checked(path, check, field, value, *args):

@@ -91,10 +91,7 @@ def _adapted_shape(key, file_shape, shape):
 
 def _adapt(key, value, shape, model, has_cls, source_grid=None):
     """The file array in the model's shape where the official code adapts it (`source_grid`:
-    the file's patch grid, where known)."""
-    if source_grid is not None and key == POSEMB_KEY and len(value.shape) == 3 \
-            and source_grid[0] * source_grid[1] != value.shape[1] - has_cls:
-        source_grid = None  # a size the arrays do not have: their own square grid, as before
+    the file's patch grid, where known: `_stated_grid`)."""
     kind = _adaptation(key, value.shape, shape, _regrid(model, source_grid))
     if kind == "group_norm":
         return value.reshape(shape)
@@ -152,6 +149,16 @@ def _value(key, value, shape, model, has_cls, source_grid=None):
     return _adapt(key, as_numpy_float(np.asarray(value)), shape, model, has_cls, source_grid)
 
 
+def _stated_grid(source_grid, posemb, has_cls):
+    """`source_grid` where it holds as many positions as the file's position embedding,
+    else None: a stated size the arrays do not have leaves them their square grid."""
+    shape = np.shape(posemb) if posemb is not None else ()
+    if source_grid is None or len(shape) != 3 or \
+            source_grid[0] * source_grid[1] != shape[1] - has_cls:
+        return None
+    return tuple(source_grid)
+
+
 def _regrid(model, source_grid):
     """Whether the file's patch grid (where known) differs from the model's."""
     return source_grid is not None and tuple(source_grid) != tuple(patch_grid(model))
@@ -204,6 +211,7 @@ def match_params(model, params, source=None, check_values=True, checked_as_read=
             params[POSEMB_KEY] = Deferred(
                 (*shape[:1], shape[1] + 1, *shape[2:]), posemb.dtype,
                 functools.partial(_padded, posemb), getattr(posemb, "nonfinite", None))
+    source_grid = _stated_grid(source_grid, params.get(POSEMB_KEY), has_cls)
     description = describe(params)
     variables, params, skipped, fresh = _split_optional(variables, params)
 
