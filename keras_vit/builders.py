@@ -7,10 +7,8 @@ checkpoint describes (`keras_vit.weights.architecture.checkpoint_config`).
 """
 
 from keras_vit import configs, data_config
-from keras_vit.checks import to_pair
 from keras_vit.framework import FirstValues
 from keras_vit.model import ViT
-from keras_vit.positions import model_image_size, patch_grid
 from keras_vit.weights import (
     CheckpointError,
     default_checkpoint,
@@ -19,7 +17,7 @@ from keras_vit.weights import (
     load_params,
 )
 from keras_vit.weights.architecture import checkpoint_config
-from keras_vit.weights.loading import match_params
+from keras_vit.weights.loading import file_grid, match_params
 from keras_vit.weights.registry import is_registered
 
 
@@ -66,7 +64,7 @@ def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
             kwargs, names, described_by, file_size = architecture(placeholders, entry)
             with first.creating():
                 model = _new_model(kwargs, entry, described_by)
-            grid = _file_grid(model, file_size)
+            grid = file_grid(model, file_size)
             match_params(model, placeholders, str(source), check_values=False,
                          source_grid=grid)
             built.update(model=model, names=names, grid=grid)
@@ -77,17 +75,6 @@ def _fetch_into_new_model(source, architecture, progress=True, num_heads=None):
                              assign=first.assign, source_grid=built["grid"])
     data_config.attach(built["model"], source, entry)
     return built["model"], report, entry, built["names"]
-
-
-def _file_grid(model, file_size):
-    """The patch grid of the checkpoint's own image size `file_size` (its configuration's) for
-    `model`'s patches, or None where it is not a whole grid."""
-    if file_size is None:
-        return None
-    file_size, size = to_pair("image_size", file_size), model_image_size(model)
-    grid = patch_grid(model)
-    scaled = [g * f / s for g, f, s in zip(grid, file_size, size)]
-    return tuple(int(n) for n in scaled) if all(n == int(n) and n for n in scaled) else None
 
 
 def build_from_checkpoint(source, progress=True, **overrides):

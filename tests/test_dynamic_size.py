@@ -252,6 +252,10 @@ def test_a_non_square_checkpoint_is_resized_from_the_grid_its_file_says(tmp_path
                                keras.ops.convert_to_numpy(want), atol=1e-6)
     x = images((size, size))
     np.testing.assert_allclose(fixed(x), dynamic(x), atol=1e-5)
+    built = keras_vit.ViT(image_size=size, patch_size=8, hidden_size=16, num_layers=1,
+                          num_heads=2, mlp_dim=32, num_classes=5)
+    weights.load_pretrained(built, path, progress=False)  # into a model the user built
+    np.testing.assert_allclose(built(x), dynamic(x), atol=1e-5)
 
 
 def test_a_registry_entry_without_a_resolution_reads_its_grid_off_the_file(tmp_path,

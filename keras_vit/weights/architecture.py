@@ -8,8 +8,7 @@ import os
 from keras_vit import configs
 from keras_vit.weights import config_json
 from keras_vit.weights.layouts import config_from_params
-from keras_vit.weights.registry import is_registered
-from keras_vit.weights.sources import is_url
+from keras_vit.weights.registry import is_registered, is_url
 
 SIDECAR_CONFIG = "config.json"  # written by keras_vit.training.fit beside its checkpoints
 
@@ -39,6 +38,22 @@ def read_sidecar(source):
     return config_json.check_keras_vit(sidecar, path)
 
 
+def stated_image_size(entry, source):
+    """The image size a checkpoint says it was made at, or None where only its arrays say
+    anything: its registry entry's resolution or `config` (timm's and transformers' files give
+    one), else the `config.json` that `keras_vit.training.fit` writes beside a local file.
+
+    Raises:
+        CheckpointError: naming the file and the field, for a malformed `config.json`.
+    """
+    if entry and entry.get("variant"):
+        return entry["resolution"]
+    if entry and entry.get("config"):
+        return entry["config"].get("image_size")
+    model = (read_sidecar(source) or {}).get("model")
+    return model.get("image_size") if model else None
+
+
 def checkpoint_config(params, entry, source, image_size=None):
     """The `keras_vit.ViT` arguments and class names of a checkpoint, what gave them (for
     messages) and the image size the checkpoint says it was made at (None where only the
@@ -49,10 +64,10 @@ def checkpoint_config(params, entry, source, image_size=None):
         spec = configs.get_variant(entry["variant"])
         config = dict(spec.config(), image_size=entry["resolution"] or 224,
                       num_classes=entry["num_classes"], name=spec.builder_name.lower())
-        return config, entry.get("class_names"), None, entry["resolution"]
+        return config, entry.get("class_names"), None, stated_image_size(entry, source)
     if entry and entry.get("config"):
         return dict(entry["config"], name=model_name(source)), entry.get("class_names"), \
-            str(source), entry["config"].get("image_size")
+            str(source), stated_image_size(entry, source)
     sidecar = read_sidecar(source) or {}
     if sidecar.get("model"):
         path = sidecar_path(source)
@@ -64,7 +79,7 @@ def checkpoint_config(params, entry, source, image_size=None):
         arrays.pop("name", None)
         config = dict(arrays, **sidecar["model"])
         names = config_json.check_class_names(sidecar.get("class_names"), config, path)
-        return config, names, path, sidecar["model"].get("image_size")
+        return config, names, path, stated_image_size(entry, source)
     config = dict(config_from_params(params, image_size), name=model_name(source))
     names = config_json.check_class_names(sidecar.get("class_names"), config, sidecar_path(source))
     return config, names, f"the array shapes of {source}", None

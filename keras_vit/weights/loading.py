@@ -18,7 +18,8 @@ import keras
 import ml_dtypes
 import numpy as np
 
-from keras_vit.positions import patch_grid, position_resize
+from keras_vit.checks import to_pair
+from keras_vit.positions import model_image_size, patch_grid, position_resize
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.keymap import checkpoint_variables, is_quantized
 from keras_vit.weights.npz import Deferred, count_nonfinite, placeholder
@@ -157,6 +158,17 @@ def _stated_grid(source_grid, posemb, has_cls):
             source_grid[0] * source_grid[1] != shape[1] - has_cls:
         return None
     return tuple(source_grid)
+
+
+def file_grid(model, file_size):
+    """The patch grid of the checkpoint's own image size `file_size` (its configuration's) for
+    `model`'s patches, or None where it is not a whole grid."""
+    if file_size is None:
+        return None
+    file_size, size = to_pair("image_size", file_size), model_image_size(model)
+    grid = patch_grid(model)
+    scaled = [g * f / s for g, f, s in zip(grid, file_size, size)]
+    return tuple(int(n) for n in scaled) if all(n == int(n) and n for n in scaled) else None
 
 
 def _regrid(model, source_grid):

@@ -31,6 +31,12 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]*(/[A-Za-z0-9][A-Za-z0-9._+\-]*)
 MAX_SEGMENT = 255 - len(".npz")
 
 
+def is_url(source):
+    """Whether `source` is an http(s):// or file:// URL."""
+    return isinstance(source, str) and source.split("://", 1)[0] in URL_SCHEMES \
+        and "://" in source
+
+
 @functools.lru_cache(maxsize=None)
 def _builtin_entries():
     text = importlib.resources.files("keras_vit_checkpoints").joinpath("registry.json").read_text()

@@ -31,16 +31,11 @@ from keras_vit.positions import model_image_size
 from keras_vit.preprocessing import (DEFAULT_IMAGE_SIZE, check_data_config,
                                      paper_data_config, timm_data_config, with_image_size)
 from keras_vit.weights import download, hub, keras_hub, keras_hub_handles, registry
+from keras_vit.weights.architecture import stated_image_size
 from keras_vit.weights.config_json import KERAS_VIT_FORMAT, WRITTEN_BY, read_json
 from keras_vit.weights.errors import CheckpointError
-from keras_vit.weights.loading import load_params, match_params
+from keras_vit.weights.loading import file_grid, load_params, match_params
 from keras_vit.weights.npz import open_npz
-
-
-def is_url(source):
-    """Whether `source` is an http(s):// or file:// URL."""
-    return isinstance(source, str) and source.split("://", 1)[0] in registry.URL_SCHEMES \
-        and "://" in source
 
 
 def check_source(source):
@@ -182,7 +177,7 @@ def _npz_reader(source, progress):
         path = download.cache_path(entry["name"])
         return lambda read: download.fetch_cached(entry["url"], path, entry["sha256"], read,
                                                   progress), entry, not entry.get("sha256")
-    if is_url(source):
+    if registry.is_url(source):
         return lambda read: download.fetch_cached(source, download.url_cache_path(source), None,
                                                   read, progress), None, True
     if isinstance(source, (str, os.PathLike)):
@@ -265,9 +260,11 @@ def check_registered(config, entry, path):
 def load_pretrained(model, source, progress=True):
     """Loads a checkpoint into a built `keras_vit` model, all or nothing.
 
-    The position embedding is resized to the model's patch grid; the head loads only if the
-    model's head has the file's number of classes (otherwise it stays a fresh zero head, for
-    fine-tuning); `pre_logits` loads only into a representation layer of the same size.
+    The position embedding is resized to the model's patch grid, from the file's own grid
+    where its image size is recorded (its registry entry, `config.json` or metadata), else
+    from a square one; the head loads only if the model's head has the file's number of
+    classes (otherwise it stays a fresh zero head, for fine-tuning); `pre_logits` loads only
+    into a representation layer of the same size.
     The model then carries the checkpoint's data config as `model.data_config`, as a model
     from `keras_vit.from_pretrained` does (see `keras_vit.resolve_data_config`): its registry
     entry's `preprocessing`, else what the file's metadata or the `config.json` beside it
@@ -295,12 +292,16 @@ def load_pretrained(model, source, progress=True):
         raise ValueError(
             "load_pretrained needs a registry name, path or URL; `True` only works on the "
             "named builders, which know their variant.")
+    grids = {}
+
     def fits(placeholders, entry):
-        match_params(model, placeholders, str(source), check_values=False)
+        grids["file"] = file_grid(model, stated_image_size(entry, source))
+        match_params(model, placeholders, str(source), check_values=False,
+                     source_grid=grids["file"])
 
     params, entry = fetch_params(source, progress=progress, check=fits)
     stated = checkpoint_model_data_config(model, source, entry)  # before any change
-    report = load_params(model, params, source=str(source))
+    report = load_params(model, params, source=str(source), source_grid=grids.get("file"))
     model.data_config = stated  # None: the paper's
     report["entry"] = entry
     return report
