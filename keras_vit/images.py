@@ -571,6 +571,7 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
                          "as the model.")
     config = as_data_config(model if data_config is None else data_config)
     max_pixels = check_positive_int("max_pixels", max_pixels, allow_none=True)
+    top, batch_size = check_positive_int("top", top), check_positive_int("batch_size", batch_size)
     if isinstance(images, (str, os.PathLike)) or (hasattr(images, "ndim") and images.ndim == 3):
         images = [images]
     if not isinstance(images, (list, tuple)) and not hasattr(images, "ndim"):
@@ -594,7 +595,7 @@ def classify_images(model, images, top=5, class_names=None, max_pixels=DEFAULT_M
     num_classes = logits[0].shape[-1]
     if class_names is None and num_classes not in LABEL_SETS:  # the class indices
         class_names = [str(i) for i in range(num_classes)]
-    return decode_predictions(tf.concat(logits, 0).numpy(), top=min(top, num_classes),
+    return decode_predictions(tf.concat(logits, 0).numpy(), top=top,
                               class_names=class_names)
 
 

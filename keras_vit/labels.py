@@ -105,7 +105,7 @@ def decode_predictions(logits, top=5, class_names=None):
 
     Args:
         logits: array `[B, K]`. Softmax is applied to get probabilities.
-        top: int. How many classes per image. Defaults to 5.
+        top: int. How many classes per image (at most K). Defaults to 5.
         class_names: list of str or None. Names of the K classes; by default the ImageNet-1k
             names for K=1000 and the ImageNet-21k names for K=21843.
 
@@ -144,9 +144,7 @@ def decode_predictions(logits, top=5, class_names=None):
             f"No built-in class names for {k} classes (known: "
             f"{sorted(LABEL_SETS)}); pass class_names."
         )
-    top = check_int("top", top, 1)
-    if top > k:
-        raise ValueError(f"`top` must be in [1, {k}]. Received: top={top}")
+    top = min(check_int("top", top, 1), k)  # as Keras' decode_predictions: at most every class
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs /= probs.sum(axis=1, keepdims=True)
     order = np.argsort(-probs, axis=1, kind="stable")[:, :top]

@@ -854,6 +854,9 @@ CASES = [
         "one -inf; the first: image 1)", "files"),
     Case("classify_images with its arguments swapped", lambda c: keras_vit.classify_images(
         ["a.png"], c.model), ValueError, "takes the model first, then the images", "files"),
+    Case("classify_images of batches of 0", lambda c: keras_vit.classify_images(
+        c.model, ["a.png"], batch_size=0), ValueError,
+        "`batch_size` must be a positive integer. Received: batch_size=0", "files"),
     # 6c. The input pipelines refuse what they would read wrongly: float pixels taken as
     # [0, 255] (images in [0, 1] all near black), float labels truncated, labels beyond
     # num_classes, a "validation" subset of a folder that is not split (every image).
