@@ -57,8 +57,8 @@ MIN_STD, MAX_STD = 1e-3, 1e3
 MAX_IMAGE_SIDE = 8192
 PAPER_INTERPOLATION = "bilinear"
 # timm's `PretrainedCfg` defaults, for the fields a timm `pretrained_cfg` leaves out.
-TIMM_DEFAULTS = dict(interpolation="bicubic", crop_pct=0.875, crop_mode="center",
-                     mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+TIMM_DEFAULTS = dict(input_size=(3, 224, 224), interpolation="bicubic", crop_pct=0.875,
+                     crop_mode="center", mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 DEFAULT_IMAGE_SIZE = 224
 # The attribute a model built from a checkpoint carries its data config in.
 ATTRIBUTE = "data_config"
@@ -304,15 +304,14 @@ def as_data_config(source=None, image_size=None):
 
 
 def timm_data_config(pretrained_cfg, where="pretrained_cfg"):
-    """The data config of a timm `pretrained_cfg` (a dict), timm's defaults filling the fields
-    it leaves out; `input_size` is required.
+    """The data config of a timm `pretrained_cfg` (a dict), timm's defaults (its
+    `PretrainedCfg`'s) filling the fields it leaves out.
 
     Raises:
         ValueError: naming `where` and the field.
     """
-    if not isinstance(pretrained_cfg, dict) or "input_size" not in pretrained_cfg:
-        raise ValueError(f"{where} must be a JSON object with `input_size` [3, height, width]. "
-                         f"Received: {pretrained_cfg!r:.100}")
+    if not isinstance(pretrained_cfg, dict):
+        raise ValueError(f"{where} must be a JSON object. Received: {pretrained_cfg!r:.100}")
     config = dict(TIMM_DEFAULTS)
     config.update({field: pretrained_cfg[field] for field in FIELDS
                    if pretrained_cfg.get(field) is not None})

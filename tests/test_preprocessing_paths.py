@@ -249,6 +249,23 @@ for name in json.loads({names!r}):
     save_for_hf(model, pathlib.Path({folder!r}) / name, safe_serialization=True)
     out[name] = dict(config={{k: list(v) if isinstance(v, tuple) else v
                              for k, v in config.items()}}, timm=answers[0], paper=answers[1])
+# timm's older config.json layout (the pretrained_cfg's fields at the top), which it still reads.
+import shutil
+folder, name = pathlib.Path({folder!r}), {legacy!r}
+document = json.loads((folder / name / "config.json").read_text())
+flat = dict(document["pretrained_cfg"], architecture=document["architecture"],
+            num_classes=document["num_classes"])
+(folder / "legacy").mkdir()
+(folder / "legacy" / "config.json").write_text(json.dumps(flat))
+shutil.copy(folder / name / "model.safetensors", folder / "legacy")
+side = 2 * int(re.search(r"patch(\\d+)", name)[1])
+model = timm.create_model("local-dir:" + str(folder / "legacy"), pretrained=True, depth=1,
+                          img_size=side, num_classes=5).eval()
+config = timm.data.resolve_model_data_config(model)
+with torch.no_grad():
+    answer = torch.log_softmax(model(timm.data.create_transform(**config)(photo)[None]), -1)
+out["legacy"] = dict(config={{k: list(v) if isinstance(v, tuple) else v
+                             for k, v in config.items()}}, timm=answer[0].tolist())
 cfgs = {{name: timm.models.get_pretrained_cfg(name).to_dict()
         for name in json.loads({every!r})}}
 print(json.dumps(dict(answers=out, pretrained_cfgs=cfgs)))
@@ -272,7 +289,8 @@ def test_every_timm_preprocessing_gives_timms_own_answer_from_pixels(tmp_path, t
     the same photo through keras_vit by the checkpoint's registry name (from a Hugging Face
     cache laid out as the Hub's) and by the file timm wrote: the same data config, the same
     top-5 and log-probabilities within TOLERANCE; TFLite and ONNX of an ImageNet-normalised
-    one too. And every timm registry entry's data config is timm's `pretrained_cfg`'s."""
+    one too; and a file whose config.json is in timm's older layout (no `pretrained_cfg`).
+    And every timm registry entry's data config is timm's `pretrained_cfg`'s."""
     import subprocess
 
     from test_checkpoint_registry import hub_cache, use_stand_in
@@ -281,9 +299,10 @@ def test_every_timm_preprocessing_gives_timms_own_answer_from_pixels(tmp_path, t
     every = [entry["name"] for entry in keras_vit.list_checkpoints("timm")]
     assert len(names) >= 7  # ImageNet's, CLIP's, 0.5 and 0/1 means; crops 0.875, 0.9, 1, squash
     photo = write_png(tmp_path / "photo.png", smooth_image(52, 77, seed=5))
+    imagenet = next(n for n in names if keras_vit.resolve_data_config(n)["mean"][0] == 0.485)
     code = TIMM_FROM_PIXELS.format(root=str(ROOT), photo=str(photo), names=json.dumps(names),
                                    folder=str(tmp_path / "timm"), head_scale=5.0,
-                                   every=json.dumps(every))
+                                   every=json.dumps(every), legacy=imagenet)
     done = subprocess.run([timm_python, "-c", code], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -297,10 +316,12 @@ def test_every_timm_preprocessing_gives_timms_own_answer_from_pixels(tmp_path, t
     for name in names:  # depth 1, two patches a side, 5 classes
         side = 2 * int(re.search(r"patch(\d+)", name)[1])
         use_stand_in(monkeypatch, name, num_layers=1, resolution=side, num_classes=5)
-    for name in names:
+    answers["legacy"]["paper"] = answers[imagenet]["paper"]  # the same weights
+    for name in names + ["legacy"]:
         want, wrong = np.array(answers[name]["timm"]), np.array(answers[name]["paper"])
         assert np.abs(want - wrong).max() > WRONG, name  # the paper's would be caught
-        for source in (name, tmp_path / "timm" / name / "model.safetensors"):
+        sources = [tmp_path / "timm" / name / "model.safetensors"]
+        for source in sources + ([name] if name != "legacy" else []):
             model = keras_vit.from_pretrained(source)
             stated = answers[name]["config"]
             assert {k: model.data_config[k] for k in dc.FIELDS} == \

@@ -247,6 +247,23 @@ TIMM_MODEL_ARGUMENTS = (
 )
 
 
+def timm_layout(document):
+    """A timm `config.json` document in timm's current layout. timm's older single dict (an
+    `architecture` and no `pretrained_cfg`: the preprocessing at the top level) is what timm
+    (`timm.models._hub`) still reads as the `pretrained_cfg`, `labels` as `label_names`; its
+    `num_classes` and `label_names` stay at the top too. Any other document is returned as is.
+    """
+    if not isinstance(document, dict) or "architecture" not in document \
+            or "pretrained_cfg" in document:
+        return document
+    pretrained = {key: value for key, value in document.items()
+                  if key not in ("architecture", "num_features")}
+    if "labels" in pretrained:
+        pretrained["label_names"] = pretrained.pop("labels")
+    top = {key: pretrained[key] for key in ("num_classes", "label_names") if key in pretrained}
+    return dict(architecture=document["architecture"], pretrained_cfg=pretrained, **top)
+
+
 def declared_timm(config, where):
     """The `Declared` arguments of timm's `config.json`, and its class names."""
     args = _object(where, "model_args", config.get("model_args"))

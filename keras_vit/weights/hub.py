@@ -422,7 +422,7 @@ def load_safetensors(weights_path, config_path=None, num_heads=None, check=None,
             contradicts the arrays, or an architecture keras_vit cannot express.
     """
     headers, metadata = read_safetensors_headers(weights_path)
-    config = read_config(config_path)
+    config = config_json.timm_layout(read_config(config_path))
     own = read_own_config(weights_path, metadata)
     official, architecture, names = _interpret(headers, config, own, weights_path, config_path,
                                                num_heads)

@@ -32,7 +32,7 @@ from keras_vit.preprocessing import (DEFAULT_IMAGE_SIZE, check_data_config,
                                      paper_data_config, timm_data_config, with_image_size)
 from keras_vit.weights import download, hub, keras_hub, keras_hub_handles, registry
 from keras_vit.weights.architecture import stated_image_size
-from keras_vit.weights.config_json import KERAS_VIT_FORMAT, WRITTEN_BY, read_json
+from keras_vit.weights.config_json import KERAS_VIT_FORMAT, WRITTEN_BY, read_json, timm_layout
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.loading import file_grid, load_params, match_params
 from keras_vit.weights.npz import open_npz
@@ -347,9 +347,10 @@ def checkpoint_model_data_config(model, source, entry=None):
 def json_data_config(path, required=False):
     """The data config in a `config.json`: keras_vit's `preprocessing` (the paper's, at its
     model's resolution, for one without; in timm's files keras_vit writes, beside timm's
-    `pretrained_cfg`) or timm's `pretrained_cfg`; None for another tool's (refused if
+    `pretrained_cfg`) or timm's `pretrained_cfg` (in either of timm's layouts:
+    `keras_vit.weights.config_json.timm_layout`); None for another tool's (refused if
     `required`)."""
-    document = read_json(path, "a model's config.json")
+    document = timm_layout(read_json(path, "a model's config.json"))
     try:
         if isinstance(document, dict) and document.get("format") == KERAS_VIT_FORMAT:
             stated = document.get("preprocessing")
