@@ -427,8 +427,9 @@ def test_fit_trains_with_the_models_normalisation_and_refuses_another(tmp_path):
     batch = next(iter(adopted.dataset))[0].numpy()
     own = next(iter(pipeline(True, data_config=model).dataset))[0].numpy()
     np.testing.assert_array_equal(batch, own)  # the same batches as built with the model's
-    with pytest.warns(UserWarning, match="The train pipeline was built without a data "
-                                         r"config: it now normalises with .*0.485") as warned:
+    with pytest.warns(UserWarning, match=r"The train pipeline was built without a data "
+                                         r"config: it now preprocesses as model .* data "
+                                         r"config says \(mean \[0.485") as warned:
         summary = keras_vit.training.fit(
             model, pipeline(True), pipeline(False, data_config=model),
             output_dir=tmp_path / "run", steps=1, verbose=0, jit_compile=False,

@@ -569,6 +569,17 @@ def test_evaluate_takes_what_keras_vit_pipelines_give_and_checks_their_preproces
                                        training=False, data_config=small_model())
     with pytest.raises(ValueError, match="evaluation pipeline normalises with mean"):
         keras_vit.evaluate(timm_like, other, progress=False)
+    # The paper's mean and std with timm's resize and crop (its ViTs' augreg files): the
+    # evaluation pipeline is built again too, and a training pipeline (its own crops) is not.
+    augreg = small_model(dict(imagenet, crop_pct=0.9, mean=[0.5] * 3, std=[0.5] * 3))
+    with pytest.warns(UserWarning, match=r"crop_pct 0\.9, crop_mode center"):
+        got = keras_vit.evaluate(augreg, paper, progress=False)
+    own = keras_vit.data.from_arrays(pixels, np.arange(4) % 3, image_size=16, batch_size=2,
+                                     training=False, data_config=augreg)
+    assert got["loss"] == keras_vit.evaluate(augreg, own, progress=False)["loss"]
+    train = keras_vit.data.from_arrays(pixels, np.arange(4) % 3, image_size=16, batch_size=2,
+                                       training=True)
+    assert train.for_model(augreg) == (train, False)
     half = tf.data.Dataset.from_tensor_slices((tf.zeros((4, 16, 16, 3), tf.bfloat16),
                                                np.arange(4) % 3)).batch(2)
     assert keras_vit.evaluate(small_model(), half, batch_size=None,

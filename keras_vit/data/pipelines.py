@@ -38,6 +38,18 @@ def _as_written(fn):
     return tf.autograph.experimental.do_not_convert(fn)
 
 
+# The data config fields a pipeline's images depend on: every pipeline normalises; an
+# evaluation pipeline also resizes and crops as the config says.
+_NORMALISATION = ("mean", "std")
+_RESIZE_AND_CROP = ("interpolation", "crop_pct", "crop_mode", "antialias")
+
+
+def _fields(config, fields):
+    """"mean [0.5, 0.5, 0.5], crop_pct 0.9": the values of `fields` in a data config."""
+    return ", ".join(f"{field} {list(config[field]) if field in _NORMALISATION else config[field]}"
+                     for field in fields)
+
+
 @dataclasses.dataclass
 class InputData:
     """A batched input pipeline and what `model.fit` needs to know about it.
@@ -77,27 +89,39 @@ class InputData:
         return dataclasses.replace(self.rebuild(epoch), skipped=self.skipped)
 
     def for_model(self, model, role="data"):
-        """This pipeline with `model`'s normalisation (its data config's mean and std).
+        """This pipeline with `model`'s preprocessing (its data config): the normalisation
+        (mean and std) of every pipeline, and the resize and crop of an evaluation pipeline
+        (a training pipeline's augmentation crops and resizes its own way).
 
         A pipeline built without a `data_config` is built again with the model's (its
-        preprocessing, from the same epoch); one built with another is refused.
+        preprocessing, from the same epoch); one built with another normalisation is refused
+        (another resize or crop, given, is the caller's choice).
 
         Returns:
             (pipeline, adopted): `adopted` is True where the pipeline was built again.
 
         Raises:
-            ValueError: one line naming `role`, both normalisations and what to pass.
+            ValueError: one line naming `role`, both preprocessings and what to pass.
         """
         expected = getattr(model, "data_config", None)
         stated = self.data_config
-        if expected is None or stated is None or (stated["mean"], stated["std"]) == (
-                expected["mean"], expected["std"]):
+        if expected is None or stated is None:
+            return self, False
+        fields = _NORMALISATION if self.training else _NORMALISATION + _RESIZE_AND_CROP
+        differs = [field for field in fields if stated.get(field) != expected.get(field)]
+        normalisation = any(field in _NORMALISATION for field in differs)
+        if not differs or (self.data_config_given and not normalisation):
             return self, False
         if self.data_config_given or self.rebuild is None:
+            if normalisation:
+                raise ValueError(
+                    f"The {role} pipeline normalises with mean {list(stated['mean'])} and std "
+                    f"{list(stated['std'])}, but model {model.name!r} expects mean "
+                    f"{list(expected['mean'])} and std {list(expected['std'])} (its "
+                    "data_config). Expected a pipeline built with data_config=model.")
             raise ValueError(
-                f"The {role} pipeline normalises with mean {list(stated['mean'])} and std "
-                f"{list(stated['std'])}, but model {model.name!r} expects mean "
-                f"{list(expected['mean'])} and std {list(expected['std'])} (its data_config)."
+                f"The {role} pipeline resizes and crops with {_fields(stated, differs)}, but "
+                f"model {model.name!r} expects {_fields(expected, differs)} (its data_config)."
                 " Expected a pipeline built with data_config=model.")
         rebuilt = self.rebuild(self.start_epoch, expected)
         return dataclasses.replace(rebuilt, skipped=self.skipped, data_config_given=False), True
@@ -106,11 +130,11 @@ class InputData:
         """`for_model`'s pipeline, with a warning of one line where it was built again."""
         pipeline, adopted = self.for_model(model, role)
         if adopted:
-            config = pipeline.data_config
+            fields = _NORMALISATION if pipeline.training else _NORMALISATION + _RESIZE_AND_CROP
             warnings.warn(f"The {role} pipeline was built without a data config: it now "
-                          f"normalises with model {model.name!r}'s mean {list(config['mean'])} "
-                          f"and std {list(config['std'])}, as its weights expect (pass "
-                          "data_config=model to build it so).", stacklevel=3)
+                          f"preprocesses as model {model.name!r}'s data config says "
+                          f"({_fields(pipeline.data_config, fields)}), as its weights expect "
+                          "(pass data_config=model to build it so).", stacklevel=3)
         return pipeline
 
     @property
