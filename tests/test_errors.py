@@ -159,13 +159,14 @@ def huge_header_npy(ctx):
     return path
 
 
-def fit_tiny(ctx, output, lr=0.01, epochs=2, class_names=None, **kwargs):  # noqa: ARG001
+def fit_tiny(ctx, output, lr=0.01, epochs=2, class_names=None, model=None,  # noqa: ARG001
+             **kwargs):
     rng = np.random.default_rng(1)
     x = rng.integers(0, 256, (12, 16, 16, 3), dtype=np.uint8)
     y = np.arange(12) % 3
     train = data.from_arrays(x, y, num_classes=3, image_size=16, batch_size=4, training=True,
                              class_names=class_names)
-    model = keras_vit.ViT(**TINY)
+    model = model or keras_vit.ViT(**TINY)
     return training.fit(model, train, output_dir=output, epochs=epochs, learning_rate=lr,
                         verbose=0, jit_compile=False, **kwargs)
 
@@ -185,6 +186,18 @@ def changed_run(ctx):
         {"settings": json.loads((pathlib.Path(output) / "run.json").read_text())["settings"],
          "finished": False}))
     fit_tiny(ctx, output, epochs=3)
+
+
+def rebuilt_model_run(ctx):
+    """A run stopped after its first epoch, resumed with a wider model: its backup holds the
+    first model's weights, and its config.json must keep describing them."""
+    output = ctx.tmp / "run"
+    fit_tiny(ctx, output, epochs=1)
+    os.makedirs(training.backup_dir(output), exist_ok=True)
+    record = json.loads((output / "run.json").read_text())
+    (output / "run.json").write_text(json.dumps(dict(record, finished=False)))
+    ctx.run_files = ctx.files(output)
+    fit_tiny(ctx, output, epochs=1, model=keras_vit.ViT(**dict(TINY, hidden_size=16)))
 
 
 def renamed_classes_run(ctx):
@@ -636,6 +649,8 @@ CASES = [
          "none"),
     Case("resumed with other settings", changed_run, ValueError,
          "was started with other settings (epochs 1 -> 3", "none"),
+    Case("resumed with another model", rebuilt_model_run, ValueError,
+         "was started with other settings (model.hidden_size 8 -> 16)", "none"),
     Case("resumed with renamed classes", renamed_classes_run, ValueError,
          "other settings (class_names: label 0 'bird' -> 'cat', label 1 'cat' -> 'dog', label "
          "2 'dog' -> 'fish' (3 of 3 differ))",

@@ -211,8 +211,9 @@ def _recorded_settings(run):
     return dict(SETTING_DEFAULTS, **run["settings"])
 
 
-def _check_resume(output_dir, settings, overwrite):
-    """Refuses a finished run or a changed one; clears the folder with `overwrite`."""
+def _check_resume(output_dir, settings, overwrite, model):
+    """Refuses a finished run or a changed one (its settings, or the model's architecture or
+    data config in its `config.json`); clears the folder with `overwrite`."""
     run_path = os.path.join(output_dir, RUN_FILE)
     if overwrite:
         # Each worker clears its own backup; the chief the shared files.
@@ -233,13 +234,38 @@ def _check_resume(output_dir, settings, overwrite):
     # A record without class names (older than them) says nothing of the classes.
     changed = {k: (recorded.get(k), v) for k, v in settings.items() if recorded.get(k) != v
                and not (k == "class_names" and recorded.get(k) is None)}
-    if changed and os.path.exists(backup_dir(output_dir)):
-        details = ", ".join(_names_change(old, new) if k == "class_names"
-                            else f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+    details = [_names_change(old, new) if k == "class_names" else f"{k} {old!r} -> {new!r}"
+               for k, (old, new) in changed.items()] + _changed_model(output_dir, model)
+    if details and os.path.exists(backup_dir(output_dir)):
+        details = ", ".join(details)
         raise ValueError(
             f"The unfinished run in {output_dir} was started with other settings ({details}). "
             "Resume it with the same settings, or pass overwrite=True (--overwrite) to start "
             "over.")
+
+
+def _changed_model(output_dir, model):
+    """How `model`'s architecture and data config differ from those the run's `config.json`
+    records ("model.hidden_size 16 -> 32", ...): the backup holds the recorded model's
+    weights. The name aside, and the layout (`scan`, `remat`: the run's settings). Empty where
+    they agree, or where the file is absent or unreadable."""
+    try:
+        with open(os.path.join(output_dir, CONFIG_FILE), encoding="utf-8") as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        return []
+    now = json.loads(json.dumps(keras_vit_document(
+        _model_config(model), None, getattr(model, "data_config", None))))
+    changes = []
+    for field in ("model", "preprocessing"):
+        old, new = recorded.get(field) if isinstance(recorded, dict) else None, now[field]
+        if not (isinstance(old, dict) and isinstance(new, dict)):
+            changes += [f"{field} {old!r:.60} -> {new!r:.60}"] if old != new else []
+            continue
+        changes += [f"{field}.{key} {old.get(key)!r} -> {new.get(key)!r}"
+                    for key in sorted(set(old) | set(new))
+                    if key not in ("name", *LAYOUT_SETTINGS) and old.get(key) != new.get(key)]
+    return changes
 
 
 def _names_change(old, new):
@@ -447,7 +473,7 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
             _check_ownership(output_dir, overwrite)
             for folder in ([output_dir] if chief else []) + [backup_dir(output_dir)]:
                 remove_temporaries(folder)  # of a run killed mid-write: nobody else writes
-            _check_resume(output_dir, settings, overwrite)
+            _check_resume(output_dir, settings, overwrite, model)
             new_run = not os.path.exists(run_path)
             created = [name for name in STARTED_OUTPUTS + (BACKUP_FOLDER,)
                        if not os.path.lexists(os.path.join(output_dir, name))]

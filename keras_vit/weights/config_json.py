@@ -249,12 +249,13 @@ TIMM_MODEL_ARGUMENTS = (
 
 def timm_layout(document):
     """A timm `config.json` document in timm's current layout. timm's older single dict (an
-    `architecture` and no `pretrained_cfg`: the preprocessing at the top level) is what timm
-    (`timm.models._hub`) still reads as the `pretrained_cfg`, `labels` as `label_names`; its
-    `num_classes` and `label_names` stay at the top too. Any other document is returned as is.
+    `architecture`, and neither `pretrained_cfg` nor the later `model_args`: the preprocessing
+    at the top level) is what timm (`timm.models._hub`) still reads as the `pretrained_cfg`,
+    `labels` as `label_names`; its `num_classes` and `label_names` stay at the top too. Any
+    other document is returned as is.
     """
     if not isinstance(document, dict) or "architecture" not in document \
-            or "pretrained_cfg" in document:
+            or "pretrained_cfg" in document or "model_args" in document:
         return document
     pretrained = {key: value for key, value in document.items()
                   if key not in ("architecture", "num_features")}
