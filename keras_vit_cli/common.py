@@ -307,6 +307,15 @@ def data_num_classes(args):
 
     if args.dataset:
         return data.get_dataset_spec(args.dataset).num_classes
-    paths, _, class_names = data.list_image_folder(args.folder,
-                                                   getattr(args, "folder_labels", "inferred"))
-    return len(class_names) if class_names else 1
+    return len(data_class_names(args)) or 1
+
+
+def data_class_names(args):
+    """The class names of the data flags' image folder (its class folders'), else ()."""
+    from keras_vit import data
+
+    if args.dataset:
+        return ()
+    _, _, class_names = data.list_image_folder(args.folder,
+                                               getattr(args, "folder_labels", "inferred"))
+    return tuple(class_names or ())

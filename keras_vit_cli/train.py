@@ -9,6 +9,8 @@ on a finished run it says so (`--overwrite` starts over). It ends with a table o
 trained on, the best epoch and the files written (`--json`: one JSON object instead).
 """
 
+import sys
+
 from keras_vit_cli.arguments import (
     add_data_arguments,
     add_model_arguments,
@@ -17,6 +19,7 @@ from keras_vit_cli.arguments import (
 )
 from keras_vit_cli.preflight import check_data_folder, check_model_paths, check_run_flags
 from keras_vit_cli.common import (
+    data_class_names,
     data_num_classes,
     fit_from_args,
     input_size,
@@ -62,13 +65,36 @@ def run(args):  # the dispatcher has applied --backend
     num_classes = check_trainable_classes(data_num_classes(args))
     strategy = start_run(args)
     with strategy.scope():
-        model, _ = model_from_args(args, num_classes=num_classes,
-                                   architecture=run_architecture(args))
+        model, names = model_from_args(args, num_classes=num_classes,
+                                       architecture=run_architecture(args))
+        replace_renamed_head(model, args.weights, names, data_class_names(args))
     summary = fit_from_args(args, model, strategy, input_size(model, args), recipe=args.recipe,
                             default_steps=DEFAULT_STEPS, weight_decay=args.weight_decay,
                             label_smoothing=args.label_smoothing)
     print_training(args, summary)
     return 0
+
+
+def replace_renamed_head(model, weights, names, data_names):
+    """Starts the head afresh (zeros, as a new head) where the checkpoint's classes, as many
+    as the data's, have other names: its rows would be trained as other classes."""
+    if not (names and data_names) or len(names) != len(data_names) \
+            or tuple(names) == tuple(data_names):
+        return  # a head of another size is new already
+    import keras  # the command line loads Keras only once a command runs
+
+    differ = sum(a != b for a, b in zip(names, data_names))
+    print(f"keras-vit train: the classes of --weights {weights} are named otherwise than the "
+          f"data's ({differ} of {len(names)} differ, e.g. {_first_difference(names, data_names)})"
+          ": the head starts afresh.", file=sys.stderr)
+    head = model.get_layer("head")
+    for variable in head.weights:
+        variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
+
+
+def _first_difference(names, data_names):
+    index = next(i for i, (a, b) in enumerate(zip(names, data_names)) if a != b)
+    return f"label {index} {names[index]!r:.40} -> {data_names[index]!r:.40}"
 
 
 COMMANDS = {"train": (configure, run, check)}

@@ -167,8 +167,8 @@ def fit_tiny(ctx, output, lr=0.01, epochs=2, class_names=None, model=None,  # no
     train = data.from_arrays(x, y, num_classes=3, image_size=16, batch_size=4, training=True,
                              class_names=class_names)
     model = model or keras_vit.ViT(**TINY)
-    return training.fit(model, train, output_dir=output, epochs=epochs, learning_rate=lr,
-                        verbose=0, jit_compile=False, **kwargs)
+    return training.fit(model, train, kwargs.pop("validation", None), output_dir=output,
+                        epochs=epochs, learning_rate=lr, verbose=0, jit_compile=False, **kwargs)
 
 
 def finished_run(ctx):
@@ -186,6 +186,15 @@ def changed_run(ctx):
         {"settings": json.loads((pathlib.Path(output) / "run.json").read_text())["settings"],
          "finished": False}))
     fit_tiny(ctx, output, epochs=3)
+
+
+def renamed_validation_run(ctx):
+    """Validation images whose class folders sort otherwise: label 0 is another class."""
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (6, 16, 16, 3), dtype=np.uint8)
+    validation = data.from_arrays(x, np.arange(6) % 3, image_size=16, batch_size=3,
+                                  training=False, class_names=["cat", "bird", "dog"])
+    fit_tiny(ctx, ctx.tmp / "run", class_names=["bird", "cat", "dog"], validation=validation)
 
 
 def rebuilt_model_run(ctx):
@@ -649,6 +658,9 @@ CASES = [
          "none"),
     Case("resumed with other settings", changed_run, ValueError,
          "was started with other settings (epochs 1 -> 3", "none"),
+    Case("validation classes named otherwise", renamed_validation_run, ValueError,
+         "The validation data names its classes otherwise than the training data (class_names:"
+         " label 0 'bird' -> 'cat', label 1 'cat' -> 'bird' (2 of 3 differ))", "files"),
     Case("resumed with another model", rebuilt_model_run, ValueError,
          "was started with other settings (model.hidden_size 8 -> 16)", "none"),
     Case("resumed with renamed classes", renamed_classes_run, ValueError,

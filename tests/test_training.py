@@ -710,6 +710,34 @@ def test_train_command_unwritable_output_and_wrong_head(tmp_path, capsys):
     assert "data has 10 classes (labels 0..9) but the model's head has 5" in capsys.readouterr().err
 
 
+def test_train_from_a_run_on_classes_named_otherwise_starts_its_head_afresh(tmp_path, capsys):
+    """A run's head of as many classes as the data, named otherwise, would be trained as other
+    classes: it starts afresh (zeros, as a new head), and the command says so; the same
+    names keep it."""
+    write_folder(tmp_path / "images", count=12)
+    common = ["--model-config", TINY_CONFIG, "--image-size", "8", "--batch-size", "6",
+              "--no-xla", "--verbose", "0"]
+    assert cli.main(["train", "--folder", str(tmp_path / "images"), *common, "--steps", "2",
+                     "--lr", "0.1", "--output", str(tmp_path / "first")]) == 0
+    trained = weights.read_npz(tmp_path / "first" / "final.npz")["head/kernel"]
+    assert np.abs(trained).max() > 1e-3
+    (tmp_path / "images" / "class0").rename(tmp_path / "images" / "zebra")
+    capsys.readouterr()
+    assert cli.main(["train", "--folder", str(tmp_path / "images"), *common, "--steps", "1",
+                     "--lr", "1e-12", "--weights", str(tmp_path / "first" / "final.npz"),
+                     "--output", str(tmp_path / "second")]) == 0
+    assert "named otherwise than the data's (3 of 3 differ, e.g. label 0 'class0' -> " \
+        "'class1'): the head starts afresh" in capsys.readouterr().err
+    assert np.abs(weights.read_npz(tmp_path / "second" / "final.npz")["head/kernel"]).max() < 1e-6
+    (tmp_path / "images" / "zebra").rename(tmp_path / "images" / "class0")
+    assert cli.main(["train", "--folder", str(tmp_path / "images"), *common, "--steps", "1",
+                     "--lr", "1e-12", "--weights", str(tmp_path / "first" / "final.npz"),
+                     "--output", str(tmp_path / "third")]) == 0
+    assert "afresh" not in capsys.readouterr().err
+    np.testing.assert_allclose(weights.read_npz(tmp_path / "third" / "final.npz")["head/kernel"],
+                               trained, atol=1e-6)
+
+
 def test_finetune_folder_example(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "examples"))
     import finetune_folder

@@ -445,6 +445,13 @@ def fit(model, train, validation=None, *, output_dir, epochs=None, steps=None,
         check_trainable_classes(train.num_classes)
         for name, pipeline in (("training", train), ("validation", validation)):
             _check_model_classes(model, name, pipeline)
+        if validation is not None and train.class_names and validation.class_names \
+                and tuple(train.class_names) != tuple(validation.class_names):
+            raise ValueError(
+                "The validation data names its classes otherwise than the training data ("
+                f"{_names_change(train.class_names, validation.class_names)}): its labels "
+                "would be scored as other classes. Expected the same class names, in the "
+                "same order.")
     train, validation = (None if pipeline is None else pipeline.normalised_for(model, role)
                          for role, pipeline in (("train", train), ("validation", validation)))
     if recipe is not None:
