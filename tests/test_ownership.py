@@ -166,6 +166,24 @@ def test_a_run_replaces_the_users_files_only_with_overwrite(tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["format"] == "keras_vit"
 
 
+def test_overwrite_removes_what_the_run_wrote_and_keeps_the_users_files_among_it(tmp_path,
+                                                                                capsys):
+    """`--overwrite` starts a finished run over: its TensorBoard events go (the new run's
+    curves do not continue the old one's), and a file of the user's in its backup/ or logs/
+    stays, as at the end of the run, which removes its backup."""
+    out = tmp_path / "p"
+    assert train(image_folder(tmp_path / "F"), out) == 0
+    events = {name for name in tree(out) if "tfevents" in name}
+    assert events
+    write_files(out, {"backup/mine.txt": b"mine", "logs/notes.txt": b"my notes"})
+    assert train(image_folder(tmp_path / "F"), out, "--overwrite") == 0
+    capsys.readouterr()
+    after = tree(out)
+    assert after["backup/mine.txt"] == b"mine" and after["logs/notes.txt"] == b"my notes"
+    assert not events & set(after) and any("tfevents" in name for name in after)
+    assert [name for name in after if name.startswith("backup/")] == ["backup/mine.txt"]
+
+
 def arrays():
     rng = np.random.default_rng(1)
     x = rng.integers(0, 256, (12, 16, 16, 3), dtype=np.uint8)
@@ -199,8 +217,7 @@ def test_fuzz_a_failed_fit_leaves_the_users_folder_as_it_was(tmp_path_factory, n
         assert after == before
         return
     assert "injected failure" in str(info.value)
-    replaced = {"config.json", "final.npz", "best.json"} | {n for n in before
-                                                           if n.startswith("backup")}
+    replaced = {"config.json", "final.npz", "best.json"}
     for name, value in before.items():  # the user's files, but those overwrite replaced
         if name.split("/")[0] not in {r.split("/")[0] for r in replaced} or not overwrite:
             assert after.get(name) == value, name

@@ -63,6 +63,7 @@ from keras_vit.parallel import cluster, keras_distribution, tf_distribute
 from keras_vit.training.callbacks import (
     BACKUP_FOLDER,
     BACKUP_POINTER,
+    BACKUP_STATE,
     BEST_FILE,
     BEST_RECORD,
     backup_dir,
@@ -94,6 +95,7 @@ SETTING_DEFAULTS = dict(LAYOUT_SETTINGS, class_names=None)
 FINAL_FILE = "final.npz"
 ENCODER_FILE = "encoder.npz"
 LOGS_DIR = "logs"
+TENSORBOARD_EVENTS = "events.out.tfevents."  # the start of the event files' names
 # What `overwrite=True` removes from an output folder before starting over.
 RUN_OUTPUTS = (RUN_FILE, CONFIG_FILE, FINAL_FILE, BEST_FILE, BEST_RECORD, ENCODER_FILE,
                BACKUP_FOLDER)
@@ -164,6 +166,36 @@ def _remove(output_dir, names):
             os.remove(path)
 
 
+def _clear_backup(folder):
+    """Removes a run's backup in `folder`: its pointer and the state file of each epoch-N
+    folder, then each folder they leave empty."""
+    if held_folder_moved(folder) or not os.path.isdir(folder):
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(folder, BACKUP_POINTER))
+    for entry in os.listdir(folder):
+        if entry.startswith("epoch-") and os.path.isdir(os.path.join(folder, entry)):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, entry, BACKUP_STATE))
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(folder, entry))
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
+
+
+def _clear_logs(folder):
+    """Removes the TensorBoard event files a run wrote under `folder`, then each folder they
+    leave empty: a new run's curves do not continue an old one's."""
+    if held_folder_moved(folder) or not os.path.isdir(folder):
+        return
+    for root, _, files in os.walk(folder, topdown=False):
+        for name in files:
+            if name.startswith(TENSORBOARD_EVENTS):
+                os.remove(os.path.join(root, name))
+        with contextlib.suppress(OSError):
+            os.rmdir(root)
+
+
 def check_output_dir(output_dir, overwrite=False):
     """Refuses an output folder a run may not write: links among the names a run writes, and,
     in a folder that no run.json marks as a keras_vit run, those names held by files keras_vit
@@ -216,10 +248,14 @@ def _check_resume(output_dir, settings, overwrite, model):
     data config in its `config.json`); clears the folder with `overwrite`."""
     run_path = os.path.join(output_dir, RUN_FILE)
     if overwrite:
-        # Each worker clears its own backup; the chief the shared files.
-        shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
+        # Each worker clears its own backup; the chief the shared files. Of the folders, only
+        # what a run writes there goes: another file stays, and so its folder.
+        _clear_backup(backup_dir(output_dir))
         if cluster.is_chief():
-            _remove(output_dir, RUN_OUTPUTS)
+            _remove(output_dir, [name for name in RUN_OUTPUTS if name != BACKUP_FOLDER])
+            _clear_logs(os.path.join(output_dir, LOGS_DIR))
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(output_dir, BACKUP_FOLDER))  # if no worker's is left
         return
     if not os.path.exists(run_path):
         return
@@ -519,7 +555,7 @@ def _remove_started(output_dir, created, logs_before):
                              for name in _new_in(output_dir, LOGS_DIR, logs_before)])
     if held_folder_moved(os.path.join(output_dir, RUN_FILE)):
         return  # another folder now: nothing of it is the run's
-    shutil.rmtree(backup_dir(output_dir), ignore_errors=True)  # empty: no pointer
+    _clear_backup(backup_dir(output_dir))  # no epoch kept
     if BACKUP_FOLDER in created:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(output_dir, BACKUP_FOLDER))  # if no other worker's is left
@@ -579,7 +615,7 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
         if encoder:
             write_npz(model.encoder_params(), encoder, overwrite=True)
     _write_run(output_dir, settings, True, model, class_names, run_time)
-    shutil.rmtree(backup_dir(output_dir), ignore_errors=True)
+    _clear_backup(backup_dir(output_dir))
 
     summary = dict(output_dir=output_dir, epochs=epochs, updates=updates,
                    resumed_at_epoch=start_epoch,
