@@ -19,6 +19,7 @@ from keras_vit.weights import (
 from keras_vit.weights.architecture import checkpoint_config
 from keras_vit.weights.loading import file_grid, match_params
 from keras_vit.weights.registry import is_registered
+from keras_vit.weights.sources import checkpoint_file
 
 
 # The `ViT` arguments that say what a checkpoint computes rather than its sizes: a named
@@ -85,6 +86,8 @@ def build_from_checkpoint(source, progress=True, **overrides):
         report: `skipped` file keys and `fresh` model layers), `class_names` (the file's
         names where known, else None) and `num_classes` (the file's head size, or None).
     """
+    source = checkpoint_file(source)
+
     def architecture(params, entry):
         config, class_names, described_by, file_size = checkpoint_config(
             params, entry, source, overrides.get("image_size"))

@@ -320,7 +320,8 @@ def test_every_timm_preprocessing_gives_timms_own_answer_from_pixels(tmp_path, t
     for name in names + ["legacy"]:
         want, wrong = np.array(answers[name]["timm"]), np.array(answers[name]["paper"])
         assert np.abs(want - wrong).max() > WRONG, name  # the paper's would be caught
-        sources = [tmp_path / "timm" / name / "model.safetensors"]
+        # The file timm wrote, and its folder (as timm's local-dir: and transformers read it).
+        sources = [tmp_path / "timm" / name / "model.safetensors", tmp_path / "timm" / name]
         for source in sources + ([name] if name != "legacy" else []):
             model = keras_vit.from_pretrained(source)
             stated = answers[name]["config"]

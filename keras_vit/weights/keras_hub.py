@@ -339,8 +339,9 @@ def _check_is_preset(path):
                if not os.path.isfile(os.path.join(folder, name))]
     if missing:
         raise CheckpointError(f"{path} is a folder without {' and '.join(missing)}: not a "
-                              "keras-hub preset. Expected an .npz or .safetensors file, or a "
-                              "folder keras-hub's save_to_preset wrote.")
+                              "keras-hub preset. Expected an .npz or .safetensors file, a "
+                              "folder holding model.safetensors, or a folder keras-hub's "
+                              "save_to_preset wrote.")
 
 
 def _check_weights_files(path, folder, include_top):

@@ -8,8 +8,9 @@
   "vit_base_patch16_224.augreg2_in21k_ft_in1k" (see `list_checkpoints()`);
 - a local `.npz` path (`~` is expanded);
 - an `http(s)://` or `file://` URL (downloaded once into the cache);
-- `hf://ORG/NAME[@REVISION]` on the Hugging Face Hub, or a local `.safetensors` file, in
-  timm's or transformers' layout (`keras_vit.weights.hub`);
+- `hf://ORG/NAME[@REVISION]` on the Hugging Face Hub, or a local `.safetensors` file (or the
+  folder holding it as `model.safetensors`), in timm's or transformers' layout
+  (`keras_vit.weights.hub`);
 - a keras-hub ViT preset folder (`keras_vit.weights.keras_hub`).
 
 Each source may state the preprocessing its weights expect, its data config
@@ -36,6 +37,21 @@ from keras_vit.weights.config_json import KERAS_VIT_FORMAT, WRITTEN_BY, read_jso
 from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.loading import file_grid, load_params, match_params
 from keras_vit.weights.npz import open_npz
+
+
+def checkpoint_file(source):
+    """The weights file a folder stands for: the `model.safetensors` of a folder holding one
+    (as timm's `save_for_hf` and transformers' `save_pretrained` write it, and as `hf://`
+    reads a repository) that is not a keras-hub preset; else `source` itself (a registry name
+    first)."""
+    if registry.is_registered(source) or not keras_hub.is_folder(source):
+        return source
+    folder = os.path.expanduser(os.fspath(source))
+    weights = os.path.join(folder, hub.WEIGHTS_FILE)
+    if os.path.isfile(os.path.join(folder, keras_hub.METADATA_FILE)) \
+            or not os.path.isfile(weights):
+        return source
+    return weights
 
 
 def check_source(source):
@@ -97,7 +113,7 @@ def fetch_params(source, progress=True, num_heads=None, check=None, verify=True)
     """
     check_source(source)
     with hub.bars(progress):  # huggingface_hub's, as `progress` asks of the library's own
-        return _fetch(source, progress, num_heads, check, verify)
+        return _fetch(checkpoint_file(source), progress, num_heads, check, verify)
 
 
 def _fetch(source, progress, num_heads, check, verify):
@@ -273,7 +289,8 @@ def load_pretrained(model, source, progress=True):
     Args:
         model: a model from `keras_vit.ViT` or a named builder.
         source: str or path. A registry name, a local `.npz` or `.safetensors` path, an
-            `http(s)://` / `file://` URL, `hf://ORG/NAME` or a keras-hub preset folder.
+            `http(s)://` / `file://` URL, `hf://ORG/NAME`, a folder holding `model.safetensors`
+            or a keras-hub preset folder.
         progress: bool. While a URL downloads, say which on stderr, and draw a bar where
             standard output is a terminal or a notebook. Defaults to True. `huggingface_hub`'s
             bars of an `hf://` download show where standard error is one, and not with False
@@ -292,6 +309,7 @@ def load_pretrained(model, source, progress=True):
         raise ValueError(
             "load_pretrained needs a registry name, path or URL; `True` only works on the "
             "named builders, which know their variant.")
+    source = checkpoint_file(source)
     grids = {}
 
     def fits(placeholders, entry):
