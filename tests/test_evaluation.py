@@ -66,6 +66,18 @@ def test_shots_are_k_per_class_and_k_too_large_is_refused():
         evaluation.sample_shots(labels, 4)
 
 
+def test_shots_are_big_visions_draw_for_the_same_seed():
+    """big_vision's fewshot_lsr: `default_rng(seed)`, each class's indices permuted in class
+    order, the first k of each; so a seed's shots are nested across k."""
+    labels = np.random.default_rng(7).integers(0, 4, 60)
+    for seed in (0, 1, 2):
+        rng = np.random.default_rng(seed)
+        permuted = [rng.permutation(np.where(labels == c)[0]) for c in range(4)]
+        for shots in (1, 5, 10):
+            want = np.concatenate([indices[:shots] for indices in permuted])
+            np.testing.assert_array_equal(evaluation.sample_shots(labels, shots, seed), want)
+
+
 def test_linear_probe_separates_separable_features():
     rng = np.random.default_rng(2)
     train = features_data(rng, "separable", per_class=20)
@@ -240,7 +252,7 @@ def test_shipped_demo_reproduces_its_recorded_heldout_accuracy(tmp_path, capsys)
     printed = capsys.readouterr().out
     recorded = weights.get_checkpoint("digits")["heldout_accuracy"]
     assert f"held-out: 360 images, top-1 {recorded:.2%}" in printed  # 352/360 = 97.78%
-    assert "| best |" in printed
+    assert "| best on the test split |" in printed and "| 1024 (big_vision's) |" in printed
     assert (tmp_path / "confusion_matrix.png").exists()
 
 
@@ -287,7 +299,7 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys, monkeypatch):
     assert cli.main(["fewshot", *common, "--shots", "1,3", "--l2", "1,100",
                      "--verbose", "0"]) == 0  # folder: train (90%) and validation (10%)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-5] == "| l2 reg | 1-shot | 3-shot |" and lines[-1].startswith("| best |")
+    assert lines[-5] == "| l2 reg | 1-shot | 3-shot |" and lines[-1].startswith("| best on the test split |")
     # The sizes used: 2 of the 18 images held out (10%, rounded), 16 to draw the shots from.
     assert lines[:3] == [
         "Few-shot linear accuracy of frozen features, 3 classes",
@@ -306,8 +318,8 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys, monkeypatch):
     cells = {(row["shots"], row["l2"]): row["accuracy"] for row in result["accuracy"]}
     assert set(cells) == {(1, 1.0), (1, 100.0), (3, 1.0), (3, 100.0)}
     assert best[3]["accuracy"] == max(cells[3, 1.0], cells[3, 100.0])
-    assert lines[-1] == "| best | " + " | ".join(
-        f"**{best[k]['accuracy']:.2%}** (l2 {best[k]['l2']:g})" for k in (1, 3)) + " |"
+    assert lines[-1] == "| best on the test split | " + " | ".join(
+        f"{best[k]['accuracy']:.2%} (l2 {best[k]['l2']:g})" for k in (1, 3)) + " |"
 
     # --cache is a folder: the train and test features of this model, weights and data are
     # written there, and a second run reads them instead of running the model.
