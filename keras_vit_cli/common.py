@@ -77,7 +77,7 @@ def require_architecture(args, weights=None):
 
 
 def model_from_args(args, *, num_classes=None, include_top=True, default_weights=False,
-                    need_head=False, architecture=None):
+                    need_head=False, architecture=None, classes_flag=None):
     """The model a command asks for, and the class names that come with it.
 
     Args:
@@ -91,6 +91,8 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
             starting from a fresh zero head).
         architecture: dict or None. More `keras_vit.ViT` arguments (e.g. `classifier`) for a
             variant or `--model-config`.
+        classes_flag: str or None. The flag `num_classes` comes from, for messages (None: the
+            command's data).
 
     Returns:
         (model, class names or None).
@@ -133,6 +135,10 @@ def model_from_args(args, *, num_classes=None, include_top=True, default_weights
     base.update(architecture or {})
     declared = base.get("num_classes")
     if num_classes is not None and declared is not None and declared != num_classes:
+        if classes_flag:
+            raise ValueError(f"{classes_flag} {num_classes} contradicts the model's head of "
+                             f"{declared} classes (--model-config). Expected one number of "
+                             "classes.")
         raise ValueError(f"The data has {num_classes} classes (labels 0..{num_classes - 1}) but "
                          f"the model's head has {declared}. Expected num_classes={num_classes}.")
     if not weights:

@@ -143,7 +143,8 @@ def run(args):
     architecture = {"dynamic_image_size": True} if args.dynamic_image_size else None
     progress.stage(model_stage(args))
     model, checkpoint_names = model_from_args(args, num_classes=args.num_classes,
-                                              architecture=architecture)
+                                              architecture=architecture,
+                                              classes_flag="--num-classes")
     num_classes = model.outputs[0].shape[-1]
     if args.format == "saved_model":
         path = export.export_saved_model(

@@ -601,12 +601,14 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
     losses = history.history.get("loss", [])
     params = finite_params(model) if all(np.isfinite(losses)) else None
     if params is None:
+        kept = (f"{os.path.join(output_dir, BEST_FILE)} keeps the best finite epoch, if any, "
+                "and backup/ the last finite one" if _any_epoch_kept(output_dir) else
+                "no epoch ended finite, so nothing of the run is kept")
         raise TrainingDiverged(
             f"Training diverged in {output_dir}: the loss or the weights became NaN or infinite "
             f"(losses per epoch: {[round(float(v), 4) for v in losses]}). No final checkpoint "
-            f"was written; {os.path.join(output_dir, BEST_FILE)} keeps the best finite epoch, "
-            "if any, and backup/ the last finite one. Start again with a lower learning rate "
-            "(--lr) or more warm-up, with --overwrite or a new --output.")
+            f"was written; {kept}. Start again with a lower learning rate (--lr) or more "
+            "warm-up, with --overwrite or a new --output.")
     final = os.path.join(output_dir, FINAL_FILE)
     encoder = os.path.join(output_dir, ENCODER_FILE) if hasattr(model, "encoder_params") \
         else None
