@@ -81,7 +81,8 @@ def check_model_paths(args):
         check_readable(model, f"--model {model}")
     path = _local_weights_path(getattr(args, "weights", None))
     if path is not None:
-        # A folder is read as a keras-hub preset (the library names what it lacks otherwise).
+        # A folder holding model.safetensors is read as that file, another as a keras-hub
+        # preset (the library names what it lacks otherwise).
         if not (os.path.isfile(path) or os.path.isdir(path)):
             raise FileNotFoundError(f"No checkpoint file at {path}.")
         check_readable(path, f"The checkpoint {'folder' if os.path.isdir(path) else 'file'} "

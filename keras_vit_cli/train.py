@@ -67,7 +67,8 @@ def run(args):  # the dispatcher has applied --backend
     with strategy.scope():
         model, names = model_from_args(args, num_classes=num_classes,
                                        architecture=run_architecture(args))
-        replace_renamed_head(model, args.weights, names, data_class_names(args))
+        if args.weights:
+            replace_renamed_head(model, args, names)
     summary = fit_from_args(args, model, strategy, input_size(model, args), recipe=args.recipe,
                             default_steps=DEFAULT_STEPS, weight_decay=args.weight_decay,
                             label_smoothing=args.label_smoothing)
@@ -75,13 +76,19 @@ def run(args):  # the dispatcher has applied --backend
     return 0
 
 
-def replace_renamed_head(model, weights, names, data_names):
-    """Starts the head afresh (zeros, as a new head) where the checkpoint's classes, as many
-    as the data's, have other names: its rows would be trained as other classes."""
-    if not (names and data_names) or len(names) != len(data_names) \
-            or tuple(names) == tuple(data_names):
-        return  # a head of another size is new already
+def replace_renamed_head(model, args, names):
+    """Starts the head afresh (zeros, as a new head) where the classes of the checkpoint
+    `args.weights`, as many as the data's, have other names: its rows would be trained as
+    other classes. A run that resumes takes its own head from its backup."""
     import keras  # the command line loads Keras only once a command runs
+
+    from keras_vit import training
+
+    data_names, weights = data_class_names(args), args.weights
+    if not (names and data_names) or len(names) != len(data_names) \
+            or tuple(names) == tuple(data_names) \
+            or training.resume_epoch(training.backup_dir(args.output)):
+        return  # a head of another size is new already
 
     differ = sum(a != b for a, b in zip(names, data_names))
     print(f"keras-vit train: the classes of --weights {weights} are named otherwise than the "

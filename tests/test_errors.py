@@ -646,7 +646,7 @@ CASES = [
     # -- Training runs. ------------------------------------------------------------------------
     # Diverged in its first epoch: no final weights, and no folder left (nothing to resume).
     Case("diverged run", lambda c: fit_tiny(c, c.tmp / "run", lr=1e30), training.TrainingDiverged,
-         "no epoch ended finite, so nothing of the run is kept", "none", after=no_folder("run")),
+         "no epoch was kept (no backup, no best.npz)", "none", after=no_folder("run")),
     Case("finished run run again", finished_run, training.RunFinished, "finished (2 epochs)",
          "none"),
     Case("resumed with other settings", changed_run, ValueError,

@@ -299,7 +299,8 @@ def test_evaluate_and_fewshot_commands(tmp_path, capsys, monkeypatch):
     assert cli.main(["fewshot", *common, "--shots", "1,3", "--l2", "1,100",
                      "--verbose", "0"]) == 0  # folder: train (90%) and validation (10%)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-5] == "| l2 reg | 1-shot | 3-shot |" and lines[-1].startswith("| best on the test split |")
+    assert lines[-5] == "| l2 reg | 1-shot | 3-shot |"
+    assert lines[-1].startswith("| best on the test split |")
     # The sizes used: 2 of the 18 images held out (10%, rounded), 16 to draw the shots from.
     assert lines[:3] == [
         "Few-shot linear accuracy of frozen features, 3 classes",

@@ -175,7 +175,10 @@ def test_overwrite_removes_what_the_run_wrote_and_keeps_the_users_files_among_it
     assert train(image_folder(tmp_path / "F"), out) == 0
     events = {name for name in tree(out) if "tfevents" in name}
     assert events
-    write_files(out, {"backup/mine.txt": b"mine", "logs/notes.txt": b"my notes"})
+    # An earlier run's other worker's backup is the run's too; a file of the user's is not.
+    write_files(out, {"backup/mine.txt": b"mine", "logs/notes.txt": b"my notes",
+                      "backup/worker-1/latest.json": b'{"epoch": 1, "dir": "epoch-000001"}',
+                      "backup/worker-1/epoch-000001/state.npz": b"state"})
     assert train(image_folder(tmp_path / "F"), out, "--overwrite") == 0
     capsys.readouterr()
     after = tree(out)

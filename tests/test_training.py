@@ -710,6 +710,33 @@ def test_train_command_unwritable_output_and_wrong_head(tmp_path, capsys):
     assert "data has 10 classes (labels 0..9) but the model's head has 5" in capsys.readouterr().err
 
 
+def test_a_run_resumes_from_a_record_that_predates_what_it_leaves_out(tmp_path):
+    """A run's config.json written before a data config was recorded (the paper's, then) or
+    before an argument existed says nothing of them: the same model resumes; another
+    architecture is refused."""
+
+    class Stop(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise KeyboardInterrupt("stopped")
+
+    x = np.random.default_rng(0).integers(0, 256, (8, 16, 16, 3), dtype=np.uint8)
+    train = data.from_arrays(x, np.arange(8) % 3, image_size=16, batch_size=4, training=True)
+    config = dict(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                  mlp_dim=8, num_classes=3)
+    with pytest.raises(KeyboardInterrupt):
+        training.fit(keras_vit.ViT(**config), train, output_dir=tmp_path, epochs=2, verbose=0,
+                     callbacks=[Stop()])
+    record = json.loads((tmp_path / "config.json").read_text())
+    del record["preprocessing"], record["model"]["position_resize"]
+    (tmp_path / "config.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"other settings \(model.hidden_size 8 -> 16\)"):
+        training.fit(keras_vit.ViT(**dict(config, hidden_size=16)), train, output_dir=tmp_path,
+                     epochs=2, verbose=0)
+    summary = training.fit(keras_vit.ViT(**config), train, output_dir=tmp_path, epochs=2,
+                           verbose=0)
+    assert summary["resumed_at_epoch"] == 1
+
+
 def test_train_from_a_run_on_classes_named_otherwise_starts_its_head_afresh(tmp_path, capsys):
     """A run's head of as many classes as the data, named otherwise, would be trained as other
     classes: it starts afresh (zeros, as a new head), and the command says so; the same

@@ -107,8 +107,8 @@ class InputData:
         stated = self.data_config
         if expected is None or stated is None:
             return self, False
-        fields = _NORMALISATION if self.training else _NORMALISATION + _RESIZE_AND_CROP
-        differs = [field for field in fields if stated.get(field) != expected.get(field)]
+        differs = [field for field in self._applied_fields()
+                   if stated.get(field) != expected.get(field)]
         normalisation = any(field in _NORMALISATION for field in differs)
         if not differs or (self.data_config_given and not normalisation):
             return self, False
@@ -126,15 +126,19 @@ class InputData:
         rebuilt = self.rebuild(self.start_epoch, expected)
         return dataclasses.replace(rebuilt, skipped=self.skipped, data_config_given=False), True
 
+    def _applied_fields(self):
+        """The data config's fields this pipeline's images depend on."""
+        return _NORMALISATION if self.training else _NORMALISATION + _RESIZE_AND_CROP
+
     def normalised_for(self, model, role="data"):
         """`for_model`'s pipeline, with a warning of one line where it was built again."""
         pipeline, adopted = self.for_model(model, role)
         if adopted:
-            fields = _NORMALISATION if pipeline.training else _NORMALISATION + _RESIZE_AND_CROP
             warnings.warn(f"The {role} pipeline was built without a data config: it now "
-                          f"preprocesses as model {model.name!r}'s data config says "
-                          f"({_fields(pipeline.data_config, fields)}), as its weights expect "
-                          "(pass data_config=model to build it so).", stacklevel=3)
+                          f"preprocesses as model {model.name!r}'s data config says ("
+                          f"{_fields(pipeline.data_config, pipeline._applied_fields())}), as "
+                          "its weights expect (pass data_config=model to build it so).",
+                          stacklevel=3)
         return pipeline
 
     @property

@@ -60,6 +60,7 @@ from keras_vit.fileio import (
 )
 from keras_vit.model_parts import vit_config
 from keras_vit.parallel import cluster, keras_distribution, tf_distribute
+from keras_vit.preprocessing import paper_data_config
 from keras_vit.training.callbacks import (
     BACKUP_FOLDER,
     BACKUP_POINTER,
@@ -96,14 +97,14 @@ FINAL_FILE = "final.npz"
 ENCODER_FILE = "encoder.npz"
 LOGS_DIR = "logs"
 TENSORBOARD_EVENTS = "events.out.tfevents."  # the start of the event files' names
-# What `overwrite=True` removes from an output folder before starting over.
-RUN_OUTPUTS = (RUN_FILE, CONFIG_FILE, FINAL_FILE, BEST_FILE, BEST_RECORD, ENCODER_FILE,
-               BACKUP_FOLDER)
+# The files `overwrite=True` removes from an output folder before starting over (and, of
+# backup/ and logs/, what a run writes there: `_clear_backup`, `_clear_logs`).
+RUN_OUTPUTS = (RUN_FILE, CONFIG_FILE, FINAL_FILE, BEST_FILE, BEST_RECORD, ENCODER_FILE)
 # What a new run that failed before finishing an epoch leaves nothing of (of what it created).
 STARTED_OUTPUTS = (RUN_FILE, CONFIG_FILE, LOGS_DIR)
 # Every name a run writes in its folder: in a folder that no run.json marks as a keras_vit
 # run, a new run refuses to start where one of them exists (it is not keras_vit's to replace).
-RUN_NAMES = RUN_OUTPUTS + (LOGS_DIR,)
+RUN_NAMES = RUN_OUTPUTS + (BACKUP_FOLDER, LOGS_DIR)
 
 
 class TrainingDiverged(RuntimeError):
@@ -252,10 +253,12 @@ def _check_resume(output_dir, settings, overwrite, model):
         # what a run writes there goes: another file stays, and so its folder.
         _clear_backup(backup_dir(output_dir))
         if cluster.is_chief():
-            _remove(output_dir, [name for name in RUN_OUTPUTS if name != BACKUP_FOLDER])
+            _remove(output_dir, RUN_OUTPUTS)
+            backups = os.path.join(output_dir, BACKUP_FOLDER)
+            for entry in os.listdir(backups) if os.path.isdir(backups) else ():
+                _clear_backup(os.path.join(backups, entry))  # an earlier run's other processes
+            _clear_backup(backups)
             _clear_logs(os.path.join(output_dir, LOGS_DIR))
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.join(output_dir, BACKUP_FOLDER))  # if no worker's is left
         return
     if not os.path.exists(run_path):
         return
@@ -281,26 +284,31 @@ def _check_resume(output_dir, settings, overwrite, model):
 
 
 def _changed_model(output_dir, model):
-    """How `model`'s architecture and data config differ from those the run's `config.json`
+    """How `model`'s arguments and data config differ from those the run's `config.json`
     records ("model.hidden_size 16 -> 32", ...): the backup holds the recorded model's
-    weights. The name aside, and the layout (`scan`, `remat`: the run's settings). Empty where
-    they agree, or where the file is absent or unreadable."""
+    weights, trained with its dropout and preprocessing. What the record leaves out says
+    nothing (an argument added since; as for class names), and a record without a data config
+    states the paper's, as keras_vit's readers take it. The name aside, and the layout (`scan`,
+    `remat`: the run's settings). Empty where they agree, or without a readable record."""
     try:
         with open(os.path.join(output_dir, CONFIG_FILE), encoding="utf-8") as f:
             recorded = json.load(f)
     except (OSError, ValueError):
         return []
+    if not isinstance(recorded, dict):
+        return []
     now = json.loads(json.dumps(keras_vit_document(
         _model_config(model), None, getattr(model, "data_config", None))))
-    changes = []
-    for field in ("model", "preprocessing"):
-        old, new = recorded.get(field) if isinstance(recorded, dict) else None, now[field]
-        if not (isinstance(old, dict) and isinstance(new, dict)):
-            changes += [f"{field} {old!r:.60} -> {new!r:.60}"] if old != new else []
-            continue
-        changes += [f"{field}.{key} {old.get(key)!r} -> {new.get(key)!r}"
-                    for key in sorted(set(old) | set(new))
-                    if key not in ("name", *LAYOUT_SETTINGS) and old.get(key) != new.get(key)]
+    old, new = recorded.get("model"), now["model"] or {}
+    old = old if isinstance(old, dict) else {}
+    changes = [f"model.{key} {old[key]!r} -> {new.get(key)!r}" for key in sorted(old)
+               if key not in ("name", *LAYOUT_SETTINGS) and old[key] != new.get(key)]
+    stated = recorded.get("preprocessing")
+    if stated is None and old.get("image_size") is not None:  # the paper's
+        stated = json.loads(json.dumps(dict(paper_data_config(old["image_size"]))))
+    if isinstance(stated, dict) and isinstance(now["preprocessing"], dict):
+        changes += [f"preprocessing.{key} {stated[key]!r} -> {now['preprocessing'].get(key)!r}"
+                    for key in sorted(stated) if stated[key] != now["preprocessing"].get(key)]
     return changes
 
 
@@ -603,7 +611,7 @@ def _run(model, train, validation, output_dir, settings, monitor, callbacks, ver
     if params is None:
         kept = (f"{os.path.join(output_dir, BEST_FILE)} keeps the best finite epoch, if any, "
                 "and backup/ the last finite one" if _any_epoch_kept(output_dir) else
-                "no epoch ended finite, so nothing of the run is kept")
+                "no epoch was kept (no backup, no best.npz)")
         raise TrainingDiverged(
             f"Training diverged in {output_dir}: the loss or the weights became NaN or infinite "
             f"(losses per epoch: {[round(float(v), 4) for v in losses]}). No final checkpoint "

@@ -86,6 +86,10 @@ def checkpoint_config(params, entry, source, image_size=None):
 
 
 def model_name(source):
-    """The model name of a checkpoint file without one: "vit_" and its file name's stem."""
-    stem = os.path.basename(os.fspath(source)).removesuffix(".npz")
+    """The model name of a checkpoint file without one: "vit_" and its file name's stem, or
+    its folder's name for a `model.safetensors` (the file a folder stands for)."""
+    path = os.fspath(source)
+    stem = os.path.basename(path).removesuffix(".npz")
+    if stem == config_json.WEIGHTS_FILE:
+        stem = os.path.basename(os.path.dirname(os.path.abspath(os.path.expanduser(path))))
     return "vit_" + "".join(c if c.isalnum() else "_" for c in stem).strip("_").lower()

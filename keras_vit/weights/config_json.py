@@ -40,6 +40,10 @@ from keras_vit.weights.errors import CheckpointError
 from keras_vit.weights.layouts import POSEMB_2D_KEYS, POSEMB_KEY, canonicalize, config_from_params
 
 KERAS_VIT_FORMAT = "keras_vit"
+# The file names of a Hugging Face model folder (a repository, or what timm's `save_for_hf`
+# and transformers' `save_pretrained` write): the weights, and the config.json beside them.
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
 # Keys that configurations written by earlier versions hold and that are no arguments now: the
 # execution routes (`kernels`, 0.3). They are dropped on reading.
 LEGACY_ARGUMENTS = ("kernels",)

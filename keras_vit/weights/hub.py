@@ -39,8 +39,7 @@ from keras_vit.weights.npz import Deferred, count_nonfinite, placeholder
 from keras_vit.weights.torch_layouts import detect_layout, layout_width, to_official
 
 HF_SCHEME = "hf://"
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
+WEIGHTS_FILE, CONFIG_FILE = config_json.WEIGHTS_FILE, config_json.CONFIG_FILE
 # The metadata entry of the .safetensors files keras_vit writes: the keras_vit configuration
 # document (`config_json.check_keras_vit`) as JSON text.
 METADATA_KEY = "keras_vit"
