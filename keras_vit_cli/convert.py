@@ -1,8 +1,10 @@
 """`keras-vit convert SOURCE OUT`: a checkpoint as a `.keras` model, `.weights.h5`, an `.npz` in
 the official layout, or a `.safetensors` file in timm's layout with the `config.json` timm
 writes beside it (`keras_vit.weights.writers.save_safetensors`: `keras_vit.from_pretrained(OUT)`
-rebuilds the model, and `timm.create_model(name, pretrained=True,
-pretrained_cfg_overlay=dict(file=OUT), **model_args)` loads it); with `--format keras-hub`, a
+rebuilds the model, and timm loads it: `timm.create_model("local-dir:FOLDER", pretrained=True)`
+for a `model.safetensors`, else `timm.create_model(architecture, pretrained=True,
+pretrained_cfg_overlay=dict(pretrained_cfg, file=OUT), **model_args)` with the config.json's
+fields); with `--format keras-hub`, a
 keras-hub preset folder (`keras_vit.save_keras_hub_preset`: `keras_hub.models.ImageClassifier.
 from_preset(OUT)` loads it with its preprocessor)."""
 
@@ -101,6 +103,7 @@ def run(args):
                 model.save_weights(tmp, overwrite=True)
     print(f"Wrote {args.out} ({model.name}, {model.count_params():,} parameters, "
           f"input {tuple(model.inputs[0].shape[1:])})")
+    _note_lost_names(args, class_names)
     config = getattr(model, "data_config", None)
     if args.out.endswith(".weights.h5") and config is not None and not config.is_paper:
         print(f"note: {args.out} holds the weights only, not their preprocessing: build the "
@@ -118,7 +121,7 @@ def _write_keras_hub(args):
 
     writers.check_preset_destination(args.out, args.overwrite)  # before the model is loaded
     keras_hub.import_keras_hub()  # before the model is loaded, too
-    model, _ = _source_model(args)  # keras-hub presets hold no class names
+    model, class_names = _source_model(args)
     with warnings.catch_warnings(record=True) as notices:
         warnings.simplefilter("always", UserWarning)
         writers.save_keras_hub_preset(model, args.out, overwrite=args.overwrite,
@@ -127,7 +130,21 @@ def _write_keras_hub(args):
         print(f"note: {notice.message}")
     print(f"Wrote {args.out} (a keras-hub preset of {model.name}, {model.count_params():,} "
           f"parameters, input {tuple(model.inputs[0].shape[1:])})")
+    _note_lost_names(args, class_names)
     return 0
+
+
+def _note_lost_names(args, class_names):
+    """Says where OUT's format holds no class names that the source had (all but
+    .safetensors: its metadata and config.json hold them)."""
+    from keras_vit.labels import default_class_names
+
+    if class_names and not args.out.endswith(".safetensors") \
+            and list(class_names) != default_class_names(len(class_names)):
+        shown = ", ".join(class_names[:3]) + (", ..." if len(class_names) > 3 else "")
+        print(f"note: {args.out} holds no class names: the source's {len(class_names)} ("
+              f"{shown}) are left out; give them where it is used (predict --class-names "
+              "FILE), or write a .safetensors file, which keeps them.")
 
 
 COMMANDS = {"convert": (configure, run, check)}

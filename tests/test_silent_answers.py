@@ -455,6 +455,59 @@ def test_an_npz_that_would_rebuild_another_model_says_so(tmp_path, capsys):
     assert len(warned) == 1 and "would rebuild" in warned[0], warned
 
 
+def test_an_npz_of_a_model_with_its_own_data_config_says_to_set_it_again(tmp_path):
+    """`load_pretrained` gives a model the data config its file states, and an .npz states
+    none: the paper's. The advice to load it so said nothing of that."""
+    imagenet = dict(input_size=[3, 16, 16], interpolation="bicubic", crop_pct=0.9,
+                    crop_mode="center", mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    model = randomized(keras_vit.ViT(**TINY, data_config=imagenet))
+    with pytest.warns(UserWarning, match=r"or set its data_config again after "
+                                         r"keras_vit.load_pretrained\(model, path\)"):
+        save_npz(model, tmp_path / "m.npz")
+    back = keras_vit.ViT(**TINY, data_config=imagenet)
+    keras_vit.load_pretrained(back, tmp_path / "m.npz")
+    assert back.data_config.is_paper  # as the warning says
+
+
+def test_a_safetensors_file_timm_builds_otherwise_says_so(tmp_path):
+    """timm's LayerNorm epsilon is 1e-6 and its resize of a position embedding bicubic: a
+    model of another is written with a warning naming it (keras_vit reads it back exactly);
+    class names that do not fit the head are refused before anything is written."""
+    from keras_vit.weights import writers
+
+    model = randomized(keras_vit.ViT(**dict(TINY, layer_norm_epsilon=1e-3,
+                                            dynamic_image_size=True)))
+    path = tmp_path / "a" / "model.safetensors"
+    with pytest.warns(UserWarning, match=r"timm builds .* with LayerNorm epsilon 1e-06 \(this "
+                                         r"model's: 0.001\); a position embedding resized "
+                                         r"bicubically at other input sizes \(this model's: "
+                                         r"linear\)"):
+        writers.save_safetensors(model, path)
+    x = pixels() / 127.5 - 1
+    np.testing.assert_allclose(keras_vit.from_pretrained(path).predict(x, verbose=0),
+                               model.predict(x, verbose=0), atol=1e-6)
+    with pytest.raises(ValueError, match="class_names has 1 names but the model has 5 classes"):
+        writers.save_safetensors(randomized(keras_vit.ViT(**TINY)),
+                                 tmp_path / "b" / "model.safetensors", class_names=["one"])
+    assert not (tmp_path / "b").exists()
+
+
+def test_convert_says_which_class_names_the_output_cannot_hold(tmp_path, capsys):
+    """A .safetensors file with class names converted to .keras or .npz lost them silently;
+    the shipped digits' names are the defaults ("0".."9"), which nothing loses."""
+    from keras_vit.weights import writers
+
+    path = tmp_path / "named" / "model.safetensors"
+    writers.save_safetensors(randomized(keras_vit.ViT(**TINY)), path, list("abcde"))
+    for out in ("m.keras", "m.npz", "m2.safetensors"):
+        assert cli.main(["convert", str(path), str(tmp_path / out)]) == 0
+        said = capsys.readouterr().out
+        assert ("the source's 5 (a, b, c, ...) are left out" in said) == \
+            (not out.endswith(".safetensors")), out
+    assert cli.main(["convert", "digits", str(tmp_path / "d.keras")]) == 0
+    assert "class names" not in capsys.readouterr().out
+
+
 def test_an_npz_beside_the_config_json_keras_vit_wrote_keeps_its_data_config(tmp_path, capsys):
     """timm's config.json that `convert` writes beside a .safetensors file left `antialias`
     out, and an .npz in the same folder then read as antialiased (another answer)."""

@@ -20,19 +20,24 @@ import keras_vit
 from keras_vit.weights import writers
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# Reads the folder with timm and prints its logits of the images as JSON.
+# Reads the folder with timm, as a folder and as a file under the config.json's names (the two
+# ways the writer's documentation gives), and prints both models' logits of the images as JSON.
 READ_WITH_TIMM = """
-import json, sys
+import json, pathlib, sys
 import numpy as np
 sys.path.insert(0, {root!r})
 from benchmarks.contenders.timm_vit import import_timm
 timm, _ = import_timm()
 import torch
-model = timm.create_model("local-dir:" + {folder!r}, pretrained=True).eval()
-images = np.load({images!r}) / 127.5 - 1.0
+folder = pathlib.Path({folder!r})
+config = json.loads((folder / "config.json").read_text())
+models = [timm.create_model("local-dir:" + str(folder), pretrained=True),
+          timm.create_model(config["architecture"], pretrained=True, **config["model_args"],
+                            pretrained_cfg_overlay=dict(config["pretrained_cfg"],
+                                                        file=str(folder / "model.safetensors")))]
+images = torch.from_numpy(np.load({images!r}) / 127.5 - 1.0).permute(0, 3, 1, 2).float()
 with torch.no_grad():
-    logits = model(torch.from_numpy(images).permute(0, 3, 1, 2).float())
-print(json.dumps(logits.numpy().tolist()))
+    print(json.dumps([model.eval()(images).numpy().tolist() for model in models]))
 """
 
 
@@ -53,9 +58,10 @@ def test_timm_reads_the_safetensors_keras_vit_writes(tmp_path, config, timm_pyth
     done = subprocess.run([timm_python, "-c", code], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    got = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    folder, named = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
     want = keras.ops.convert_to_numpy(model(keras_vit.preprocess_inputs(images)))
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(folder, want, atol=1e-5)
+    np.testing.assert_allclose(named, want, atol=1e-5)
 
 
 # timm builds a model, writes it, and gives its logits at other sizes: built at another

@@ -310,6 +310,20 @@ def timm_heads(config, declared):
     return heads
 
 
+def timm_differences(config):
+    """How timm would build a `keras_vit.ViT` configuration otherwise than it is, from the
+    `config.json` `timm_config` writes: timm's LayerNorm epsilon is 1e-6, and a model of any
+    input size resizes its position embedding as timm does (bicubic). Empty where none."""
+    differences = []
+    if config["layer_norm_epsilon"] != TIMM_LAYER_NORM_EPSILON:
+        differences.append(f"LayerNorm epsilon {TIMM_LAYER_NORM_EPSILON:g} (this model's: "
+                           f"{config['layer_norm_epsilon']:g})")
+    if config["dynamic_image_size"] and config["position_resize"] != "bicubic":
+        differences.append("a position embedding resized bicubically at other input sizes "
+                           f"(this model's: {config['position_resize']})")
+    return differences
+
+
 def timm_options(declared, params):
     """The `keras_vit.ViT` options timm's config sets that the arrays do not show."""
     options = dict(gelu_approximate=TIMM_GELU[declared.get("act_layer", "gelu")],

@@ -279,7 +279,7 @@ def from_timm(params, num_heads=None):
 
 def to_timm(official):
     """An official-layout dict in timm's `VisionTransformer` layout (the inverse of
-    `from_timm`), for `timm.create_model(..., pretrained_cfg_overlay=dict(file=...))`.
+    `from_timm`), the layout of the `.safetensors` files timm loads.
     A model timm's `VisionTransformer` cannot hold (a hybrid's ResNet, `pre_logits`) is
     refused, naming the arrays."""
     official = _Source({k: np.asarray(v) for k, v in official.items()}, "official")

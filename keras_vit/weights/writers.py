@@ -23,6 +23,7 @@ from keras_vit.fileio import (
     check_room,
     staging_dir,
 )
+from keras_vit.labels import check_class_names
 from keras_vit.model import ViT
 from keras_vit.model_parts import VIT_DEFAULTS, vit_config
 from keras_vit.positions import model_image_size
@@ -124,11 +125,15 @@ def save_npz(model_or_params, path, overwrite=False):
     differences = _read_back(model_or_params, params, os.path.abspath(os.fspath(path)))
     written = npz.write_npz(params, path, overwrite)
     if differences:
+        # A model loaded with load_pretrained takes the file's data config: the paper's.
+        remedy = ("set its data_config again after keras_vit.load_pretrained(model, path)"
+                  if any(d.startswith("the data config") for d in differences) else
+                  "load it into a model built as this one (keras_vit.load_pretrained(model, "
+                  "path))")
         warnings.warn(
             f"{path} holds the arrays only: keras_vit.from_pretrained would rebuild "
-            f"{'; '.join(differences[:3])}. Load it into a model built as this one "
-            "(keras_vit.load_pretrained(model, path)), or write a .safetensors or .keras file, "
-            "which keeps the whole model.", stacklevel=2)
+            f"{'; '.join(differences[:3])}. Write a .safetensors or .keras file, which keeps "
+            f"the whole model, or {remedy}.", stacklevel=2)
     return written
 
 
@@ -136,9 +141,12 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
     """Writes a `keras_vit.ViT` model as a `.safetensors` file in timm's layout, atomically,
     with its keras_vit configuration (and `class_names`) in the file's metadata, and beside it
     the `config.json` timm writes for such a file (`config_json.timm_config`), so that
-    `keras_vit.from_pretrained(path)` rebuilds the same model and
-    `timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(file=path),
-    **model_args)` loads it.
+    `keras_vit.from_pretrained(path)` rebuilds the same model and timm loads it, with its
+    head and data config: `timm.create_model("local-dir:" + folder, pretrained=True)` where
+    it is named `model.safetensors`, and under any name `timm.create_model(architecture,
+    pretrained=True, pretrained_cfg_overlay=dict(pretrained_cfg, file=path), **model_args)`
+    (`architecture`, `pretrained_cfg`, `model_args`: the config.json's). Where timm would
+    build it otherwise (`config_json.timm_differences`), a warning names how.
 
     A file already at `path`, or a `config.json` beside it, is replaced only with
     `overwrite=True`, and a `config.json` that keras_vit did not write for such a file, or
@@ -155,6 +163,8 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
         keras_vit.fileio.WriteError: naming the file, if it cannot be written (a full disk).
     """
     config = vit_config(model)
+    if class_names is not None and config["include_top"]:
+        class_names = check_class_names(class_names, config["num_classes"])
     check_finite_weights(model, f"Writing {path}")
     params = to_timm(model_params(model))
     preprocessing = getattr(model, "data_config", None)  # None: the paper's
@@ -182,6 +192,11 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
     with atomic_file(path) as tmp:
         save_file(params, tmp, metadata={"format": "pt", METADATA_KEY: json.dumps(document)})
     atomic_write_text(config_path, json.dumps(timm, indent=2))
+    differences = config_json.timm_differences(config)
+    if differences:
+        warnings.warn(f"timm builds {path} with {'; '.join(differences)}: its logits differ a "
+                      "little from this model's (keras_vit reads the file back exactly).",
+                      stacklevel=2)
     return os.fspath(path)
 
 
