@@ -206,8 +206,8 @@ def eval_transform(image, config):
     return normalize(resize_crop(to_rgb(image), config), config)
 
 
-# Every header field read below lies in the first 32 bytes.
-_HEADER_BYTES = 32
+# Every header field read below lies in the first 64 bytes (a BMP's colour count ends at 50).
+_HEADER_BYTES = 64
 
 
 def _header(data):
@@ -325,19 +325,80 @@ def _bmp_is_os2(head):
     return _uint(head, 14, 4, True) == _BMP_CORE_HEADER_SIZE
 
 
+# A Windows BMP's fields (its file header is 14 bytes, the info header follows): the bits a
+# pixel, the compression, the colour count and, where the compression is BI_BITFIELDS, the
+# red, green and blue masks after the 40-byte BITMAPINFOHEADER.
+_BMP_BITS, _BMP_COMPRESSION, _BMP_COLOURS, _BMP_MASKS = 28, 30, 46, 54
+_BMP_RGB, _BMP_BITFIELDS = 0, 3
+# The masks TensorFlow's decoder assumes: pixels stored blue, green, red (and alpha).
+_BMP_BGR_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)
+
+
+def _bytes(data, start, length):
+    """`length` bytes (a Python int) of `data` from `start` (an int64 scalar), zero-padded
+    past its end, as uint8."""
+    padded = tf.strings.join([data, tf.constant(b"\0" * length)])
+    start = tf.minimum(tf.cast(start, tf.int64), tf.cast(tf.strings.length(data), tf.int64))
+    return tf.io.decode_raw(tf.strings.substr(padded, start, tf.constant(length, tf.int64)),
+                            tf.uint8)
+
+
+def _bmp_packing_unread(data, head):
+    """Whether a BMP's pixels are packed as TensorFlow's decoder does not read them: 1, 4 or 16
+    bits a pixel, a compression (RLE) other than none or BI_BITFIELDS, or BI_BITFIELDS masks
+    other than blue, green, red."""
+    bits = _uint(head, _BMP_BITS, 2, True)
+    compression = _uint(head, _BMP_COMPRESSION, 4, True)
+    masks = tf.cast(tf.reshape(_bytes(data, tf.constant(_BMP_MASKS, tf.int64), 12), [3, 4]),
+                    tf.int64)
+    masks = tf.reduce_sum(masks * tf.constant([1, 256, 256**2, 256**3], tf.int64), axis=1)
+    other_masks = tf.logical_and(compression == _BMP_BITFIELDS,
+                                 tf.reduce_any(masks != tf.constant(_BMP_BGR_MASKS, tf.int64)))
+    return tf.reduce_any(tf.stack([
+        tf.logical_not(tf.reduce_any(bits == tf.constant([8, 24, 32], tf.int64))),
+        tf.logical_not(tf.reduce_any(compression == tf.constant([_BMP_RGB, _BMP_BITFIELDS],
+                                                                tf.int64))),
+        other_masks]))
+
+
+def _bmp_colour_palette(data, head):
+    """Whether an 8-bit BMP has a palette other than grey level k at index k: TensorFlow's
+    decoder gives each pixel its index as a grey level, not its palette colour."""
+    colours = _uint(head, _BMP_COLOURS, 4, True)
+    most = tf.constant(256, tf.int64)
+    colours = tf.where(colours == 0, most, tf.minimum(colours, most))
+    start = 14 + _uint(head, 14, 4, True)  # the palette follows the info header
+
+    def not_grey_levels():
+        palette = tf.reshape(_bytes(data, start, 4 * 256), [256, 4])[:colours, :3]
+        levels = tf.cast(tf.range(colours), tf.uint8)[:, None]
+        return tf.reduce_any(palette != levels)
+
+    return tf.cond(_uint(head, _BMP_BITS, 2, True) == 8, not_grey_levels,
+                   lambda: tf.constant(False))
+
+
 # Per format (in `FORMATS`' order): the files its decoder cannot read right, refused before
-# decoding, as (a test of the file and its `_header`, giving a boolean scalar; the reason), or
-# None.
+# decoding, as pairs (a test of the file and its `_header`, giving a boolean scalar; the
+# reason).
 _REFUSAL = (
-    (lambda data, head: tf.logical_not(jpeg_is_complete(data)),
-     "is not a readable JPEG image (truncated: no end-of-image marker after its last scan)"),
-    None,
-    None,
-    (lambda data, head: _bmp_is_os2(head),
-     "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which cannot be decoded. Expected a "
-     "Windows BMP (e.g. re-saved with Pillow)"),
-    (lambda data, head: _webp_animated(head),
-     "is an animated WebP image; animated images are not supported. Expected a still image"),
+    ((lambda data, head: tf.logical_not(jpeg_is_complete(data)),
+      "is not a readable JPEG image (truncated: no end-of-image marker after its last scan)"),),
+    (),
+    (),
+    ((lambda data, head: _bmp_is_os2(head),
+      "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which cannot be decoded. Expected a "
+      "Windows BMP (e.g. re-saved with Pillow)"),
+     (_bmp_packing_unread,
+      "is a BMP image of 1, 4 or 16 bits a pixel, RLE-compressed, or with channel masks other "
+      "than blue, green, red, which cannot be decoded right. Expected a BMP of 24 or 32 bits a "
+      "pixel, or of 8 with grey levels (or the image as PNG)"),
+     (_bmp_colour_palette,
+      "is a BMP image with a colour palette, which cannot be decoded right (its pixels would "
+      "read as grey levels). Expected a BMP of 24 or 32 bits a pixel (or the image as PNG)")),
+    ((lambda data, head: _webp_animated(head),
+      "is an animated WebP image; animated images are not supported. Expected a still "
+      "image"),),
 )
 
 
@@ -353,8 +414,7 @@ def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
         raise ValueError(f"{name} is not an image in a supported format ({len(data.numpy())} "
                          f"bytes starting with {start!r}). Expected one of "
                          f"{', '.join(FORMATS)}.")
-    if _REFUSAL[fmt] is not None:
-        refused, message = _REFUSAL[fmt]
+    for refused, message in _REFUSAL[fmt]:
         if bool(refused(data, head)):
             raise ValueError(f"{name} {message}.")
     if max_pixels is not None:
@@ -407,11 +467,8 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image", window=None)
 def _checked_decode(data, head, fmt, max_pixels, name, window):
     """`decode_image` of a file in format `FORMATS[fmt]` (a Python int): its checks, then its
     decoder."""
-    checks = []
-    if _REFUSAL[fmt] is not None:
-        refused, message = _REFUSAL[fmt]
-        checks.append(tf.debugging.Assert(tf.logical_not(refused(data, head)),
-                                          [f"{name} {message}"]))
+    checks = [tf.debugging.Assert(tf.logical_not(refused(data, head)), [f"{name} {message}"])
+              for refused, message in _REFUSAL[fmt]]
     jpeg_window = FORMATS[fmt] == "JPEG" and window is not None
     if max_pixels is not None or jpeg_window:
         with tf.control_dependencies(checks):
@@ -436,8 +493,24 @@ def _checked_decode(data, head, fmt, max_pixels, name, window):
             # Pillow's convert("RGB") and the PNG decoder drop it.
             image = tf.io.decode_image(data, channels=0, expand_animations=False)
             return cut_window(image[..., :IMAGE_CHANNELS], window)
-        return cut_window(tf.io.decode_image(data, channels=IMAGE_CHANNELS,
-                                             expand_animations=False), window)
+        image = tf.io.decode_image(data, channels=IMAGE_CHANNELS, expand_animations=False)
+        if FORMATS[fmt] == "GIF":
+            image = _whole_first_frame(image, data, head, name)
+        return cut_window(image, window)
+
+
+def _whole_first_frame(image, data, head, name):
+    """A decoded GIF once its first frame has the size of the GIF's screen: TensorFlow's
+    decoder gives a smaller first frame (placed at an offset) at its own size, where Pillow
+    composes it onto the screen."""
+    height, width = _DECLARED_SIZE[FORMATS.index("GIF")](data, head)
+    covers = tf.reduce_all(tf.cast(tf.shape(image)[:2], tf.int64) == tf.stack([height, width]))
+    check = tf.debugging.Assert(covers, [
+        f"{name} is a GIF image whose first frame does not cover its screen (a smaller frame "
+        "at an offset), which cannot be decoded right. Expected a GIF whose first frame fills "
+        "the image (or the image as PNG)"])
+    with tf.control_dependencies([check]):
+        return tf.identity(image)
 
 
 def cut_window(image, window):

@@ -108,6 +108,70 @@ def test_an_os2_bmp_is_refused_by_name_before_its_size_is_read(tmp_path):
     assert keras_vit.load_image(write(tmp_path / "win.bmp", encoded("BMP")), 4).shape == (4, 4, 3)
 
 
+def bitfields_bmp(pixels, masks):
+    """A 32-bit BMP (BITMAPV4HEADER, BI_BITFIELDS) of RGB `pixels` stored as `masks` say:
+    (red, green, blue) masks of a little-endian 32-bit pixel, alpha in the top byte."""
+    height, width, _ = pixels.shape
+    order = [int(np.log2(mask)) // 8 for mask in masks]  # the byte of each channel
+    stored = np.zeros((height, width, 4), np.uint8)
+    stored[..., order], stored[..., 3] = pixels, 255
+    rows = b"".join(stored[i].tobytes() for i in range(height - 1, -1, -1))  # bottom-up
+    header = struct.pack("<IiiHHIIiiII", 108, width, height, 1, 32, 3, len(rows), 2835, 2835,
+                         0, 0) + struct.pack("<IIII", *masks, 0xFF000000) + b"BGRs" + b"\0" * 48
+    start = 14 + len(header)
+    return b"BM" + struct.pack("<IHHI", start + len(rows), 0, 0, start) + header + rows
+
+
+def offset_frame_gif(pixels, screen, offset):
+    """A GIF whose one frame (`pixels`) lies at `offset` (x, y) of a larger `screen` (w, h)."""
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).quantize(64).save(buffer, "GIF")
+    data = bytearray(buffer.getvalue())
+    height, width, _ = pixels.shape
+    struct.pack_into("<HH", data, 6, *screen)  # the logical screen
+    descriptor = data.index(b"\x2c\0\0\0\0" + struct.pack("<HH", width, height))
+    struct.pack_into("<HH", data, descriptor + 1, *offset)
+    return bytes(data)
+
+
+def encoded_as(image, fmt):
+    """The file Pillow writes of `image` (an array, or a Pillow image: a palette's) in `fmt`."""
+    buffer = io.BytesIO()
+    (image if isinstance(image, Image.Image) else Image.fromarray(image)).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+PHOTO = np.random.default_rng(5).integers(0, 256, (13, 17, 3), np.uint8)
+BGR = (0x00FF0000, 0x0000FF00, 0x000000FF)
+
+
+@pytest.mark.parametrize("name, content, refusal", [
+    ("rgb.bmp", lambda: encoded_as(PHOTO, "BMP"), None),
+    ("grey.bmp", lambda: encoded_as(PHOTO[..., 0], "BMP"), None),
+    ("bgr_masks.bmp", lambda: bitfields_bmp(PHOTO, BGR), None),
+    ("palette.bmp", lambda: encoded_as(Image.fromarray(PHOTO).quantize(16), "BMP"),
+     "with a colour palette"),
+    ("bits1.bmp", lambda: encoded_as(PHOTO[..., 0] > 128, "BMP"), "of 1, 4 or 16 bits a pixel"),
+    ("rgb_masks.bmp", lambda: bitfields_bmp(PHOTO, BGR[::-1]), "channel masks other than"),
+    ("offset.gif", lambda: offset_frame_gif(PHOTO, (40, 30), (10, 5)),
+     "first frame does not cover its screen"),
+])
+def test_images_tensorflow_reads_wrongly_are_refused_and_the_rest_read_as_pillow(
+        tmp_path, name, content, refusal):
+    """Pillow's `convert("RGB")` is timm's loader: keras_vit reads a file's pixels as it does,
+    or refuses the file by name, never reads other pixels (a palette index as a grey level,
+    red and blue swapped, a frame smaller than its GIF)."""
+    path = write(tmp_path / name, content())
+    want = np.asarray(Image.open(path).convert("RGB"))
+    if refusal is None:
+        got = np.asarray(keras_vit.load_image(path, size=want.shape[:2]))  # no resampling
+        np.testing.assert_array_equal(got, want)
+        return
+    with pytest.raises(ValueError, match=f"{name} is a .*{refusal}") as info:
+        keras_vit.load_image(path, 8)
+    assert "\n" not in str(info.value)
+
+
 def animated_webp():
     frames = [Image.fromarray(np.full((8, 8, 3), c, np.uint8)) for c in (0, 255)]
     buffer = io.BytesIO()
@@ -139,13 +203,17 @@ def test_an_image_with_alpha_reads_as_pillow_converts_it_to_rgb(tmp_path, fmt, m
     np.testing.assert_allclose(got, want, atol=2 if lossy else 0)
 
 
-def test_the_folder_pipeline_names_an_animated_webp_and_an_os2_bmp(tmp_path):
+def test_the_folder_pipeline_names_the_images_it_cannot_read_right(tmp_path):
     root = class_folder(tmp_path / "images")
     write(root / "cat" / "anim.webp", animated_webp())
     write(root / "dog" / "os2.bmp", os2_bmp(4, 4))
+    write(root / "dog" / "palette.bmp", encoded_as(Image.fromarray(PHOTO).quantize(16), "BMP"))
+    write(root / "dog" / "offset.gif", offset_frame_gif(PHOTO, (40, 30), (10, 5)))
     bad = dict(data.find_corrupt_images(data.list_image_folder(root)[0]))
-    assert sorted(pathlib.Path(p).name for p in bad) == ["anim.webp", "os2.bmp"]
-    assert all("animated" in r or "OS/2" in r for r in bad.values())
+    assert sorted(pathlib.Path(p).name for p in bad) == ["anim.webp", "offset.gif", "os2.bmp",
+                                                         "palette.bmp"]
+    assert all(any(word in r for word in ("animated", "OS/2", "colour palette", "first frame"))
+               for r in bad.values())
 
 
 # --------------------------------------------------------------------------------------------
