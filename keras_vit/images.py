@@ -6,8 +6,9 @@
   and WebP, always as 3-channel RGB. The image's size is read from its header and checked
   against a pixel limit *before* the pixels are decoded, so a small file declaring a huge
   image is refused without allocating it. Files the decoders would misread or print to stderr
-  about (a truncated JPEG, an animated WebP, an OS/2 BMP) are refused by name, also before
-  decoding.
+  about (a truncated JPEG, an animated WebP, BMPs TensorFlow reads wrongly) are refused by
+  name, also before decoding (`keras_vit.image_headers`), and a GIF whose first frame does not
+  cover its screen once decoded.
 - `resize_crop`, `normalize` and `eval_transform`: a data config's evaluation preprocessing
   (`keras_vit.data_config`), as timm's `create_transform` builds it: resize (with the
   interpolation; "center": the shorter side to `input_size / crop_pct`, keeping the aspect
@@ -36,6 +37,14 @@ import keras
 import tensorflow as tf
 
 from keras_vit.checks import check_positive_int, to_pair
+from keras_vit.image_headers import (  # noqa: F401 - jpeg_is_complete is importable from here
+    DECLARED_SIZE,
+    FORMATS,
+    REFUSALS,
+    header,
+    image_format,
+    jpeg_is_complete,
+)
 from keras_vit.labels import LABEL_SETS, decode_predictions
 from keras_vit.weights.keymap import check_finite_outputs
 from keras_vit.preprocessing import (  # noqa: F401 - preprocess_inputs is importable from here
@@ -57,7 +66,6 @@ RESIZE_METHOD = "bilinear"
 # libjpeg's exact integer DCT (JDCT_ISLOW), the default of PIL and OpenCV, so that the model
 # sees the pixels a client sees; TensorFlow's own default is the coarser INTEGER_FAST.
 JPEG_DCT_METHOD = "INTEGER_ACCURATE"
-FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
 # Images above this many pixels are refused before decoding (a 20000 x 20000 PNG of a few
 # hundred KB would otherwise take 1.2 GB as uint8 and twice that in float32). 64 megapixels
 # is above any camera image in common use; the limit is an argument everywhere.
@@ -206,220 +214,24 @@ def eval_transform(image, config):
     return normalize(resize_crop(to_rgb(image), config), config)
 
 
-# Every header field read below lies in the first 64 bytes (a BMP's colour count ends at 50).
-_HEADER_BYTES = 64
-
-
-def _header(data):
-    """The first `_HEADER_BYTES` bytes of a scalar string tensor, zero-padded."""
-    padded = tf.strings.join([data, tf.constant(b"\0" * _HEADER_BYTES)])
-    return tf.strings.substr(padded, 0, _HEADER_BYTES)
-
-
-def _uint(head, start, length, little_endian):
-    """An unsigned integer of `length` bytes at `start` of a header, as int64."""
-    raw = tf.cast(tf.io.decode_raw(tf.strings.substr(head, start, length), tf.uint8), tf.int64)
-    if not little_endian:
-        raw = tf.reverse(raw, [0])
-    return tf.reduce_sum(raw * tf.constant([256**i for i in range(length)], tf.int64))
-
-
-def image_format(data, head=None):
-    """The format of an encoded image (scalar string tensor) as an int32 index into
-    `FORMATS`, or -1 for anything else. Reads the first bytes only (`head`: `_header(data)`)."""
-    head = _header(data) if head is None else head
-    checks = [
-        tf.io.is_jpeg(data),
-        tf.strings.substr(head, 0, 8) == b"\x89PNG\r\n\x1a\n",
-        tf.logical_or(tf.strings.substr(head, 0, 6) == b"GIF87a",
-                      tf.strings.substr(head, 0, 6) == b"GIF89a"),
-        tf.strings.substr(head, 0, 2) == b"BM",
-        tf.logical_and(tf.strings.substr(head, 0, 4) == b"RIFF",
-                       tf.strings.substr(head, 8, 4) == b"WEBP"),
-    ]
-    index = tf.constant(-1)
-    for i in reversed(range(len(checks))):
-        index = tf.where(checks[i], tf.constant(i), index)
-    return index
-
-
-def _webp_size(head):
-    chunk = tf.strings.substr(head, 12, 4)
-    lossy = (_uint(head, 28, 2, True) & 0x3FFF, _uint(head, 26, 2, True) & 0x3FFF)
-    bits = _uint(head, 21, 4, True)  # VP8L: 14 bits width - 1, then 14 bits height - 1
-    lossless = ((tf.bitwise.right_shift(bits, 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1)
-    extended = (_uint(head, 27, 3, True) + 1, _uint(head, 24, 3, True) + 1)  # VP8X canvas
-    return tuple(
-        tf.where(chunk == b"VP8L", ll, tf.where(chunk == b"VP8X", ex, ly))
-        for ll, ex, ly in zip(lossless, extended, lossy)
-    )
-
-
-def _bmp_side(head, start):
-    value = tf.bitcast(tf.cast(_uint(head, start, 4, True), tf.uint32), tf.int32)
-    return tf.abs(tf.cast(value, tf.int64))  # negative heights mean top-down rows
-
-
-# An OS/2 BMP's BITMAPCOREHEADER is 12 bytes with 16-bit unsigned sides; every later header
-# (BITMAPINFOHEADER and its successors, 40 bytes and up) has signed 32-bit sides.
-_BMP_CORE_HEADER_SIZE = 12
-
-
-def _bmp_size(head):
-    """A Windows BMP's (height, width); an OS/2 BMP is refused before its size is read."""
-    return _bmp_side(head, 22), _bmp_side(head, 18)
-
-
-# WebP's extended header (VP8X) flags: bit 1 marks an animation (WebP container spec).
-_WEBP_ANIMATION_FLAG = 0x02
-
-
-def _webp_animated(head):
-    """Whether a WebP file's header (`_header`) has the VP8X chunk's animation flag."""
-    return tf.logical_and(
-        tf.strings.substr(head, 12, 4) == b"VP8X",
-        tf.bitwise.bitwise_and(_uint(head, 20, 1, True), _WEBP_ANIMATION_FLAG) > 0)
-
-
-def jpeg_is_complete(data):
-    """Whether a JPEG (scalar string tensor) has an end-of-image marker (FF D9) after the
-    start of its last scan (FF DA): false for a truncated file. Entropy-coded data stuffs each
-    FF byte as FF 00, so neither marker appears inside it; an embedded thumbnail's markers come
-    before the main image's scans. A file that ends with FF D9 has its last FF D9 after any
-    FF DA, so only the others are scanned."""
-
-    def scan():
-        raw = tf.io.decode_raw(data, tf.uint8)
-        marker = raw[:-1] == 0xFF
-
-        def last(code):  # the position of the last FF `code`, or -1
-            found = tf.where(tf.logical_and(marker, raw[1:] == code))[:, 0]
-            return tf.reduce_max(tf.concat([tf.constant([-1], tf.int64), found], 0))
-
-        return last(0xD9) > last(0xDA)
-
-    length = tf.strings.length(data)
-    ends = tf.strings.substr(data, tf.maximum(length - 2, 0), 2) == b"\xff\xd9"
-    return tf.cond(ends, lambda: tf.constant(True), scan)
-
-
-def _jpeg_size(data):
-    shape = tf.cast(tf.io.extract_jpeg_shape(data), tf.int64)
-    return shape[0], shape[1]
-
-
-# Per format (in `FORMATS`' order): the (height, width) its header declares, as int64 scalars,
-# from the file and its `_header`.
-_DECLARED_SIZE = (
-    lambda data, head: _jpeg_size(data),
-    lambda data, head: (_uint(head, 20, 4, False), _uint(head, 16, 4, False)),  # PNG IHDR
-    lambda data, head: (_uint(head, 8, 2, True), _uint(head, 6, 2, True)),  # GIF screen
-    lambda data, head: _bmp_size(head),
-    lambda data, head: _webp_size(head),
-)
-
-
-def _bmp_is_os2(head):
-    """Whether a BMP file's header (`_header`) is an OS/2 BITMAPCOREHEADER, which TensorFlow's
-    BMP decoder misreads."""
-    return _uint(head, 14, 4, True) == _BMP_CORE_HEADER_SIZE
-
-
-# A Windows BMP's fields (its file header is 14 bytes, the info header follows): the bits a
-# pixel, the compression, the colour count and, where the compression is BI_BITFIELDS, the
-# red, green and blue masks after the 40-byte BITMAPINFOHEADER.
-_BMP_BITS, _BMP_COMPRESSION, _BMP_COLOURS, _BMP_MASKS = 28, 30, 46, 54
-_BMP_RGB, _BMP_BITFIELDS = 0, 3
-# The masks TensorFlow's decoder assumes: pixels stored blue, green, red (and alpha).
-_BMP_BGR_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)
-
-
-def _bytes(data, start, length):
-    """`length` bytes (a Python int) of `data` from `start` (an int64 scalar), zero-padded
-    past its end, as uint8."""
-    padded = tf.strings.join([data, tf.constant(b"\0" * length)])
-    start = tf.minimum(tf.cast(start, tf.int64), tf.cast(tf.strings.length(data), tf.int64))
-    return tf.io.decode_raw(tf.strings.substr(padded, start, tf.constant(length, tf.int64)),
-                            tf.uint8)
-
-
-def _bmp_packing_unread(data, head):
-    """Whether a BMP's pixels are packed as TensorFlow's decoder does not read them: 1, 4 or 16
-    bits a pixel, a compression (RLE) other than none or BI_BITFIELDS, or BI_BITFIELDS masks
-    other than blue, green, red."""
-    bits = _uint(head, _BMP_BITS, 2, True)
-    compression = _uint(head, _BMP_COMPRESSION, 4, True)
-    masks = tf.cast(tf.reshape(_bytes(data, tf.constant(_BMP_MASKS, tf.int64), 12), [3, 4]),
-                    tf.int64)
-    masks = tf.reduce_sum(masks * tf.constant([1, 256, 256**2, 256**3], tf.int64), axis=1)
-    other_masks = tf.logical_and(compression == _BMP_BITFIELDS,
-                                 tf.reduce_any(masks != tf.constant(_BMP_BGR_MASKS, tf.int64)))
-    return tf.reduce_any(tf.stack([
-        tf.logical_not(tf.reduce_any(bits == tf.constant([8, 24, 32], tf.int64))),
-        tf.logical_not(tf.reduce_any(compression == tf.constant([_BMP_RGB, _BMP_BITFIELDS],
-                                                                tf.int64))),
-        other_masks]))
-
-
-def _bmp_colour_palette(data, head):
-    """Whether an 8-bit BMP has a palette other than grey level k at index k: TensorFlow's
-    decoder gives each pixel its index as a grey level, not its palette colour."""
-    colours = _uint(head, _BMP_COLOURS, 4, True)
-    most = tf.constant(256, tf.int64)
-    colours = tf.where(colours == 0, most, tf.minimum(colours, most))
-    start = 14 + _uint(head, 14, 4, True)  # the palette follows the info header
-
-    def not_grey_levels():
-        palette = tf.reshape(_bytes(data, start, 4 * 256), [256, 4])[:colours, :3]
-        levels = tf.cast(tf.range(colours), tf.uint8)[:, None]
-        return tf.reduce_any(palette != levels)
-
-    return tf.cond(_uint(head, _BMP_BITS, 2, True) == 8, not_grey_levels,
-                   lambda: tf.constant(False))
-
-
-# Per format (in `FORMATS`' order): the files its decoder cannot read right, refused before
-# decoding, as pairs (a test of the file and its `_header`, giving a boolean scalar; the
-# reason).
-_REFUSAL = (
-    ((lambda data, head: tf.logical_not(jpeg_is_complete(data)),
-      "is not a readable JPEG image (truncated: no end-of-image marker after its last scan)"),),
-    (),
-    (),
-    ((lambda data, head: _bmp_is_os2(head),
-      "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which cannot be decoded. Expected a "
-      "Windows BMP (e.g. re-saved with Pillow)"),
-     (_bmp_packing_unread,
-      "is a BMP image of 1, 4 or 16 bits a pixel, RLE-compressed, or with channel masks other "
-      "than blue, green, red, which cannot be decoded right. Expected a BMP of 24 or 32 bits a "
-      "pixel, or of 8 with grey levels (or the image as PNG)"),
-     (_bmp_colour_palette,
-      "is a BMP image with a colour palette, which cannot be decoded right (its pixels would "
-      "read as grey levels). Expected a BMP of 24 or 32 bits a pixel (or the image as PNG)")),
-    ((lambda data, head: _webp_animated(head),
-      "is an animated WebP image; animated images are not supported. Expected a still "
-      "image"),),
-)
-
-
 def check_encoded(data, max_pixels=DEFAULT_MAX_PIXELS, name="image"):
     """Eager form of `decode_image`'s checks: raises ValueError naming `name` for an
     unsupported format, a truncated JPEG, an animated WebP, an OS/2 BMP or an image above
     `max_pixels`."""
     data = tf.constant(data) if isinstance(data, bytes) else data
-    head = _header(data)
+    head = header(data)
     fmt = int(image_format(data, head))
     if fmt < 0:
         start = bytes(tf.strings.substr(head, 0, 8).numpy()).rstrip(b"\0")
         raise ValueError(f"{name} is not an image in a supported format ({len(data.numpy())} "
                          f"bytes starting with {start!r}). Expected one of "
                          f"{', '.join(FORMATS)}.")
-    for refused, message in _REFUSAL[fmt]:
+    for refused, message in REFUSALS[fmt]:
         if bool(refused(data, head)):
             raise ValueError(f"{name} {message}.")
     if max_pixels is not None:
         try:
-            height, width = (int(v) for v in _DECLARED_SIZE[fmt](data, head))
+            height, width = (int(v) for v in DECLARED_SIZE[fmt](data, head))
         except tf.errors.OpError as e:  # a header too short or broken to read the size from
             raise ValueError(f"{name} is not a readable {FORMATS[fmt]} image "
                              f"({first_line(e.message)}).") from None
@@ -444,7 +256,7 @@ def decode_image(data, max_pixels=DEFAULT_MAX_PIXELS, name="image", window=None)
     upsampled without the neighbours outside the box), and damage to the file's data outside
     the box goes unseen; another format whole, then sliced.
     """
-    head = _header(data)
+    head = header(data)
     fmt = image_format(data, head)
 
     def unknown():
@@ -468,11 +280,11 @@ def _checked_decode(data, head, fmt, max_pixels, name, window):
     """`decode_image` of a file in format `FORMATS[fmt]` (a Python int): its checks, then its
     decoder."""
     checks = [tf.debugging.Assert(tf.logical_not(refused(data, head)), [f"{name} {message}"])
-              for refused, message in _REFUSAL[fmt]]
+              for refused, message in REFUSALS[fmt]]
     jpeg_window = FORMATS[fmt] == "JPEG" and window is not None
     if max_pixels is not None or jpeg_window:
         with tf.control_dependencies(checks):
-            height, width = _DECLARED_SIZE[fmt](data, head)
+            height, width = DECLARED_SIZE[fmt](data, head)
     if max_pixels is not None:
         pixels = tf.cast(height, tf.float64) * tf.cast(width, tf.float64)  # no int64 overflow
         checks.append(tf.debugging.Assert(
@@ -500,11 +312,11 @@ def _checked_decode(data, head, fmt, max_pixels, name, window):
 
 
 def _whole_first_frame(image, data, head, name):
-    """A decoded GIF once its first frame has the size of the GIF's screen: TensorFlow's
-    decoder gives a smaller first frame (placed at an offset) at its own size, where Pillow
-    composes it onto the screen."""
-    height, width = _DECLARED_SIZE[FORMATS.index("GIF")](data, head)
-    covers = tf.reduce_all(tf.cast(tf.shape(image)[:2], tf.int64) == tf.stack([height, width]))
+    """A decoded GIF once its first frame covers the GIF's screen: TensorFlow's decoder gives
+    a smaller first frame (placed at an offset) at its own size, where Pillow composes it onto
+    the screen (a larger one, both read at its size)."""
+    height, width = DECLARED_SIZE[FORMATS.index("GIF")](data, head)
+    covers = tf.reduce_all(tf.cast(tf.shape(image)[:2], tf.int64) >= tf.stack([height, width]))
     check = tf.debugging.Assert(covers, [
         f"{name} is a GIF image whose first frame does not cover its screen (a smaller frame "
         "at an offset), which cannot be decoded right. Expected a GIF whose first frame fills "
@@ -569,7 +381,9 @@ def load_image(path, size=None, max_pixels=DEFAULT_MAX_PIXELS, data_config=None)
             check_encoded(data, max_pixels, name=path)
             image = decode_image(data, None, name=path)
     except tf.errors.OpError as e:
-        raise ValueError(f"Cannot read {path}: {first_line(e.message)}") from None
+        line = first_line(e.message)  # a refusal of decode_image's names the file already
+        raise ValueError(line if line.startswith(f"{path} ") else f"Cannot read {path}: {line}") \
+            from None
     if messages:  # libjpeg's warnings: the image decoded, damaged
         warnings.warn(f"{path}: {'; '.join(dict.fromkeys(messages))} (decoded anyway)",
                       stacklevel=2)

@@ -137,10 +137,10 @@ def _write_keras_hub(args):
 def _note_lost_names(args, class_names):
     """Says where OUT's format holds no class names that the source had (all but
     .safetensors: its metadata and config.json hold them)."""
-    from keras_vit.labels import default_class_names
+    from keras_vit.labels import default_class_names  # the command loads the library late
 
-    if class_names and not args.out.endswith(".safetensors") \
-            and list(class_names) != default_class_names(len(class_names)):
+    lost = class_names and not args.out.endswith(".safetensors")
+    if lost and list(class_names) != default_class_names(len(class_names)):
         shown = ", ".join(class_names[:3]) + (", ..." if len(class_names) > 3 else "")
         print(f"note: {args.out} holds no class names: the source's {len(class_names)} ("
               f"{shown}) are left out; give them where it is used (predict --class-names "

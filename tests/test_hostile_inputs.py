@@ -155,6 +155,7 @@ BGR = (0x00FF0000, 0x0000FF00, 0x000000FF)
     ("rgb_masks.bmp", lambda: bitfields_bmp(PHOTO, BGR[::-1]), "channel masks other than"),
     ("offset.gif", lambda: offset_frame_gif(PHOTO, (40, 30), (10, 5)),
      "first frame does not cover its screen"),
+    ("small_screen.gif", lambda: offset_frame_gif(PHOTO, (9, 7), (0, 0)), None),  # the frame's
 ])
 def test_images_tensorflow_reads_wrongly_are_refused_and_the_rest_read_as_pillow(
         tmp_path, name, content, refusal):

@@ -457,7 +457,7 @@ def test_an_npz_that_would_rebuild_another_model_says_so(tmp_path, capsys):
 
 def test_an_npz_of_a_model_with_its_own_data_config_says_to_set_it_again(tmp_path):
     """`load_pretrained` gives a model the data config its file states, and an .npz states
-    none: the paper's. The advice to load it so said nothing of that."""
+    none: the paper's. The warning's advice says to set the model's own again."""
     imagenet = dict(input_size=[3, 16, 16], interpolation="bicubic", crop_pct=0.9,
                     crop_mode="center", mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
     model = randomized(keras_vit.ViT(**TINY, data_config=imagenet))
@@ -475,6 +475,12 @@ def test_a_safetensors_file_timm_builds_otherwise_says_so(tmp_path):
     class names that do not fit the head are refused before anything is written."""
     from keras_vit.weights import writers
 
+    with warnings.catch_warnings(record=True) as caught:  # timm's own epsilon, or 1e-12's
+        warnings.simplefilter("always")
+        for epsilon in (1e-6, 1e-12):
+            writers.save_safetensors(randomized(keras_vit.ViT(**dict(
+                TINY, layer_norm_epsilon=epsilon))), tmp_path / str(epsilon) / "m.safetensors")
+    assert not [w for w in caught if "timm builds" in str(w.message)]
     model = randomized(keras_vit.ViT(**dict(TINY, layer_norm_epsilon=1e-3,
                                             dynamic_image_size=True)))
     path = tmp_path / "a" / "model.safetensors"
@@ -493,8 +499,9 @@ def test_a_safetensors_file_timm_builds_otherwise_says_so(tmp_path):
 
 
 def test_convert_says_which_class_names_the_output_cannot_hold(tmp_path, capsys):
-    """A .safetensors file with class names converted to .keras or .npz lost them silently;
-    the shipped digits' names are the defaults ("0".."9"), which nothing loses."""
+    """Converting a .safetensors file with class names to .keras or .npz, which cannot hold
+    them, says so; the shipped digits' names are the defaults ("0".."9"), which nothing
+    loses."""
     from keras_vit.weights import writers
 
     path = tmp_path / "named" / "model.safetensors"

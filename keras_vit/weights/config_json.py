@@ -312,10 +312,12 @@ def timm_heads(config, declared):
 
 def timm_differences(config):
     """How timm would build a `keras_vit.ViT` configuration otherwise than it is, from the
-    `config.json` `timm_config` writes: timm's LayerNorm epsilon is 1e-6, and a model of any
-    input size resizes its position embedding as timm does (bicubic). Empty where none."""
+    `config.json` `timm_config` writes: timm's LayerNorm epsilon is 1e-6 (one within 1e-6 of it
+    gives the same float32 answers), and a model of any input size resizes its position
+    embedding as timm does (bicubic). Empty where none."""
     differences = []
-    if config["layer_norm_epsilon"] != TIMM_LAYER_NORM_EPSILON:
+    # An epsilon nearer 1e-6 than 1e-6 (transformers' 1e-12) changes nothing float32 holds.
+    if abs(config["layer_norm_epsilon"] - TIMM_LAYER_NORM_EPSILON) > TIMM_LAYER_NORM_EPSILON:
         differences.append(f"LayerNorm epsilon {TIMM_LAYER_NORM_EPSILON:g} (this model's: "
                            f"{config['layer_norm_epsilon']:g})")
     if config["dynamic_image_size"] and config["position_resize"] != "bicubic":

@@ -1,0 +1,211 @@
+"""What an encoded image's first bytes say, read in the TensorFlow graph before any pixel is
+decoded: its format (`FORMATS`), the size its header declares (`DECLARED_SIZE`, for the pixel
+limit), and the files TensorFlow's decoders would read wrongly or not at all, refused by name
+(`REFUSALS`: a truncated JPEG, an animated WebP, BMPs of a colour palette, of 1, 4 or 16 bits a
+pixel, compressed or with other channel masks, an OS/2 BMP). `keras_vit.images` decodes.
+"""
+
+import tensorflow as tf
+
+FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
+
+
+# Every header field read below lies in the first 64 bytes (a BMP's colour count ends at 50).
+HEADER_BYTES = 64
+
+
+def header(data):
+    """The first `HEADER_BYTES` bytes of a scalar string tensor, zero-padded."""
+    padded = tf.strings.join([data, tf.constant(b"\0" * HEADER_BYTES)])
+    return tf.strings.substr(padded, 0, HEADER_BYTES)
+
+
+def _uint(head, start, length, little_endian):
+    """An unsigned integer of `length` bytes at `start` of a header, as int64."""
+    raw = tf.cast(tf.io.decode_raw(tf.strings.substr(head, start, length), tf.uint8), tf.int64)
+    if not little_endian:
+        raw = tf.reverse(raw, [0])
+    return tf.reduce_sum(raw * tf.constant([256**i for i in range(length)], tf.int64))
+
+
+def image_format(data, head=None):
+    """The format of an encoded image (scalar string tensor) as an int32 index into
+    `FORMATS`, or -1 for anything else. Reads the first bytes only (`head`: `header(data)`)."""
+    head = header(data) if head is None else head
+    checks = [
+        tf.io.is_jpeg(data),
+        tf.strings.substr(head, 0, 8) == b"\x89PNG\r\n\x1a\n",
+        tf.logical_or(tf.strings.substr(head, 0, 6) == b"GIF87a",
+                      tf.strings.substr(head, 0, 6) == b"GIF89a"),
+        tf.strings.substr(head, 0, 2) == b"BM",
+        tf.logical_and(tf.strings.substr(head, 0, 4) == b"RIFF",
+                       tf.strings.substr(head, 8, 4) == b"WEBP"),
+    ]
+    index = tf.constant(-1)
+    for i in reversed(range(len(checks))):
+        index = tf.where(checks[i], tf.constant(i), index)
+    return index
+
+
+def _webp_size(head):
+    chunk = tf.strings.substr(head, 12, 4)
+    lossy = (_uint(head, 28, 2, True) & 0x3FFF, _uint(head, 26, 2, True) & 0x3FFF)
+    bits = _uint(head, 21, 4, True)  # VP8L: 14 bits width - 1, then 14 bits height - 1
+    lossless = ((tf.bitwise.right_shift(bits, 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1)
+    extended = (_uint(head, 27, 3, True) + 1, _uint(head, 24, 3, True) + 1)  # VP8X canvas
+    return tuple(
+        tf.where(chunk == b"VP8L", ll, tf.where(chunk == b"VP8X", ex, ly))
+        for ll, ex, ly in zip(lossless, extended, lossy)
+    )
+
+
+def _bmp_side(head, start):
+    value = tf.bitcast(tf.cast(_uint(head, start, 4, True), tf.uint32), tf.int32)
+    return tf.abs(tf.cast(value, tf.int64))  # negative heights mean top-down rows
+
+
+# An OS/2 BMP's BITMAPCOREHEADER is 12 bytes with 16-bit unsigned sides; every later header
+# (BITMAPINFOHEADER and its successors, 40 bytes and up) has signed 32-bit sides.
+_BMP_CORE_HEADER_SIZE = 12
+
+
+def _bmp_size(head):
+    """A Windows BMP's (height, width); an OS/2 BMP is refused before its size is read."""
+    return _bmp_side(head, 22), _bmp_side(head, 18)
+
+
+# WebP's extended header (VP8X) flags: bit 1 marks an animation (WebP container spec).
+_WEBP_ANIMATION_FLAG = 0x02
+
+
+def _webp_animated(head):
+    """Whether a WebP file's header (`header`) has the VP8X chunk's animation flag."""
+    return tf.logical_and(
+        tf.strings.substr(head, 12, 4) == b"VP8X",
+        tf.bitwise.bitwise_and(_uint(head, 20, 1, True), _WEBP_ANIMATION_FLAG) > 0)
+
+
+def jpeg_is_complete(data):
+    """Whether a JPEG (scalar string tensor) has an end-of-image marker (FF D9) after the
+    start of its last scan (FF DA): false for a truncated file. Entropy-coded data stuffs each
+    FF byte as FF 00, so neither marker appears inside it; an embedded thumbnail's markers come
+    before the main image's scans. A file that ends with FF D9 has its last FF D9 after any
+    FF DA, so only the others are scanned."""
+
+    def scan():
+        raw = tf.io.decode_raw(data, tf.uint8)
+        marker = raw[:-1] == 0xFF
+
+        def last(code):  # the position of the last FF `code`, or -1
+            found = tf.where(tf.logical_and(marker, raw[1:] == code))[:, 0]
+            return tf.reduce_max(tf.concat([tf.constant([-1], tf.int64), found], 0))
+
+        return last(0xD9) > last(0xDA)
+
+    length = tf.strings.length(data)
+    ends = tf.strings.substr(data, tf.maximum(length - 2, 0), 2) == b"\xff\xd9"
+    return tf.cond(ends, lambda: tf.constant(True), scan)
+
+
+def _jpeg_size(data):
+    shape = tf.cast(tf.io.extract_jpeg_shape(data), tf.int64)
+    return shape[0], shape[1]
+
+
+# Per format (in `FORMATS`' order): the (height, width) its header declares, as int64 scalars,
+# from the file and its `header`.
+DECLARED_SIZE = (
+    lambda data, head: _jpeg_size(data),
+    lambda data, head: (_uint(head, 20, 4, False), _uint(head, 16, 4, False)),  # PNG IHDR
+    lambda data, head: (_uint(head, 8, 2, True), _uint(head, 6, 2, True)),  # GIF screen
+    lambda data, head: _bmp_size(head),
+    lambda data, head: _webp_size(head),
+)
+
+
+def _bmp_is_os2(head):
+    """Whether a BMP file's header (`header`) is an OS/2 BITMAPCOREHEADER, which TensorFlow's
+    BMP decoder misreads."""
+    return _uint(head, 14, 4, True) == _BMP_CORE_HEADER_SIZE
+
+
+# A Windows BMP's fields (its file header is 14 bytes, the info header follows): where its
+# pixels start, the bits a pixel, the compression, the colour count and, where the compression
+# is BI_BITFIELDS, the red, green and blue masks after the 40-byte BITMAPINFOHEADER.
+_BMP_PIXELS, _BMP_BITS, _BMP_COMPRESSION, _BMP_COLOURS, _BMP_MASKS = 10, 28, 30, 46, 54
+_BMP_RGB, _BMP_BITFIELDS = 0, 3
+# The masks TensorFlow's decoder assumes: pixels stored blue, green, red (and alpha).
+_BMP_BGR_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)
+
+
+def _bytes(data, start, length):
+    """`length` bytes (a Python int) of `data` from `start` (an int64 scalar), zero-padded
+    past its end, as uint8."""
+    start = tf.minimum(tf.cast(start, tf.int64), tf.cast(tf.strings.length(data), tf.int64))
+    size = tf.constant(length, tf.int64)
+    part = tf.strings.join([tf.strings.substr(data, start, size), tf.constant(b"\0" * length)])
+    return tf.io.decode_raw(tf.strings.substr(part, 0, length), tf.uint8)
+
+
+def _bmp_packing_unread(data, head):
+    """Whether a BMP's pixels are packed as TensorFlow's decoder does not read them: 1, 4 or 16
+    bits a pixel, a compression other than none or BI_BITFIELDS (RLE, alpha bitfields), or
+    BI_BITFIELDS masks other than blue, green, red."""
+    bits = _uint(head, _BMP_BITS, 2, True)
+    compression = _uint(head, _BMP_COMPRESSION, 4, True)
+    masks = tf.cast(tf.reshape(_bytes(data, tf.constant(_BMP_MASKS, tf.int64), 12), [3, 4]),
+                    tf.int64)
+    masks = tf.reduce_sum(masks * tf.constant([1, 256, 256**2, 256**3], tf.int64), axis=1)
+    other_masks = tf.logical_and(compression == _BMP_BITFIELDS,
+                                 tf.reduce_any(masks != tf.constant(_BMP_BGR_MASKS, tf.int64)))
+    return tf.reduce_any(tf.stack([
+        tf.logical_not(tf.reduce_any(bits == tf.constant([8, 24, 32], tf.int64))),
+        tf.logical_not(tf.reduce_any(compression == tf.constant([_BMP_RGB, _BMP_BITFIELDS],
+                                                                tf.int64))),
+        other_masks]))
+
+
+def _bmp_colour_palette(data, head):
+    """Whether an 8-bit BMP has a palette other than grey level k at index k: TensorFlow's
+    decoder gives each pixel its index as a grey level, not its palette colour."""
+    colours = _uint(head, _BMP_COLOURS, 4, True)
+    most = tf.constant(256, tf.int64)
+    start = 14 + _uint(head, 14, 4, True)  # the palette follows the info header
+    # The entries the file holds: those before its pixels (a writer may write fewer than it
+    # declares), and within the file.
+    written = (tf.minimum(_uint(head, _BMP_PIXELS, 4, True),
+                          tf.cast(tf.strings.length(data), tf.int64)) - start) // 4
+    colours = tf.clip_by_value(tf.minimum(tf.where(colours == 0, most, colours), written),
+                               0, most)
+
+    def not_grey_levels():
+        palette = tf.reshape(_bytes(data, start, 4 * 256), [256, 4])[:colours, :3]
+        levels = tf.cast(tf.range(colours), tf.uint8)[:, None]
+        return tf.reduce_any(palette != levels)
+
+    return tf.cond(_uint(head, _BMP_BITS, 2, True) == 8, not_grey_levels,
+                   lambda: tf.constant(False))
+
+
+# Per format (in `FORMATS`' order): the files its decoder cannot read right, refused before
+# decoding, as pairs (a test of the file and its `header`, giving a boolean scalar; the
+# reason).
+REFUSALS = (
+    ((lambda data, head: tf.logical_not(jpeg_is_complete(data)),
+      "is not a readable JPEG image (truncated: no end-of-image marker after its last scan)"),),
+    (),
+    (),
+    ((lambda data, head: _bmp_is_os2(head),
+      "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which cannot be decoded. Expected a "
+      "Windows BMP (e.g. re-saved with Pillow)"),
+     (_bmp_packing_unread,
+      "is a BMP image of 1, 4 or 16 bits a pixel, compressed (RLE), or with channel masks "
+      "other than blue, green, red, which cannot be decoded right. Expected a BMP of 24 or 32 "
+      "bits a pixel, or of 8 with grey levels (or the image as PNG)"),
+     (_bmp_colour_palette,
+      "is a BMP image with a colour palette, which cannot be decoded right (its pixels would "
+      "read as grey levels). Expected a BMP of 24 or 32 bits a pixel (or the image as PNG)")),
+    ((lambda data, head: _webp_animated(head),
+      "is an animated WebP image; animated images are not supported. Expected a still "
+      "image"),),
+)
