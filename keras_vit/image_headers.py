@@ -10,8 +10,8 @@ import tensorflow as tf
 FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
 
 
-# Every header field read below lies in the first 64 bytes (a BMP's colour count ends at 50).
-HEADER_BYTES = 64
+# Every header field read below lies in the first 72 bytes (a BMP's channel masks end at 66).
+HEADER_BYTES = 72
 
 
 def header(data):
@@ -130,9 +130,10 @@ def _bmp_is_os2(head):
 
 
 # A Windows BMP's fields (its file header is 14 bytes, the info header follows): where its
-# pixels start, the bits a pixel, the compression, the colour count and, where the compression
-# is BI_BITFIELDS, the red, green and blue masks after the 40-byte BITMAPINFOHEADER.
-_BMP_PIXELS, _BMP_BITS, _BMP_COMPRESSION, _BMP_COLOURS, _BMP_MASKS = 10, 28, 30, 46, 54
+# pixels start, the info header's size, the bits a pixel, the compression, the colour count
+# and, where the compression is BI_BITFIELDS, the red, green and blue masks after the 40-byte
+# BITMAPINFOHEADER.
+_BMP_FIELDS = (10, 14, 28, 30, 46, 54, 58, 62)
 _BMP_RGB, _BMP_BITFIELDS = 0, 3
 # The masks TensorFlow's decoder assumes: pixels stored blue, green, red (and alpha).
 _BMP_BGR_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)
@@ -147,44 +148,38 @@ def _bytes(data, start, length):
     return tf.io.decode_raw(tf.strings.substr(part, 0, length), tf.uint8)
 
 
-def _bmp_packing_unread(data, head):
-    """Whether a BMP's pixels are packed as TensorFlow's decoder does not read them: 1, 4 or 16
-    bits a pixel, a compression other than none or BI_BITFIELDS (RLE, alpha bitfields), or
-    BI_BITFIELDS masks other than blue, green, red."""
-    bits = _uint(head, _BMP_BITS, 2, True)
-    compression = _uint(head, _BMP_COMPRESSION, 4, True)
-    masks = tf.cast(tf.reshape(_bytes(data, tf.constant(_BMP_MASKS, tf.int64), 12), [3, 4]),
-                    tf.int64)
-    masks = tf.reduce_sum(masks * tf.constant([1, 256, 256**2, 256**3], tf.int64), axis=1)
-    other_masks = tf.logical_and(compression == _BMP_BITFIELDS,
-                                 tf.reduce_any(masks != tf.constant(_BMP_BGR_MASKS, tf.int64)))
+def _bmp_fields(head):
+    """A Windows BMP's 32-bit little-endian fields (`_BMP_FIELDS`' order) from its `header`,
+    read together."""
+    raw = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+    places = tf.constant([[at + i for i in range(4)] for at in _BMP_FIELDS], tf.int32)
+    return tf.unstack(tf.reduce_sum(tf.gather(raw, places) * tf.constant(
+        [1, 256, 256**2, 256**3], tf.int64), axis=1))
+
+
+def _bmp_misread(data, head):
+    """Whether TensorFlow's decoder reads a Windows BMP's pixels wrongly: 1, 4 or 16 bits a
+    pixel, a compression other than none or BI_BITFIELDS (RLE, alpha bitfields), BI_BITFIELDS
+    masks other than blue, green, red, or 8 bits with a palette other than grey level k at
+    index k (it gives each pixel its index as a grey level, not its palette colour)."""
+    pixels, info, bits, compression, colours, *masks = _bmp_fields(head)
+    bits = bits % 65536  # a 16-bit field, the compression's low half above it
+    other_masks = tf.logical_and(compression == _BMP_BITFIELDS, tf.reduce_any(
+        tf.stack(masks) != tf.constant(_BMP_BGR_MASKS, tf.int64)))
+    # The palette entries the file holds: as many as it declares (0: 256), those before its
+    # pixels (a writer may write fewer) and within the file.
+    start = 14 + info  # the palette follows the info header
+    written = (tf.minimum(pixels, tf.cast(tf.strings.length(data), tf.int64)) - start) // 4
+    colours = tf.minimum(tf.where(colours == 0, tf.constant(256, tf.int64), colours), written)
+    palette = tf.cast(tf.reshape(_bytes(data, start, 4 * 256), [256, 4])[:, :3], tf.int64)
+    index = tf.range(256, dtype=tf.int64)[:, None]
+    coloured = tf.reduce_any(tf.logical_and(palette != index, index < colours))
     return tf.reduce_any(tf.stack([
         tf.logical_not(tf.reduce_any(bits == tf.constant([8, 24, 32], tf.int64))),
         tf.logical_not(tf.reduce_any(compression == tf.constant([_BMP_RGB, _BMP_BITFIELDS],
                                                                 tf.int64))),
-        other_masks]))
-
-
-def _bmp_colour_palette(data, head):
-    """Whether an 8-bit BMP has a palette other than grey level k at index k: TensorFlow's
-    decoder gives each pixel its index as a grey level, not its palette colour."""
-    colours = _uint(head, _BMP_COLOURS, 4, True)
-    most = tf.constant(256, tf.int64)
-    start = 14 + _uint(head, 14, 4, True)  # the palette follows the info header
-    # The entries the file holds: those before its pixels (a writer may write fewer than it
-    # declares), and within the file.
-    written = (tf.minimum(_uint(head, _BMP_PIXELS, 4, True),
-                          tf.cast(tf.strings.length(data), tf.int64)) - start) // 4
-    colours = tf.clip_by_value(tf.minimum(tf.where(colours == 0, most, colours), written),
-                               0, most)
-
-    def not_grey_levels():
-        palette = tf.reshape(_bytes(data, start, 4 * 256), [256, 4])[:colours, :3]
-        levels = tf.cast(tf.range(colours), tf.uint8)[:, None]
-        return tf.reduce_any(palette != levels)
-
-    return tf.cond(_uint(head, _BMP_BITS, 2, True) == 8, not_grey_levels,
-                   lambda: tf.constant(False))
+        other_masks,
+        tf.logical_and(bits == 8, coloured)]))
 
 
 # Per format (in `FORMATS`' order): the files its decoder cannot read right, refused before
@@ -198,13 +193,11 @@ REFUSALS = (
     ((lambda data, head: _bmp_is_os2(head),
       "is an OS/2 BMP image (12-byte BITMAPCOREHEADER), which cannot be decoded. Expected a "
       "Windows BMP (e.g. re-saved with Pillow)"),
-     (_bmp_packing_unread,
-      "is a BMP image of 1, 4 or 16 bits a pixel, compressed (RLE), or with channel masks "
-      "other than blue, green, red, which cannot be decoded right. Expected a BMP of 24 or 32 "
-      "bits a pixel, or of 8 with grey levels (or the image as PNG)"),
-     (_bmp_colour_palette,
-      "is a BMP image with a colour palette, which cannot be decoded right (its pixels would "
-      "read as grey levels). Expected a BMP of 24 or 32 bits a pixel (or the image as PNG)")),
+     (_bmp_misread,
+      "is a BMP image that cannot be decoded right: a colour palette (its pixels would read as "
+      "grey levels), 1, 4 or 16 bits a pixel, compressed (RLE), or channel masks other than "
+      "blue, green, red. Expected a BMP of 24 or 32 bits a pixel, or of 8 with grey levels "
+      "(or the image as PNG)")),
     ((lambda data, head: _webp_animated(head),
       "is an animated WebP image; animated images are not supported. Expected a still "
       "image"),),
