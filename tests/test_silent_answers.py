@@ -496,6 +496,10 @@ def test_a_safetensors_file_timm_builds_otherwise_says_so(tmp_path):
         writers.save_safetensors(randomized(keras_vit.ViT(**TINY)),
                                  tmp_path / "b" / "model.safetensors", class_names=["one"])
     assert not (tmp_path / "b").exists()
+    # A model without a head has no classes to name: timm's config.json gets none.
+    headless = keras_vit.ViT(**dict(TINY, include_top=False, num_classes=None))
+    writers.save_safetensors(headless, tmp_path / "c" / "model.safetensors", ["a", "b"])
+    assert "label_names" not in json.loads((tmp_path / "c" / "config.json").read_text())
 
 
 def test_convert_says_which_class_names_the_output_cannot_hold(tmp_path, capsys):

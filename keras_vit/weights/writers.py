@@ -163,8 +163,9 @@ def save_safetensors(model, path, class_names=None, overwrite=False):
         keras_vit.fileio.WriteError: naming the file, if it cannot be written (a full disk).
     """
     config = vit_config(model)
-    if class_names is not None and config["include_top"]:
-        class_names = check_class_names(class_names, config["num_classes"])
+    # Names of classes only a head has: a model without one has none to write.
+    class_names = check_class_names(class_names, config["num_classes"]) \
+        if class_names is not None and config["include_top"] else None
     check_finite_weights(model, f"Writing {path}")
     params = to_timm(model_params(model))
     preprocessing = getattr(model, "data_config", None)  # None: the paper's
