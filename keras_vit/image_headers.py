@@ -14,10 +14,17 @@ FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WebP")
 HEADER_BYTES = 72
 
 
+def _padded(data, start, length):
+    """`length` bytes (a Python int) of a scalar string tensor from `start` (an int64 scalar,
+    or a Python int), zero-padded past its end: read without copying the file."""
+    start = tf.minimum(tf.cast(start, tf.int64), tf.cast(tf.strings.length(data), tf.int64))
+    part = tf.strings.substr(data, start, tf.constant(length, tf.int64))
+    return tf.strings.substr(tf.strings.join([part, tf.constant(b"\0" * length)]), 0, length)
+
+
 def header(data):
     """The first `HEADER_BYTES` bytes of a scalar string tensor, zero-padded."""
-    padded = tf.strings.join([data, tf.constant(b"\0" * HEADER_BYTES)])
-    return tf.strings.substr(padded, 0, HEADER_BYTES)
+    return _padded(data, 0, HEADER_BYTES)
 
 
 def _uint(head, start, length, little_endian):
@@ -139,15 +146,6 @@ _BMP_RGB, _BMP_BITFIELDS = 0, 3
 _BMP_BGR_MASKS = (0x00FF0000, 0x0000FF00, 0x000000FF)
 
 
-def _bytes(data, start, length):
-    """`length` bytes (a Python int) of `data` from `start` (an int64 scalar), zero-padded
-    past its end, as uint8."""
-    start = tf.minimum(tf.cast(start, tf.int64), tf.cast(tf.strings.length(data), tf.int64))
-    size = tf.constant(length, tf.int64)
-    part = tf.strings.join([tf.strings.substr(data, start, size), tf.constant(b"\0" * length)])
-    return tf.io.decode_raw(tf.strings.substr(part, 0, length), tf.uint8)
-
-
 def _bmp_fields(head):
     """A Windows BMP's 32-bit little-endian fields (`_BMP_FIELDS`' order) from its `header`,
     read together."""
@@ -171,7 +169,8 @@ def _bmp_misread(data, head):
     start = 14 + info  # the palette follows the info header
     written = (tf.minimum(pixels, tf.cast(tf.strings.length(data), tf.int64)) - start) // 4
     colours = tf.minimum(tf.where(colours == 0, tf.constant(256, tf.int64), colours), written)
-    palette = tf.cast(tf.reshape(_bytes(data, start, 4 * 256), [256, 4])[:, :3], tf.int64)
+    palette = tf.io.decode_raw(_padded(data, start, 4 * 256), tf.uint8)
+    palette = tf.cast(tf.reshape(palette, [256, 4])[:, :3], tf.int64)
     index = tf.range(256, dtype=tf.int64)[:, None]
     coloured = tf.reduce_any(tf.logical_and(palette != index, index < colours))
     return tf.reduce_any(tf.stack([

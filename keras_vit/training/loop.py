@@ -86,7 +86,8 @@ from keras_vit.training.recipes import (
 )
 from keras_vit.weights.npz import write_npz
 from keras_vit.weights.architecture import SIDECAR_CONFIG
-from keras_vit.weights.config_json import keras_vit_document
+from keras_vit.weights.config_json import keras_vit_document, read_json
+from keras_vit.weights.errors import CheckpointError
 
 RUN_FILE = "run.json"
 CONFIG_FILE = SIDECAR_CONFIG  # the architecture, which keras_vit.from_pretrained reads back
@@ -290,10 +291,10 @@ def _changed_model(output_dir, model):
     nothing (an argument added since; as for class names), and a record without a data config
     states the paper's, as keras_vit's readers take it. The name aside, and the layout (`scan`,
     `remat`: the run's settings). Empty where they agree, or without a readable record."""
+    path = os.path.join(output_dir, CONFIG_FILE)
     try:
-        with open(os.path.join(output_dir, CONFIG_FILE), encoding="utf-8") as f:
-            recorded = json.load(f)
-    except (OSError, ValueError):
+        recorded = read_json(path, "the config.json of a run")
+    except CheckpointError:  # absent or unreadable: the resume's own checks speak of it
         return []
     if not isinstance(recorded, dict):
         return []

@@ -10,7 +10,8 @@ from keras_vit.weights import config_json
 from keras_vit.weights.layouts import config_from_params
 from keras_vit.weights.registry import is_registered, is_url
 
-SIDECAR_CONFIG = "config.json"  # written by keras_vit.training.fit beside its checkpoints
+# Written by keras_vit.training.fit beside its checkpoints.
+SIDECAR_CONFIG = config_json.CONFIG_FILE
 
 
 def sidecar_path(source):
@@ -38,10 +39,11 @@ def read_sidecar(source):
     return config_json.check_keras_vit(sidecar, path)
 
 
-def stated_image_size(entry, source):
+def stated_image_size(entry, source, sidecar=None):
     """The image size a checkpoint says it was made at, or None where only its arrays say
     anything: its registry entry's resolution or `config` (timm's and transformers' files give
-    one), else the `config.json` that `keras_vit.training.fit` writes beside a local file.
+    one), else the `config.json` that `keras_vit.training.fit` writes beside a local file
+    (`sidecar`: that file, read already; None: read here).
 
     Raises:
         CheckpointError: naming the file and the field, for a malformed `config.json`.
@@ -50,7 +52,7 @@ def stated_image_size(entry, source):
         return entry["resolution"]
     if entry and entry.get("config"):
         return entry["config"].get("image_size")
-    model = (read_sidecar(source) or {}).get("model")
+    model = ((read_sidecar(source) if sidecar is None else sidecar) or {}).get("model")
     return model.get("image_size") if model else None
 
 
@@ -79,7 +81,7 @@ def checkpoint_config(params, entry, source, image_size=None):
         arrays.pop("name", None)
         config = dict(arrays, **sidecar["model"])
         names = config_json.check_class_names(sidecar.get("class_names"), config, path)
-        return config, names, path, stated_image_size(entry, source)
+        return config, names, path, stated_image_size(entry, source, sidecar)
     config = dict(config_from_params(params, image_size), name=model_name(source))
     names = config_json.check_class_names(sidecar.get("class_names"), config, sidecar_path(source))
     return config, names, f"the array shapes of {source}", None

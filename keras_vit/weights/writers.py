@@ -63,22 +63,23 @@ NPZ_UNCHECKED = ("name", "dropout_rate", "attention_dropout_rate", "remat", "sca
 
 def _read_back(model, params, path):
     """How the model `keras_vit.from_pretrained(path)` would rebuild, once `params` are written
-    there as an `.npz`, differs from `model`: ["field X (the model: Y)", ...], empty if not
-    at all. The rebuilt architecture is the arrays' with the keras_vit `config.json` beside
-    `path` (`keras_vit.weights.architecture.checkpoint_config`), `keras_vit.ViT`'s defaults
+    there as an `.npz`, differs from `model`: {field: "field X (the model: Y)", ...} (its data
+    config's field: "data_config"), empty if not at all. The rebuilt architecture is the
+    arrays' with the keras_vit `config.json` beside `path`
+    (`keras_vit.weights.architecture.checkpoint_config`), `keras_vit.ViT`'s defaults
     filling the rest; its data config is the one stated beside `path`, else the paper's.
     A model `keras_vit.ViT` did not build (a pre-training model, a functional model of an
     earlier version) is no model `from_pretrained` rebuilds: nothing to compare."""
     if not isinstance(model, ViT):
-        return []
+        return {}
     size = model_image_size(model)
     try:
         rebuilt = checkpoint_config(params, None, path)[0]
         stated = checkpoint_data_config(path, None, size)
     except (CheckpointError, ValueError) as e:
-        return [f"nothing ({str(e).rstrip('.')})"]
+        return {"model": f"nothing ({str(e).rstrip('.')})"}
     rebuilt.setdefault("class_token", rebuilt.get("classifier", "token") == "token")
-    differences = []
+    differences = {}
     config = vit_config(model)
     for field, value in config.items():
         if field in NPZ_UNCHECKED or (field == "num_classes" and not config["include_top"]):
@@ -89,11 +90,11 @@ def _read_back(model, params, path):
         elif field == "resnet" and value is not None and got is not None:
             value, got = resnet_args(**value), resnet_args(**got)
         if got != value:
-            differences.append(f"{field} {got!r} (the model: {value!r})")
+            differences[field] = f"{field} {got!r} (the model: {value!r})"
     data_config = with_image_size(stated, size) if stated is not None else paper_data_config(size)
     if dict(data_config) != dict(model.data_config):
-        differences.append(f"the data config {dict(data_config)} (the model: "
-                           f"{dict(model.data_config)})")
+        differences["data_config"] = (f"the data config {dict(data_config)} (the model: "
+                                      f"{dict(model.data_config)})")
     return differences
 
 
@@ -127,13 +128,13 @@ def save_npz(model_or_params, path, overwrite=False):
     if differences:
         # A model loaded with load_pretrained takes the file's data config: the paper's.
         remedy = ("set its data_config again after keras_vit.load_pretrained(model, path)"
-                  if any(d.startswith("the data config") for d in differences) else
+                  if "data_config" in differences else
                   "load it into a model built as this one (keras_vit.load_pretrained(model, "
                   "path))")
         warnings.warn(
             f"{path} holds the arrays only: keras_vit.from_pretrained would rebuild "
-            f"{'; '.join(differences[:3])}. Write a .safetensors or .keras file, which keeps "
-            f"the whole model, or {remedy}.", stacklevel=2)
+            f"{'; '.join(list(differences.values())[:3])}. Write a .safetensors or .keras "
+            f"file, which keeps the whole model, or {remedy}.", stacklevel=2)
     return written
 
 
